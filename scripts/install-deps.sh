@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs everything deltafin needs to build and test on Debian 12 (bookworm).
+# Safe to run again: apt and npm ci are idempotent.
+set -eu
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev \
+  libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev liburing-dev \
+  libpcre2-dev libxxhash-dev libssl-dev libcmocka-dev \
+  python3 python3-numpy python3-torch curl ca-certificates"
+# Node.js 20 (with its npm) may already be installed from elsewhere; Debian's nodejs+npm only when absent.
+command -v npm >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "deltafin: installing Debian packages:$missing"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+fi
+# Test oracles (npm tiktoken, gpt-tokenizer rank files, openai client), pinned by tests/oracle/package-lock.json.
+if [ -f tests/oracle/package-lock.json ]; then
+  (cd tests/oracle && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -1,0 +1,32 @@
+/* Small shared helpers: allocation that aborts on OOM, whole-file reads,
+ * atomic writes (temporary name, fsync, rename), monotonic time. */
+#ifndef DF_BASE_UTIL_H
+#define DF_BASE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+void *df_xmalloc(size_t n);
+void *df_xcalloc(size_t n, size_t sz);
+void *df_xrealloc(void *p, size_t n);
+char *df_xstrdup(const char *s);
+/* Aligned allocation (for O_DIRECT buffers and SIMD); free with free(). */
+void *df_xaligned(size_t align, size_t n);
+
+/* Reads a whole file; *out is NUL-terminated (not counted in *len). */
+int df_file_read(const char *path, char **out, size_t *len, df_err *e);
+/* Writes data to path via path.tmp.<pid> + fsync + rename: never a partial file. */
+int df_file_write_atomic(const char *path, const void *data, size_t len, df_err *e);
+int df_file_exists(const char *path);
+int df_mkdir_p(const char *path, df_err *e);
+/* Joins dir + "/" + name into a fresh string. */
+char *df_path_join(const char *dir, const char *name);
+
+double df_now(void); /* monotonic seconds */
+
+/* Strict UTF-8 validation (no overlongs, no surrogates, max U+10FFFF). */
+int df_utf8_valid(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,35 @@
+/* Subcommands: one file each (cmd_<name>.c), dispatched by main.c. */
+#ifndef DF_CLI_CLI_H
+#define DF_CLI_CLI_H
+
+typedef struct df_cmd {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv); /* argv[0] is the command name */
+  void (*help)(void);
+} df_cmd;
+
+#define DF_CMD_DECL(n) \
+  int df_cmd_##n(int argc, char **argv); \
+  void df_cmd_##n##_help(void);
+
+DF_CMD_DECL(tokenize)
+DF_CMD_DECL(detokenize)
+DF_CMD_DECL(inspect)
+DF_CMD_DECL(make_model)
+DF_CMD_DECL(run)
+DF_CMD_DECL(convert_spine)
+DF_CMD_DECL(serve)
+DF_CMD_DECL(pack)
+DF_CMD_DECL(doctor)
+DF_CMD_DECL(bench)
+DF_CMD_DECL(trace)
+
+/* Prints "deltafin: <msg>" on stderr and returns 1 (the exit status). */
+int df_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* True if argv contains -h or --help. */
+int df_cli_wants_help(int argc, char **argv);
+/* Parses a non-negative integer option value or fails with a clear message. */
+int df_cli_int(const char *opt, const char *val, long lo, long hi, long *out);
+
+#endif

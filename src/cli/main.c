@@ -1,0 +1,106 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const df_cmd cmds[] = {
+    {"tokenize", "encode text (or a chat) to token ids", df_cmd_tokenize, df_cmd_tokenize_help},
+    {"detokenize", "decode token ids to text", df_cmd_detokenize, df_cmd_detokenize_help},
+    {"inspect", "show a checkpoint as the engine understands it", df_cmd_inspect,
+     df_cmd_inspect_help},
+    {"make-model", "generate a K3-layout checkpoint from a seed", df_cmd_make_model,
+     df_cmd_make_model_help},
+    {"run", "generate text", df_cmd_run, df_cmd_run_help},
+    {"convert-spine", "write the row-int8 copy of the spine", df_cmd_convert_spine,
+     df_cmd_convert_spine_help},
+    {"serve", "OpenAI-compatible HTTP server", df_cmd_serve, df_cmd_serve_help},
+    {"pack", "lay experts out on one or more drives", df_cmd_pack, df_cmd_pack_help},
+    {"doctor", "verify a packed expert store", df_cmd_doctor, df_cmd_doctor_help},
+    {"bench", "measure speed against the storage ceiling", df_cmd_bench, df_cmd_bench_help},
+    {"trace", "summarise a read trace (trace report FILE)", df_cmd_trace, df_cmd_trace_help},
+};
+#define NCMDS (sizeof cmds / sizeof cmds[0])
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "deltafin %s: runs Kimi K3-family models, streaming routed experts from SSDs\n\n"
+          "usage: deltafin <command> [options]\n       deltafin <command> --help\n\n"
+          "commands:\n",
+          DF_VERSION);
+  for (size_t i = 0; i < NCMDS; i++) fprintf(f, "  %-14s %s\n", cmds[i].name, cmds[i].summary);
+  fprintf(f, "\noptions:\n  -h, --help     this text\n  --version      version and build features\n");
+}
+
+static void version(void) {
+  printf("deltafin %s\n", DF_VERSION);
+  printf("features: cpu-scalar");
+#if defined(__x86_64__)
+  printf(" x86_64-simd");
+#endif
+#if defined(__aarch64__)
+  printf(" neon");
+#endif
+  printf(" io_uring pread http-server\n");
+  printf("compiler: %s\n", __VERSION__);
+}
+
+int df_cli_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("deltafin: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 1;
+}
+
+int df_cli_wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--")) break;
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
+  }
+  return 0;
+}
+
+int df_cli_int(const char *opt, const char *val, long lo, long hi, long *out) {
+  char *end = NULL;
+  if (!val || !*val) return df_cli_fail("%s needs a number", opt), -1;
+  long v = strtol(val, &end, 10);
+  if (*end || v < lo || v > hi)
+    return df_cli_fail("%s: '%s' is not a number in [%ld, %ld]", opt, val, lo, hi), -1;
+  *out = v;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+    if (argc > 2)
+      for (size_t i = 0; i < NCMDS; i++)
+        if (!strcmp(argv[2], cmds[i].name)) {
+          cmds[i].help();
+          return 0;
+        }
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+    version();
+    return 0;
+  }
+  for (size_t i = 0; i < NCMDS; i++) {
+    if (strcmp(argv[1], cmds[i].name)) continue;
+    if (df_cli_wants_help(argc - 1, argv + 1)) {
+      cmds[i].help();
+      return 0;
+    }
+    return cmds[i].run(argc - 1, argv + 1);
+  }
+  fprintf(stderr, "deltafin: unknown command '%s' (see deltafin --help)\n", argv[1]);
+  return 2;
+}

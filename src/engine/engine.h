@@ -1,0 +1,89 @@
+/* The engine: a loaded model (config, tokenizer, spine weights, expert
+ * source, thread pool) and sessions (per-sequence state) that run the exact
+ * K3 forward pass over batches of positions. This is the API the CLI and the
+ * server use; nothing above it touches weights or state directly. */
+#ifndef DF_ENGINE_ENGINE_H
+#define DF_ENGINE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "format/config.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct df_engine df_engine;
+typedef struct df_session df_session;
+
+typedef enum { DF_SPINE_BF16 = 0, DF_SPINE_INT8 = 1 } df_spine_kind;
+
+typedef struct df_engine_opts {
+  const char *model_dir;
+  int threads;              /* <= 0: all cores */
+  df_spine_kind spine;      /* bf16 (as stored) or the row-int8 copy */
+  int kernels_scalar;       /* force the scalar reference kernels */
+  /* expert store options (issue 4); zero = defaults */
+  const char *store_manifest; /* NULL: use the pack recorded in model_dir if any */
+  int no_pack;
+  long cache_mb;            /* -1 = default */
+  const char *io;           /* "uring" | "pread" | NULL (default) */
+  const char *prefetch;     /* "off" | "gate" | "prev" | "auto" | NULL */
+  const char *emulate_drives;
+  const char *trace_path;
+} df_engine_opts;
+
+void df_engine_opts_default(df_engine_opts *o);
+int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e);
+void df_engine_close(df_engine *en);
+const df_config *df_engine_config(const df_engine *en);
+const df_tok *df_engine_tok(const df_engine *en);
+/* A short id for the served model (directory base name). */
+const char *df_engine_model_id(const df_engine *en);
+
+/* ---- sessions ---- */
+df_session *df_session_new(df_engine *en);
+void df_session_free(df_session *s);
+void df_session_reset(df_session *s);
+int df_session_pos(const df_session *s);
+
+/* Runs n positions through the model as one batch (n = 1 decode, n > 1 a
+ * prefill chunk). If logits != NULL it receives the logits of the LAST
+ * position (vocab floats); if all_logits != NULL it receives n x vocab. */
+int df_session_forward(df_session *s, const int *ids, int n, float *logits, float *all_logits,
+                       df_err *e);
+
+/* ---- generation ---- */
+typedef enum { DF_FINISH_STOP = 0, DF_FINISH_LENGTH = 1, DF_FINISH_CANCEL = 2 } df_finish;
+
+typedef struct df_gen_opts {
+  int max_new;        /* new tokens at most */
+  int prefill_chunk;  /* positions per prefill batch; <= 0: whole prompt */
+  const int *stop_ids; /* generation stops after emitting one of these */
+  int nstop;
+  float temperature;  /* 0 = greedy (exact) */
+  float top_p;        /* 1 = off */
+  uint64_t seed;
+  /* Called after each new token; return nonzero to cancel. */
+  int (*on_token)(void *ud, int id);
+  void *ud;
+} df_gen_opts;
+
+typedef struct df_gen_stats {
+  int n_prompt, n_gen;
+  double prefill_s, decode_s;
+  uint64_t spine_bytes_per_token;  /* dense weights touched per decode token */
+  uint64_t expert_bytes_read;      /* routed-expert bytes fetched in total */
+  df_finish finish;
+} df_gen_stats;
+
+void df_gen_opts_default(df_gen_opts *o);
+/* Prefills prompt (continuing the session's state) and decodes. *out gets the
+ * new ids (malloc'd). */
+int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts *o, int **out,
+                int *nout, df_gen_stats *st, df_err *e);
+
+/* Engine-wide statistics as a JSON object string (store, cache, drives...);
+ * caller frees. */
+char *df_engine_stats_json(df_engine *en);
+
+#endif

@@ -1,0 +1,86 @@
+/* config.json for the K3 family, nested (root model_type "kimi_k3" with
+ * text_config {model_type "kimi_linear", ...}) or flat (the text_config keys
+ * at the root, model_type "kimi_linear" or "kimi_k3"). Every value the engine
+ * uses comes from here; nothing K3-specific is assumed.
+ *
+ * Keys read (text_config or root):
+ *   hidden_size, num_hidden_layers, vocab_size, rms_norm_eps,
+ *   bos_token_id, eos_token_id, pad_token_id, max_position_embeddings,
+ *   hidden_act ("situ"), situ_beta (4.0), situ_linear_beta (25.0),
+ *   attn_res_block_size,
+ *   num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+ *   qk_rope_head_dim, v_head_dim, mla_use_nope, mla_use_output_gate,
+ *   first_k_dense_replace, intermediate_size,
+ *   n_routed_experts, num_experts_per_tok, n_shared_experts,
+ *   moe_intermediate_size, routed_expert_hidden_size, latent_moe_use_norm,
+ *   scoring_func ("sigmoid"), topk_method ("noaux_tc"), n_group, topk_group,
+ *   norm_topk_prob, routed_scaling_factor, num_nextn_predict_layers,
+ *   linear_attn_config { full_attn_layers [1-based], kda_layers [1-based],
+ *     num_heads, head_dim, short_conv_kernel_size, gate_lower_bound,
+ *     use_full_rank_gate },
+ *   quantization_config { quant_method "compressed-tensors",
+ *     format "mxfp4-pack-quantized", config_groups.*.weights.num_bits 4,
+ *     group_size 32 } (root or text_config; optional: absent = experts bf16
+ *     is NOT supported, so absent is an error naming quantization_config).
+ */
+#ifndef DF_FORMAT_CONFIG_H
+#define DF_FORMAT_CONFIG_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+
+#define DF_MAX_LAYERS 256
+
+typedef enum { DF_LAYER_KDA = 0, DF_LAYER_MLA = 1 } df_layer_kind;
+
+typedef struct df_config {
+  char model_type[32]; /* root model_type as found */
+  int nested;          /* 1 when text_config was used */
+
+  int hidden;       /* hidden_size */
+  int n_layers;     /* num_hidden_layers */
+  int vocab;        /* vocab_size */
+  float eps;        /* rms_norm_eps */
+  int bos_id, eos_id, pad_id;
+  long max_pos;     /* max_position_embeddings */
+  float situ_beta, situ_linear_beta;
+  int attn_res_block; /* attn_res_block_size */
+
+  df_layer_kind layer_kind[DF_MAX_LAYERS]; /* 0-based */
+  int n_kda, n_mla;
+
+  /* KDA */
+  int kda_heads, kda_head_dim, kda_conv; /* num_heads, head_dim, short_conv_kernel_size */
+  float kda_gate_lower_bound;            /* -5.0 */
+  int kda_full_rank_gate;
+
+  /* MLA */
+  int mla_heads, q_lora_rank, kv_lora_rank, qk_nope_dim, qk_rope_dim, v_head_dim;
+  int mla_use_nope, mla_output_gate;
+
+  /* FFN / MoE */
+  int first_k_dense;  /* layers [0, first_k_dense) are dense */
+  int dense_inter;    /* intermediate_size */
+  int n_experts;      /* n_routed_experts */
+  int top_k;          /* num_experts_per_tok */
+  int n_shared;       /* n_shared_experts */
+  int moe_inter;      /* moe_intermediate_size */
+  int latent;         /* routed_expert_hidden_size */
+  int latent_norm;    /* latent_moe_use_norm */
+  int n_group, topk_group;
+  int norm_topk_prob;
+  float routed_scale; /* routed_scaling_factor */
+
+  /* quantization of routed experts */
+  int expert_group; /* 32 */
+} df_config;
+
+int df_config_parse(df_config *c, const char *json, size_t len, df_err *e);
+int df_config_load(df_config *c, const char *path, df_err *e);
+/* Prints the config as the engine understood it (for `inspect`). */
+void df_config_print(const df_config *c, void *FILE_stream);
+/* Serialises to the nested K3 layout (used by the generator); caller frees. */
+char *df_config_to_json(const df_config *c);
+
+#endif
