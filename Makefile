@@ -13,10 +13,10 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: deps
+test:
 	./scripts/test-all.sh
 
-demo: deps build
+demo:
 	./scripts/demo.sh
 
 clean:

@@ -1,8 +1,10 @@
 #!/bin/sh
 # Every test: gcc build + all ctest tests, clang -Werror build, ASan+UBSan
-# unit tests, and a few seconds of each libFuzzer target.
+# unit tests, and a few seconds of each libFuzzer target. Installs its own
+# dependencies first, so it works on a clean Debian 12 machine.
 set -eu
 cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
 J=$(nproc)
 echo "== gcc build + all tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=gcc >/dev/null
