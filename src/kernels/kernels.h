@@ -1,0 +1,125 @@
+/* CPU kernels: matrix products over bf16, row-int8, fp32 and MXFP4 weights,
+ * norms, activations and the KDA recurrence step.
+ *
+ * Dispatch: a table of function pointers (df_kern). The scalar table is the
+ * reference every SIMD table is tested against; df_kern_select picks the best
+ * table this CPU supports unless the scalar one is forced (`--kernels scalar`).
+ *
+ * Summation order (pinned, so results never depend on threads or batching):
+ *   Every dot product of length n, dot(w, x) = sum_i w_i x_i, is computed in
+ *   the "lane-16" order: 16 fp32 accumulators, acc[j] sums the rounded
+ *   products w_i * x_i for i = j (mod 16) in ascending i (no FMA: the product
+ *   is rounded before it is added); then acc[j] += acc[j + w] for
+ *   w = 8, 4, 2, 1 (j < w), and the result is acc[0]. Lanes that receive no
+ *   element stay +0. This order is what a 16-wide (or 2 x 8, 4 x 4) SIMD loop
+ *   with separate multiply and add computes, so vector variants can match the
+ *   scalar one bit for bit; an FMA variant may differ and must then be tested
+ *   against it within a stated tolerance.
+ *   - bf16 weights: w_i = the exact fp32 value of the bf16.
+ *   - MXFP4 weights: w_i = E2M1(code) * 2^(s-127), exact (a power-of-two
+ *     scale), so computing on codes or on dequantised values is identical.
+ *   - row-int8 weights: y_r = scale_r * dot(q_r, x), q_i as exact fp32.
+ *   Transposed products (y_c = sum_r W[r][c] x_r, used to absorb MLA's kv_b
+ *   into queries) sum over r in ascending order, one accumulator per c.
+ *   Matrix x T-vectors (GEMM) computes each (row, vector) pair exactly as the
+ *   single-vector GEMV does, so a prefill batch equals token-by-token decode.
+ *   Threads split output rows, never a reduction.
+ */
+#ifndef DF_KERNELS_KERNELS_H
+#define DF_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+
+#define DF_KLANES 16
+
+typedef enum { DF_W_BF16 = 0, DF_W_I8 = 1, DF_W_F32 = 2 } df_wkind;
+
+/* A weight matrix [rows][cols], row-major, y = W x. Never owns its data (it
+ * points into an mmap'd shard). */
+typedef struct df_wmat {
+  df_wkind kind;
+  int rows, cols;
+  const void *w;      /* uint16 bf16 / int8 / float, rows * cols */
+  const float *scale; /* row-int8: one scale per row */
+} df_wmat;
+
+/* All GEMM entries compute rows [r0, r1) for the T vectors X[t * ldx + c] and
+ * write Y[t * ldy + (r - r0)]. */
+typedef struct df_kern {
+  const char *name;
+  void (*gemm_bf16)(const uint16_t *W, int cols, int r0, int r1, const float *X, int T,
+                    size_t ldx, float *Y, size_t ldy);
+  void (*gemm_i8)(const int8_t *W, const float *scale, int cols, int r0, int r1, const float *X,
+                  int T, size_t ldx, float *Y, size_t ldy);
+  void (*gemm_f32)(const float *W, int cols, int r0, int r1, const float *X, int T, size_t ldx,
+                   float *Y, size_t ldy);
+  /* MXFP4: packed [rows][cols/2] (low nibble = even column), scales
+   * [rows][cols/32] E8M0 (255 rejected before use); cols % 32 == 0. */
+  void (*gemm_mxfp4)(const uint8_t *packed, const uint8_t *scales, int cols, int r0, int r1,
+                     const float *X, int T, size_t ldx, float *Y, size_t ldy);
+  /* y[c] = sum_{r in [r0,r1)} W[r][c] * x[r - r0] for c in [0, cols). */
+  void (*gemv_t_bf16)(const uint16_t *W, int cols, int r0, int r1, const float *x, float *y);
+  /* int8: y[c] = sum_r q[r][c] * (scale[r] * x[r - r0]) (the scaled x rounded first). */
+  void (*gemv_t_i8)(const int8_t *W, const float *scale, int cols, int r0, int r1,
+                    const float *x, float *y);
+  float (*dot)(const float *a, const float *b, int n);
+  /* y = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight); y may equal x. */
+  void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
+  void (*softmax)(float *x, int n);
+  void (*sigmoid)(float *x, int n);
+  void (*silu)(float *x, int n);
+  /* out = [bg * tanh(g/bg) * sigmoid(g)] * [bu * tanh(u/bu)] (kimi-k3.md 5.5). */
+  void (*situ)(float *out, const float *g, const float *u, int n, float bg, float bu);
+  /* One KDA step for one head (kimi-k3.md 5.2 step 6). S is D x D (key x
+   * value, row-major), alpha D decays, beta the head's scalar; o gets S^T q
+   * after the update. scratch: D floats. */
+  void (*kda_step)(float *S, const float *q, const float *k, const float *v, const float *alpha,
+                   float beta, float *o, float *scratch, int D);
+} df_kern;
+
+const df_kern *df_kern_scalar(void);
+/* The best table this CPU supports, or the scalar one when force_scalar. */
+const df_kern *df_kern_select(int force_scalar);
+
+/* Exact conversions used by the kernels. */
+static inline float df_kbf16(uint16_t h) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {.u = (uint32_t)h << 16};
+  return v.f;
+}
+static inline float df_ke8m0(uint8_t s) {
+  union {
+    uint32_t u;
+    float f;
+  } v = {.u = s ? (uint32_t)s << 23 : 0x00400000u}; /* s = 0 is 2^-127, a subnormal */
+  return v.f;
+}
+extern const float df_kern_e2m1[16];
+
+/* ---- threaded drivers: split output rows over the pool ---- */
+typedef struct df_kctx {
+  const df_kern *k;
+  df_pool *pool; /* NULL = serial */
+} df_kctx;
+
+/* Y[t][r] = W X[t] for all rows. */
+void df_mm(const df_kctx *kc, const df_wmat *W, const float *X, int T, size_t ldx, float *Y,
+           size_t ldy);
+/* Rows [r0, r1) only; Y[t][r - r0]. */
+void df_mm_rows(const df_kctx *kc, const df_wmat *W, int r0, int r1, const float *X, int T,
+                size_t ldx, float *Y, size_t ldy);
+void df_mm_mxfp4(const df_kctx *kc, const uint8_t *packed, const uint8_t *scales, int rows,
+                 int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);
+/* Single-threaded helpers on a df_wmat (for use inside pool tasks). */
+void df_wmat_rows(const df_kern *k, const df_wmat *W, int r0, int r1, const float *X, int T,
+                  size_t ldx, float *Y, size_t ldy);
+void df_wmat_t(const df_kern *k, const df_wmat *W, int r0, int r1, const float *x, float *y);
+/* Row r of W as fp32 (embedding lookup). */
+void df_wmat_row(const df_wmat *W, int r, float *out);
+
+#endif
