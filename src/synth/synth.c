@@ -1,0 +1,633 @@
+/* Checkpoint generator: presets, the tensor plan, weight values and the
+ * sharded safetensors output (see synth.h for the layout). */
+#include "synth/synth.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "format/codec.h"
+#include "format/safetensors.h"
+
+/* ---------------- PRNG ---------------- */
+
+uint64_t df_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void df_rng_seed(df_rng *r, uint64_t seed) {
+  uint64_t st = seed;
+  for (int i = 0; i < 4; i++) r->s[i] = df_splitmix64(&st);
+}
+
+void df_rng_seed_named(df_rng *r, uint64_t seed, const char *name) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+    h ^= *p;
+    h *= 0x100000001b3ull;
+  }
+  uint64_t st = seed ^ 0x5eed5eed5eed5eedull;
+  df_rng_seed(r, df_splitmix64(&st) ^ h);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t df_rng_next(df_rng *r) {
+  uint64_t *s = r->s;
+  uint64_t out = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return out;
+}
+
+double df_rng_uniform(df_rng *r, double a) {
+  /* one exactly-rounded multiply of an exact integer: the same on every IEEE machine */
+  int32_t i = (int32_t)(df_rng_next(r) >> 40) - (1 << 23);
+  return (double)i * (a * 0x1p-23);
+}
+
+/* ---------------- presets ---------------- */
+
+const char *const df_synth_presets[] = {"tiny", "small", "k3-shaped", NULL};
+
+typedef struct preset {
+  const char *name;
+  int hidden, layers, block;
+  int kda_heads, kda_dim;
+  int mla_heads, q_lora, kv_lora, nope, rope, vdim;
+  int dense_inter, experts, top_k, shared, moe_inter, latent;
+  long max_pos;
+  uint64_t shard_target; /* bytes per shard before starting the next */
+  int random_codes;      /* experts as random codes with valid scales (fast) */
+} preset;
+
+static const preset presets[] = {
+    {"tiny", 64, 8, 4, 4, 16, 4, 32, 32, 16, 8, 16, 128, 32, 4, 2, 64, 32, 131072, 768u << 10, 0},
+    {"small", 512, 16, 4, 8, 64, 8, 256, 128, 64, 32, 64, 1536, 128, 8, 2, 256, 256, 131072,
+     64u << 20, 0},
+    /* K3's real expert shapes (latent 3584, moe_inter 3072, top-16) on a small trunk */
+    {"k3-shaped", 1024, 5, 4, 8, 128, 8, 512, 512, 128, 64, 128, 2048, 64, 16, 2, 3072, 3584,
+     1048576, 1024ull << 20, 1},
+};
+
+static const preset *find_preset(const char *name) {
+  for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+    if (!strcmp(presets[i].name, name)) return &presets[i];
+  return NULL;
+}
+
+static int vocab_ranks(void) {
+  static int cached = 0;
+  if (!cached) {
+    df_synth_vocab v;
+    df_synth_vocab_build(&v);
+    cached = v.n;
+    df_synth_vocab_free(&v);
+  }
+  return cached;
+}
+
+int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
+  const preset *p = find_preset(o->preset ? o->preset : "");
+  if (!p) return df_err_set(e, "unknown preset '%s' (tiny, small, k3-shaped)", o->preset ? o->preset : "");
+  int layers = p->layers, experts = p->experts;
+  if (!strcmp(p->name, "k3-shaped")) {
+    if (o->moe_layers) layers = 1 + o->moe_layers;
+    if (o->experts) experts = o->experts;
+  } else if (o->moe_layers || o->experts) {
+    return df_err_set(e, "--moe-layers/--experts apply to the k3-shaped preset only");
+  }
+  if (layers < 2 || layers > DF_MAX_LAYERS)
+    return df_err_set(e, "--moe-layers: %d layers is outside [2, %d]", layers, DF_MAX_LAYERS);
+  if (experts < p->top_k || experts > 65536)
+    return df_err_set(e, "--experts: %d is outside [%d, 65536] (top-k is %d)", experts, p->top_k,
+                      p->top_k);
+  int n_ranks = vocab_ranks();
+  memset(c, 0, sizeof *c);
+  snprintf(c->model_type, sizeof c->model_type, "kimi_k3");
+  c->nested = 1;
+  c->hidden = p->hidden;
+  c->n_layers = layers;
+  c->vocab = n_ranks + 256;
+  c->eps = 1e-5f;
+  c->bos_id = n_ranks;
+  c->eos_id = n_ranks + 2;
+  c->pad_id = n_ranks + 255;
+  c->max_pos = p->max_pos;
+  c->situ_beta = 4.0f;
+  c->situ_linear_beta = 25.0f;
+  c->attn_res_block = p->block;
+  for (int l = 0; l < layers; l++) {
+    /* like K3: every 4th layer (1-based) and the last one are MLA */
+    int mla = (l + 1) % 4 == 0 || l + 1 == layers;
+    c->layer_kind[l] = mla ? DF_LAYER_MLA : DF_LAYER_KDA;
+    if (mla) c->n_mla++;
+    else c->n_kda++;
+  }
+  c->kda_heads = p->kda_heads;
+  c->kda_head_dim = p->kda_dim;
+  c->kda_conv = 4;
+  c->kda_gate_lower_bound = -5.0f;
+  c->kda_full_rank_gate = 1;
+  c->mla_heads = p->mla_heads;
+  c->q_lora_rank = p->q_lora;
+  c->kv_lora_rank = p->kv_lora;
+  c->qk_nope_dim = p->nope;
+  c->qk_rope_dim = p->rope;
+  c->v_head_dim = p->vdim;
+  c->mla_use_nope = 1;
+  c->mla_output_gate = 1;
+  c->first_k_dense = 1;
+  c->dense_inter = p->dense_inter;
+  c->n_experts = experts;
+  c->top_k = p->top_k;
+  c->n_shared = p->shared;
+  c->moe_inter = p->moe_inter;
+  c->latent = p->latent;
+  c->latent_norm = 1;
+  c->n_group = 1;
+  c->topk_group = 1;
+  c->norm_topk_prob = 1;
+  c->routed_scale = 1.0f;
+  c->expert_group = 32;
+  return 0;
+}
+
+/* ---------------- the tensor plan ---------------- */
+
+typedef enum gen_kind {
+  G_UNIFORM,   /* off + U(-a, a) */
+  G_ALOG,      /* first `used` entries off + U(-a, a), the rest zero */
+  G_MX_PACKED, /* a [rows, cols] matrix U(-a, a) quantised to MXFP4: the packed codes */
+  G_MX_SCALE,  /* ... and its scales (produced with the packed tensor just before) */
+  G_CODES,     /* random E2M1 code bytes */
+  G_SCALES,    /* random E8M0 scales in [118, 121] */
+} gen_kind;
+
+typedef struct tspec {
+  char name[160];
+  df_dtype dt;
+  int ndim;
+  int64_t shape[3];
+  gen_kind kind;
+  double a, off;
+  int used;
+  int group; /* tensors of one group stay in one shard, consecutively */
+  int shard;
+  uint64_t nelem, nbytes;
+} tspec;
+
+typedef struct plan {
+  tspec *t;
+  int n, cap;
+  int ngroups;
+  int nshards;
+  uint64_t total;
+} plan;
+
+#define P_LM "language_model."
+#define P_M "language_model.model."
+
+static tspec *add(plan *p, df_dtype dt, gen_kind k, double a, double off, int ndim, int64_t d0,
+                  int64_t d1, int64_t d2, const char *fmt, ...) __attribute__((format(printf, 10, 11)));
+static tspec *add(plan *p, df_dtype dt, gen_kind k, double a, double off, int ndim, int64_t d0,
+                  int64_t d1, int64_t d2, const char *fmt, ...) {
+  if (p->n == p->cap) {
+    p->cap = p->cap ? p->cap * 2 : 256;
+    p->t = df_xrealloc(p->t, (size_t)p->cap * sizeof *p->t);
+  }
+  tspec *t = &p->t[p->n++];
+  memset(t, 0, sizeof *t);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t->name, sizeof t->name, fmt, ap);
+  va_end(ap);
+  t->dt = dt;
+  t->kind = k;
+  t->a = a;
+  t->off = off;
+  t->ndim = ndim;
+  t->shape[0] = d0;
+  t->shape[1] = d1;
+  t->shape[2] = d2;
+  t->nelem = 1;
+  for (int i = 0; i < ndim; i++) t->nelem *= (uint64_t)t->shape[i];
+  t->nbytes = t->nelem * df_dtype_size(dt);
+  t->group = p->ngroups++;
+  return t;
+}
+
+/* Amplitude of U(-a, a) with variance gain^2 / fan_in: y = W x keeps x's scale. */
+static double amp(double gain, int64_t fan_in) { return gain * sqrt(3.0 / (double)fan_in); }
+
+#define BF DF_DT_BF16
+#define F32 DF_DT_F32
+#define U8 DF_DT_U8
+
+/* Weight scales: chosen so activations stay O(1) through every layer, the
+ * AttnRes softmax is far from uniform, the router spreads over experts and the
+ * logits have a realistic spread (checked with the reference). */
+#define NORM_JITTER 0.1
+#define RES_PROJ_GAIN 1.5
+#define ROUTER_GAIN 2.0
+#define ROUTER_BIAS 0.1
+#define LM_HEAD_GAIN 2.5
+
+#define WEIGHT(out, in, gain, ...) add(p, BF, G_UNIFORM, amp(gain, in), 0, 2, out, in, 0, __VA_ARGS__)
+#define NORMW(n, ...) add(p, BF, G_UNIFORM, NORM_JITTER, 1.0, 1, n, 0, 0, __VA_ARGS__)
+
+static void plan_build(plan *p, const df_config *c, const preset *pr) {
+  memset(p, 0, sizeof *p);
+  const int64_t H = c->hidden, V = c->vocab;
+  add(p, BF, G_UNIFORM, 1.0, 0, 2, V, H, 0, P_M "embed_tokens.weight");
+  for (int l = 0; l < c->n_layers; l++) {
+    NORMW(H, P_M "layers.%d.input_layernorm.weight", l);
+    NORMW(H, P_M "layers.%d.post_attention_layernorm.weight", l);
+    NORMW(H, P_M "layers.%d.self_attention_res_norm.weight", l);
+    NORMW(H, P_M "layers.%d.mlp_res_norm.weight", l);
+    WEIGHT(1, H, RES_PROJ_GAIN, P_M "layers.%d.self_attention_res_proj.weight", l);
+    WEIGHT(1, H, RES_PROJ_GAIN, P_M "layers.%d.mlp_res_proj.weight", l);
+    if (c->layer_kind[l] == DF_LAYER_KDA) {
+      const int64_t NH = c->kda_heads, D = c->kda_head_dim, P = NH * D, K = c->kda_conv;
+      WEIGHT(P, H, 1.0, P_M "layers.%d.self_attn.q_proj.weight", l);
+      WEIGHT(P, H, 1.0, P_M "layers.%d.self_attn.k_proj.weight", l);
+      WEIGHT(P, H, 1.0, P_M "layers.%d.self_attn.v_proj.weight", l);
+      WEIGHT(P, H, 1.0, P_M "layers.%d.self_attn.g_proj.weight", l);
+      WEIGHT(D, H, 1.0, P_M "layers.%d.self_attn.f_a_proj.weight", l);
+      WEIGHT(P, D, 1.0, P_M "layers.%d.self_attn.f_b_proj.weight", l);
+      WEIGHT(NH, H, 1.0, P_M "layers.%d.self_attn.b_proj.weight", l);
+      WEIGHT(H, P, 1.0, P_M "layers.%d.self_attn.o_proj.weight", l);
+      static const char *conv[3] = {"q", "k", "v"};
+      for (int i = 0; i < 3; i++)
+        add(p, F32, G_UNIFORM, amp(1.0, K), 0, 3, P, 1, K, P_M "layers.%d.self_attn.%s_conv1d.weight",
+            l, conv[i]);
+      /* K3 stores max(heads, head_dim) entries, only the first `heads` used */
+      tspec *al = add(p, F32, G_ALOG, 1.0, 0, 1, NH > D ? NH : D, 0, 0, P_M "layers.%d.self_attn.A_log", l);
+      al->used = (int)NH;
+      /* dt_bias in [-4, -1]: decays from fast to slow (alpha ~0.25 .. ~0.995) */
+      add(p, F32, G_UNIFORM, 1.5, -2.5, 1, P, 0, 0, P_M "layers.%d.self_attn.dt_bias", l);
+      add(p, F32, G_UNIFORM, NORM_JITTER, 1.0, 1, D, 0, 0, P_M "layers.%d.self_attn.o_norm.weight", l);
+    } else {
+      const int64_t MH = c->mla_heads, QL = c->q_lora_rank, KL = c->kv_lora_rank;
+      const int64_t NO = c->qk_nope_dim, RO = c->qk_rope_dim, VD = c->v_head_dim;
+      WEIGHT(QL, H, 1.0, P_M "layers.%d.self_attn.q_a_proj.weight", l);
+      NORMW(QL, P_M "layers.%d.self_attn.q_a_layernorm.weight", l);
+      WEIGHT(MH * (NO + RO), QL, 1.0, P_M "layers.%d.self_attn.q_b_proj.weight", l);
+      WEIGHT(KL + RO, H, 1.0, P_M "layers.%d.self_attn.kv_a_proj_with_mqa.weight", l);
+      NORMW(KL, P_M "layers.%d.self_attn.kv_a_layernorm.weight", l);
+      WEIGHT(MH * (NO + VD), KL, 1.0, P_M "layers.%d.self_attn.kv_b_proj.weight", l);
+      WEIGHT(MH * VD, H, 1.0, P_M "layers.%d.self_attn.g_proj.weight", l);
+      WEIGHT(H, MH * VD, 1.0, P_M "layers.%d.self_attn.o_proj.weight", l);
+    }
+    if (l < c->first_k_dense) {
+      const int64_t I = c->dense_inter;
+      WEIGHT(I, H, 1.0, P_M "layers.%d.mlp.gate_proj.weight", l);
+      WEIGHT(I, H, 1.0, P_M "layers.%d.mlp.up_proj.weight", l);
+      WEIGHT(H, I, 1.0, P_M "layers.%d.mlp.down_proj.weight", l);
+    } else {
+      const int64_t E = c->n_experts, L = c->latent, M = c->moe_inter, S = c->n_shared * M;
+      const int64_t G = c->expert_group;
+      WEIGHT(E, H, ROUTER_GAIN, P_M "layers.%d.block_sparse_moe.gate.weight", l);
+      add(p, F32, G_UNIFORM, ROUTER_BIAS, 0, 1, E, 0, 0,
+          P_M "layers.%d.block_sparse_moe.gate.e_score_correction_bias", l);
+      WEIGHT(L, H, 1.0, P_M "layers.%d.block_sparse_moe.routed_expert_down_proj.weight", l);
+      NORMW(L, P_M "layers.%d.block_sparse_moe.routed_expert_norm.weight", l);
+      WEIGHT(H, L, 1.0, P_M "layers.%d.block_sparse_moe.routed_expert_up_proj.weight", l);
+      WEIGHT(S, H, 1.0, P_M "layers.%d.block_sparse_moe.shared_experts.gate_proj.weight", l);
+      WEIGHT(S, H, 1.0, P_M "layers.%d.block_sparse_moe.shared_experts.up_proj.weight", l);
+      WEIGHT(H, S, 1.0, P_M "layers.%d.block_sparse_moe.shared_experts.down_proj.weight", l);
+      for (int64_t x = 0; x < E; x++) {
+        const int grp = p->ngroups;
+        /* w1 (gate) [M, L], w2 (down) [L, M], w3 (up) [M, L]: upstream order */
+        const int64_t rows[3] = {M, L, M}, cols[3] = {L, M, L};
+        for (int w = 0; w < 3; w++) {
+          tspec *pk, *sc;
+          if (pr->random_codes) {
+            pk = add(p, U8, G_CODES, 0, 0, 2, rows[w], cols[w] / 2, 0,
+                     P_M "layers.%d.block_sparse_moe.experts.%lld.w%d.weight_packed", l, (long long)x, w + 1);
+            sc = add(p, U8, G_SCALES, 0, 0, 2, rows[w], cols[w] / G, 0,
+                     P_M "layers.%d.block_sparse_moe.experts.%lld.w%d.weight_scale", l, (long long)x, w + 1);
+          } else {
+            pk = add(p, U8, G_MX_PACKED, amp(1.0, cols[w]), 0, 2, rows[w], cols[w] / 2, 0,
+                     P_M "layers.%d.block_sparse_moe.experts.%lld.w%d.weight_packed", l, (long long)x, w + 1);
+            sc = add(p, U8, G_MX_SCALE, 0, 0, 2, rows[w], cols[w] / G, 0,
+                     P_M "layers.%d.block_sparse_moe.experts.%lld.w%d.weight_scale", l, (long long)x, w + 1);
+          }
+          pk->group = sc->group = grp;
+        }
+        p->ngroups = grp + 1;
+      }
+    }
+  }
+  NORMW(H, P_M "norm.weight");
+  NORMW(H, P_M "output_attn_res_norm.weight");
+  WEIGHT(1, H, RES_PROJ_GAIN, P_M "output_attn_res_proj.weight");
+  WEIGHT(V, H, LM_HEAD_GAIN, P_LM "lm_head.weight");
+  /* multimodal tensors a text-only engine must skip */
+  add(p, BF, G_UNIFORM, 0.05, 0, 2, 32, 48, 0, "vision_tower.encoder.blocks.%d.attn.qkv.weight", 0);
+  add(p, F32, G_UNIFORM, 0.05, 0, 1, 32, 0, 0, "vision_tower.encoder.blocks.%d.norm1.weight", 0);
+  add(p, BF, G_UNIFORM, 0.05, 0, 2, H, 32, 0, "mm_projector.proj.%d.weight", 0);
+
+  /* shards: fill up to the target, never splitting a group */
+  uint64_t cur = 0;
+  int shard = 0;
+  for (int i = 0; i < p->n;) {
+    int j = i;
+    uint64_t gb = 0;
+    while (j < p->n && p->t[j].group == p->t[i].group) gb += p->t[j++].nbytes;
+    if (cur > 0 && cur + gb > pr->shard_target) {
+      shard++;
+      cur = 0;
+    }
+    for (int k = i; k < j; k++) p->t[k].shard = shard;
+    cur += gb;
+    p->total += gb;
+    i = j;
+  }
+  p->nshards = shard + 1;
+}
+
+static void shard_name(char *buf, size_t cap, int i, int n) {
+  snprintf(buf, cap, "model-%05d-of-%06d.safetensors", i + 1, n);
+}
+
+int df_synth_size(const df_synth_opts *o, uint64_t *bytes, df_err *e) {
+  df_config c;
+  if (df_synth_config(o, &c, e)) return -1;
+  plan p;
+  plan_build(&p, &c, find_preset(o->preset));
+  /* headers: ~ name + 80 bytes of JSON per tensor; small files: < 1 MiB */
+  uint64_t hdr = 0;
+  for (int i = 0; i < p.n; i++) hdr += strlen(p.t[i].name) * 2 + 160;
+  *bytes = p.total + hdr + (1u << 20);
+  free(p.t);
+  return 0;
+}
+
+/* ---------------- values ---------------- */
+
+#define CHUNK 65536
+
+typedef struct gen_ctx {
+  uint64_t seed;
+  uint8_t *pending_scales; /* produced by G_MX_PACKED for the next G_MX_SCALE */
+  uint64_t pending_n;
+  df_progress *prog;
+  uint64_t done;
+  df_st_writer *w;
+} gen_ctx;
+
+static int emit(gen_ctx *g, const void *buf, size_t n, df_err *e) {
+  if (df_st_writer_write(g->w, buf, n, e)) return -1;
+  g->done += n;
+  if (g->prog) df_progress_update(g->prog, g->done);
+  return 0;
+}
+
+static int gen_tensor(gen_ctx *g, const tspec *t, df_err *e) {
+  df_rng r;
+  df_rng_seed_named(&r, g->seed, t->name);
+  switch (t->kind) {
+    case G_UNIFORM:
+    case G_ALOG: {
+      const size_t es = df_dtype_size(t->dt);
+      uint8_t *buf = df_xmalloc(CHUNK * 4);
+      for (uint64_t i = 0; i < t->nelem;) {
+        size_t m = t->nelem - i < CHUNK ? (size_t)(t->nelem - i) : CHUNK;
+        for (size_t k = 0; k < m; k++) {
+          double v = t->off + df_rng_uniform(&r, t->a);
+          if (t->kind == G_ALOG && i + k >= (uint64_t)t->used) v = 0.0;
+          float f = (float)v;
+          if (t->dt == DF_DT_BF16) {
+            uint16_t h = df_f32_to_bf16(f);
+            memcpy(buf + 2 * k, &h, 2); /* little-endian hosts only (as the loader) */
+          } else {
+            memcpy(buf + 4 * k, &f, 4);
+          }
+        }
+        if (emit(g, buf, m * es, e)) {
+          free(buf);
+          return -1;
+        }
+        i += m;
+      }
+      free(buf);
+      return 0;
+    }
+    case G_MX_PACKED: {
+      const int rows = (int)t->shape[0], cols = (int)t->shape[1] * 2;
+      float *x = df_xmalloc((size_t)cols * sizeof *x);
+      uint8_t *pk = df_xmalloc((size_t)cols / 2);
+      free(g->pending_scales);
+      g->pending_n = (uint64_t)rows * (uint64_t)(cols / DF_MXFP4_GROUP);
+      g->pending_scales = df_xmalloc(g->pending_n);
+      int rc = 0;
+      for (int i = 0; i < rows && !rc; i++) {
+        for (int k = 0; k < cols; k++) x[k] = (float)df_rng_uniform(&r, t->a);
+        df_mxfp4_quant_row(x, cols, pk, g->pending_scales + (size_t)i * (size_t)(cols / DF_MXFP4_GROUP));
+        rc = emit(g, pk, (size_t)cols / 2, e);
+      }
+      free(x);
+      free(pk);
+      return rc;
+    }
+    case G_MX_SCALE: {
+      if (!g->pending_scales || g->pending_n != t->nbytes)
+        return df_err_set(e, "%s: internal error: scales do not follow their codes", t->name);
+      if (df_mxfp4_check_scales(g->pending_scales, g->pending_n, t->name, e)) return -1;
+      int rc = emit(g, g->pending_scales, g->pending_n, e);
+      free(g->pending_scales);
+      g->pending_scales = NULL;
+      return rc;
+    }
+    case G_CODES:
+    case G_SCALES: {
+      uint8_t *buf = df_xmalloc(CHUNK * 8);
+      for (uint64_t i = 0; i < t->nbytes;) {
+        size_t m = t->nbytes - i < CHUNK * 8 ? (size_t)(t->nbytes - i) : CHUNK * 8;
+        for (size_t k = 0; k < m; k += 8) {
+          uint64_t v = df_rng_next(&r);
+          for (size_t b = 0; b < 8 && k + b < m; b++) {
+            uint8_t byte = (uint8_t)(v >> (8 * b));
+            /* scales 2^-9 .. 2^-6: with K3's fan-ins (3072, 3584) the rows of
+             * w x have O(1) spread, as a trained expert's would */
+            buf[k + b] = t->kind == G_CODES ? byte : (uint8_t)(118 + (byte & 3));
+          }
+        }
+        if (emit(g, buf, m, e)) {
+          free(buf);
+          return -1;
+        }
+        i += m;
+      }
+      free(buf);
+      return 0;
+    }
+  }
+  return df_err_set(e, "%s: internal error: unknown generator", t->name);
+}
+
+/* ---------------- directory output ---------------- */
+
+static int write_json(const char *dir, const char *name, json_t *j, size_t flags, df_err *e) {
+  char *s = json_dumps(j, flags | JSON_INDENT(2));
+  json_decref(j);
+  if (!s) return df_err_set(e, "%s: could not serialise", name);
+  size_t n = strlen(s);
+  s = df_xrealloc(s, n + 2);
+  s[n++] = '\n';
+  char *path = df_path_join(dir, name);
+  int rc = df_file_write_atomic(path, s, n, e);
+  free(path);
+  free(s);
+  return rc;
+}
+
+static int clear_old(const char *dir, int force, df_err *e) {
+  char *cfg = df_path_join(dir, "config.json");
+  char *idx = df_path_join(dir, "model.safetensors.index.json");
+  int exists = df_file_exists(cfg) || df_file_exists(idx);
+  if (exists && !force) {
+    free(cfg);
+    free(idx);
+    return df_err_set(e, "%s already holds a model (pass --force to replace it)", dir);
+  }
+  /* the completion markers go first, so an interrupted rewrite never looks complete */
+  unlink(cfg);
+  unlink(idx);
+  free(cfg);
+  free(idx);
+  if (!exists) return 0;
+  DIR *d = opendir(dir);
+  if (!d) return df_err_errno(e, "%s", dir);
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t n = strlen(de->d_name);
+    if (!strncmp(de->d_name, "model-", 6) && n > 12 && !strcmp(de->d_name + n - 12, ".safetensors")) {
+      char *p = df_path_join(dir, de->d_name);
+      unlink(p);
+      free(p);
+    }
+  }
+  closedir(d);
+  return 0;
+}
+
+int df_synth_make_model(const df_synth_opts *o, df_err *e) {
+  df_config c;
+  if (df_synth_config(o, &c, e)) return -1;
+  const preset *pr = find_preset(o->preset);
+  if (!o->out_dir || !*o->out_dir) return df_err_set(e, "no output directory (--out DIR)");
+  if (df_mkdir_p(o->out_dir, e)) return -1;
+  if (clear_old(o->out_dir, o->force, e)) return -1;
+
+  plan p;
+  plan_build(&p, &c, pr);
+  uint64_t need;
+  if (df_synth_size(o, &need, e)) {
+    free(p.t);
+    return -1;
+  }
+  struct statvfs vs;
+  if (statvfs(o->out_dir, &vs) == 0) {
+    uint64_t avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+    uint64_t margin = 64ull << 20;
+    if (avail < need + margin) {
+      free(p.t);
+      return df_err_set(e,
+                        "%s: preset %s needs %.2f GB but the file system has %.2f GB free; "
+                        "choose another --out or fewer --experts/--moe-layers",
+                        o->out_dir, pr->name, (double)need / 1e9, (double)avail / 1e9);
+    }
+  }
+
+  df_synth_vocab voc;
+  df_synth_vocab_build(&voc);
+  int rc = df_synth_write_tokenizer(o->out_dir, &voc, e);
+  df_synth_vocab_free(&voc);
+  if (rc) {
+    free(p.t);
+    return -1;
+  }
+
+  df_progress prog;
+  gen_ctx g = {.seed = o->seed, .prog = o->progress ? &prog : NULL};
+  if (o->progress) df_progress_begin(&prog, "make-model", p.total);
+  json_t *wmap = json_object();
+  char fname[64];
+  int i = 0;
+  for (int s = 0; s < p.nshards && !rc; s++) {
+    shard_name(fname, sizeof fname, s, p.nshards);
+    char *path = df_path_join(o->out_dir, fname);
+    g.w = df_st_writer_new(path);
+    free(path);
+    df_st_writer_set_metadata(g.w, "format", "pt");
+    int j = i;
+    while (j < p.n && p.t[j].shard == s) {
+      const tspec *t = &p.t[j];
+      if (df_st_writer_declare(g.w, t->name, t->dt, t->ndim, t->shape, e)) {
+        rc = -1;
+        break;
+      }
+      json_object_set_new(wmap, t->name, json_string(fname));
+      j++;
+    }
+    if (!rc) rc = df_st_writer_begin(g.w, e);
+    for (int k = i; k < j && !rc; k++) rc = gen_tensor(&g, &p.t[k], e);
+    if (!rc) rc = df_st_writer_finish(g.w, e);
+    if (rc) df_err_prefix(e, "writing %s: ", fname);
+    df_st_writer_free(g.w);
+    g.w = NULL;
+    i = j;
+  }
+  free(g.pending_scales);
+  if (o->progress) df_progress_end(&prog);
+  if (rc) {
+    json_decref(wmap);
+    free(p.t);
+    return -1;
+  }
+
+  json_t *gen = json_object();
+  json_object_set_new(gen, "bos_token_id", json_integer(c.bos_id));
+  json_object_set_new(gen, "eos_token_id", json_integer(c.eos_id));
+  json_object_set_new(gen, "pad_token_id", json_integer(c.pad_id));
+  if (write_json(o->out_dir, "generation_config.json", gen, 0, e)) {
+    json_decref(wmap);
+    free(p.t);
+    return -1;
+  }
+
+  json_t *idx = json_object();
+  json_t *meta = json_object();
+  json_object_set_new(meta, "total_size", json_integer((json_int_t)p.total));
+  json_object_set_new(idx, "metadata", meta);
+  json_object_set_new(idx, "weight_map", wmap);
+  free(p.t);
+  if (write_json(o->out_dir, "model.safetensors.index.json", idx, JSON_SORT_KEYS, e)) return -1;
+
+  char *cj = df_config_to_json(&c);
+  if (!cj) return df_err_set(e, "config.json: could not serialise the config");
+  char *path = df_path_join(o->out_dir, "config.json");
+  rc = df_file_write_atomic(path, cj, strlen(cj), e);
+  free(path);
+  free(cj);
+  return rc;
+}

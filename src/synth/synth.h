@@ -1,0 +1,110 @@
+/* Synthetic checkpoints in the exact K3 layout (kimi-k3.md sections 1-4, 6),
+ * generated from a seed, for testing without the real 1.5 TB checkpoint.
+ *
+ * A model directory holds config.json (nested: root model_type "kimi_k3",
+ * text_config "kimi_linear"), generation_config.json, tokenizer_config.json,
+ * tiktoken.model, model.safetensors.index.json and shards
+ * model-NNNNN-of-NNNNNN.safetensors with the upstream tensor names, shapes and
+ * dtypes (prefix "language_model.model.", "language_model.lm_head.weight",
+ * plus a few vision_tower.* / mm_projector.* tensors a text engine ignores).
+ *
+ * Tensor names (i = layer, e = expert), all matrices [out, in]:
+ *   embed_tokens.weight [V,H]; norm.weight, output_attn_res_norm.weight [H];
+ *   output_attn_res_proj.weight [1,H]; language_model.lm_head.weight [V,H]
+ *   layers.i.{input_layernorm,post_attention_layernorm,self_attention_res_norm,
+ *     mlp_res_norm}.weight [H]; layers.i.{self_attention_res_proj,mlp_res_proj}.weight [1,H]
+ *   KDA  layers.i.self_attn.{q,k,v,g}_proj.weight [P,H], f_a_proj.weight [D,H],
+ *        f_b_proj.weight [P,D], b_proj.weight [NH,H], o_proj.weight [H,P],
+ *        {q,k,v}_conv1d.weight [P,1,K] F32, A_log [max(NH,D)] F32 (entries >= NH
+ *        are zero padding, as in K3), dt_bias [P] F32, o_norm.weight [D] F32
+ *   MLA  layers.i.self_attn.q_a_proj.weight [QL,H], q_a_layernorm.weight [QL],
+ *        q_b_proj.weight [MH*(nope+rope),QL], kv_a_proj_with_mqa.weight [KL+rope,H],
+ *        kv_a_layernorm.weight [KL], kv_b_proj.weight [MH*(nope+v),KL],
+ *        g_proj.weight [MH*v,H], o_proj.weight [H,MH*v]
+ *   dense (i < first_k_dense_replace) layers.i.mlp.{gate,up}_proj.weight [I,H], down_proj [H,I]
+ *   MoE  layers.i.block_sparse_moe.gate.weight [E,H], gate.e_score_correction_bias [E] F32,
+ *        routed_expert_down_proj.weight [L,H], routed_expert_norm.weight [L],
+ *        routed_expert_up_proj.weight [H,L], shared_experts.{gate,up}_proj.weight [S*M,H],
+ *        shared_experts.down_proj.weight [H,S*M],
+ *        experts.e.w{1,3}.weight_packed U8 [M,L/2], .weight_scale U8 [M,L/32],
+ *        experts.e.w2.weight_packed U8 [L,M/2], .weight_scale U8 [L,M/32]
+ *        (an expert's six tensors are contiguous in one shard in the order
+ *        w1 packed, w1 scale, w2 packed, w2 scale, w3 packed, w3 scale).
+ * Everything not named F32/U8 is BF16.
+ *
+ * Determinism: the bytes depend only on (preset, options, seed). Each tensor
+ * draws from its own xoshiro256** stream seeded from (seed, tensor name), values
+ * are integers scaled by exactly-rounded IEEE operations (no libm), rounded to
+ * bf16 by the codec. The same seed gives byte-identical files on any machine. */
+#ifndef DF_SYNTH_SYNTH_H
+#define DF_SYNTH_SYNTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "format/config.h"
+
+/* ---- deterministic PRNG (splitmix64 seeding, xoshiro256**) ---- */
+typedef struct df_rng {
+  uint64_t s[4];
+} df_rng;
+
+uint64_t df_splitmix64(uint64_t *state);
+void df_rng_seed(df_rng *r, uint64_t seed);
+/* Seeds from a seed and a name (FNV-1a of the name mixed in), so a tensor's
+ * values do not depend on what was generated before it. */
+void df_rng_seed_named(df_rng *r, uint64_t seed, const char *name);
+uint64_t df_rng_next(df_rng *r);
+/* Uniform in [-a, a) with 2^24 steps: an integer in [-2^23, 2^23) times a*2^-23. */
+double df_rng_uniform(df_rng *r, double a);
+
+/* ---- presets ---- */
+typedef struct df_synth_opts {
+  const char *preset;  /* "tiny", "small", "k3-shaped" */
+  uint64_t seed;
+  const char *out_dir;
+  int moe_layers;      /* k3-shaped: number of MoE layers (0 = default 4) */
+  int experts;         /* k3-shaped: routed experts per layer (0 = default 64) */
+  int force;           /* overwrite a directory that already holds a model */
+  int progress;        /* draw a progress bar */
+} df_synth_opts;
+
+/* Names of the presets, NULL-terminated. */
+extern const char *const df_synth_presets[];
+
+/* Fills the config of a preset (vocab and special ids from the synthetic
+ * tokenizer). */
+int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e);
+
+/* Total bytes the model directory will take (tensor data + headers + small files). */
+int df_synth_size(const df_synth_opts *o, uint64_t *bytes, df_err *e);
+
+/* Writes the whole directory; every file via a temporary name + rename, and
+ * config.json last, so a half-written directory never looks complete. Refuses
+ * when the free space of the target file system is too small. */
+int df_synth_make_model(const df_synth_opts *o, df_err *e);
+
+/* ---- synthetic tokenizer ----
+ * 256 byte tokens (rank = byte value) followed by merges learned by a small
+ * byte-level BPE over an embedded English + C text, then the 256 K3 specials
+ * ([BOS], [EOS], <|end_of_msg|>, <|open|>, <|close|>, <|sep|>, media tokens,
+ * [UNK], [PAD], <|reserved_token_ID|>) right after the last rank. */
+#define DF_SYNTH_MERGES 512
+typedef struct df_synth_vocab {
+  uint8_t **bytes; /* token bytes by rank */
+  int *len;
+  int n;           /* number of ranks */
+} df_synth_vocab;
+
+void df_synth_vocab_build(df_synth_vocab *v);
+void df_synth_vocab_free(df_synth_vocab *v);
+/* The text of special token `offset` (0..255) for a vocabulary of n_ranks. */
+void df_synth_special_name(int offset, int n_ranks, char *buf, size_t cap);
+/* The embedded training text (also handy for tokenizer tests). */
+extern const char df_synth_corpus[];
+
+/* Writes tiktoken.model and tokenizer_config.json into dir (each atomically). */
+int df_synth_write_tokenizer(const char *dir, const df_synth_vocab *v, df_err *e);
+
+#endif
