@@ -1,0 +1,432 @@
+#!/usr/bin/python3
+"""Independent float64 reference of the Kimi K3 forward pass.
+
+Written from ../shared/docs/kimi-k3.md section 5 only (no engine code): its own
+safetensors reader, MXFP4 dequantisation and config reader. It recomputes the
+whole sequence for every generated token (no caches), so there is nothing
+incremental to get wrong.
+
+  k3_ref.py --model DIR --prompt-ids 1,2,3 --new N --out FILE.json [--hidden]
+
+Output JSON: prompt_ids, greedy_ids, margins (top1 - top2 logit at each greedy
+step), logits (the last prompt position, float64), step_top (id/logit of the
+best 5 at each step), experts (per MoE layer, per prompt position: chosen ids
+in selection order and their weights), hidden (if --hidden: h after every layer
+for every prompt position, plus the attention / FFN outputs of the last one).
+
+Pinned choices (kimi-k3.md): L2 norm u/sqrt(sum u^2 + 1e-6); A_log per head;
+q/kv_a norm eps = rms_norm_eps; router ties to the lower expert id.
+
+Needs only python3, numpy and torch (Debian python3-torch), CPU.
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+torch.set_default_dtype(torch.float64)
+F64 = torch.float64
+
+# ---------------------------------------------------------------- safetensors
+
+_DT = {"BF16": (2, None), "F16": (2, np.float16), "F32": (4, np.float32),
+       "F64": (8, np.float64), "U8": (1, np.uint8), "I8": (1, np.int8),
+       "I32": (4, np.int32), "I64": (8, np.int64)}
+
+
+class Checkpoint:
+    """Tensors of a sharded (index.json) or single-file checkpoint."""
+
+    def __init__(self, d):
+        self.dir = d
+        self.where = {}  # name -> (path, dtype, shape, abs offset, nbytes)
+        idx = os.path.join(d, "model.safetensors.index.json")
+        if os.path.exists(idx):
+            with open(idx) as f:
+                files = sorted(set(json.load(f)["weight_map"].values()))
+        else:
+            files = ["model.safetensors"]
+        for fn in files:
+            self._scan(os.path.join(d, fn))
+
+    def _scan(self, path):
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > 100_000_000 or 8 + n > size:
+                raise ValueError(f"{path}: bad header length {n}")
+            hdr = json.loads(f.read(n).decode("utf-8"))
+        for name, t in hdr.items():
+            if name == "__metadata__":
+                continue
+            es = _DT[t["dtype"]][0]
+            b, e = t["data_offsets"]
+            nel = 1
+            for s in t["shape"]:
+                nel *= s
+            if e - b != nel * es or 8 + n + e > size:
+                raise ValueError(f"{path}: {name}: size/offset mismatch")
+            if name in self.where:
+                raise ValueError(f"{name}: duplicate")
+            self.where[name] = (path, t["dtype"], tuple(t["shape"]), 8 + n + b, e - b)
+
+    def raw(self, name):
+        path, dt, shape, off, nb = self.where[name]
+        with open(path, "rb") as f:
+            f.seek(off)
+            buf = f.read(nb)
+        return dt, shape, buf
+
+    def get(self, name):
+        """A float64 torch tensor (BF16/F16/F32) or a uint8 numpy array (U8)."""
+        dt, shape, buf = self.raw(name)
+        if dt == "BF16":
+            u = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
+            a = u.view(np.float32).astype(np.float64)
+        elif dt == "U8":
+            return np.frombuffer(buf, dtype=np.uint8).reshape(shape)
+        else:
+            a = np.frombuffer(buf, dtype=np.dtype(_DT[dt][1]).newbyteorder("<")).astype(np.float64)
+        return torch.from_numpy(a.reshape(shape).copy())
+
+    def has(self, name):
+        return name in self.where
+
+
+# ---------------------------------------------------------------- MXFP4
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float64)
+
+
+def mxfp4_dequant(packed, scales, group=32):
+    """packed u8 [rows, cols/2] (low nibble = even column), scales u8 [rows, cols/group]."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    scales = np.asarray(scales, dtype=np.uint8)
+    rows, half = packed.shape
+    cols = half * 2
+    if scales.shape != (rows, cols // group):
+        raise ValueError(f"scale shape {scales.shape} does not fit codes {packed.shape}")
+    if (scales == 255).any():
+        raise ValueError("E8M0 scale 255 (NaN)")
+    codes = np.empty((rows, cols), dtype=np.uint8)
+    codes[:, 0::2] = packed & 15
+    codes[:, 1::2] = packed >> 4
+    vals = E2M1[codes]
+    sc = np.ldexp(1.0, scales.astype(np.int64) - 127)
+    vals = vals * np.repeat(sc, group, axis=1)
+    return torch.from_numpy(vals)
+
+
+# ---------------------------------------------------------------- config
+
+class Config:
+    def __init__(self, d):
+        with open(os.path.join(d, "config.json")) as f:
+            root = json.load(f)
+        tc = root.get("text_config", root)
+        self.root, self.tc = root, tc
+        g = tc.get
+        self.hidden = g("hidden_size")
+        self.n_layers = g("num_hidden_layers")
+        self.vocab = g("vocab_size")
+        self.eps = float(g("rms_norm_eps"))
+        self.situ_beta = float(g("situ_beta", 4.0))
+        self.situ_lin = float(g("situ_linear_beta", 25.0))
+        self.block = g("attn_res_block_size")
+        la = g("linear_attn_config")
+        full = set(la["full_attn_layers"])  # 1-based
+        self.kind = ["mla" if (l + 1) in full else "kda" for l in range(self.n_layers)]
+        if "kda_layers" in la:
+            assert set(la["kda_layers"]) == {l + 1 for l in range(self.n_layers) if self.kind[l] == "kda"}
+        self.kda_heads = la["num_heads"]
+        self.kda_dim = la["head_dim"]
+        self.kda_conv = la["short_conv_kernel_size"]
+        self.gate_lb = float(la.get("gate_lower_bound", -5.0))
+        self.mla_heads = g("num_attention_heads")
+        self.nope = g("qk_nope_head_dim")
+        self.rope = g("qk_rope_head_dim")
+        self.vdim = g("v_head_dim")
+        self.kv_lora = g("kv_lora_rank")
+        self.first_dense = g("first_k_dense_replace")
+        self.n_experts = g("n_routed_experts")
+        self.top_k = g("num_experts_per_tok")
+        self.latent_norm = g("latent_moe_use_norm", True)
+        self.norm_topk = g("norm_topk_prob", True)
+        self.routed_scale = float(g("routed_scaling_factor", 1.0))
+        qc = root.get("quantization_config", tc.get("quantization_config"))
+        self.group = 32
+        if qc:
+            for grp in qc.get("config_groups", {}).values():
+                self.group = grp["weights"].get("group_size", 32)
+        assert g("scoring_func", "sigmoid") == "sigmoid"
+        assert g("hidden_act", "situ") == "situ"
+
+
+# ---------------------------------------------------------------- math
+
+def rms(x, w, eps):
+    return w * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps))
+
+
+def rms_now(x, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+
+def situ(g, u, beta=4.0, lin=25.0):
+    return (beta * torch.tanh(g / beta) * torch.sigmoid(g)) * (lin * torch.tanh(u / lin))
+
+
+def l2n(u, eps=1e-6):
+    return u / torch.sqrt((u * u).sum(-1, keepdim=True) + eps)
+
+
+def attn_res(vs, n, r, eps):
+    """AR(V, n, r): softmax over the vectors of dot(RMS_noweight(v_i) * n, r), sum of RAW v_i.
+    vs: list of [T, H]; n [H]; r [1, H]."""
+    V = torch.stack(vs, 0)  # [N, T, H]
+    sc = (rms_now(V, eps) * n * r.reshape(-1)).sum(-1)  # [N, T]
+    p = torch.softmax(sc, 0)
+    return (p.unsqueeze(-1) * V).sum(0)
+
+
+def kda_recurrence(q, k, v, alpha, beta):
+    """Sequential delta rule, read after update. q,k [T,NH,D] (normalised, q scaled),
+    v [T,NH,D], alpha [T,NH,D] (per key row), beta [T,NH]. Returns o [T,NH,D]."""
+    T, NH, D = q.shape
+    S = torch.zeros(NH, D, v.shape[-1], dtype=F64)
+    out = []
+    for t in range(T):
+        S = alpha[t].unsqueeze(-1) * S
+        u = torch.einsum("hkv,hk->hv", S, k[t])
+        S = S + torch.einsum("hk,hv->hkv", k[t], beta[t].unsqueeze(-1) * (v[t] - u))
+        out.append(torch.einsum("hkv,hk->hv", S, q[t]))
+    return torch.stack(out, 0)
+
+
+def causal_conv_silu(x, w):
+    """x [T, P], w [P, 1, K]: out_t = silu(sum_j win_t[j] w[:,0,j]), win = last K inputs, new one last."""
+    T, P = x.shape
+    K = w.shape[-1]
+    xp = torch.cat([torch.zeros(K - 1, P, dtype=F64), x], 0)
+    acc = torch.zeros(T, P, dtype=F64)
+    for j in range(K):
+        acc = acc + xp[j:j + T] * w[:, 0, j]
+    return torch.nn.functional.silu(acc)
+
+
+# ---------------------------------------------------------------- model
+
+class Model:
+    PM = "language_model.model."
+
+    def __init__(self, d, expert_cache_mb=1024):
+        self.cfg = Config(d)
+        self.ck = Checkpoint(d)
+        self._w = {}
+        self._experts = {}
+        self._cache_budget = expert_cache_mb << 20
+        self._cache_used = 0
+
+    def w(self, name):
+        if name not in self._w:
+            self._w[name] = self.ck.get(self.PM + name if not name.startswith("language_model.") else name)
+        return self._w[name]
+
+    def lw(self, l, name):
+        return self.w(f"layers.{l}.{name}")
+
+    def expert(self, l, e):
+        key = (l, e)
+        if key in self._experts:
+            return self._experts[key]
+        base = f"{self.PM}layers.{l}.block_sparse_moe.experts.{e}."
+        ws = []
+        for i in (1, 2, 3):
+            ws.append(mxfp4_dequant(self.ck.get(base + f"w{i}.weight_packed"),
+                                    self.ck.get(base + f"w{i}.weight_scale"), self.cfg.group))
+        nb = sum(x.numel() * 8 for x in ws)
+        if self._cache_used + nb <= self._cache_budget:
+            self._experts[key] = ws
+            self._cache_used += nb
+        return ws
+
+    # --- blocks
+    def kda(self, l, x, trace=None):
+        c = self.cfg
+        NH, D = c.kda_heads, c.kda_dim
+        T = x.shape[0]
+        L = lambda n: self.lw(l, "self_attn." + n)
+        q = causal_conv_silu(x @ L("q_proj.weight").T, L("q_conv1d.weight"))
+        k = causal_conv_silu(x @ L("k_proj.weight").T, L("k_conv1d.weight"))
+        v = causal_conv_silu(x @ L("v_proj.weight").T, L("v_conv1d.weight"))
+        q = l2n(q.reshape(T, NH, D)) * (1.0 / math.sqrt(D))
+        k = l2n(k.reshape(T, NH, D))
+        v = v.reshape(T, NH, D)
+        f = (x @ L("f_a_proj.weight").T) @ L("f_b_proj.weight").T
+        A = L("A_log")[:NH]  # per head; entries >= NH are padding
+        gl = c.gate_lb * torch.sigmoid(
+            torch.exp(A).reshape(1, NH, 1) * (f + L("dt_bias")).reshape(T, NH, D))
+        alpha = torch.exp(gl)
+        beta = torch.sigmoid(x @ L("b_proj.weight").T)
+        o = kda_recurrence(q, k, v, alpha, beta)
+        o = rms(o, L("o_norm.weight"), c.eps).reshape(T, NH * D)
+        o = o * torch.sigmoid(x @ L("g_proj.weight").T)
+        return o @ L("o_proj.weight").T
+
+    def mla(self, l, x, trace=None):
+        c = self.cfg
+        T = x.shape[0]
+        Hh, NO, RO, VD, KL = c.mla_heads, c.nope, c.rope, c.vdim, c.kv_lora
+        L = lambda n: self.lw(l, "self_attn." + n)
+        qa = rms(x @ L("q_a_proj.weight").T, L("q_a_layernorm.weight"), c.eps)
+        q = (qa @ L("q_b_proj.weight").T).reshape(T, Hh, NO + RO)
+        cc = x @ L("kv_a_proj_with_mqa.weight").T
+        lat = rms(cc[:, :KL], L("kv_a_layernorm.weight"), c.eps)
+        kpe = cc[:, KL:]
+        kv = (lat @ L("kv_b_proj.weight").T).reshape(T, Hh, NO + VD)
+        kn, vv = kv[..., :NO], kv[..., NO:]
+        sc = torch.einsum("thd,shd->hts", q[..., :NO], kn) + torch.einsum("thd,sd->hts", q[..., NO:], kpe)
+        sc = sc / math.sqrt(NO + RO)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        sc = sc.masked_fill(mask, float("-inf"))
+        P = torch.softmax(sc, -1)
+        o = torch.einsum("hts,shd->thd", P, vv).reshape(T, Hh * VD)
+        o = o * torch.sigmoid(x @ L("g_proj.weight").T)
+        return o @ L("o_proj.weight").T
+
+    def dense(self, l, x):
+        c = self.cfg
+        L = lambda n: self.lw(l, "mlp." + n)
+        return situ(x @ L("gate_proj.weight").T, x @ L("up_proj.weight").T, c.situ_beta, c.situ_lin) @ L(
+            "down_proj.weight").T
+
+    def route(self, l, x):
+        """Returns (ids [T, k] in selection order, weights [T, k])."""
+        c = self.cfg
+        s = torch.sigmoid(x @ self.lw(l, "block_sparse_moe.gate.weight").T)  # [T, E]
+        b = self.lw(l, "block_sparse_moe.gate.e_score_correction_bias")
+        sel = (s + b).numpy()
+        T, E = sel.shape
+        ids = np.empty((T, c.top_k), dtype=np.int64)
+        for t in range(T):
+            # descending score, ties -> lower id (lexsort: last key primary)
+            order = np.lexsort((np.arange(E), -sel[t]))
+            ids[t] = order[: c.top_k]
+        idt = torch.from_numpy(ids)
+        chosen = torch.gather(s, 1, idt)
+        wts = chosen / chosen.sum(-1, keepdim=True) if c.norm_topk else chosen
+        return ids, wts * c.routed_scale
+
+    def moe(self, l, x, trace=None):
+        c = self.cfg
+        B = "block_sparse_moe."
+        ids, wts = self.route(l, x)
+        if trace is not None:
+            trace.append({"layer": l, "ids": ids.tolist(), "weights": wts.tolist()})
+        z = x @ self.lw(l, B + "routed_expert_down_proj.weight").T  # [T, latent]
+        T = x.shape[0]
+        r = torch.zeros(T, z.shape[1], dtype=F64)
+        for e in sorted(set(ids.reshape(-1).tolist())):
+            w1, w2, w3 = self.expert(l, e)
+            rows, slots = np.nonzero(ids == e)
+            zt = z[torch.from_numpy(rows)]
+            y = situ(zt @ w1.T, zt @ w3.T, c.situ_beta, c.situ_lin) @ w2.T
+            r[torch.from_numpy(rows)] += wts[torch.from_numpy(rows), torch.from_numpy(slots)].unsqueeze(-1) * y
+        if c.latent_norm:
+            r = rms(r, self.lw(l, B + "routed_expert_norm.weight"), c.eps)
+        routed = r @ self.lw(l, B + "routed_expert_up_proj.weight").T
+        S = lambda n: self.lw(l, B + "shared_experts." + n)
+        shared = situ(x @ S("gate_proj.weight").T, x @ S("up_proj.weight").T, c.situ_beta, c.situ_lin) @ S(
+            "down_proj.weight").T
+        return routed + shared
+
+    def forward(self, ids, want_hidden=False, trace=None):
+        """ids: list of int. Returns logits [T, V] and (if want_hidden) per-layer records."""
+        c = self.cfg
+        h = self.w("embed_tokens.weight")[torch.tensor(ids, dtype=torch.long)]
+        S, p = [], None
+        hidden = []
+        for l in range(c.n_layers):
+            x_attn = h if not S else attn_res(S + [h], self.lw(l, "self_attention_res_norm.weight"),
+                                              self.lw(l, "self_attention_res_proj.weight"), c.eps)
+            if l % c.block == 0:
+                S.append(h)
+                p = None
+            else:
+                p = h
+            xa = rms(x_attn, self.lw(l, "input_layernorm.weight"), c.eps)
+            a = self.kda(l, xa) if c.kind[l] == "kda" else self.mla(l, xa)
+            p = a if p is None else p + a
+            x_mlp = attn_res(S + [p], self.lw(l, "mlp_res_norm.weight"), self.lw(l, "mlp_res_proj.weight"), c.eps)
+            xm = rms(x_mlp, self.lw(l, "post_attention_layernorm.weight"), c.eps)
+            m = self.dense(l, xm) if l < c.first_dense else self.moe(l, xm, trace)
+            h = p + m
+            if want_hidden:
+                hidden.append({"layer": l, "kind": c.kind[l], "h": h, "attn_last": a[-1], "ffn_last": m[-1]})
+        xo = attn_res(S + [h], self.w("output_attn_res_norm.weight"), self.w("output_attn_res_proj.weight"), c.eps)
+        logits = rms(xo, self.w("norm.weight"), c.eps) @ self.w("language_model.lm_head.weight").T
+        return logits, hidden
+
+
+def greedy(model, prompt, n_new):
+    seq = list(prompt)
+    out, margins, tops = [], [], []
+    for _ in range(n_new):
+        logits, _ = model.forward(seq)
+        last = logits[-1]
+        top = torch.topk(last, 5)
+        # ties -> lower id
+        best = int(torch.nonzero(last == last.max())[0])
+        out.append(best)
+        margins.append(float(top.values[0] - top.values[1]))
+        tops.append({"ids": [int(i) for i in top.indices], "logits": [float(v) for v in top.values]})
+        seq.append(best)
+    return out, margins, tops
+
+
+def run(model_dir, prompt, n_new, want_hidden):
+    m = Model(model_dir)
+    trace = []
+    logits, hidden = m.forward(prompt, want_hidden, trace)
+    res = {
+        "prompt_ids": list(prompt),
+        "logits": [float(v) for v in logits[-1]],
+        "experts": [{"layer": t["layer"], "ids": t["ids"], "weights": t["weights"]} for t in trace],
+    }
+    if want_hidden:
+        res["hidden"] = [{"layer": r["layer"], "kind": r["kind"], "h": r["h"].tolist(),
+                          "attn_last": r["attn_last"].tolist(), "ffn_last": r["ffn_last"].tolist()}
+                         for r in hidden]
+    g, margins, tops = greedy(m, prompt, n_new)
+    res["greedy_ids"] = g
+    res["margins"] = margins
+    res["step_top"] = tops
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompt-ids", required=True, help="comma-separated token ids")
+    ap.add_argument("--new", type=int, default=16)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--hidden", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    prompt = [int(x) for x in a.prompt_ids.split(",") if x.strip()]
+    res = run(a.model, prompt, a.new, a.hidden)
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f)
+        f.write("\n")
+    os.replace(tmp, a.out)
+
+
+if __name__ == "__main__":
+    main()
