@@ -1,12 +1,112 @@
-/* Placeholder until the owning component lands; replaced by the real command. */
+/* deltafin detokenize: token ids to text. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/util.h"
 #include "cli/cli.h"
+#include "tokenizer/tokenizer.h"
 
-void df_cmd_detokenize_help(void) { printf("usage: deltafin detokenize (not built yet)\n"); }
+void df_cmd_detokenize_help(void) {
+  printf(
+      "usage: deltafin detokenize --model DIR IDS...\n"
+      "\n"
+      "Decodes token ids (separated by commas and/or spaces, in one or more\n"
+      "arguments) with the model's tokenizer and writes the bytes they stand\n"
+      "for to standard output, exactly: no newline is added, and special\n"
+      "tokens are written as their text (\"<|open|>\").\n"
+      "\n"
+      "options:\n"
+      "  --model DIR     model directory (DIR/tiktoken.model, DIR/tokenizer_config.json)\n"
+      "\n"
+      "advanced:\n"
+      "  --ranks FILE    a tiktoken rank file instead of --model\n"
+      "  --tokcfg FILE   a tokenizer_config.json for the specials (with --ranks)\n");
+}
+
+/* Appends the ids in s (commas/whitespace between them) to *ids. */
+static int parse_ids(const char *s, int **ids, size_t *n, size_t *cap) {
+  const char *p = s;
+  for (;;) {
+    while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (!*p) return 0;
+    const char *q = p;
+    long long v = 0;
+    while (*q >= '0' && *q <= '9') {
+      v = v * 10 + (*q - '0');
+      if (v > 0x7fffffff) break;
+      q++;
+    }
+    if (q == p || (*q && *q != ',' && *q != ' ' && *q != '\t' && *q != '\n' && *q != '\r')) {
+      int l = 0;
+      while (p[l] && p[l] != ',' && p[l] != ' ' && l < 40) l++;
+      return df_cli_fail("detokenize: '%.*s' is not a token id", l, p);
+    }
+    if (*n == *cap) *ids = df_xrealloc(*ids, (*cap = *cap ? *cap * 2 : 64) * sizeof **ids);
+    (*ids)[(*n)++] = (int)v;
+    p = q;
+  }
+}
 
 int df_cmd_detokenize(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return df_cli_fail("'detokenize' is not built yet");
+  const char *model = NULL, *ranks = NULL, *tokcfg = NULL;
+  int *ids = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0, nargs = 0;
+  for (int i = 1; i < argc && !rc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--model") || !strcmp(a, "--ranks") || !strcmp(a, "--tokcfg")) {
+      if (i + 1 >= argc) {
+        rc = df_cli_fail("%s needs a value", a);
+        break;
+      }
+      const char **dst = !strcmp(a, "--model") ? &model : !strcmp(a, "--ranks") ? &ranks : &tokcfg;
+      *dst = argv[++i];
+    } else if (a[0] == '-' && a[1] && a[1] != '-' && !(a[1] >= '0' && a[1] <= '9')) {
+      rc = df_cli_fail("detokenize: unknown option '%s' (see deltafin detokenize --help)", a);
+    } else if (a[0] == '-' && a[1] == '-') {
+      rc = df_cli_fail("detokenize: unknown option '%s' (see deltafin detokenize --help)", a);
+    } else {
+      nargs++;
+      rc = parse_ids(a, &ids, &n, &cap);
+    }
+  }
+  if (rc) goto out;
+  if (model && (ranks || tokcfg)) {
+    rc = df_cli_fail("--model cannot be combined with --ranks or --tokcfg");
+    goto out;
+  }
+  if (!model && !ranks) {
+    rc = df_cli_fail("detokenize needs --model DIR");
+    goto out;
+  }
+  if (!nargs) {
+    rc = df_cli_fail("detokenize needs the ids to decode");
+    goto out;
+  }
+  df_tok *t;
+  df_err e;
+  if (model ? df_tok_load(&t, model, &e) : df_tok_load_files(&t, ranks, tokcfg, NULL, &e)) {
+    rc = df_cli_fail("%s", e.msg);
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    size_t l;
+    if (!df_tok_piece(t, ids[i], &l)) {
+      rc = df_cli_fail("detokenize: token id %d is not in the vocabulary (0..%d)", ids[i],
+                       df_tok_vocab_size(t) - 1);
+      break;
+    }
+  }
+  if (!rc) {
+    size_t len;
+    char *text = df_tok_decode(t, ids, n, &len);
+    if (fwrite(text, 1, len, stdout) != len || fflush(stdout))
+      rc = df_cli_fail("writing the text failed");
+    free(text);
+  }
+  df_tok_free(t);
+out:
+  free(ids);
+  return rc;
 }

@@ -19,6 +19,8 @@ int df_tok_load(df_tok **out, const char *dir, df_err *e);
 int df_tok_load_files(df_tok **out, const char *ranks_path, const char *tokcfg_path,
                       const char *pattern, df_err *e);
 void df_tok_free(df_tok *t);
+/* The K3 pre-tokenizer pattern in PCRE2 syntax (the default of df_tok_load*). */
+const char *df_tok_k3_pattern(void);
 
 int df_tok_vocab_size(const df_tok *t); /* ranks + specials */
 int df_tok_n_ranks(const df_tok *t);
@@ -27,6 +29,11 @@ int df_tok_special_id(const df_tok *t, const char *text);
 int df_tok_is_special(const df_tok *t, int id);
 /* The bytes of a token (specials: their text); NULL for an unknown id. */
 const uint8_t *df_tok_piece(const df_tok *t, int id, size_t *len);
+
+/* A token's bytes as a quoted, printable string for display: backslash
+ * escapes for quotes, backslashes and control characters, \xNN for bytes
+ * that are not part of a complete UTF-8 character. Caller frees. */
+char *df_tok_escape_piece(const uint8_t *p, size_t len);
 
 /* Encodes text as ordinary text: special-token strings in it become ordinary
  * tokens. Input must be valid UTF-8 (error otherwise). Appends to *ids
@@ -55,5 +62,11 @@ void df_tok_stream_init(df_tok_stream *s, const df_tok *t);
  * passing a larger buffer: returns -1 if outcap is too small). */
 int df_tok_stream_push(df_tok_stream *s, int id, char *out, size_t outcap);
 int df_tok_stream_flush(df_tok_stream *s, char *out, size_t outcap);
+/* Like df_tok_stream_push for raw bytes (a part of a piece, or several). */
+int df_tok_stream_push_bytes(df_tok_stream *s, const uint8_t *p, size_t n, char *out,
+                             size_t outcap);
+/* Invalid UTF-8 in the token stream (a stray continuation byte, a sequence
+ * broken by another lead byte) is written as U+FFFD, one per maximal invalid
+ * subpart, so the stream's output is always valid UTF-8. */
 
 #endif
