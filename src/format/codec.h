@@ -29,8 +29,8 @@ void df_mxfp4_dequant_row(const uint8_t *packed, const uint8_t *scales, int cols
  * the nearest E2M1 value (ties to the even code). */
 void df_mxfp4_quant_row(const float *x, int cols, uint8_t *packed, uint8_t *scales);
 
-/* Row-int8: scale = absmax/127 (1 if the row is all zero... see .c), q =
- * round-half-even(x/scale) clamped to [-127,127]. */
+/* Row-int8: scale = absmax/127 (an all-zero row gets scale 0 and all-zero
+ * codes), q = round-half-even(x/scale) clamped to [-127,127]. */
 void df_int8_quant_row(const float *x, int cols, int8_t *q, float *scale);
 void df_int8_dequant_row(const int8_t *q, float scale, int cols, float *out);
 
