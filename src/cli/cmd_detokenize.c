@@ -10,6 +10,7 @@
 void df_cmd_detokenize_help(void) {
   printf(
       "usage: deltafin detokenize --model DIR IDS...\n"
+      "       deltafin detokenize --model DIR --file PATH\n"
       "\n"
       "Decodes token ids (separated by commas and/or spaces, in one or more\n"
       "arguments) with the model's tokenizer and writes the bytes they stand\n"
@@ -18,6 +19,7 @@ void df_cmd_detokenize_help(void) {
       "\n"
       "options:\n"
       "  --model DIR     model directory (DIR/tiktoken.model, DIR/tokenizer_config.json)\n"
+      "  --file PATH     read the ids from PATH ('-' = standard input)\n"
       "\n"
       "advanced:\n"
       "  --ranks FILE    a tiktoken rank file instead of --model\n"
@@ -48,19 +50,40 @@ static int parse_ids(const char *s, int **ids, size_t *n, size_t *cap) {
   }
 }
 
+static int read_all(const char *path, char **buf, size_t *len) {
+  df_err e;
+  if (strcmp(path, "-")) return df_file_read(path, buf, len, &e) ? df_cli_fail("%s", e.msg) : 0;
+  size_t cap = 1 << 16, n = 0, got;
+  char *b = df_xmalloc(cap);
+  while ((got = fread(b + n, 1, cap - n - 1, stdin)) > 0)
+    if ((n += got) + 1 >= cap) b = df_xrealloc(b, cap *= 2);
+  if (ferror(stdin)) {
+    free(b);
+    return df_cli_fail("reading standard input failed");
+  }
+  b[n] = 0;
+  *buf = b;
+  *len = n;
+  return 0;
+}
+
 int df_cmd_detokenize(int argc, char **argv) {
-  const char *model = NULL, *ranks = NULL, *tokcfg = NULL;
+  const char *model = NULL, *ranks = NULL, *tokcfg = NULL, *file = NULL;
   int *ids = NULL;
   size_t n = 0, cap = 0;
   int rc = 0, nargs = 0;
   for (int i = 1; i < argc && !rc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--model") || !strcmp(a, "--ranks") || !strcmp(a, "--tokcfg")) {
+    if (!strcmp(a, "--model") || !strcmp(a, "--ranks") || !strcmp(a, "--tokcfg") ||
+        !strcmp(a, "--file")) {
       if (i + 1 >= argc) {
         rc = df_cli_fail("%s needs a value", a);
         break;
       }
-      const char **dst = !strcmp(a, "--model") ? &model : !strcmp(a, "--ranks") ? &ranks : &tokcfg;
+      const char **dst = !strcmp(a, "--model")   ? &model
+                         : !strcmp(a, "--ranks") ? &ranks
+                         : !strcmp(a, "--file")  ? &file
+                                                 : &tokcfg;
       *dst = argv[++i];
     } else if (a[0] == '-' && a[1] && a[1] != '-' && !(a[1] >= '0' && a[1] <= '9')) {
       rc = df_cli_fail("detokenize: unknown option '%s' (see deltafin detokenize --help)", a);
@@ -72,6 +95,26 @@ int df_cmd_detokenize(int argc, char **argv) {
     }
   }
   if (rc) goto out;
+  if (file) {
+    if (nargs) {
+      rc = df_cli_fail("detokenize takes ids either as arguments or from --file, not both");
+      goto out;
+    }
+    char *buf;
+    size_t len;
+    if (read_all(file, &buf, &len)) {
+      rc = 1;
+      goto out;
+    }
+    if (strlen(buf) != len) {
+      rc = df_cli_fail("%s: contains a NUL byte", file);
+    } else {
+      nargs = 1;
+      rc = parse_ids(buf, &ids, &n, &cap);
+    }
+    free(buf);
+    if (rc) goto out;
+  }
   if (model && (ranks || tokcfg)) {
     rc = df_cli_fail("--model cannot be combined with --ranks or --tokcfg");
     goto out;

@@ -14,8 +14,10 @@
 //   tiktoken_oracle.js export o200k_base|cl100k_base OUT.tiktoken
 //   tiktoken_oracle.js tokcfg N_RANKS OUT.json      K3's 256 specials from id N_RANKS
 //   tiktoken_oracle.js pattern k3|o200k_base|cl100k_base   prints the oracle's pattern
+//   tiktoken_oracle.js pattern-pcre2 o200k_base|cl100k_base the same for deltafin --pattern
 //   tiktoken_oracle.js random SEED COUNT OUT.json  seeded random strings
 //   tiktoken_oracle.js chunks CORPUS OUT.json      lines, paragraphs and the whole file
+//   tiktoken_oracle.js long N OUT.json              long runs (one pre-token of ~N chars)
 //   tiktoken_oracle.js check RANKS TOKCFG|- PATTERN_NAME STRINGS.json OURS.txt [--specials]
 //       OURS.txt has one line of comma-separated ids per string (deltafin
 //       tokenize --batch); prints mismatches with the pieces, exits 1 on any.
@@ -49,6 +51,35 @@ function patternFor(name) {
   if (name === "o200k_base" || name === "cl100k_base")
     return need(`tiktoken/encoders/${name}.json`).pat_str;
   throw new Error(`unknown pattern name ${name}`);
+}
+
+// The same pattern in PCRE2 syntax for deltafin's --pattern: Rust's \s is
+// Unicode White_Space, PCRE2's (UCP) also matches U+180E, so \s is spelled
+// out; \p{Han} means Script=Han in Rust (PCRE2: \p{sc:Han}). Used for the
+// vocabularies' own patterns, which have no class intersection.
+const WS = "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+function toPcre2(pat) {
+  if (pat.includes("&&")) die("class intersection has no PCRE2 form here");
+  let out = "", inClass = false;
+  for (let i = 0; i < pat.length; i++) {
+    const c = pat[i];
+    if (c === "\\") {
+      const d = pat[i + 1];
+      i++;
+      if (d === "s") out += inClass ? WS : `[${WS}]`;
+      else if (d === "S" && !inClass) out += `[^${WS}]`;
+      else if (d === "S") die("\\S inside a class");
+      else if (d === "p" && pat.startsWith("{Han}", i + 1)) {
+        out += "\\p{sc:Han}";
+        i += 5;
+      } else out += c + d;
+      continue;
+    }
+    if (c === "[" && !inClass) inClass = true;
+    else if (c === "]" && inClass) inClass = false;
+    out += c;
+  }
+  return out;
 }
 
 function die(msg) {
@@ -206,6 +237,15 @@ function randomStrings(seed, count) {
   return out;
 }
 
+// Long pre-tokens (deltafin merges those through a heap, not tiktoken's scan).
+function longStrings(n) {
+  const rep = (s, k) => s.repeat(Math.ceil(k / s.length)).slice(0, k);
+  return [rep("a", n), rep(" ", n), rep("中", n), rep("Ab", n) + "x", "e" + rep("\u0301", n),
+    rep("ab ", n), rep("\n", n) + "x", rep("  ", n) + "x", rep(" \t", n) + "\n",
+    rep("ひらがなカタカナ", n), rep("ภาษาไทย", n), rep("0123456789", n), rep("!?", n),
+    rep("👍🏽", n), rep("xyzzy", n) + "'LL"];
+}
+
 function chunks(file) {
   const text = fs.readFileSync(file, "utf8");
   const out = [];
@@ -252,7 +292,9 @@ const [cmd, ...a] = process.argv.slice(2);
 if (cmd === "export") exportRanks(a[0], a[1]);
 else if (cmd === "tokcfg") writeTokcfg(Number(a[0]), a[1]);
 else if (cmd === "pattern") process.stdout.write(patternFor(a[0]) + "\n");
+else if (cmd === "pattern-pcre2") process.stdout.write(toPcre2(patternFor(a[0])) + "\n");
 else if (cmd === "random") fs.writeFileSync(a[2], JSON.stringify(randomStrings(Number(a[0]), Number(a[1]))));
+else if (cmd === "long") fs.writeFileSync(a[1], JSON.stringify(longStrings(Number(a[0]))));
 else if (cmd === "chunks") fs.writeFileSync(a[1], JSON.stringify(chunks(a[0])));
 else if (cmd === "check") check(a[0], a[1], a[2], a[3], a[4], a[5] === "--specials");
 else die("usage: see the comment at the top of tiktoken_oracle.js");
