@@ -1,12 +1,377 @@
-/* Placeholder until the owning component lands; replaced by the real command. */
+/* deltafin run: generate from a prompt, streaming text as it is produced. */
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "base/util.h"
 #include "cli/cli.h"
+#include "engine/engine.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
 
-void df_cmd_run_help(void) { printf("usage: deltafin run (not built yet)\n"); }
+void df_cmd_run_help(void) {
+  printf(
+      "usage: deltafin run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+      "\n"
+      "Runs the exact forward pass and decodes greedily (the default), streaming\n"
+      "the text to stdout. Plain prompts are continued as they are (no BOS) until\n"
+      "--max-new or a --stop id; --chat wraps the prompt as a user message and\n"
+      "stops at <|end_of_msg|>.\n"
+      "\n"
+      "options:\n"
+      "  --model DIR          model directory (config.json, shards, tokenizer)\n"
+      "  --prompt TEXT        prompt text (needs the model's tokenizer)\n"
+      "  --prompt-ids LIST    prompt as comma-separated token ids\n"
+      "  --chat               chat format: thinking-effort system message, user\n"
+      "                       message, assistant generation prompt\n"
+      "  --effort LEVEL       low, medium, high or max (default max; with --chat)\n"
+      "  --no-reasoning       do not print the think channel (with --chat)\n"
+      "  --max-new N          new tokens at most (default 256)\n"
+      "  --stop LIST          extra stop ids, comma-separated\n"
+      "  --temperature T      sample with temperature T (default 0 = greedy, exact)\n"
+      "  --top-p P            nucleus sampling (with --temperature)\n"
+      "  --seed N             sampling seed (default 0)\n"
+      "  --prefill-chunk N    prompt positions per batch (default 64; 0 = whole prompt)\n"
+      "  --threads N          worker threads (default: all cores)\n"
+      "  --spine bf16|int8    spine weights as stored (bf16) or the row-int8 copy\n"
+      "                       written by `deltafin convert-spine`\n"
+      "  --kernels auto|scalar  kernel table (scalar = the reference kernels)\n"
+      "  --stats              print a timing and I/O summary to stderr\n"
+      "  --json               print one JSON object at the end instead of streaming\n"
+      "\n"
+      "expert store:\n"
+      "  --cache-mb N         expert RAM cache budget in MiB\n"
+      "  --store FILE         pack manifest to read experts from\n"
+      "  --no-pack            read experts from the shards even if a pack exists\n"
+      "  --io uring|pread     I/O engine\n"
+      "  --prefetch MODE      off, gate, prev or auto\n"
+      "  --emulate-drives BW[,LAT]  emulate drive bandwidth/latency\n"
+      "  --trace FILE         write a per-read trace\n");
+}
+
+static int parse_ids(const char *opt, const char *s, int **ids, int *n) {
+  int cap = 16;
+  *ids = df_xmalloc(sizeof(int) * cap);
+  *n = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v > 0x7fffffff) {
+      free(*ids);
+      return df_cli_fail("%s: '%s' is not a comma-separated list of token ids", opt, s);
+    }
+    if (*n == cap) *ids = df_xrealloc(*ids, sizeof(int) * (cap *= 2));
+    (*ids)[(*n)++] = (int)v;
+    p = end;
+    while (*p == ' ') p++;
+    if (*p == ',') p++;
+    else if (*p) {
+      free(*ids);
+      return df_cli_fail("%s: '%s' is not a comma-separated list of token ids", opt, s);
+    }
+  }
+  if (*n == 0) {
+    free(*ids);
+    return df_cli_fail("%s: no ids given", opt);
+  }
+  return 0;
+}
+
+typedef struct out_state {
+  const df_tok *tok;
+  int chat, json, no_reasoning, tty, dim_on;
+  df_tok_stream stream;
+  df_chat_split split;
+  /* collected text (valid UTF-8: the stream decoders hold back partial
+   * characters and flush them as U+FFFD) */
+  char *text[2]; /* [0] response / plain, [1] reasoning */
+  size_t len[2], cap[2];
+} out_state;
+
+static void collect(out_state *o, int which, const char *p, size_t n) {
+  if (!n) return;
+  if (o->len[which] + n + 1 > o->cap[which]) {
+    o->cap[which] = (o->len[which] + n + 1) * 2;
+    o->text[which] = df_xrealloc(o->text[which], o->cap[which]);
+  }
+  memcpy(o->text[which] + o->len[which], p, n);
+  o->len[which] += n;
+  o->text[which][o->len[which]] = 0;
+}
+
+static void emit(out_state *o, int reasoning, const char *p, size_t n) {
+  collect(o, reasoning, p, n);
+  if (o->json || !n) return;
+  if (reasoning && o->no_reasoning) return;
+  if (o->tty && reasoning != o->dim_on) {
+    fputs(reasoning ? "\033[2m" : "\033[0m", stdout);
+    o->dim_on = reasoning;
+  }
+  fwrite(p, 1, n, stdout);
+  fflush(stdout);
+}
+
+static int on_token(void *ud, int id) {
+  out_state *o = ud;
+  if (!o->tok) return 0;
+  char buf[4096];
+  if (o->chat) {
+    df_channel ch;
+    int n = df_chat_split_push(&o->split, id, buf, sizeof buf, &ch);
+    if (n > 0 && (ch == DF_CH_REASONING || ch == DF_CH_RESPONSE))
+      emit(o, ch == DF_CH_REASONING, buf, (size_t)n);
+  } else {
+    int n = df_tok_stream_push(&o->stream, id, buf, sizeof buf);
+    if (n > 0) emit(o, 0, buf, (size_t)n);
+  }
+  return 0;
+}
+
+static void finish_text(out_state *o) {
+  if (!o->tok) return;
+  char buf[64];
+  if (o->chat) {
+    df_channel was = o->split.ch;
+    int n = df_tok_stream_flush(&o->split.stream, buf, sizeof buf);
+    if (n > 0) emit(o, was == DF_CH_REASONING, buf, (size_t)n);
+  } else {
+    int n = df_tok_stream_flush(&o->stream, buf, sizeof buf);
+    if (n > 0) emit(o, 0, buf, (size_t)n);
+  }
+  if (o->dim_on) fputs("\033[0m", stdout), o->dim_on = 0;
+  if (!o->json) {
+    putchar('\n');
+    fflush(stdout);
+  }
+}
+
+static json_t *ids_json(const int *ids, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+  return a;
+}
+
+static const char *finish_name(df_finish f) {
+  return f == DF_FINISH_STOP ? "stop" : f == DF_FINISH_CANCEL ? "cancel" : "length";
+}
 
 int df_cmd_run(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return df_cli_fail("'run' is not built yet");
+  df_engine_opts eo;
+  df_engine_opts_default(&eo);
+  df_gen_opts go;
+  df_gen_opts_default(&go);
+  const char *prompt = NULL, *prompt_ids = NULL, *effort_s = "max", *stop_s = NULL;
+  int chat = 0, stats = 0, json = 0, no_reasoning = 0;
+  long v;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--chat")) chat = 1;
+    else if (!strcmp(a, "--stats")) stats = 1;
+    else if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--no-reasoning")) no_reasoning = 1;
+    else if (!strcmp(a, "--no-pack")) eo.no_pack = 1;
+    else if (a[0] == '-' && a[1] == '-') {
+      if (i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin run --help)", a);
+      const char *val = argv[++i];
+      if (!strcmp(a, "--model")) eo.model_dir = val;
+      else if (!strcmp(a, "--prompt")) prompt = val;
+      else if (!strcmp(a, "--prompt-ids")) prompt_ids = val;
+      else if (!strcmp(a, "--effort")) effort_s = val;
+      else if (!strcmp(a, "--stop")) stop_s = val;
+      else if (!strcmp(a, "--max-new")) {
+        if (df_cli_int(a, val, 0, 1 << 24, &v)) return 1;
+        go.max_new = (int)v;
+      } else if (!strcmp(a, "--prefill-chunk")) {
+        if (df_cli_int(a, val, 0, 1 << 20, &v)) return 1;
+        go.prefill_chunk = (int)v;
+      } else if (!strcmp(a, "--threads")) {
+        if (df_cli_int(a, val, 1, 4096, &v)) return 1;
+        eo.threads = (int)v;
+      } else if (!strcmp(a, "--seed")) {
+        char *end;
+        unsigned long long s = strtoull(val, &end, 10);
+        if (!*val || *end) return df_cli_fail("--seed: '%s' is not a number", val);
+        go.seed = s;
+      } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) {
+        char *end;
+        double d = strtod(val, &end);
+        if (!*val || *end || !(d >= 0) || d > 100)
+          return df_cli_fail("%s: '%s' is not a number in [0, 100]", a, val);
+        if (a[2] == 't' && a[3] == 'e') go.temperature = (float)d;
+        else {
+          if (!(d > 0 && d <= 1)) return df_cli_fail("--top-p: '%s' is not in (0, 1]", val);
+          go.top_p = (float)d;
+        }
+      } else if (!strcmp(a, "--spine")) {
+        if (!strcmp(val, "bf16")) eo.spine = DF_SPINE_BF16;
+        else if (!strcmp(val, "int8")) eo.spine = DF_SPINE_INT8;
+        else return df_cli_fail("--spine: '%s' is not bf16 or int8", val);
+      } else if (!strcmp(a, "--kernels")) {
+        if (!strcmp(val, "auto")) eo.kernels_scalar = 0;
+        else if (!strcmp(val, "scalar")) eo.kernels_scalar = 1;
+        else return df_cli_fail("--kernels: '%s' is not auto or scalar", val);
+      } else if (!strcmp(a, "--cache-mb")) {
+        if (df_cli_int(a, val, 0, 1L << 40, &v)) return 1;
+        eo.cache_mb = v;
+      } else if (!strcmp(a, "--store")) eo.store_manifest = val;
+      else if (!strcmp(a, "--io")) eo.io = val;
+      else if (!strcmp(a, "--prefetch")) eo.prefetch = val;
+      else if (!strcmp(a, "--emulate-drives")) eo.emulate_drives = val;
+      else if (!strcmp(a, "--trace")) eo.trace_path = val;
+      else return df_cli_fail("run: unknown option '%s' (see deltafin run --help)", a);
+    } else {
+      return df_cli_fail("run: unexpected argument '%s' (the prompt goes after --prompt)", a);
+    }
+  }
+  if (!eo.model_dir) return df_cli_fail("run needs --model DIR");
+  if (!!prompt + !!prompt_ids != 1)
+    return df_cli_fail("run needs exactly one of --prompt TEXT or --prompt-ids LIST");
+  if (chat && prompt_ids) return df_cli_fail("--chat needs --prompt TEXT, not --prompt-ids");
+  df_effort effort;
+  if (df_effort_parse(effort_s, &effort))
+    return df_cli_fail("--effort: '%s' is not one of low, medium, high, max", effort_s);
+  int *ids = NULL, nids = 0, *stops = NULL, nstops = 0;
+  if (prompt_ids && parse_ids("--prompt-ids", prompt_ids, &ids, &nids)) return 1;
+  if (stop_s && parse_ids("--stop", stop_s, &stops, &nstops)) {
+    free(ids);
+    return 1;
+  }
+
+  df_err e;
+  df_engine *en;
+  if (df_engine_open(&en, &eo, &e)) {
+    free(ids), free(stops);
+    return df_cli_fail("%s", e.msg);
+  }
+  const df_config *cfg = df_engine_config(en);
+  const df_tok *tok = df_engine_tok(en);
+  int rc = 1;
+  df_session *s = NULL;
+  int *out = NULL, nout = 0;
+  out_state os = {.tok = tok, .chat = chat, .json = json, .no_reasoning = no_reasoning,
+                  .tty = isatty(1)};
+  if (prompt) {
+    if (!tok) {
+      df_cli_fail("%s: no tokenizer (tiktoken.model); use --prompt-ids", eo.model_dir);
+      goto out;
+    }
+    size_t n = 0, cap = 0;
+    int r;
+    if (chat) {
+      df_chat_msg m = {.role = DF_ROLE_USER, .content = prompt, .content_len = strlen(prompt)};
+      r = df_chat_encode(tok, &m, 1, effort, 1, &ids, &n, &cap, &e);
+    } else {
+      r = df_tok_encode(tok, prompt, strlen(prompt), &ids, &n, &cap, &e);
+    }
+    if (r) {
+      df_cli_fail("--prompt: %s", e.msg);
+      goto out;
+    }
+    nids = (int)n;
+    if (nids == 0) {
+      df_cli_fail("--prompt: the text encodes to no tokens");
+      goto out;
+    }
+  }
+  for (int i = 0; i < nids; i++)
+    if (ids[i] >= cfg->vocab) {
+      df_cli_fail("--prompt-ids: id %d is outside the vocabulary (vocab_size %d)", ids[i],
+                  cfg->vocab);
+      goto out;
+    }
+  if (chat) {
+    int eom = df_tok_special_id(tok, "<|end_of_msg|>");
+    stops = df_xrealloc(stops, sizeof(int) * (size_t)(nstops + 1));
+    stops[nstops++] = eom >= 0 ? eom : cfg->eos_id;
+  }
+  if (tok) {
+    df_tok_stream_init(&os.stream, tok);
+    if (chat) df_chat_split_init(&os.split, tok);
+  }
+  go.stop_ids = stops;
+  go.nstop = nstops;
+  go.on_token = on_token;
+  go.ud = &os;
+  s = df_session_new(en);
+  df_gen_stats st;
+  if (df_generate(s, ids, nids, &go, &out, &nout, &st, &e)) {
+    finish_text(&os);
+    df_cli_fail("%s", e.msg);
+    goto out;
+  }
+  finish_text(&os);
+  int chunk = go.prefill_chunk > 0 ? go.prefill_chunk : nids;
+  uint64_t forwards = (uint64_t)((nids + chunk - 1) / chunk) + (uint64_t)(nout > 0 ? nout - 1 : 0);
+  uint64_t spine_read = st.spine_bytes_per_token * forwards;
+  double pre_tps = st.prefill_s > 0 ? nids / st.prefill_s : 0;
+  double dec_tps = st.decode_s > 0 ? nout / st.decode_s : 0;
+  const char *spine = df_engine_spine(en) == DF_SPINE_INT8 ? "int8" : "bf16";
+  if (json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "prompt_ids", ids_json(ids, nids));
+    json_object_set_new(o, "output_ids", ids_json(out, nout));
+    if (tok && !chat) json_object_set_new(o, "text", json_stringn(os.text[0] ? os.text[0] : "", os.len[0]));
+    else if (tok) {
+      json_object_set_new(o, "text", json_stringn(os.text[0] ? os.text[0] : "", os.len[0]));
+      json_object_set_new(o, "reasoning", json_stringn(os.text[1] ? os.text[1] : "", os.len[1]));
+    } else
+      json_object_set_new(o, "text", json_null());
+    json_object_set_new(o, "finish_reason", json_string(finish_name(st.finish)));
+    json_t *js = json_object();
+    json_object_set_new(js, "n_prompt", json_integer(nids));
+    json_object_set_new(js, "n_gen", json_integer(nout));
+    json_object_set_new(js, "prefill_s", json_real(st.prefill_s));
+    json_object_set_new(js, "decode_s", json_real(st.decode_s));
+    json_object_set_new(js, "prefill_tok_s", json_real(pre_tps));
+    json_object_set_new(js, "decode_tok_s", json_real(dec_tps));
+    json_object_set_new(js, "spine", json_string(spine));
+    json_object_set_new(js, "kernels", json_string(df_engine_kernels(en)));
+    json_object_set_new(js, "threads", json_integer(df_engine_threads(en)));
+    json_object_set_new(js, "spine_bytes_per_token", json_integer((json_int_t)st.spine_bytes_per_token));
+    json_object_set_new(js, "spine_bytes_read", json_integer((json_int_t)spine_read));
+    json_object_set_new(js, "expert_bytes_read", json_integer((json_int_t)st.expert_bytes_read));
+    json_object_set_new(js, "weight_bytes_read",
+                        json_integer((json_int_t)(spine_read + st.expert_bytes_read)));
+    char *ej = df_engine_stats_json(en);
+    json_t *ev = ej ? json_loads(ej, 0, NULL) : NULL;
+    free(ej);
+    json_t *store = ev ? json_object_get(ev, "store") : NULL;
+    json_object_set(js, "store", store ? store : json_null());
+    json_decref(ev);
+    json_object_set_new(o, "stats", js);
+    char *txt = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!txt) {
+      df_cli_fail("could not encode the result as JSON");
+      goto out;
+    }
+    puts(txt);
+    free(txt);
+  }
+  if (stats) {
+    fprintf(stderr,
+            "prompt   %d tokens in %.3f s (%.2f tok/s, chunks of %d)\n"
+            "decode   %d tokens in %.3f s (%.2f tok/s), finish: %s\n"
+            "spine    %s, %.1f MB per token, %.1f MB read; kernels %s, %d threads\n"
+            "experts  %.1f MB read\n",
+            nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
+            finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
+            df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
+    char *ej = df_engine_stats_json(en);
+    if (ej) fprintf(stderr, "engine   %s\n", ej);
+    free(ej);
+  }
+  rc = 0;
+out:
+  free(out);
+  free(ids);
+  free(stops);
+  free(os.text[0]);
+  free(os.text[1]);
+  df_session_free(s);
+  df_engine_close(en);
+  return rc;
 }

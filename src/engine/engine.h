@@ -52,6 +52,11 @@ int df_session_pos(const df_session *s);
 int df_session_forward(df_session *s, const int *ids, int n, float *logits, float *all_logits,
                        df_err *e);
 
+/* Test/debug hook: called after every layer with that layer's output hidden
+ * states (n rows x hidden) of the batch being run. NULL removes it. */
+typedef void (*df_layer_hook)(void *ud, int layer, const float *h, int n, int hidden);
+void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud);
+
 /* ---- generation ---- */
 typedef enum { DF_FINISH_STOP = 0, DF_FINISH_LENGTH = 1, DF_FINISH_CANCEL = 2 } df_finish;
 
@@ -85,5 +90,11 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
 /* Engine-wide statistics as a JSON object string (store, cache, drives...);
  * caller frees. */
 char *df_engine_stats_json(df_engine *en);
+/* Which spine is loaded, which kernel table runs, how many threads. */
+df_spine_kind df_engine_spine(const df_engine *en);
+const char *df_engine_kernels(const df_engine *en);
+int df_engine_threads(const df_engine *en);
+/* Routed-expert bytes the store has fetched since the engine opened. */
+uint64_t df_engine_expert_bytes(const df_engine *en);
 
 #endif
