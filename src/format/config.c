@@ -334,14 +334,14 @@ void df_config_print(const df_config *c, void *FILE_stream) {
   fprintf(f, "hidden            %d\n", c->hidden);
   fprintf(f, "layers            %d (%d KDA, %d MLA; dense FFN in layers 0..%d, MoE after)\n",
           c->n_layers, c->n_kda, c->n_mla, c->first_k_dense - 1);
-  fprintf(f, "MLA layers (0-b)  ");
+  fprintf(f, "MLA layers        ");
   int first = 1;
   for (int i = 0; i < c->n_layers; i++)
     if (c->layer_kind[i] == DF_LAYER_MLA) {
       fprintf(f, "%s%d", first ? "" : ",", i);
       first = 0;
     }
-  fprintf(f, "%s\n", first ? "none" : "");
+  fprintf(f, "%s\n", first ? "none" : " (0-based)");
   fprintf(f, "vocab             %d (bos %d, eos %d, pad %d)\n", c->vocab, c->bos_id, c->eos_id,
           c->pad_id);
   fprintf(f, "rms_norm_eps      %g\n", (double)c->eps);
