@@ -28,7 +28,13 @@ typedef struct df_store_opts {
   const char *prefetch;     /* off|gate|prev|auto, NULL = default */
   const char *emulate_drives; /* "BW[,LATENCY]" */
   const char *trace_path;
+  long pin_mb;              /* keep the hottest experts (by the heat file) resident; 0 = none */
+  int queue_depth;          /* reads in flight per drive; <= 0 = default (8) */
+  const char *heat_path;    /* NULL = <model_dir>/deltafin.heat; "" = no heat file */
 } df_store_opts;
+
+/* The manifest `deltafin pack` records in the model folder. */
+#define DF_PACK_MANIFEST_NAME "deltafin-pack.json"
 
 /* Byte offsets of the six tensors inside one expert record. */
 typedef struct df_expert_layout {
@@ -51,10 +57,20 @@ void df_store_end(df_store *s);
 /* Optional hint: experts likely needed soon (prefetch); never changes results. */
 void df_store_hint(df_store *s, int layer, const int *experts, int n);
 
+/* Optional: the number of positions (rows) of the forward pass that the
+ * next batches belong to (1 = decode, > 1 = a prefill chunk); only used to
+ * report prefill read amplification separately. */
+void df_store_set_rows(df_store *s, int rows);
+
 /* Total routed-expert bytes fetched so far (reads and cache hits are
  * reported separately in the stats JSON). */
 uint64_t df_store_bytes_read(const df_store *s);
 /* Stats as a JSON object text; caller frees. */
 char *df_store_stats_json(const df_store *s);
+/* Human-readable stats (several lines, for --stats); caller frees. */
+char *df_store_stats_text(const df_store *s);
+/* One line saying where experts come from (pack or shards, drives, io,
+ * emulation); caller frees. */
+char *df_store_describe(const df_store *s);
 
 #endif

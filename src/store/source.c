@@ -1,0 +1,84 @@
+#include "store/source.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/util.h"
+
+static const char *part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
+                                   "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
+
+void df_expert_layout_of(const df_config *c, df_expert_layout *l) {
+  uint64_t I = (uint64_t)c->moe_inter, L = (uint64_t)c->latent, g = (uint64_t)c->expert_group;
+  l->w1p = 0;
+  l->w1s = l->w1p + I * L / 2;
+  l->w2p = l->w1s + I * L / g;
+  l->w2s = l->w2p + L * I / 2;
+  l->w3p = l->w2s + L * I / g;
+  l->w3s = l->w3p + I * L / 2;
+  l->total = l->w3s + I * L / g;
+}
+
+int df_src_locate(const df_st_set *set, const df_config *c, df_src_loc *loc, df_err *e) {
+  df_expert_layout lay;
+  df_expert_layout_of(c, &lay);
+  const uint64_t off[7] = {lay.w1p, lay.w1s, lay.w2p, lay.w2s, lay.w3p, lay.w3s, lay.total};
+  char name[256];
+  for (int l = c->first_k_dense; l < c->n_layers; l++)
+    for (int x = 0; x < c->n_experts; x++) {
+      const df_tensor *first = NULL;
+      for (int p = 0; p < 6; p++) {
+        snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.%s",
+                 l, x, part_name[p]);
+        const df_tensor *t = df_st_set_find(set, name);
+        if (!t) return df_err_set(e, "missing tensor %s", name);
+        if (t->dtype != DF_DT_U8)
+          return df_err_set(e, "%s: dtype %s, expected U8", name, df_dtype_name(t->dtype));
+        if (t->nbytes != off[p + 1] - off[p])
+          return df_err_set(e, "%s: %llu bytes, expected %llu for this config", name,
+                            (unsigned long long)t->nbytes,
+                            (unsigned long long)(off[p + 1] - off[p]));
+        if (p == 0) first = t;
+        else if (t->file != first->file || t->offset != first->offset + off[p])
+          return df_err_set(e,
+                            "%s: expert tensors are not contiguous in upstream order "
+                            "(w1 packed, w1 scale, w2 packed, w2 scale, w3 packed, w3 scale)",
+                            name);
+      }
+      df_src_loc *o = &loc[(size_t)(l - c->first_k_dense) * (size_t)c->n_experts + (size_t)x];
+      o->file = first->file;
+      o->off = first->offset;
+    }
+  return 0;
+}
+
+int df_src_fingerprint(const df_st_set *set, uint64_t *out, df_err *e) {
+  char *p = df_path_join(set->dir, "config.json"), *buf;
+  size_t len;
+  int rc = df_file_read(p, &buf, &len, e);
+  free(p);
+  if (rc) return -1;
+  XXH3_state_t *st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, buf, len);
+  free(buf);
+  for (int i = 0; i < set->nfiles; i++) {
+    const char *path = set->files[i].path, *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    XXH3_64bits_update(st, base, strlen(base) + 1);
+    uint64_t sz = set->files[i].size;
+    XXH3_64bits_update(st, &sz, sizeof sz);
+  }
+  *out = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return 0;
+}
+
+int df_src_check_scales(const df_expert_layout *l, const uint8_t *rec) {
+  if (memchr(rec + l->w1s, 255, l->w2p - l->w1s)) return -1;
+  if (memchr(rec + l->w2s, 255, l->w3p - l->w2s)) return -1;
+  if (memchr(rec + l->w3s, 255, l->total - l->w3s)) return -1;
+  return 0;
+}

@@ -1,0 +1,572 @@
+/* The expert store against the checkpoint itself: for every source (shards,
+ * packs on 1/2/4 drives, with replicas), reader (io_uring, pread), cache
+ * size, prefetch mode and drive emulation, every byte handed out must equal
+ * the expert's bytes in the mmap'd shards, each expert exactly once per
+ * batch; plus fault handling (corrupt copy, missing drive, truncated pack),
+ * the strict manifest parser and the heat file. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "format/config.h"
+#include "format/safetensors.h"
+#include "store/heat.h"
+#include "store/manifest.h"
+#include "store/pack.h"
+#include "store/store.h"
+#include "synth/synth.h"
+
+static char root[256], model[300];
+static df_config cfg;
+static df_st_set set;
+static df_expert_layout lay;
+
+static const uint8_t *ref_bytes(int layer, int expert) {
+  char name[256];
+  snprintf(name, sizeof name, "language_model.model.layers.%d.block_sparse_moe.experts.%d.w1.weight_packed",
+           layer, expert);
+  const df_tensor *t = df_st_set_find(&set, name);
+  assert_non_null(t);
+  return t->data;
+}
+
+static char *path2(const char *a, const char *b) {
+  return df_path_join(a, b);
+}
+
+static int setup(void **st) {
+  (void)st;
+  df_log_verbose = 0;
+  snprintf(root, sizeof root, "/tmp/df_test_store_XXXXXX");
+  if (!mkdtemp(root)) return -1;
+  snprintf(model, sizeof model, "%s/model", root);
+  df_synth_opts o = {.preset = "tiny", .seed = 7, .out_dir = model, .force = 1};
+  df_err e;
+  if (df_synth_make_model(&o, &e)) {
+    fprintf(stderr, "%s\n", e.msg);
+    return -1;
+  }
+  char *cp = path2(model, "config.json");
+  int rc = df_config_load(&cfg, cp, &e);
+  free(cp);
+  if (rc || df_st_set_open(&set, model, &e)) {
+    fprintf(stderr, "%s\n", e.msg);
+    return -1;
+  }
+  df_expert_layout_of(&cfg, &lay);
+  return 0;
+}
+
+static int teardown(void **st) {
+  (void)st;
+  df_st_set_close(&set);
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+/* A routed-like expert set: mostly a "hot" subset so caches and the
+ * previous-token predictor see reuse; sometimes all experts (a prefill chunk). */
+static int pick_set(int *ex, int layer, int pass) {
+  int ne = cfg.n_experts, n = 0;
+  if (pass % 5 == 3) {
+    for (int i = 0; i < ne; i++) ex[n++] = i;
+    return n;
+  }
+  uint8_t on[4096] = {0};
+  int want = cfg.top_k + (int)(rnd() % 3);
+  while (n < want) {
+    int x = (int)(rnd() % 3 == 0 ? rnd() % (uint64_t)ne : (uint64_t)((layer * 5 + (int)(rnd() % 6)) % ne));
+    if (!on[x]) on[x] = 1, n++;
+  }
+  n = 0;
+  for (int i = 0; i < ne; i++)
+    if (on[i]) ex[n++] = i;
+  return n;
+}
+
+typedef struct run_result {
+  uint64_t need, read, handed;
+  json_t *stats;
+} run_result;
+
+/* Runs `passes` forward passes through the store and checks every byte. */
+static int run_store(const df_store_opts *o, int passes, int hints, run_result *res, char *err,
+                     size_t errcap) {
+  df_store *s;
+  df_err e;
+  memset(res, 0, sizeof *res);
+  if (df_store_open(&s, &set, &cfg, o, &e)) {
+    snprintf(err, errcap, "%s", e.msg);
+    return -1;
+  }
+  int *ex = malloc((size_t)cfg.n_experts * sizeof *ex);
+  int *nex = malloc((size_t)cfg.n_experts * sizeof *nex);
+  uint8_t *seen = malloc((size_t)cfg.n_experts);
+  int rc = 0;
+  rng_state = 88172645463325252ull;
+  for (int p = 0; p < passes && !rc; p++) {
+    df_store_set_rows(s, p % 5 == 3 ? 64 : 1);
+    for (int l = cfg.first_k_dense; l < cfg.n_layers && !rc; l++) {
+      int n = pick_set(ex, l, p);
+      if (hints && l + 1 < cfg.n_layers) {
+        /* a gate-ahead-like hint: half right, half wrong */
+        int m = 0;
+        for (int i = 0; i < n && m < cfg.n_experts; i += 2) nex[m++] = (ex[i] + 1) % cfg.n_experts;
+        df_store_hint(s, l + 1, nex, m);
+      }
+      if (df_store_begin(s, l, ex, n, &e)) {
+        snprintf(err, errcap, "%s", e.msg);
+        rc = -1;
+        break;
+      }
+      memset(seen, 0, (size_t)cfg.n_experts);
+      int idx, r, got = 0;
+      const uint8_t *b;
+      while ((r = df_store_next(s, &idx, &b, &e)) == 1) {
+        if (idx < 0 || idx >= n || seen[idx]) {
+          snprintf(err, errcap, "layer %d: bad or repeated index %d", l, idx);
+          rc = -1;
+          break;
+        }
+        seen[idx] = 1;
+        got++;
+        if (memcmp(b, ref_bytes(l, ex[idx]), lay.total)) {
+          snprintf(err, errcap, "layer %d expert %d: bytes differ from the shard", l, ex[idx]);
+          rc = -1;
+          break;
+        }
+      }
+      if (r < 0) {
+        snprintf(err, errcap, "%s", e.msg);
+        rc = -1;
+      }
+      if (!rc && got != n) {
+        snprintf(err, errcap, "layer %d: %d of %d experts handed out", l, got, n);
+        rc = -1;
+      }
+      df_store_end(s);
+      res->need += (uint64_t)n * lay.total;
+    }
+  }
+  res->read = df_store_bytes_read(s);
+  char *js = df_store_stats_json(s);
+  res->stats = json_loads(js, 0, NULL);
+  free(js);
+  char *txt = df_store_stats_text(s);
+  free(txt);
+  df_store_close(s);
+  free(ex);
+  free(nex);
+  free(seen);
+  return rc;
+}
+
+static double jnum(json_t *o, const char *k) { return json_number_value(json_object_get(o, k)); }
+
+static void make_pack(const char *name, int ndrives, double replicas, const char *heat) {
+  char *dirs[4];
+  const char *cd[4];
+  for (int d = 0; d < ndrives; d++) {
+    char b[64];
+    snprintf(b, sizeof b, "%s_d%d", name, d);
+    dirs[d] = path2(root, b);
+    cd[d] = dirs[d];
+  }
+  char mb[64];
+  snprintf(mb, sizeof mb, "%s.json", name);
+  char *mp = path2(root, mb);
+  df_pack_opts po = {.model_dir = model, .ndrives = ndrives, .drives = cd,
+                     .replicas_hot = replicas, .heat_path = heat ? heat : "", .manifest_out = mp};
+  df_err e;
+  int rc = df_pack(&po, &e);
+  if (rc) fprintf(stderr, "%s\n", e.msg);
+  assert_int_equal(rc, 0);
+  for (int d = 0; d < ndrives; d++) free(dirs[d]);
+  free(mp);
+}
+
+static char *manifest_of(const char *name) {
+  char mb[64];
+  snprintf(mb, sizeof mb, "%s.json", name);
+  return path2(root, mb);
+}
+
+static void check_config(const char *manifest, const char *io, long cache_mb, const char *pf,
+                         const char *emu, int hints) {
+  df_store_opts o = {.model_dir = model, .manifest = manifest, .no_pack = manifest == NULL,
+                     .cache_mb = cache_mb, .io = io, .prefetch = pf, .emulate_drives = emu,
+                     .heat_path = ""};
+  run_result r;
+  char err[1024] = "";
+  int rc = run_store(&o, 8, hints, &r, err, sizeof err);
+  if (rc)
+    fail_msg("store %s io %s cache %ld prefetch %s emu %s: %s", manifest ? manifest : "shards", io,
+             cache_mb, pf, emu ? emu : "-", err);
+  /* no cache and no prefetch: every needed expert read exactly once */
+  if (cache_mb == 0 && !strcmp(pf, "off")) {
+    assert_int_equal(r.read, r.need);
+    assert_true(jnum(r.stats, "prefill_read_amplification") == 1.0);
+  }
+  if (cache_mb < 0 && !strcmp(pf, "off")) {
+    /* an unlimited cache reads each expert at most once */
+    assert_true(r.read <= (uint64_t)(cfg.n_layers - cfg.first_k_dense) * (uint64_t)cfg.n_experts * lay.total);
+    assert_true(jnum(r.stats, "cache_hit_rate") > 0);
+  }
+  json_t *dr = json_object_get(r.stats, "drives");
+  uint64_t sum = 0;
+  for (size_t i = 0; i < json_array_size(dr); i++)
+    sum += (uint64_t)json_integer_value(json_object_get(json_array_get(dr, i), "bytes"));
+  assert_int_equal(sum, r.read);
+  if (emu) assert_true(json_is_string(json_object_get(r.stats, "emulated")));
+  json_decref(r.stats);
+}
+
+static void test_shards_all_configs(void **st) {
+  (void)st;
+  static const char *ios[] = {"uring", "pread"};
+  static const long caches[] = {0, 1, -1};
+  static const char *pfs[] = {"off", "prev", "gate", "auto"};
+  for (int i = 0; i < 2; i++)
+    for (int c = 0; c < 3; c++)
+      for (int p = 0; p < 4; p++) check_config(NULL, ios[i], caches[c], pfs[p], NULL, 1);
+  check_config(NULL, "uring", 0, "off", "200MB/s,0.05ms", 0);
+  check_config(NULL, "pread", 1, "auto", "200MB/s", 1);
+}
+
+static void test_packs_all_configs(void **st) {
+  (void)st;
+  make_pack("p1", 1, 0, NULL);
+  make_pack("p2", 2, 0, NULL);
+  make_pack("p4r", 4, 30, NULL);
+  const char *names[] = {"p1", "p2", "p4r"};
+  static const char *ios[] = {"uring", "pread"};
+  static const long caches[] = {0, 1, -1};
+  static const char *pfs[] = {"off", "auto"};
+  for (int m = 0; m < 3; m++) {
+    char *mp = manifest_of(names[m]);
+    for (int i = 0; i < 2; i++)
+      for (int c = 0; c < 3; c++)
+        for (int p = 0; p < 2; p++) check_config(mp, ios[i], caches[c], pfs[p], NULL, 1);
+    check_config(mp, "uring", 0, "off", "300MB/s,0.05ms", 0);
+    free(mp);
+  }
+  /* the doctor finds nothing wrong with fresh packs */
+  for (int m = 0; m < 3; m++) {
+    char *mp = manifest_of(names[m]);
+    df_doctor_report rep;
+    df_err e;
+    FILE *devnull = fopen("/dev/null", "w");
+    assert_int_equal(df_doctor(model, mp, devnull, 0, &rep, &e), 0);
+    fclose(devnull);
+    assert_int_equal(rep.corrupt + rep.missing + rep.lost, 0);
+    assert_int_equal(rep.records, (uint64_t)(cfg.n_layers - cfg.first_k_dense) * (uint64_t)cfg.n_experts);
+    free(mp);
+  }
+}
+
+/* Placement: with declared bandwidths 3:1, the fast drive holds about 3/4 of
+ * the records (uniform heat); every replica is on another drive. */
+static void test_placement(void **st) {
+  (void)st;
+  char *d0 = path2(root, "pl_d0"), *d1 = path2(root, "pl_d1"), *mp = path2(root, "pl.json");
+  const char *dd[2] = {d0, d1};
+  double bw[2] = {3e9, 1e9};
+  df_pack_opts po = {.model_dir = model, .ndrives = 2, .drives = dd, .bandwidth = bw,
+                     .replicas_hot = 10, .heat_path = "", .manifest_out = mp};
+  df_err e;
+  assert_int_equal(df_pack(&po, &e), 0);
+  df_manifest m;
+  assert_int_equal(df_manifest_load(&m, mp, &e), 0);
+  double on[2] = {0, 0};
+  int reps = 0;
+  for (int k = 0; k < m.nrecs; k++) {
+    /* expected load: a record's reads split evenly over its copies */
+    for (int c = 0; c < m.recs[k].ncopies; c++) on[m.recs[k].copies[c].drive] += 1.0 / m.recs[k].ncopies;
+    if (m.recs[k].ncopies == 2) {
+      reps++;
+      assert_int_not_equal(m.recs[k].copies[0].drive, m.recs[k].copies[1].drive);
+    }
+  }
+  double share = on[0] / m.nrecs;
+  if (!(share > 0.73 && share < 0.77)) fail_msg("fast drive has %.3f of the load, want 0.75", share);
+  assert_int_equal(reps, (int)((m.nrecs * 10 + 99) / 100));
+  df_manifest_free(&m);
+  free(d0);
+  free(d1);
+  free(mp);
+}
+
+static void flip_byte(const char *path, uint64_t off) {
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  fseek(f, (long)off, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, (long)off, SEEK_SET);
+  fputc(c ^ 0x5a, f);
+  fclose(f);
+}
+
+/* A corrupt byte in one copy: reads fall back to the other copy, the
+ * doctor names it; a corrupt byte in the only copy: an error naming the expert. */
+static void test_corruption(void **st) {
+  (void)st;
+  make_pack("cr", 2, 100, NULL);
+  char *mp = manifest_of("cr");
+  df_manifest m;
+  df_err e;
+  assert_int_equal(df_manifest_load(&m, mp, &e), 0);
+  /* corrupt copy 0 and copy 1 of different records so whichever copy the
+   * scheduler prefers, some reads meet a bad one */
+  int ncor = 0;
+  for (int k = 0; k < m.nrecs; k += 3) {
+    const df_mf_copy *c = &m.recs[k].copies[k % 2];
+    char *p = df_manifest_file_path(&m, c->drive);
+    flip_byte(p, c->offset + (uint64_t)(k * 7) % m.record_bytes);
+    free(p);
+    ncor++;
+  }
+  df_store_opts o = {.model_dir = model, .manifest = mp, .cache_mb = 0, .prefetch = "off", .heat_path = ""};
+  run_result r;
+  char err[1024] = "";
+  fprintf(stderr, "(expected warnings about checksum mismatches follow)\n");
+  int rc = run_store(&o, 6, 0, &r, err, sizeof err);
+  if (rc) fail_msg("%s", err);
+  assert_true(jnum(r.stats, "checksum_errors") >= 1);
+  json_decref(r.stats);
+  df_doctor_report rep;
+  FILE *devnull = fopen("/dev/null", "w");
+  assert_int_equal(df_doctor(model, mp, devnull, 0, &rep, &e), 0);
+  fclose(devnull);
+  assert_int_equal(rep.corrupt, (uint64_t)ncor);
+  assert_int_equal(rep.lost, 0);
+  /* now the other copy of record 0 too: no good copy left */
+  {
+    const df_mf_copy *c = &m.recs[0].copies[1];
+    char *p = df_manifest_file_path(&m, c->drive);
+    flip_byte(p, c->offset + 5);
+    free(p);
+  }
+  df_store *s;
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  int ex0 = 0, idx;
+  const uint8_t *b;
+  assert_int_equal(df_store_begin(s, m.first_layer, &ex0, 1, &e), 0);
+  assert_int_equal(df_store_next(s, &idx, &b, &e), -1);
+  char want[64];
+  snprintf(want, sizeof want, "layer %d, expert 0", m.first_layer);
+  assert_non_null(strstr(e.msg, want));
+  df_store_end(s);
+  df_store_close(s);
+  df_manifest_free(&m);
+  free(mp);
+}
+
+static void test_missing_drive_and_truncation(void **st) {
+  (void)st;
+  make_pack("mr", 2, 100, NULL); /* every expert on both drives */
+  make_pack("mn", 2, 0, NULL);   /* one copy each */
+  df_err e;
+  char *a = path2(root, "mr_d1"), *b = path2(root, "mr_d1.gone");
+  assert_int_equal(rename(a, b), 0);
+  char *mp = manifest_of("mr");
+  df_store_opts o = {.model_dir = model, .manifest = mp, .cache_mb = 0, .prefetch = "auto", .heat_path = ""};
+  run_result r;
+  char err[1024] = "";
+  fprintf(stderr, "(expected warnings about a missing drive follow)\n");
+  if (run_store(&o, 4, 1, &r, err, sizeof err)) fail_msg("%s", err);
+  json_decref(r.stats);
+  assert_int_equal(rename(b, a), 0);
+  free(a);
+  free(b);
+  free(mp);
+
+  a = path2(root, "mn_d1");
+  b = path2(root, "mn_d1.gone");
+  assert_int_equal(rename(a, b), 0);
+  mp = manifest_of("mn");
+  o.manifest = mp;
+  df_store *s;
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
+  assert_non_null(strstr(e.msg, "has no readable copy"));
+  assert_non_null(strstr(e.msg, "expert"));
+  assert_int_equal(rename(b, a), 0);
+
+  /* truncate drive 1's pack file by a few records */
+  df_manifest m;
+  assert_int_equal(df_manifest_load(&m, mp, &e), 0);
+  char *pf = df_manifest_file_path(&m, 1);
+  assert_int_equal(truncate(pf, (off_t)(m.drives[1].bytes - 3 * 4096)), 0);
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
+  assert_non_null(strstr(e.msg, "no readable copy"));
+  df_doctor_report rep;
+  FILE *devnull = fopen("/dev/null", "w");
+  assert_int_equal(df_doctor(model, mp, devnull, 0, &rep, &e), 0);
+  fclose(devnull);
+  assert_true(rep.missing >= 3 && rep.lost >= 3);
+  free(pf);
+  df_manifest_free(&m);
+  free(a);
+  free(b);
+  free(mp);
+
+  /* with replicas a truncated file is read around */
+  mp = manifest_of("mr");
+  assert_int_equal(df_manifest_load(&m, mp, &e), 0);
+  pf = df_manifest_file_path(&m, 0);
+  assert_int_equal(truncate(pf, (off_t)(m.drives[0].bytes / 2)), 0);
+  o.manifest = mp;
+  if (run_store(&o, 3, 0, &r, err, sizeof err)) fail_msg("%s", err);
+  json_decref(r.stats);
+  free(pf);
+  df_manifest_free(&m);
+  free(mp);
+}
+
+static void expect_bad(const char *json, const char *needle) {
+  df_manifest m;
+  df_err e;
+  int rc = df_manifest_parse(&m, json, strlen(json), "t.json", &e);
+  if (rc == 0) {
+    df_manifest_free(&m);
+    fail_msg("accepted a bad manifest (expected '%s'): %s", needle, json);
+  }
+  if (!strstr(e.msg, needle)) fail_msg("error '%s' lacks '%s'", e.msg, needle);
+}
+
+static void test_manifest_strict(void **st) {
+  (void)st;
+  const char *head = "{\"format\":\"deltafin-pack\",\"version\":1,\"model\":{\"fingerprint\":"
+                     "\"0123456789abcdef\",\"first_layer\":1,\"n_layers\":2,\"n_experts\":2,"
+                     "\"record_bytes\":100},\"align\":4096,\"drives\":[{\"path\":\"/a\",\"file\":"
+                     "\"x.dfpack\",\"bytes\":8192,\"bandwidth\":0}],\"records\":";
+  char buf[2048];
+  df_manifest m;
+  df_err e;
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]],[1,1,[[0,4096,\"00000000000000bb\"]]]]}", head);
+  assert_int_equal(df_manifest_parse(&m, buf, strlen(buf), "t.json", &e), 0);
+  assert_int_equal(df_manifest_find(&m, 1, 1)->copies[0].xxh3, 0xbb);
+  char *again = df_manifest_to_json(&m);
+  df_manifest m2;
+  assert_int_equal(df_manifest_parse(&m2, again, strlen(again), "again", &e), 0);
+  assert_int_equal(m2.recs[1].copies[0].offset, 4096);
+  free(again);
+  df_manifest_free(&m2);
+  df_manifest_free(&m);
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]],[1,1,[[0,0,\"00000000000000bb\"]]]]}", head);
+  expect_bad(buf, "overlap");
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]],[1,0,[[0,4096,\"00000000000000bb\"]]]]}", head);
+  expect_bad(buf, "expected (1, 1)");
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]]]}", head);
+  expect_bad(buf, "records must be an array of 2");
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]],[1,1,[[0,4097,\"00000000000000bb\"]]]]}", head);
+  expect_bad(buf, "aligned");
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]],[1,1,[[0,8192,\"00000000000000bb\"]]]]}", head);
+  expect_bad(buf, "ends past");
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]],[1,1,[[0,4096,\"00000000000000BB\"]]]]}", head);
+  expect_bad(buf, "hex");
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"],[0,4096,\"00000000000000aa\"]]],[1,1,[[1,4096,\"00000000000000bb\"]]]]}", head);
+  expect_bad(buf, "two copies on drive 0");
+  snprintf(buf, sizeof buf, "%s[[1,0,[[0,0,\"00000000000000aa\"]]],[1,1,[[0,4096,\"00000000000000bb\"]]]],\"extra\":1}", head);
+  expect_bad(buf, "unknown field 'extra'");
+  expect_bad("{\"format\":\"deltafin-pack\",\"format\":\"x\"}", "invalid JSON");
+  expect_bad("[]", "must be an object");
+  expect_bad("{\"format\":\"deltafin-pack\",\"version\":2,\"model\":{},\"align\":4096,\"drives\":[],\"records\":[]}", "version");
+}
+
+static void test_heat_and_pin(void **st) {
+  (void)st;
+  char *hp = path2(root, "t.heat");
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = -1, .prefetch = "off", .heat_path = hp};
+  run_result r;
+  char err[1024] = "";
+  if (run_store(&o, 4, 0, &r, err, sizeof err)) fail_msg("%s", err);
+  json_decref(r.stats);
+  df_heat h;
+  int found;
+  df_err e;
+  assert_int_equal(df_heat_load(&h, hp, cfg.first_k_dense, cfg.n_layers, cfg.n_experts, &found, &e), 0);
+  assert_int_equal(found, 1);
+  double sum = 0;
+  for (size_t k = 0; k < df_heat_n(&h); k++) sum += h.count[k];
+  assert_true(sum > 0);
+  df_heat_free(&h);
+  /* merged, not replaced: a second run adds to 0.75 x the first */
+  if (run_store(&o, 4, 0, &r, err, sizeof err)) fail_msg("%s", err);
+  json_decref(r.stats);
+  assert_int_equal(df_heat_load(&h, hp, cfg.first_k_dense, cfg.n_layers, cfg.n_experts, &found, &e), 0);
+  double sum2 = 0;
+  for (size_t k = 0; k < df_heat_n(&h); k++) sum2 += h.count[k];
+  assert_true(fabs(sum2 - 1.75 * sum) < 1e-3 * sum);
+  df_heat_free(&h);
+  /* pinning the hottest: the pinned experts are read at open */
+  o.pin_mb = 1;
+  o.cache_mb = 0;
+  df_store *s;
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  uint64_t pinned = df_store_bytes_read(s);
+  assert_true(pinned > 0 && pinned <= (1u << 20));
+  df_store_close(s);
+  /* a corrupt heat file is ignored with a warning, never trusted */
+  flip_byte(hp, 30);
+  assert_int_equal(df_heat_load(&h, hp, cfg.first_k_dense, cfg.n_layers, cfg.n_experts, &found, &e), -1);
+  df_heat_free(&h);
+  free(hp);
+}
+
+static void test_bad_options(void **st) {
+  (void)st;
+  df_store *s;
+  df_err e;
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 0, .io = "mmap", .heat_path = ""};
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
+  assert_non_null(strstr(e.msg, "--io"));
+  o.io = NULL;
+  o.prefetch = "sometimes";
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
+  assert_non_null(strstr(e.msg, "--prefetch"));
+  o.prefetch = NULL;
+  o.emulate_drives = "fast";
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
+  assert_non_null(strstr(e.msg, "--emulate-drives"));
+  o.emulate_drives = NULL;
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  int ex[2] = {3, 2};
+  assert_int_equal(df_store_begin(s, cfg.first_k_dense, ex, 2, &e), -1);
+  assert_int_equal(df_store_begin(s, 0, ex, 1, &e), cfg.first_k_dense > 0 ? -1 : 0);
+  df_store_close(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_manifest_strict),
+      cmocka_unit_test(test_bad_options),
+      cmocka_unit_test(test_shards_all_configs),
+      cmocka_unit_test(test_packs_all_configs),
+      cmocka_unit_test(test_placement),
+      cmocka_unit_test(test_corruption),
+      cmocka_unit_test(test_missing_drive_and_truncation),
+      cmocka_unit_test(test_heat_and_pin),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
