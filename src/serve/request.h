@@ -1,0 +1,77 @@
+/* OpenAI request parsing and validation for `deltafin serve`: body bytes in,
+ * a validated request (or an error carrying the HTTP status and the `param`
+ * at fault) out. Pure: no server, no model, no globals, so it is unit-tested
+ * and fuzzed on its own. Anything the engine cannot honour is refused here,
+ * never silently ignored. */
+#ifndef DF_SERVE_REQUEST_H
+#define DF_SERVE_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer/chat.h"
+
+#define DF_SERVE_MAX_STOP 4     /* OpenAI's limit on stop sequences */
+#define DF_SERVE_MAX_STOP_LEN 256
+
+typedef enum { DF_SERVE_CHAT = 0, DF_SERVE_COMPLETION = 1 } df_serve_kind;
+
+/* An error in OpenAI's shape: {"error":{"message","type","param","code"}}. */
+typedef struct df_serve_err {
+  int status;       /* HTTP status */
+  const char *type; /* "invalid_request_error", "server_error", ... */
+  const char *code; /* NULL -> null */
+  char param[160];  /* "" -> null; e.g. "messages[0].content[1].type" */
+  char msg[512];
+} df_serve_err;
+
+/* Fills e and returns -1. param NULL or "" means no param. */
+int df_serve_err_set(df_serve_err *e, int status, const char *type, const char *code,
+                     const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+typedef struct df_serve_limits {
+  const char *model_id; /* the one served id; requests naming another get 400 */
+  int vocab;            /* completions: prompt token ids must be below this */
+} df_serve_limits;
+
+typedef struct df_serve_req {
+  df_serve_kind kind;
+  char *model;
+  /* chat */
+  df_chat_msg *msgs;
+  size_t nmsgs;
+  df_effort effort; /* default max (K3 always reasons) */
+  /* completion: text prompt, or token ids when the prompt was given as ids */
+  char *prompt;
+  size_t prompt_len;
+  int *prompt_ids;
+  size_t nprompt_ids;
+  int prompt_is_ids;
+  /* common */
+  long max_tokens;             /* -1: until the context is full */
+  const char *max_tokens_param; /* which field set it (for context errors) */
+  int stream, include_usage;
+  double temperature; /* 0 = greedy (the default) */
+  double top_p;       /* 1 = off */
+  int has_seed;
+  uint64_t seed;
+  char *stop[DF_SERVE_MAX_STOP];
+  size_t stop_len[DF_SERVE_MAX_STOP];
+  int nstop;
+  /* internal: every string above lives here */
+  char **owned;
+  size_t nowned, capowned;
+} df_serve_req;
+
+/* Parses and validates body (len bytes, not necessarily NUL-terminated).
+ * Returns 0 with *out filled (free with df_serve_req_free), or -1 with *err
+ * (status 400) naming the field. */
+int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_serve_limits *lim,
+                   df_serve_req *out, df_serve_err *err);
+void df_serve_req_free(df_serve_req *r);
+
+/* Checks the encoded prompt length (and max_tokens) against the context
+ * limit: 400 naming the limit. */
+int df_serve_check_context(const df_serve_req *r, long nprompt, long max_pos, df_serve_err *err);
+
+#endif

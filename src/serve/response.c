@@ -1,0 +1,209 @@
+#include "serve/response.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "base/util.h"
+
+void df_serve_meta_init(df_serve_meta *m, df_serve_kind kind, const char *model, long long created) {
+  static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  unsigned char r[24];
+  if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+    /* no entropy source: ids only need to be unique per server, not secret */
+    static unsigned long long ctr;
+    unsigned long long x = (unsigned long long)time(NULL) * 1000003ull + __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < sizeof r; i++) r[i] = (unsigned char)(x >> (i % 8 * 8)) ^ (unsigned char)i;
+  }
+  memset(m, 0, sizeof *m);
+  m->kind = kind;
+  m->model = model;
+  m->created = created;
+  const char *pre = kind == DF_SERVE_CHAT ? "chatcmpl-" : "cmpl-";
+  size_t o = strlen(pre);
+  memcpy(m->id, pre, o);
+  for (size_t i = 0; i < sizeof r; i++) m->id[o + i] = al[r[i] % (sizeof al - 1)];
+  m->id[o + sizeof r] = 0;
+}
+
+char *df_serve_utf8_sanitize(const char *s, size_t len, size_t *outlen) {
+  df_sbuf b = {0};
+  size_t i = 0;
+  while (i < len) {
+    size_t j = i;
+    /* longest valid run */
+    while (j < len) {
+      unsigned char c = (unsigned char)s[j];
+      size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+      if (!n || j + n > len || !df_utf8_valid(s + j, n)) break;
+      j += n;
+    }
+    df_sbuf_add(&b, s + i, j - i);
+    if (j < len) {
+      df_sbuf_add(&b, "\xEF\xBF\xBD", 3);
+      j++;
+    }
+    i = j;
+  }
+  if (!b.p) df_sbuf_add(&b, "", 0);
+  *outlen = b.n;
+  return b.p;
+}
+
+/* A JSON string from bytes that should be UTF-8; repaired if they are not,
+ * so a response is never dropped for one bad byte. */
+static json_t *jstr(const char *s, size_t n) {
+  if (!s) return json_string("");
+  json_t *v = json_stringn(s, n);
+  if (v) return v;
+  size_t m;
+  char *fix = df_serve_utf8_sanitize(s, n, &m);
+  v = json_stringn(fix, m);
+  free(fix);
+  return v ? v : json_string("");
+}
+
+static char *dump(json_t *v) {
+  char *s = json_dumps(v, JSON_COMPACT);
+  json_decref(v);
+  if (!s) abort(); /* only on out of memory */
+  return s;
+}
+
+static void add_frame(df_sbuf *out, json_t *v) {
+  char *s = dump(v);
+  df_sbuf_add(out, "data: ", 6);
+  df_sbuf_addstr(out, s);
+  df_sbuf_add(out, "\n\n", 2);
+  free(s);
+}
+
+static json_t *err_obj(const df_serve_err *e) {
+  json_t *o = json_object();
+  json_object_set_new(o, "message", jstr(e->msg, strlen(e->msg)));
+  json_object_set_new(o, "type", json_string(e->type ? e->type : "invalid_request_error"));
+  json_object_set_new(o, "param", e->param[0] ? jstr(e->param, strlen(e->param)) : json_null());
+  json_object_set_new(o, "code", e->code ? json_string(e->code) : json_null());
+  json_t *r = json_object();
+  json_object_set_new(r, "error", o);
+  return r;
+}
+
+char *df_serve_error_json(const df_serve_err *e) { return dump(err_obj(e)); }
+
+static json_t *head(const df_serve_meta *m, const char *object) {
+  json_t *o = json_object();
+  json_object_set_new(o, "id", json_string(m->id));
+  json_object_set_new(o, "object", json_string(object));
+  json_object_set_new(o, "created", json_integer(m->created));
+  json_object_set_new(o, "model", jstr(m->model, strlen(m->model)));
+  return o;
+}
+
+static json_t *usage_obj(const df_serve_usage *u, df_serve_kind kind) {
+  json_t *o = json_object();
+  json_object_set_new(o, "prompt_tokens", json_integer(u->prompt));
+  json_object_set_new(o, "completion_tokens", json_integer(u->completion));
+  json_object_set_new(o, "total_tokens", json_integer(u->prompt + u->completion));
+  if (kind == DF_SERVE_CHAT) {
+    json_t *d = json_object();
+    json_object_set_new(d, "reasoning_tokens", json_integer(u->reasoning));
+    json_object_set_new(o, "completion_tokens_details", d);
+  }
+  return o;
+}
+
+void df_serve_sse_delta(df_sbuf *out, const df_serve_meta *m, const char *role, const char *field,
+                        const char *text, size_t len, const char *finish) {
+  int chat = m->kind == DF_SERVE_CHAT;
+  json_t *o = head(m, chat ? "chat.completion.chunk" : "text_completion");
+  json_t *c = json_object();
+  json_object_set_new(c, "index", json_integer(0));
+  if (chat) {
+    json_t *d = json_object();
+    if (role) json_object_set_new(d, "role", json_string(role));
+    if (text) json_object_set_new(d, field, jstr(text, len));
+    json_object_set_new(c, "delta", d);
+  } else {
+    json_object_set_new(c, "text", jstr(text, text ? len : 0));
+  }
+  json_object_set_new(c, "logprobs", json_null());
+  json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+  json_t *arr = json_array();
+  json_array_append_new(arr, c);
+  json_object_set_new(o, "choices", arr);
+  if (m->include_usage) json_object_set_new(o, "usage", json_null());
+  add_frame(out, o);
+}
+
+void df_serve_sse_usage(df_sbuf *out, const df_serve_meta *m, const df_serve_usage *u) {
+  json_t *o = head(m, m->kind == DF_SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
+  json_object_set_new(o, "choices", json_array());
+  json_object_set_new(o, "usage", usage_obj(u, m->kind));
+  add_frame(out, o);
+}
+
+void df_serve_sse_error(df_sbuf *out, const df_serve_err *e) { add_frame(out, err_obj(e)); }
+
+void df_serve_sse_done(df_sbuf *out) { df_sbuf_addstr(out, "data: [DONE]\n\n"); }
+
+char *df_serve_response_json(const df_serve_meta *m, const char *reasoning, size_t nreasoning,
+                             const char *content, size_t ncontent, const char *finish,
+                             const df_serve_usage *u) {
+  int chat = m->kind == DF_SERVE_CHAT;
+  json_t *o = head(m, chat ? "chat.completion" : "text_completion");
+  json_t *c = json_object();
+  json_object_set_new(c, "index", json_integer(0));
+  if (chat) {
+    json_t *msg = json_object();
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_object_set_new(msg, "content", jstr(content, ncontent));
+    json_object_set_new(msg, "reasoning_content", jstr(reasoning, nreasoning));
+    json_object_set_new(c, "message", msg);
+  } else {
+    json_object_set_new(c, "text", jstr(content, ncontent));
+  }
+  json_object_set_new(c, "logprobs", json_null());
+  json_object_set_new(c, "finish_reason", json_string(finish));
+  json_t *arr = json_array();
+  json_array_append_new(arr, c);
+  json_object_set_new(o, "choices", arr);
+  json_object_set_new(o, "usage", usage_obj(u, m->kind));
+  return dump(o);
+}
+
+static json_t *model_obj(const char *id, long long created) {
+  json_t *o = json_object();
+  json_object_set_new(o, "id", jstr(id, strlen(id)));
+  json_object_set_new(o, "object", json_string("model"));
+  json_object_set_new(o, "created", json_integer(created));
+  json_object_set_new(o, "owned_by", json_string("deltafin"));
+  return o;
+}
+
+char *df_serve_models_json(const char *model_id, long long created) {
+  json_t *o = json_object();
+  json_object_set_new(o, "object", json_string("list"));
+  json_t *arr = json_array();
+  json_array_append_new(arr, model_obj(model_id, created));
+  json_object_set_new(o, "data", arr);
+  return dump(o);
+}
+
+char *df_serve_model_json(const char *model_id, long long created) {
+  return dump(model_obj(model_id, created));
+}
+
+char *df_serve_health_json(const char *model_id, int busy, int queued, int queue_max) {
+  json_t *o = json_object();
+  json_object_set_new(o, "status", json_string("ok"));
+  json_object_set_new(o, "model", jstr(model_id, strlen(model_id)));
+  json_object_set_new(o, "busy", json_boolean(busy));
+  json_object_set_new(o, "queue", json_integer(queued));
+  json_object_set_new(o, "queue_max", json_integer(queue_max));
+  return dump(o);
+}

@@ -1,0 +1,54 @@
+/* Response bodies in OpenAI's shapes: errors, chat completions, text
+ * completions, their SSE chunks and the model list. Pure builders (jansson),
+ * so the exact bytes are unit-tested without a server. */
+#ifndef DF_SERVE_RESPONSE_H
+#define DF_SERVE_RESPONSE_H
+
+#include <stddef.h>
+
+#include "serve/request.h"
+#include "serve/stop.h"
+
+typedef struct df_serve_meta {
+  df_serve_kind kind;
+  char id[48];        /* chatcmpl-... / cmpl-... */
+  long long created;  /* unix seconds */
+  const char *model;
+  int include_usage;  /* streams: every chunk carries "usage": null, then a usage chunk */
+} df_serve_meta;
+
+typedef struct df_serve_usage {
+  long prompt, completion, reasoning;
+} df_serve_usage;
+
+/* A fresh random id with the kind's prefix. */
+void df_serve_meta_init(df_serve_meta *m, df_serve_kind kind, const char *model, long long created);
+
+/* {"error":{"message","type","param","code"}}; caller frees. */
+char *df_serve_error_json(const df_serve_err *e);
+
+/* SSE frames ("data: {...}\n\n") appended to out. field is "content" or
+ * "reasoning_content" (chat) and ignored for text completions; role, text and
+ * finish may be NULL (finish NULL -> null). */
+void df_serve_sse_delta(df_sbuf *out, const df_serve_meta *m, const char *role, const char *field,
+                        const char *text, size_t len, const char *finish);
+void df_serve_sse_usage(df_sbuf *out, const df_serve_meta *m, const df_serve_usage *u);
+void df_serve_sse_error(df_sbuf *out, const df_serve_err *e);
+void df_serve_sse_done(df_sbuf *out);
+
+/* Whole (non-streamed) responses; caller frees. reasoning is ignored for
+ * text completions. */
+char *df_serve_response_json(const df_serve_meta *m, const char *reasoning, size_t nreasoning,
+                             const char *content, size_t ncontent, const char *finish,
+                             const df_serve_usage *u);
+
+char *df_serve_models_json(const char *model_id, long long created);
+char *df_serve_model_json(const char *model_id, long long created);
+
+/* GET /health: {"status":"ok","model","busy","queue","queue_max"}. */
+char *df_serve_health_json(const char *model_id, int busy, int queued, int queue_max);
+
+/* Replaces invalid UTF-8 with U+FFFD (fresh string; *outlen set). */
+char *df_serve_utf8_sanitize(const char *s, size_t len, size_t *outlen);
+
+#endif

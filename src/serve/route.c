@@ -1,0 +1,90 @@
+#include "serve/route.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/util.h"
+
+static const char *strip_v1(const char *path) {
+  return !strncmp(path, "/v1/", 4) ? path + 3 : path;
+}
+
+df_route df_serve_route(const char *method, const char *path, const char **allow,
+                        const char **arg) {
+  int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  int post = !strcmp(method, "POST");
+  *allow = NULL;
+  *arg = NULL;
+  df_route r = DF_ROUTE_NOT_FOUND;
+  if (!strcmp(path, "/health")) {
+    r = DF_ROUTE_HEALTH;
+  } else {
+    const char *p = strip_v1(path);
+    if (!strcmp(p, "/models")) r = DF_ROUTE_MODELS;
+    else if (!strncmp(p, "/models/", 8) && p[8]) r = DF_ROUTE_MODEL, *arg = p + 8;
+    else if (!strcmp(p, "/chat/completions")) r = DF_ROUTE_CHAT;
+    else if (!strcmp(p, "/completions")) r = DF_ROUTE_COMPLETIONS;
+  }
+  if (r == DF_ROUTE_NOT_FOUND) return r;
+  int is_post = r == DF_ROUTE_CHAT || r == DF_ROUTE_COMPLETIONS;
+  *allow = is_post ? "POST" : "GET, HEAD";
+  if (is_post ? !post : !get) {
+    *arg = NULL;
+    return DF_ROUTE_BAD_METHOD;
+  }
+  return r;
+}
+
+int df_serve_auth_ok(const char *header, const char *key) {
+  if (!header || !key) return 0;
+  if (strncasecmp(header, "Bearer ", 7)) return 0;
+  const char *v = header + 7;
+  while (*v == ' ') v++;
+  size_t n = strlen(v), k = strlen(key);
+  while (n && (v[n - 1] == ' ' || v[n - 1] == '\t')) n--;
+  unsigned char d = n != k;
+  for (size_t i = 0; i < k; i++) d |= (unsigned char)(key[i] ^ (i < n ? v[i] : 0));
+  return d == 0;
+}
+
+int df_serve_admit(int running, int queued, int queue_max) {
+  return running + queued < 1 + queue_max;
+}
+
+void df_fifo_init(df_fifo *f, int cap) {
+  f->cap = cap > 0 ? cap : 1;
+  f->slot = df_xcalloc((size_t)f->cap, sizeof *f->slot);
+  f->head = f->n = 0;
+}
+
+void df_fifo_free(df_fifo *f) {
+  free(f->slot);
+  memset(f, 0, sizeof *f);
+}
+
+int df_fifo_push(df_fifo *f, void *p) {
+  if (f->n == f->cap) return -1;
+  f->slot[(f->head + f->n) % f->cap] = p;
+  f->n++;
+  return 0;
+}
+
+void *df_fifo_pop(df_fifo *f) {
+  if (!f->n) return NULL;
+  void *p = f->slot[f->head];
+  f->head = (f->head + 1) % f->cap;
+  f->n--;
+  return p;
+}
+
+int df_fifo_remove(df_fifo *f, void *p) {
+  for (int i = 0; i < f->n; i++) {
+    if (f->slot[(f->head + i) % f->cap] != p) continue;
+    for (int j = i; j + 1 < f->n; j++)
+      f->slot[(f->head + j) % f->cap] = f->slot[(f->head + j + 1) % f->cap];
+    f->n--;
+    return 1;
+  }
+  return 0;
+}

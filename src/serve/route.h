@@ -1,0 +1,43 @@
+/* Routing, authorization and admission decisions of the server, as pure
+ * functions (unit-tested and fuzzed without sockets). */
+#ifndef DF_SERVE_ROUTE_H
+#define DF_SERVE_ROUTE_H
+
+#include <stddef.h>
+
+typedef enum {
+  DF_ROUTE_NOT_FOUND = 0,
+  DF_ROUTE_BAD_METHOD, /* known path, wrong method: 405 with Allow */
+  DF_ROUTE_HEALTH,
+  DF_ROUTE_MODELS,
+  DF_ROUTE_MODEL, /* /v1/models/{id} */
+  DF_ROUTE_CHAT,
+  DF_ROUTE_COMPLETIONS,
+} df_route;
+
+/* Maps method + path (no query string) to a route. *allow gets the Allow
+ * header value for the path ("GET, HEAD" / "POST"); *arg the {id} of
+ * DF_ROUTE_MODEL (points into path). */
+df_route df_serve_route(const char *method, const char *path, const char **allow,
+                        const char **arg);
+
+/* 1 if the Authorization header value carries "Bearer <key>" (scheme case-
+ * insensitive), compared in constant time for a given key length. */
+int df_serve_auth_ok(const char *header, const char *key);
+
+/* One generation runs; up to queue_max wait. 1 if one more may be admitted. */
+int df_serve_admit(int running, int queued, int queue_max);
+
+/* FIFO of waiting jobs (bounded ring; removal from the middle keeps order). */
+typedef struct df_fifo {
+  void **slot;
+  int cap, head, n;
+} df_fifo;
+
+void df_fifo_init(df_fifo *f, int cap);
+void df_fifo_free(df_fifo *f);
+int df_fifo_push(df_fifo *f, void *p); /* -1 when full */
+void *df_fifo_pop(df_fifo *f);         /* NULL when empty */
+int df_fifo_remove(df_fifo *f, void *p); /* 1 if it was there */
+
+#endif

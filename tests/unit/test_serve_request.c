@@ -1,0 +1,406 @@
+/* Request validation for `deltafin serve`: every refusal names its field
+ * (OpenAI's `param`), everything accepted is carried into the request. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "serve/request.h"
+
+static const df_serve_limits lim = {.model_id = "k3-tiny", .vocab = 1000};
+
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+#define CHAT(extra) "{\"model\":\"k3-tiny\"," MSG extra "}"
+#define COMPL(extra) "{\"model\":\"k3-tiny\",\"prompt\":\"Once\"" extra "}"
+
+typedef struct bad_case {
+  df_serve_kind kind;
+  const char *body;
+  const char *param; /* NULL: param must be null */
+  const char *code;  /* NULL: not checked */
+} bad_case;
+
+static const bad_case bad[] = {
+    /* body shape */
+    {DF_SERVE_CHAT, "", NULL, NULL},
+    {DF_SERVE_CHAT, "{", NULL, NULL},
+    {DF_SERVE_CHAT, "[1,2]", NULL, NULL},
+    {DF_SERVE_CHAT, "\"x\"", NULL, NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"model\":\"k3-tiny\"," MSG "}", NULL, NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+     NULL, NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}]}",
+     NULL, NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}",
+     NULL, NULL},
+    /* required fields */
+    {DF_SERVE_CHAT, "{" MSG "}", "model", NULL},
+    {DF_SERVE_CHAT, "{\"model\":null," MSG "}", "model", NULL},
+    {DF_SERVE_CHAT, "{\"model\":7," MSG "}", "model", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"gpt-4o\"," MSG "}", "model", "model_not_found"},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\"}", "messages", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[]}", "messages", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":\"hi\"}", "messages", NULL},
+    {DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\"}", "prompt", NULL},
+    {DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":\"\"}", "prompt", NULL},
+    {DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":[\"a\",\"b\"]}", "prompt", NULL},
+    {DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":[1,1000]}", "prompt", NULL},
+    {DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":[1,-1]}", "prompt", NULL},
+    {DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":[1,\"a\"]}", "prompt", NULL},
+    {DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":{}}", "prompt", NULL},
+    /* unknown fields, including ones that belong to the other endpoint */
+    {DF_SERVE_CHAT, CHAT(",\"frobnicate\":1"), "frobnicate", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"frobnicate\":null"), "frobnicate", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"prompt\":\"x\""), "prompt", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"echo\":false"), "echo", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"messages\":[]"), "messages", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"reasoning_effort\":\"low\""), "reasoning_effort", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"max_completion_tokens\":5"), "max_completion_tokens", NULL},
+    /* wrong types and ranges */
+    {DF_SERVE_CHAT, CHAT(",\"max_tokens\":0"), "max_tokens", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"max_tokens\":-3"), "max_tokens", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"max_tokens\":2.5"), "max_tokens", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"max_tokens\":\"10\""), "max_tokens", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"max_tokens\":99999999999"), "max_tokens", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"max_completion_tokens\":0"), "max_completion_tokens", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"max_tokens\":5,\"max_completion_tokens\":6"), "max_completion_tokens",
+     NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stream\":\"yes\""), "stream", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stream\":1"), "stream", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stream_options\":{\"include_usage\":true}"), "stream_options", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stream\":true,\"stream_options\":[]"), "stream_options", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stream\":true,\"stream_options\":{\"include_usage\":1}"),
+     "stream_options.include_usage", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stream\":true,\"stream_options\":{\"x\":true}"), "stream_options.x",
+     NULL},
+    {DF_SERVE_CHAT, CHAT(",\"temperature\":2.5"), "temperature", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"temperature\":-0.1"), "temperature", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"temperature\":\"hot\""), "temperature", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"top_p\":1.5"), "top_p", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"top_p\":-1"), "top_p", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"seed\":1.5"), "seed", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"seed\":\"1\""), "seed", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"reasoning_effort\":\"minimal\""), "reasoning_effort", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"reasoning_effort\":3"), "reasoning_effort", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"user\":5"), "user", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"metadata\":\"x\""), "metadata", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"metadata\":{\"k\":1}"), "metadata.k", NULL},
+    /* stop */
+    {DF_SERVE_CHAT, CHAT(",\"stop\":\"\""), "stop", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stop\":5"), "stop", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stop\":[\"a\",5]"), "stop", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), "stop", NULL},
+    /* features the engine cannot honour */
+    {DF_SERVE_CHAT, CHAT(",\"n\":2"), "n", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"n\":0"), "n", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"n\":3"), "n", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"best_of\":2"), "best_of", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"logprobs\":true"), "logprobs", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"top_logprobs\":2"), "top_logprobs", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"logprobs\":2"), "logprobs", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"echo\":true"), "echo", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"suffix\":\"end\""), "suffix", NULL},
+    {DF_SERVE_CHAT,
+     CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]"),
+     "tools", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"tool_choice\":\"auto\""), "tool_choice", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"functions\":[{\"name\":\"f\"}]"), "functions", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), "response_format",
+     NULL},
+    {DF_SERVE_CHAT, CHAT(",\"presence_penalty\":0.5"), "presence_penalty", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"frequency_penalty\":-1"), "frequency_penalty", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"logit_bias\":{\"5\":10}"), "logit_bias", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"modalities\":[\"text\",\"audio\"]"), "modalities", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"), "audio", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"store\":true"), "store", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"prediction\":{\"type\":\"content\",\"content\":\"x\"}"), "prediction",
+     NULL},
+    {DF_SERVE_CHAT, CHAT(",\"stream\":true,\"stream_options\":{\"include_obfuscation\":true}"),
+     "stream_options.include_obfuscation", NULL},
+    /* messages */
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[\"hi\"]}", "messages[0]", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"content\":\"hi\"}]}",
+     "messages[0].role", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}",
+     "messages[0].role", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":5,\"content\":\"hi\"}]}",
+     "messages[0].role", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\"}]}",
+     "messages[0].content", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":null}]}",
+     "messages[0].content", NULL},
+    {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":5}]}",
+     "messages[0].content", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+     "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"},"
+     "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AAAA\"}}]}]}",
+     "messages[1].content[1].type", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":"
+     "[{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"AAAA\",\"format\":\"wav\"}}]}]}",
+     "messages[0].content[0].type", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}",
+     "messages[0].content[0].type", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+     "messages[0].content[0].text", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":"
+     "[{\"type\":\"text\",\"text\":7}]}]}",
+     "messages[0].content[0].text", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":"
+     "[{\"type\":\"text\",\"text\":\"a\",\"cache\":1}]}]}",
+     "messages[0].content[0].cache", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":[5]}]}",
+     "messages[0].content[0]", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":\"bob\"}]}",
+     "messages[0].name", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"colour\":1}]}",
+     "messages[0].colour", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"tool\",\"content\":\"42\"}]}",
+     "messages[0].tool_call_id", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\","
+     "\"tool_call_id\":\"c1\"}]}",
+     "messages[0].tool_call_id", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"assistant\",\"content\":null,"
+     "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"arguments\":\"{}\"}}]}]}",
+     "messages[0].tool_calls", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\","
+     "\"reasoning_content\":\"x\"}]}",
+     "messages[0].reasoning_content", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"assistant\",\"content\":\"a\","
+     "\"reasoning_content\":5}]}",
+     "messages[0].reasoning_content", NULL},
+};
+
+static void test_bad_requests(void **st) {
+  (void)st;
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const bad_case *c = &bad[i];
+    df_serve_req r;
+    df_serve_err e;
+    memset(&e, 0x55, sizeof e);
+    int rc = df_serve_parse(c->kind, c->body, strlen(c->body), &lim, &r, &e);
+    if (rc != -1) fail_msg("case %zu accepted: %s", i, c->body);
+    if (e.status != 400) fail_msg("case %zu: status %d", i, e.status);
+    if (strcmp(e.param, c->param ? c->param : ""))
+      fail_msg("case %zu: param '%s', want '%s' (%s)", i, e.param, c->param ? c->param : "",
+               c->body);
+    if (c->code && (!e.code || strcmp(e.code, c->code)))
+      fail_msg("case %zu: code %s, want %s", i, e.code ? e.code : "null", c->code);
+    assert_string_equal(e.type, "invalid_request_error");
+    assert_true(strlen(e.msg) > 0);
+  }
+}
+
+static df_serve_req ok(df_serve_kind kind, const char *body) {
+  df_serve_req r;
+  df_serve_err e;
+  if (df_serve_parse(kind, body, strlen(body), &lim, &r, &e))
+    fail_msg("refused (%s: %s): %s", e.param, e.msg, body);
+  return r;
+}
+
+static void test_chat_defaults(void **st) {
+  (void)st;
+  df_serve_req r = ok(DF_SERVE_CHAT, CHAT(""));
+  assert_int_equal(r.kind, DF_SERVE_CHAT);
+  assert_string_equal(r.model, "k3-tiny");
+  assert_int_equal(r.nmsgs, 1);
+  assert_int_equal(r.msgs[0].role, DF_ROLE_USER);
+  assert_int_equal(r.msgs[0].content_len, 2);
+  assert_memory_equal(r.msgs[0].content, "hi", 2);
+  assert_int_equal(r.max_tokens, -1);
+  assert_int_equal(r.stream, 0);
+  assert_int_equal(r.include_usage, 0);
+  assert_int_equal(r.effort, DF_EFFORT_MAX);
+  assert_true(r.temperature == 0.0);
+  assert_true(r.top_p == 1.0);
+  assert_int_equal(r.has_seed, 0);
+  assert_int_equal(r.nstop, 0);
+  df_serve_req_free(&r);
+}
+
+static void test_chat_everything(void **st) {
+  (void)st;
+  const char *body =
+      "{\"model\":\"k3-tiny\",\"messages\":["
+      "{\"role\":\"system\",\"content\":\"be brief\"},"
+      "{\"role\":\"developer\",\"content\":\"dev\"},"
+      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"text\","
+      "\"text\":\"c\\u00e9\"}]},"
+      "{\"role\":\"assistant\",\"content\":\"ok\",\"reasoning_content\":\"hmm\",\"tool_calls\":[],"
+      "\"refusal\":null},"
+      "{\"role\":\"tool\",\"content\":\"1\",\"tool_call_id\":\"call_1\"},"
+      "{\"role\":\"tool\",\"content\":\"2\",\"tool_call_id\":\"call_2\",\"name\":\"calc\"},"
+      "{\"role\":\"user\",\"content\":\"go\"}],"
+      "\"max_completion_tokens\":17,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+      "\"reasoning_effort\":\"low\",\"temperature\":0.7,\"top_p\":0.9,\"seed\":-5,"
+      "\"stop\":[\"END\",\"\\n\\n\"],\"user\":\"u1\",\"metadata\":{\"a\":\"b\"},\"n\":1,"
+      "\"logprobs\":false,\"tools\":[],\"tool_choice\":\"none\",\"parallel_tool_calls\":true,"
+      "\"response_format\":{\"type\":\"text\"},\"presence_penalty\":0,\"frequency_penalty\":0.0,"
+      "\"logit_bias\":{},\"store\":false,\"modalities\":[\"text\"],\"service_tier\":\"auto\","
+      "\"top_logprobs\":null,\"audio\":null,\"prediction\":null,\"max_tokens\":null}";
+  df_serve_req r = ok(DF_SERVE_CHAT, body);
+  assert_int_equal(r.nmsgs, 7);
+  assert_int_equal(r.msgs[0].role, DF_ROLE_SYSTEM);
+  assert_int_equal(r.msgs[1].role, DF_ROLE_SYSTEM);
+  assert_int_equal(r.msgs[2].role, DF_ROLE_USER);
+  assert_int_equal(r.msgs[2].content_len, 5);
+  assert_memory_equal(r.msgs[2].content, "abc\xc3\xa9", 5);
+  assert_int_equal(r.msgs[3].role, DF_ROLE_ASSISTANT);
+  assert_int_equal(r.msgs[3].reasoning_len, 3);
+  assert_memory_equal(r.msgs[3].reasoning, "hmm", 3);
+  assert_int_equal(r.msgs[4].role, DF_ROLE_TOOL);
+  assert_string_equal(r.msgs[4].tool_name, "call_1");
+  assert_int_equal(r.msgs[4].tool_index, 0);
+  assert_string_equal(r.msgs[5].tool_name, "calc");
+  assert_int_equal(r.msgs[5].tool_index, 1);
+  assert_int_equal(r.msgs[6].role, DF_ROLE_USER);
+  assert_int_equal(r.max_tokens, 17);
+  assert_string_equal(r.max_tokens_param, "max_completion_tokens");
+  assert_int_equal(r.stream, 1);
+  assert_int_equal(r.include_usage, 1);
+  assert_int_equal(r.effort, DF_EFFORT_LOW);
+  assert_true(r.temperature == 0.7);
+  assert_true(r.top_p == 0.9);
+  assert_int_equal(r.has_seed, 1);
+  assert_true(r.seed == (uint64_t)-5);
+  assert_int_equal(r.nstop, 2);
+  assert_string_equal(r.stop[0], "END");
+  assert_int_equal(r.stop_len[1], 2);
+  assert_string_equal(r.stop[1], "\n\n");
+  df_serve_req_free(&r);
+}
+
+static void test_chat_content_utf8_length(void **st) {
+  (void)st;
+  /* the length is in bytes, not characters */
+  df_serve_req r = ok(DF_SERVE_CHAT,
+                      "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":"
+                      "\"\xe6\x97\xa5\xe6\x9c\xac \\ud83d\\ude00\"}]}");
+  assert_int_equal(r.msgs[0].content_len, 3 + 3 + 1 + 4);
+  assert_memory_equal(r.msgs[0].content, "\xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80", 11);
+  df_serve_req_free(&r);
+  /* assistant content may be null (an empty turn) */
+  r = ok(DF_SERVE_CHAT,
+         "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+         "{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":[]}]}");
+  assert_int_equal(r.msgs[1].content_len, 0);
+  assert_int_equal(r.msgs[2].content_len, 0);
+  df_serve_req_free(&r);
+}
+
+static void test_effort_values(void **st) {
+  (void)st;
+  static const char *const names[] = {"low", "medium", "high", "max"};
+  static const df_effort want[] = {DF_EFFORT_LOW, DF_EFFORT_MEDIUM, DF_EFFORT_HIGH, DF_EFFORT_MAX};
+  for (int i = 0; i < 4; i++) {
+    char body[256];
+    snprintf(body, sizeof body, CHAT(",\"reasoning_effort\":\"%s\""), names[i]);
+    df_serve_req r = ok(DF_SERVE_CHAT, body);
+    assert_int_equal(r.effort, want[i]);
+    df_serve_req_free(&r);
+  }
+}
+
+static void test_completion_prompts(void **st) {
+  (void)st;
+  df_serve_req r = ok(DF_SERVE_COMPLETION, COMPL(",\"max_tokens\":9,\"stop\":\"x\",\"echo\":false,"
+                                                 "\"suffix\":null,\"best_of\":1,\"logprobs\":null"));
+  assert_int_equal(r.kind, DF_SERVE_COMPLETION);
+  assert_int_equal(r.prompt_len, 4);
+  assert_string_equal(r.prompt, "Once");
+  assert_int_equal(r.prompt_is_ids, 0);
+  assert_int_equal(r.max_tokens, 9);
+  assert_string_equal(r.max_tokens_param, "max_tokens");
+  assert_int_equal(r.nstop, 1);
+  df_serve_req_free(&r);
+
+  r = ok(DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":[\"only\"]}");
+  assert_string_equal(r.prompt, "only");
+  df_serve_req_free(&r);
+
+  r = ok(DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":[3,0,999]}");
+  assert_int_equal(r.prompt_is_ids, 1);
+  assert_int_equal(r.nprompt_ids, 3);
+  assert_int_equal(r.prompt_ids[0], 3);
+  assert_int_equal(r.prompt_ids[2], 999);
+  df_serve_req_free(&r);
+
+  r = ok(DF_SERVE_COMPLETION, "{\"model\":\"k3-tiny\",\"prompt\":[[7,8]]}");
+  assert_int_equal(r.nprompt_ids, 2);
+  assert_int_equal(r.prompt_ids[1], 8);
+  df_serve_req_free(&r);
+}
+
+static void test_model_check_optional(void **st) {
+  (void)st;
+  df_serve_limits any = {.model_id = NULL, .vocab = 10};
+  df_serve_req r;
+  df_serve_err e;
+  const char *b = "{\"model\":\"whatever\",\"prompt\":\"x\"}";
+  assert_int_equal(df_serve_parse(DF_SERVE_COMPLETION, b, strlen(b), &any, &r, &e), 0);
+  df_serve_req_free(&r);
+}
+
+static void test_context_limit(void **st) {
+  (void)st;
+  df_serve_req r = ok(DF_SERVE_CHAT, CHAT(""));
+  df_serve_err e;
+  assert_int_equal(df_serve_check_context(&r, 100, 128, &e), 0);
+  assert_int_equal(df_serve_check_context(&r, 128, 128, &e), -1);
+  assert_int_equal(e.status, 400);
+  assert_string_equal(e.param, "messages");
+  assert_string_equal(e.code, "context_length_exceeded");
+  assert_non_null(strstr(e.msg, "128"));
+  df_serve_req_free(&r);
+
+  r = ok(DF_SERVE_COMPLETION, COMPL(",\"max_tokens\":30"));
+  assert_int_equal(df_serve_check_context(&r, 98, 128, &e), 0);
+  assert_int_equal(df_serve_check_context(&r, 99, 128, &e), -1);
+  assert_string_equal(e.param, "max_tokens");
+  assert_non_null(strstr(e.msg, "128"));
+  assert_int_equal(df_serve_check_context(&r, 200, 128, &e), -1);
+  assert_string_equal(e.param, "prompt");
+  df_serve_req_free(&r);
+}
+
+/* Bodies are byte strings, not C strings: an embedded NUL is invalid JSON. */
+static void test_embedded_nul(void **st) {
+  (void)st;
+  const char body[] = "{\"model\":\"k3-tiny\",\"prompt\":\"a\"}\0garbage";
+  df_serve_req r;
+  df_serve_err e;
+  assert_int_equal(df_serve_parse(DF_SERVE_COMPLETION, body, sizeof body - 1, &lim, &r, &e), -1);
+  assert_int_equal(e.status, 400);
+  assert_int_equal(df_serve_parse(DF_SERVE_COMPLETION, body, strlen(body), &lim, &r, &e), 0);
+  df_serve_req_free(&r);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_requests),       cmocka_unit_test(test_chat_defaults),
+      cmocka_unit_test(test_chat_everything),    cmocka_unit_test(test_chat_content_utf8_length),
+      cmocka_unit_test(test_effort_values),      cmocka_unit_test(test_completion_prompts),
+      cmocka_unit_test(test_model_check_optional), cmocka_unit_test(test_context_limit),
+      cmocka_unit_test(test_embedded_nul),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,123 @@
+/* Routing, API-key check and the admission queue of `deltafin serve`. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "serve/route.h"
+
+static void test_routes(void **st) {
+  (void)st;
+  static const struct {
+    const char *method, *path;
+    df_route want;
+    const char *allow, *arg;
+  } cases[] = {
+      {"GET", "/v1/models", DF_ROUTE_MODELS, "GET, HEAD", NULL},
+      {"GET", "/models", DF_ROUTE_MODELS, "GET, HEAD", NULL},
+      {"HEAD", "/v1/models", DF_ROUTE_MODELS, "GET, HEAD", NULL},
+      {"GET", "/v1/models/k3-tiny", DF_ROUTE_MODEL, "GET, HEAD", "k3-tiny"},
+      {"GET", "/models/x", DF_ROUTE_MODEL, "GET, HEAD", "x"},
+      {"GET", "/v1/models/", DF_ROUTE_NOT_FOUND, NULL, NULL},
+      {"POST", "/v1/chat/completions", DF_ROUTE_CHAT, "POST", NULL},
+      {"POST", "/chat/completions", DF_ROUTE_CHAT, "POST", NULL},
+      {"POST", "/v1/completions", DF_ROUTE_COMPLETIONS, "POST", NULL},
+      {"POST", "/completions", DF_ROUTE_COMPLETIONS, "POST", NULL},
+      {"GET", "/health", DF_ROUTE_HEALTH, "GET, HEAD", NULL},
+      {"GET", "/v1/chat/completions", DF_ROUTE_BAD_METHOD, "POST", NULL},
+      {"PUT", "/v1/completions", DF_ROUTE_BAD_METHOD, "POST", NULL},
+      {"DELETE", "/v1/models", DF_ROUTE_BAD_METHOD, "GET, HEAD", NULL},
+      {"POST", "/health", DF_ROUTE_BAD_METHOD, "GET, HEAD", NULL},
+      {"PATCH", "/v1/models/k3-tiny", DF_ROUTE_BAD_METHOD, "GET, HEAD", NULL},
+      {"POST", "/v1/embeddings", DF_ROUTE_NOT_FOUND, NULL, NULL},
+      {"GET", "/", DF_ROUTE_NOT_FOUND, NULL, NULL},
+      {"GET", "/v1/health", DF_ROUTE_NOT_FOUND, NULL, NULL},
+      {"POST", "/v1/chat/completions/", DF_ROUTE_NOT_FOUND, NULL, NULL},
+      {"POST", "/v2/chat/completions", DF_ROUTE_NOT_FOUND, NULL, NULL},
+      {"POST", "/v1/v1/completions", DF_ROUTE_NOT_FOUND, NULL, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *allow = "x", *arg = "x";
+    df_route r = df_serve_route(cases[i].method, cases[i].path, &allow, &arg);
+    if (r != cases[i].want) fail_msg("%s %s: route %d", cases[i].method, cases[i].path, r);
+    if (cases[i].allow) assert_string_equal(allow, cases[i].allow);
+    else assert_null(allow);
+    if (cases[i].arg) assert_string_equal(arg, cases[i].arg);
+    else assert_null(arg);
+  }
+}
+
+static void test_auth(void **st) {
+  (void)st;
+  assert_true(df_serve_auth_ok("Bearer sekrit", "sekrit"));
+  assert_true(df_serve_auth_ok("bearer sekrit", "sekrit"));
+  assert_true(df_serve_auth_ok("Bearer  sekrit ", "sekrit"));
+  assert_false(df_serve_auth_ok("Bearer sekri", "sekrit"));
+  assert_false(df_serve_auth_ok("Bearer sekritt", "sekrit"));
+  assert_false(df_serve_auth_ok("Bearer Sekrit", "sekrit"));
+  assert_false(df_serve_auth_ok("Basic sekrit", "sekrit"));
+  assert_false(df_serve_auth_ok("sekrit", "sekrit"));
+  assert_false(df_serve_auth_ok("Bearer ", "sekrit"));
+  assert_false(df_serve_auth_ok(NULL, "sekrit"));
+}
+
+static void test_admit(void **st) {
+  (void)st;
+  /* no queue: one at a time */
+  assert_true(df_serve_admit(0, 0, 0));
+  assert_false(df_serve_admit(1, 0, 0));
+  /* a queue of 2: running + 2 waiting */
+  assert_true(df_serve_admit(1, 0, 2));
+  assert_true(df_serve_admit(1, 1, 2));
+  assert_false(df_serve_admit(1, 2, 2));
+  /* a job pushed but not yet picked up counts */
+  assert_false(df_serve_admit(0, 1, 0));
+  assert_true(df_serve_admit(0, 1, 1));
+}
+
+static void test_fifo(void **st) {
+  (void)st;
+  int a, b, c, d;
+  df_fifo f;
+  df_fifo_init(&f, 3);
+  assert_null(df_fifo_pop(&f));
+  assert_int_equal(df_fifo_push(&f, &a), 0);
+  assert_int_equal(df_fifo_push(&f, &b), 0);
+  assert_int_equal(df_fifo_push(&f, &c), 0);
+  assert_int_equal(df_fifo_push(&f, &d), -1);
+  assert_ptr_equal(df_fifo_pop(&f), &a);
+  assert_int_equal(df_fifo_push(&f, &d), 0); /* wraps around */
+  assert_int_equal(df_fifo_remove(&f, &c), 1);
+  assert_int_equal(df_fifo_remove(&f, &c), 0);
+  assert_int_equal(f.n, 2);
+  assert_ptr_equal(df_fifo_pop(&f), &b);
+  assert_ptr_equal(df_fifo_pop(&f), &d);
+  assert_null(df_fifo_pop(&f));
+  /* removal from the middle keeps order */
+  int x[5];
+  df_fifo g;
+  df_fifo_init(&g, 5);
+  for (int i = 0; i < 5; i++) df_fifo_push(&g, &x[i]);
+  df_fifo_pop(&g);
+  df_fifo_pop(&g);
+  df_fifo_push(&g, &x[0]);
+  df_fifo_push(&g, &x[1]);
+  assert_int_equal(df_fifo_remove(&g, &x[3]), 1);
+  int *want[] = {&x[2], &x[4], &x[0], &x[1]};
+  for (int i = 0; i < 4; i++) assert_ptr_equal(df_fifo_pop(&g), want[i]);
+  df_fifo_free(&f);
+  df_fifo_free(&g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_routes),
+      cmocka_unit_test(test_auth),
+      cmocka_unit_test(test_admit),
+      cmocka_unit_test(test_fifo),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
