@@ -140,7 +140,7 @@ static size_t enc(const char *s, int specials, int *out, size_t max) {
                     : df_tok_encode(tok, s, strlen(s), &ids, &n, &cap, &e);
   if (rc) fail_msg("encode failed: %s", e.msg);
   assert_true(n <= max);
-  memcpy(out, ids, n * sizeof *ids);
+  if (n) memcpy(out, ids, n * sizeof *ids);
   free(ids);
   return n;
 }
