@@ -41,7 +41,7 @@ int df_cmd_make_model(int argc, char **argv) {
     return 0;
   }
   df_synth_opts o = {.seed = 1, .progress = 1};
-  int dry = 0;
+  int dry = 0, quiet = 0;
   long v;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -72,6 +72,7 @@ int df_cmd_make_model(int argc, char **argv) {
       dry = 1;
     } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
       o.progress = 0;
+      quiet = 1;
     } else if (!strncmp(a, "--", 2) && !val &&
                (!strcmp(a, "--preset") || !strcmp(a, "--seed") || !strcmp(a, "--out") ||
                 !strcmp(a, "--moe-layers") || !strcmp(a, "--experts"))) {
@@ -95,7 +96,8 @@ int df_cmd_make_model(int argc, char **argv) {
   }
   if (bytes < (64ull << 20)) o.progress = 0; /* a bar for big presets only */
   if (df_synth_make_model(&o, &e)) return df_cli_fail("%s", e.msg);
-  fprintf(stderr, "deltafin: wrote %s (preset %s, seed %" PRIu64 ", %.3f GB)\n", o.out_dir, o.preset,
+  if (!quiet)
+    fprintf(stderr, "deltafin: wrote %s (preset %s, seed %" PRIu64 ", %.3f GB)\n", o.out_dir, o.preset,
           o.seed, (double)bytes / 1e9);
   return 0;
 }
