@@ -483,11 +483,18 @@ static int set_index_files(df_st_set *s, const json_t *wm, const char *ipath, df
   return 0;
 }
 
+/* files[] were opened in sorted order of their shard names: binary search
+ * (a K3 index has ~500k entries over 96 shards). */
 static int set_file_index(const df_st_set *s, const char *shard) {
-  for (int i = 0; i < s->nfiles; i++) {
-    const char *b = strrchr(s->files[i].path, '/');
-    b = b ? b + 1 : s->files[i].path;
-    if (!strcmp(b, shard)) return i;
+  int lo = 0, hi = s->nfiles - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    const char *b = strrchr(s->files[mid].path, '/');
+    b = b ? b + 1 : s->files[mid].path;
+    int c = strcmp(b, shard);
+    if (c == 0) return mid;
+    if (c < 0) lo = mid + 1;
+    else hi = mid - 1;
   }
   return -1;
 }

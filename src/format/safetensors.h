@@ -61,7 +61,10 @@ typedef struct df_st_file {
  * pointers set to buf + offset if buf covers them, else NULL). */
 int df_st_parse(df_st_file *out, const uint8_t *buf, size_t buflen, uint64_t file_size,
                 const char *label, df_err *e);
+/* mmaps the file read-only (MAP_SHARED) and keeps f->fd open for readers
+ * that bypass the mapping. */
 int df_st_open(df_st_file *f, const char *path, df_err *e);
+/* Also safe on what a failed df_st_parse / df_st_open left behind. */
 void df_st_close(df_st_file *f);
 const df_tensor *df_st_file_find(const df_st_file *f, const char *name);
 
