@@ -7,12 +7,39 @@
 #include "kernels/kernels.h"
 
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+
+/* Preference order: the widest vectors this CPU runs. Every table computes
+ * the same bits, so this choice only changes speed. */
+static const df_kern *kern_best(void) {
+  const df_kern *k;
+  if ((k = df_kern_avx512())) return k;
+  if ((k = df_kern_avx2())) return k;
+  if ((k = df_kern_neon())) return k;
+  return df_kern_scalar();
+}
+
+const df_kern *df_kern_by_name(const char *name) {
+  if (!name || !strcmp(name, "auto")) return kern_best();
+  if (!strcmp(name, "scalar")) return df_kern_scalar();
+  if (!strcmp(name, "avx512")) return df_kern_avx512();
+  if (!strcmp(name, "avx2")) return df_kern_avx2();
+  if (!strcmp(name, "neon")) return df_kern_neon();
+  return NULL;
+}
 
 const df_kern *df_kern_select(int force_scalar) {
-  (void)force_scalar;
-  /* SIMD tables register here (cpuid checks) when they exist; until then
-   * the scalar reference is the only table. */
-  return df_kern_scalar();
+  if (force_scalar) return df_kern_scalar();
+  const char *env = getenv("DF_KERNELS");
+  if (env && *env) {
+    const df_kern *k = df_kern_by_name(env);
+    if (k) return k;
+    df_log_warn("DF_KERNELS=%s: no such kernel table on this CPU; using auto", env);
+  }
+  return kern_best();
 }
 
 void df_wmat_rows(const df_kern *k, const df_wmat *W, int r0, int r1, const float *X, int T,

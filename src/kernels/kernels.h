@@ -81,8 +81,19 @@ typedef struct df_kern {
 } df_kern;
 
 const df_kern *df_kern_scalar(void);
-/* The best table this CPU supports, or the scalar one when force_scalar. */
+/* The best table this CPU supports, or the scalar one when force_scalar.
+ * Without force_scalar, the environment variable DF_KERNELS (auto, scalar,
+ * avx2, avx512, neon) may name a table; an unavailable one is a warning and
+ * auto is used. */
 const df_kern *df_kern_select(int force_scalar);
+/* SIMD tables (kern_avx2.c, kern_avx512.c, kern_neon.c); NULL when not built
+ * for this architecture or not supported by this CPU. Each equals the scalar
+ * table bit for bit (same lane-16 order, no FMA). */
+const df_kern *df_kern_avx2(void);
+const df_kern *df_kern_avx512(void);
+const df_kern *df_kern_neon(void);
+/* "scalar", "avx2", "avx512", "neon" or "auto"; NULL if unavailable here. */
+const df_kern *df_kern_by_name(const char *name);
 
 /* Exact conversions used by the kernels. */
 static inline float df_kbf16(uint16_t h) {
