@@ -14,8 +14,12 @@ typedef struct df_tok df_tok;
 
 /* Loads dir/tiktoken.model and dir/tokenizer_config.json. */
 int df_tok_load(df_tok **out, const char *dir, df_err *e);
-/* Loads from explicit files; pattern NULL = the K3 pattern. specials_json may
- * be NULL (no specials). Used by tests with the o200k/cl100k rank files. */
+/* Loads from explicit files; pattern NULL = the K3 pattern (else a PCRE2
+ * pattern, compiled with UTF and UCP). tokcfg_path may be NULL (no specials).
+ * Used by tests with the o200k/cl100k rank files.
+ * The rank file must hold ranks 0..N-1, each once, distinct byte strings,
+ * and every single byte; every added token in tokenizer_config.json is a
+ * special with an id >= N. A loaded df_tok is read-only: threads may share it. */
 int df_tok_load_files(df_tok **out, const char *ranks_path, const char *tokcfg_path,
                       const char *pattern, df_err *e);
 void df_tok_free(df_tok *t);
@@ -45,7 +49,8 @@ int df_tok_encode(const df_tok *t, const char *text, size_t len, int **ids, size
 int df_tok_encode_with_specials(const df_tok *t, const char *text, size_t len, int **ids,
                                 size_t *n, size_t *cap, df_err *e);
 /* Appends the bytes of ids to a new buffer (may be invalid UTF-8 if the ids
- * split a character). Caller frees. */
+ * split a character; unknown ids add nothing; NUL-terminated, not counted in
+ * *len). Caller frees. */
 char *df_tok_decode(const df_tok *t, const int *ids, size_t n, size_t *len);
 
 /* Incremental, UTF-8-safe decoding for streaming: push one id, get the bytes
