@@ -135,7 +135,7 @@ struct df_store {
   /* current batch */
   int layer;
   long pass;
-  int n, batch_cap, rows;
+  int n, batch_cap, rows, batch_prefill;
   entry **batch;
 
   /* predictors */
@@ -872,7 +872,7 @@ static void prefetch_one(df_store *s, long pass, int layer, int expert) {
   x->spec = 1;
   x->spec_pass = pass;
   x->spec_layer = layer;
-  x->prefill = s->rows > 1;
+  x->prefill = s->batch_prefill;
   if (enqueue(s, x, 0)) {
     entry_free(s, x);
     return;
@@ -964,12 +964,16 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
     s->batch = df_xrealloc(s->batch, (size_t)n * sizeof *s->batch);
   }
   s->n = n;
+  /* Without df_store_set_rows, a batch needing more experts than one row
+   * routes to must hold several rows: count it as prefill. */
+  int prefill = s->rows > 1 || (s->rows == 0 && n > s->cfg->top_k);
+  s->batch_prefill = prefill;
   for (int i = 0; i < n; i++) {
     int key = li * s->ne + experts[i];
     entry *x = s->idx[key];
     s->requests++;
     s->all_need += s->len;
-    if (s->rows > 1) s->pre_need += s->len;
+    if (prefill) s->pre_need += s->len;
     s->heat.count[key] += 1;
     if (x && x->state == E_FAILED && x->refs == 0 && x->queue == Q_NONE) {
       entry_free(s, x);
@@ -994,7 +998,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
     } else {
       x = entry_new(s, key);
       x->demand = 1;
-      x->prefill = s->rows > 1;
+      x->prefill = prefill;
       if (enqueue(s, x, 1)) fail_entry(s, x, "every copy is unreadable or corrupt");
     }
     touch(s, x);
@@ -1021,7 +1025,9 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
   s->last_n[li] = n;
   int nli = li + 1 < s->nl ? li + 1 : 0;
   long npass = li + 1 < s->nl ? s->pass : s->pass + 1;
-  if (s->last_n[nli])
+  /* only from decode-sized batches: a prefill chunk's union says little
+   * about the next pass and would mostly be wasted reads */
+  if (s->last_n[nli] && s->last_n[nli] <= s->cfg->top_k && n <= s->cfg->top_k)
     predict(s, P_PREV, npass, s->first + nli, s->last_set[nli], s->last_n[nli]);
   pthread_mutex_unlock(&s->mu);
   return 0;
