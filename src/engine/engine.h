@@ -30,6 +30,9 @@ typedef struct df_engine_opts {
   const char *prefetch;     /* "off" | "gate" | "prev" | "auto" | NULL */
   const char *emulate_drives;
   const char *trace_path;
+  long pin_mb;              /* store: keep the hottest experts resident (MiB); 0 = none */
+  int queue_depth;          /* store: reads in flight per drive; <= 0 = default */
+  const char *heat_path;    /* store: heat file; NULL = <model_dir>/deltafin.heat, "" = none */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
