@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "format/codec.h"
+#include "format/roster.h"
 #include "model/k3.h"
 
 #define PFX "language_model.model."
@@ -20,6 +21,7 @@ typedef struct {
   const df_st_set *set;
   const df_st_set *i8; /* NULL unless --spine int8 */
   const df_config *c;
+  const char *model_dir;
   df_k3 *m;
   df_err *e;
   char name[320];
@@ -135,8 +137,12 @@ static int mat(ld *L, const char *name, int64_t rows, int64_t cols, const char *
     const df_tensor *q = need_in(L->i8, L->e, name, DF_DT_I8, 2, sh, why, "spine-int8: ");
     const df_tensor *s = q ? need_in(L->i8, L->e, sname, DF_DT_F32, 1, &rows, why, "spine-int8: ")
                            : NULL;
-    if (!s)
-      return df_err_prefix(L->e, "(re-run `deltafin convert-spine --model DIR`) ");
+    if (!s) {
+      char msg[sizeof L->e->msg];
+      snprintf(msg, sizeof msg, "%s", L->e->msg);
+      return df_err_set(L->e, "%.700s (re-run `deltafin convert-spine --model %.200s`)", msg,
+                        L->model_dir);
+    }
     w->kind = DF_W_I8;
     w->w = q->data;
     w->scale = aligned_data(L->m, s, 4);
@@ -264,12 +270,45 @@ void df_k3_free(df_k3 *m) {
   free(m);
 }
 
+/* The shared roster (format/roster.h) as a second, whole-checkpoint check:
+ * the routed experts' names, dtypes, shapes and record layout, and, when the
+ * expert scales are small enough to read at every start (tiny and small
+ * models; K3's are ~5 GB), every E8M0 scale byte. Otherwise the store
+ * rejects a 255 scale when it reads that expert, and `deltafin doctor`/pack
+ * check them all. Unexpected extra tensors are only a warning. */
+#define SCAN_SCALES_MAX (64ull << 20)
+
+static int roster_check(const df_st_set *set, const df_config *c, df_err *e) {
+  uint64_t scale_bytes = (uint64_t)(c->n_layers - c->first_k_dense) * (uint64_t)c->n_experts *
+                         ((uint64_t)c->moe_inter * c->latent / 32 * 3);
+  df_roster_report r;
+  if (df_roster_check(set, c, scale_bytes <= SCAN_SCALES_MAX ? DF_ROSTER_SCAN_SCALES : 0, &r, e))
+    return -1;
+  long serious = r.n_problems - r.n_unexpected;
+  int rc = 0;
+  if (serious > 0) {
+    /* roster problems are listed before unexpected tensors, except scales */
+    const char *line = r.n_lines ? r.lines[0] : "problem";
+    for (int i = 0; i < r.n_lines; i++)
+      if (strncmp(r.lines[i], "unexpected tensor", 17)) {
+        line = r.lines[i];
+        break;
+      }
+    rc = df_err_set(e, "%s%s", line,
+                    r.n_problems > 1 ? " (and more: `deltafin inspect --model DIR` lists all)" : "");
+  } else if (r.n_unexpected > 0 && r.n_lines) {
+    df_log_warn("%s (%ld such tensors, ignored)", r.lines[0], r.n_unexpected);
+  }
+  df_roster_report_free(&r);
+  return rc;
+}
+
 int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
                const char *model_dir, df_err *e) {
   df_k3 *m = df_xcalloc(1, sizeof *m);
   m->cfg = c;
   m->int8 = int8;
-  ld L = {.set = set, .c = c, .m = m, .e = e};
+  ld L = {.set = set, .c = c, .model_dir = model_dir, .m = m, .e = e};
   if (int8) {
     char *dir = df_path_join(model_dir, DF_SPINE_INT8_DIR);
     char *idx = df_path_join(dir, "model.safetensors.index.json");
@@ -305,6 +344,7 @@ int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
   m->layers = df_xcalloc((size_t)c->n_layers, sizeof *m->layers);
   for (int l = 0; l < c->n_layers; l++)
     if (load_layer(&L, l, &m->layers[l])) goto fail;
+  if (roster_check(set, c, e)) goto fail;
   *out = m;
   return 0;
 fail:
