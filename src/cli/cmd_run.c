@@ -48,7 +48,10 @@ void df_cmd_run_help(void) {
       "  --io uring|pread     I/O engine\n"
       "  --prefetch MODE      off, gate, prev or auto\n"
       "  --emulate-drives BW[,LAT]  emulate drive bandwidth/latency\n"
-      "  --trace FILE         write a per-read trace\n");
+      "  --trace FILE         write a per-read trace\n"
+      "  --pin-mb N           keep the hottest experts (by the heat file) resident\n"
+      "  --queue-depth N      reads in flight per drive\n"
+      "  --heat FILE          heat file (default DIR/deltafin.heat; \"\" = none)\n");
 }
 
 static int parse_ids(const char *opt, const char *s, int **ids, int *n) {
@@ -221,6 +224,14 @@ int df_cmd_run(int argc, char **argv) {
       else if (!strcmp(a, "--prefetch")) eo.prefetch = val;
       else if (!strcmp(a, "--emulate-drives")) eo.emulate_drives = val;
       else if (!strcmp(a, "--trace")) eo.trace_path = val;
+      else if (!strcmp(a, "--heat")) eo.heat_path = val;
+      else if (!strcmp(a, "--pin-mb")) {
+        if (df_cli_int(a, val, 0, 1L << 40, &v)) return 1;
+        eo.pin_mb = v;
+      } else if (!strcmp(a, "--queue-depth")) {
+        if (df_cli_int(a, val, 1, 4096, &v)) return 1;
+        eo.queue_depth = (int)v;
+      }
       else return df_cli_fail("run: unknown option '%s' (see deltafin run --help)", a);
     } else {
       return df_cli_fail("run: unexpected argument '%s' (the prompt goes after --prompt)", a);
@@ -360,9 +371,9 @@ int df_cmd_run(int argc, char **argv) {
             nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
             finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
             df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
-    char *ej = df_engine_stats_json(en);
-    if (ej) fprintf(stderr, "engine   %s\n", ej);
-    free(ej);
+    char *t = df_engine_store_text(en);
+    if (t) fprintf(stderr, "%s%s", t, t[0] && t[strlen(t) - 1] != '\n' ? "\n" : "");
+    free(t);
   }
   rc = 0;
 out:

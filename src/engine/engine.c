@@ -95,7 +95,10 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
                       .io = o->io,
                       .prefetch = o->prefetch,
                       .emulate_drives = o->emulate_drives,
-                      .trace_path = o->trace_path};
+                      .trace_path = o->trace_path,
+                      .pin_mb = o->pin_mb,
+                      .queue_depth = o->queue_depth,
+                      .heat_path = o->heat_path};
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;
   en->pool = df_pool_create(o->threads);
   en->kc.k = df_kern_select(o->kernels_scalar);
@@ -117,6 +120,8 @@ df_spine_kind df_engine_spine(const df_engine *en) { return en->spine; }
 const char *df_engine_kernels(const df_engine *en) { return en->kc.k->name; }
 int df_engine_threads(const df_engine *en) { return df_pool_size(en->pool); }
 uint64_t df_engine_expert_bytes(const df_engine *en) { return df_store_bytes_read(en->store); }
+char *df_engine_store_text(df_engine *en) { return df_store_stats_text(en->store); }
+char *df_engine_store_describe(df_engine *en) { return df_store_describe(en->store); }
 
 /* ------------------------------------------------------------- sessions */
 
@@ -150,6 +155,7 @@ void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
 /* want_last = 0 skips the lm_head (a prefill chunk that is not the last). */
 static int forward(df_session *s, const int *ids, int n, int want_last, float *all_logits,
                    df_err *e) {
+  df_store_set_rows(s->en->store, n);
   int rc = df_k3_forward(&s->en->run, s->st, ids, n, want_last ? s->logits : NULL, all_logits, e);
   s->have_logits = rc == 0 && want_last;
   return rc;

@@ -97,6 +97,10 @@ char *df_engine_stats_json(df_engine *en);
 df_spine_kind df_engine_spine(const df_engine *en);
 const char *df_engine_kernels(const df_engine *en);
 int df_engine_threads(const df_engine *en);
+/* The store's human-readable summary and where experts come from (for
+ * --stats); caller frees. */
+char *df_engine_store_text(df_engine *en);
+char *df_engine_store_describe(df_engine *en);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 
