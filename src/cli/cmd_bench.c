@@ -1,12 +1,140 @@
-/* Placeholder until the owning component lands; replaced by the real command. */
+/* `deltafin bench kernels` and `deltafin bench --model DIR`: see bench/bench.h. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "bench/bench.h"
 #include "cli/cli.h"
 
-void df_cmd_bench_help(void) { printf("usage: deltafin bench (not built yet)\n"); }
+void df_cmd_bench_help(void) {
+  printf(
+      "usage: deltafin bench kernels [--tables LIST] [--threads LIST] [--only NAME] [--pool-mb N]\n"
+      "                              [--min-time S] [--json]\n"
+      "       deltafin bench --model DIR [--prompt-tokens P] [--new-tokens N] [--cache-mb M]\n"
+      "                      [--drives D1,D2,...] [--repeat R] [--ladder] [--json] [options]\n"
+      "\n"
+      "bench kernels: weights streamed (GB/s) and GFLOP/s of each kernel (MXFP4, bf16, int8,\n"
+      "f32 GEMV/GEMM, the KDA step) per kernel table and thread count, next to the memory\n"
+      "read bandwidth measured with a streaming read of the same buffer.\n"
+      "  --tables LIST     kernel tables (default: scalar and every SIMD table this CPU runs)\n"
+      "  --threads LIST    thread counts (default 1..cores)\n"
+      "  --only NAME       only kernels whose name contains NAME (e.g. mxfp4)\n"
+      "  --pool-mb N       weights cycled through, larger than the caches (default 256)\n"
+      "  --min-time S      seconds per measurement (default 0.3)\n"
+      "\n"
+      "bench --model: a warm-up, then R repeats of a fresh session prefilling P prompt tokens\n"
+      "and decoding N tokens; per phase the median and spread of s/token, tokens/s, expert\n"
+      "bytes/token, read throughput, I/O wait vs compute, cache hit rate and prefill read\n"
+      "amplification; then the storage ceiling: the store's own I/O engine reading the same\n"
+      "expert records at the same queue depth with no compute (and fio, when installed), and\n"
+      "storage efficiency = decode expert-read throughput / ceiling.\n"
+      "  --model DIR         model directory\n"
+      "  --prompt-tokens P   prompt length (default 64)\n"
+      "  --new-tokens N      decoded tokens per repeat (default 8)\n"
+      "  --prefill-chunk C   positions per prefill batch (default 0 = the whole prompt)\n"
+      "  --repeat R          repeats (default 3)\n"
+      "  --cache-mb M        expert RAM cache (default 0: every expert from the drives)\n"
+      "  --drives LIST       pack the experts onto these directories first (uses deltafin pack)\n"
+      "  --ladder            run 1..N of --drives (or 1..4 emulated drives) and print the ladder\n"
+      "  --emulate-drives BW[,LAT]  drive emulation (numbers are labelled EMULATED)\n"
+      "  --io uring|pread    I/O engine;  --prefetch off|gate|prev|auto\n"
+      "  --store FILE        pack manifest;  --no-pack  read the shards\n"
+      "  --threads N         worker threads (default: all cores)\n"
+      "  --kernels auto|scalar\n"
+      "  --no-ceiling        skip the storage ceiling measurement\n"
+      "  --json              one JSON object (decode_s_per_token, prefill_s_per_token,\n"
+      "                      expert_read_gbps, ceiling_gbps, storage_efficiency, ...)\n");
+}
+
+static int opt_val(int argc, char **argv, int *i, const char **val) {
+  if (*i + 1 >= argc) return df_cli_fail("%s needs a value", argv[*i]);
+  *val = argv[++*i];
+  return 0;
+}
+
+static int cmd_kernels(int argc, char **argv) {
+  df_bench_kopts o = {0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = NULL;
+    long n;
+    if (!strcmp(a, "--json")) {
+      o.json = 1;
+      continue;
+    }
+    if (!strcmp(a, "--tables") || !strcmp(a, "--threads") || !strcmp(a, "--only") ||
+        !strcmp(a, "--pool-mb") || !strcmp(a, "--min-time")) {
+      if (opt_val(argc, argv, &i, &v)) return 1;
+    } else {
+      return df_cli_fail("bench kernels: unknown option '%s' (see deltafin bench --help)", a);
+    }
+    if (!strcmp(a, "--tables")) o.tables = v;
+    else if (!strcmp(a, "--threads")) o.threads = v;
+    else if (!strcmp(a, "--only")) o.only = v;
+    else if (!strcmp(a, "--pool-mb")) {
+      if (df_cli_int(a, v, 16, 1 << 20, &n)) return 1;
+      o.pool_mb = n;
+    } else {
+      char *end;
+      o.min_s = strtod(v, &end);
+      if (*end || !(o.min_s > 0 && o.min_s <= 600)) return df_cli_fail("--min-time: '%s' is not a number of seconds in (0, 600]", v);
+    }
+  }
+  df_err e;
+  if (df_bench_kernels(&o, stdout, &e)) return df_cli_fail("%s", e.msg);
+  return 0;
+}
 
 int df_cmd_bench(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return df_cli_fail("'bench' is not built yet");
+  if (df_cli_wants_help(argc, argv)) {
+    df_cmd_bench_help();
+    return 0;
+  }
+  if (argc >= 2 && !strcmp(argv[1], "kernels")) return cmd_kernels(argc - 1, argv + 1);
+  df_bench_mopts o = {.prompt_tokens = 64, .new_tokens = 8, .repeat = 3, .cache_mb = 0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = NULL;
+    long n;
+    if (!strcmp(a, "--json")) o.json = 1;
+    else if (!strcmp(a, "--ladder")) o.ladder = 1;
+    else if (!strcmp(a, "--no-pack")) o.no_pack = 1;
+    else if (!strcmp(a, "--no-ceiling")) o.no_ceiling = 1;
+    else if (!strncmp(a, "--", 2)) {
+      if (opt_val(argc, argv, &i, &v)) return 1;
+      if (!strcmp(a, "--model")) o.model_dir = v;
+      else if (!strcmp(a, "--prompt-tokens")) {
+        if (df_cli_int(a, v, 1, 1 << 20, &n)) return 1;
+        o.prompt_tokens = (int)n;
+      } else if (!strcmp(a, "--new-tokens")) {
+        if (df_cli_int(a, v, 1, 1 << 20, &n)) return 1;
+        o.new_tokens = (int)n;
+      } else if (!strcmp(a, "--prefill-chunk")) {
+        if (df_cli_int(a, v, 0, 1 << 20, &n)) return 1;
+        o.prefill_chunk = (int)n;
+      } else if (!strcmp(a, "--repeat")) {
+        if (df_cli_int(a, v, 1, 1000, &n)) return 1;
+        o.repeat = (int)n;
+      } else if (!strcmp(a, "--threads")) {
+        if (df_cli_int(a, v, 1, 1024, &n)) return 1;
+        o.threads = (int)n;
+      } else if (!strcmp(a, "--cache-mb")) {
+        if (df_cli_int(a, v, 0, 1L << 30, &n)) return 1;
+        o.cache_mb = n;
+      } else if (!strcmp(a, "--drives")) o.drives = v;
+      else if (!strcmp(a, "--emulate-drives")) o.emulate = v;
+      else if (!strcmp(a, "--io")) o.io = v;
+      else if (!strcmp(a, "--prefetch")) o.prefetch = v;
+      else if (!strcmp(a, "--store")) o.store = v;
+      else if (!strcmp(a, "--kernels")) {
+        if (!strcmp(v, "auto")) o.kernels_scalar = 0;
+        else if (!strcmp(v, "scalar")) o.kernels_scalar = 1;
+        else return df_cli_fail("--kernels: '%s' is not auto or scalar", v);
+      } else return df_cli_fail("bench: unknown option '%s' (see deltafin bench --help)", a);
+    } else {
+      return df_cli_fail("bench: unexpected argument '%s' (did you mean 'bench kernels'?)", a);
+    }
+  }
+  if (!o.model_dir) return df_cli_fail("bench: --model DIR is required (or 'deltafin bench kernels')");
+  df_err e;
+  if (df_bench_model(&o, stdout, &e)) return df_cli_fail("%s", e.msg);
+  return 0;
 }

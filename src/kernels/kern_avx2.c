@@ -27,6 +27,9 @@
 
 #define TGT __attribute__((target("avx2,f16c")))
 #define AI static inline __attribute__((always_inline)) TGT
+/* The row/vector block loops have constant trip counts after inlining;
+ * unrolled, their accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
 
 typedef struct {
   __m256 lo, hi;
@@ -111,16 +114,21 @@ AI void dense_blk(int K, const void *W, const float *scale, int cols, int r, int
                   const float *X, size_t ldx, int t0, int nb, float *Y, size_t ldy) {
   v16 acc[MR][MN];
   const char *wr[MR];
+  UNROLL
   for (int a = 0; a < rb; a++) {
     wr[a] = (const char *)W + (size_t)(r + a) * (size_t)cols * esize(K);
+    UNROLL
     for (int t = 0; t < nb; t++) acc[a][t] = v16_zero();
   }
   int i = 0;
   for (; i + 16 <= cols; i += 16) {
     v16 x[MN];
+    UNROLL
     for (int t = 0; t < nb; t++) x[t] = v16_load(X + (size_t)(t0 + t) * ldx + i);
+    UNROLL
     for (int a = 0; a < rb; a++) {
       v16 w = wload(K, wr[a], (size_t)i);
+      UNROLL
       for (int t = 0; t < nb; t++) acc[a][t] = v16_muladd(acc[a][t], w, x[t]);
     }
   }
@@ -128,13 +136,18 @@ AI void dense_blk(int K, const void *W, const float *scale, int cols, int r, int
     int n = cols - i;
     v16 m = v16_mask(n);
     v16 x[MN];
+    UNROLL
     for (int t = 0; t < nb; t++) x[t] = xload_n(X + (size_t)(t0 + t) * ldx + i, n);
+    UNROLL
     for (int a = 0; a < rb; a++) {
       v16 w = wload_n(K, wr[a], (size_t)i, n);
+      UNROLL
       for (int t = 0; t < nb; t++) acc[a][t] = v16_muladd_m(acc[a][t], w, x[t], m);
     }
   }
+  UNROLL
   for (int a = 0; a < rb; a++)
+    UNROLL
     for (int t = 0; t < nb; t++) {
       float s = hsum16(acc[a][t]);
       if (K == K_I8) s = s * scale[r + a];
@@ -216,15 +229,19 @@ AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, in
   int ng = cols / 32;
   v16 acc[MR][MN];
   const uint8_t *pr[MR], *sr[MR];
+  UNROLL
   for (int a = 0; a < rb; a++) {
     pr[a] = packed + (size_t)(r + a) * (size_t)(cols / 2);
     sr[a] = scales + (size_t)(r + a) * (size_t)ng;
+    UNROLL
     for (int t = 0; t < nb; t++) acc[a][t] = v16_zero();
   }
   for (int g = 0; g < ng; g++) {
+    UNROLL
     for (int a = 0; a < rb; a++) {
       v16 w[2];
       mx_group(pr[a] + (size_t)g * 16, sr[a][g], mag, w);
+      UNROLL
       for (int t = 0; t < nb; t++) {
         const float *x = X + (size_t)(t0 + t) * ldx + (size_t)g * 32;
         acc[a][t] = v16_muladd(acc[a][t], w[0], v16_load(x));
@@ -232,7 +249,9 @@ AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, in
       }
     }
   }
+  UNROLL
   for (int a = 0; a < rb; a++)
+    UNROLL
     for (int t = 0; t < nb; t++) Y[(size_t)(t0 + t) * ldy + (size_t)(r + a - r0)] = hsum16(acc[a][t]);
 }
 

@@ -28,6 +28,9 @@
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #define AI static inline __attribute__((always_inline)) TGT
+/* The row/vector block loops have constant trip counts after inlining;
+ * unrolled, their accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
 
 #define RB 4 /* rows per block */
 #define NB 4 /* vectors per block */
@@ -73,30 +76,40 @@ AI void dense_blk(int K, const void *W, const float *scale, int cols, int r, int
                   const float *X, size_t ldx, int t0, int nb, float *Y, size_t ldy) {
   __m512 acc[RB][NB];
   const char *wr[RB];
+  UNROLL
   for (int a = 0; a < rb; a++) {
     wr[a] = (const char *)W + (size_t)(r + a) * (size_t)cols * esize(K);
+    UNROLL
     for (int t = 0; t < nb; t++) acc[a][t] = _mm512_setzero_ps();
   }
   int i = 0;
   for (; i + 16 <= cols; i += 16) {
     __m512 x[NB];
+    UNROLL
     for (int t = 0; t < nb; t++) x[t] = _mm512_loadu_ps(X + (size_t)(t0 + t) * ldx + i);
+    UNROLL
     for (int a = 0; a < rb; a++) {
       __m512 w = wload(K, wr[a], (size_t)i);
+      UNROLL
       for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w, x[t]));
     }
   }
   if (i < cols) {
     __mmask16 m = tail_mask(cols - i);
     __m512 x[NB];
+    UNROLL
     for (int t = 0; t < nb; t++) x[t] = _mm512_maskz_loadu_ps(m, X + (size_t)(t0 + t) * ldx + i);
+    UNROLL
     for (int a = 0; a < rb; a++) {
       __m512 w = wload_m(K, wr[a], (size_t)i, m);
+      UNROLL
       for (int t = 0; t < nb; t++)
         acc[a][t] = _mm512_mask_add_ps(acc[a][t], m, acc[a][t], _mm512_mul_ps(w, x[t]));
     }
   }
+  UNROLL
   for (int a = 0; a < rb; a++)
+    UNROLL
     for (int t = 0; t < nb; t++) {
       float s = hsum16(acc[a][t]);
       if (K == K_I8) s = s * scale[r + a];
@@ -166,26 +179,34 @@ AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, in
   int ng = cols / 32;
   __m512 acc[RB][NB];
   const uint8_t *pr[RB], *sr[RB];
+  UNROLL
   for (int a = 0; a < rb; a++) {
     pr[a] = packed + (size_t)(r + a) * (size_t)(cols / 2);
     sr[a] = scales + (size_t)(r + a) * (size_t)ng;
+    UNROLL
     for (int t = 0; t < nb; t++) acc[a][t] = _mm512_setzero_ps();
   }
   for (int g = 0; g < ng; g++) {
     __m512 x0[NB], x1[NB];
+    UNROLL
     for (int t = 0; t < nb; t++) {
       const float *x = X + (size_t)(t0 + t) * ldx + (size_t)g * 32;
       x0[t] = _mm512_loadu_ps(x);
       x1[t] = _mm512_loadu_ps(x + 16);
     }
+    UNROLL
     for (int a = 0; a < rb; a++) {
       __m512 w[2];
       mx_group(pr[a] + (size_t)g * 16, sr[a][g], lut, w);
+      UNROLL
       for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[0], x0[t]));
+      UNROLL
       for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[1], x1[t]));
     }
   }
+  UNROLL
   for (int a = 0; a < rb; a++)
+    UNROLL
     for (int t = 0; t < nb; t++) Y[(size_t)(t0 + t) * ldy + (size_t)(r + a - r0)] = hsum16(acc[a][t]);
 }
 

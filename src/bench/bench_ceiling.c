@@ -1,0 +1,345 @@
+/* The storage ceiling: what the drives deliver to deltafin's own reader when
+ * nothing else is going on. The expert reads a benchmark run made (from the
+ * store's trace: layer, expert, and the drive each came from) are replayed
+ * through the store's I/O engine (store/io.h: io_uring or pread threads,
+ * O_DIRECT, the same queue depth per drive, registered buffers when the
+ * store had them, the same drive emulation), each read covering the record
+ * with the store's 4 KiB alignment. No checksum, no compute: the difference
+ * between this and the decode read rate is what the engine loses. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "bench/bench_int.h"
+#include "format/safetensors.h"
+#include "store/io.h"
+#include "store/manifest.h"
+#include "store/source.h"
+#include "store/store.h"
+
+#define ALIGN 4096u
+
+void df_bench_reads_free(df_bench_reads *rd) {
+  for (int i = 0; i < rd->nfiles; i++) free(rd->files[i]);
+  free(rd->files);
+  free(rd->drive);
+  free(rd->r);
+  memset(rd, 0, sizeof *rd);
+}
+
+int df_bench_reads_from_trace(df_bench_reads *rd, const char *trace, const char *model_dir,
+                              const df_config *c, const char *manifest, int no_pack, df_err *e) {
+  memset(rd, 0, sizeof *rd);
+  char *mpath = NULL;
+  if (manifest) mpath = df_xstrdup(manifest);
+  else if (!no_pack) {
+    mpath = df_path_join(model_dir, DF_PACK_MANIFEST_NAME);
+    if (!df_file_exists(mpath)) {
+      free(mpath);
+      mpath = NULL;
+    }
+  }
+  df_manifest m;
+  int have_m = 0;
+  df_st_set set;
+  int have_set = 0;
+  df_src_loc *loc = NULL;
+  int ne = c->n_experts, first = c->first_k_dense;
+  if (mpath) {
+    if (df_manifest_load(&m, mpath, e)) {
+      free(mpath);
+      return -1;
+    }
+    have_m = 1;
+    rd->nfiles = rd->ndrives = m.ndrives;
+    rd->files = df_xcalloc((size_t)m.ndrives, sizeof *rd->files);
+    rd->drive = df_xcalloc((size_t)m.ndrives, sizeof *rd->drive);
+    for (int i = 0; i < m.ndrives; i++) rd->files[i] = df_manifest_file_path(&m, i), rd->drive[i] = i;
+    rd->len = m.record_bytes;
+  } else {
+    if (df_st_set_open(&set, model_dir, e)) return -1;
+    have_set = 1;
+    size_t nk = (size_t)(c->n_layers - first) * (size_t)ne;
+    loc = df_xmalloc(nk * sizeof *loc);
+    if (df_src_locate(&set, c, loc, e)) {
+      free(loc);
+      df_st_set_close(&set);
+      return -1;
+    }
+    rd->nfiles = set.nfiles;
+    rd->ndrives = 1;
+    rd->files = df_xcalloc((size_t)set.nfiles, sizeof *rd->files);
+    rd->drive = df_xcalloc((size_t)set.nfiles, sizeof *rd->drive);
+    for (int i = 0; i < set.nfiles; i++) rd->files[i] = df_xstrdup(df_st_set_file_path(&set, i));
+    df_expert_layout lay;
+    df_expert_layout_of(c, &lay);
+    rd->len = lay.total;
+  }
+  free(mpath);
+
+  FILE *f = fopen(trace, "r");
+  if (!f) {
+    if (have_m) df_manifest_free(&m);
+    if (have_set) df_st_set_close(&set);
+    free(loc);
+    df_bench_reads_free(rd);
+    return df_err_errno(e, "trace %s", trace);
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int rcap = 0;
+  while (getline(&line, &cap, f) > 0) {
+    if (!strstr(line, "\"k\":\"read\"")) continue;
+    json_t *j = json_loads(line, 0, NULL);
+    if (!j) continue;
+    int layer = (int)json_integer_value(json_object_get(j, "layer"));
+    int expert = (int)json_integer_value(json_object_get(j, "expert"));
+    int drive = (int)json_integer_value(json_object_get(j, "drive"));
+    int ok = (int)json_integer_value(json_object_get(j, "ok"));
+    json_decref(j);
+    if (!ok || expert < 0 || expert >= ne || layer < first || layer >= c->n_layers) continue;
+    df_bench_read r;
+    if (have_m) {
+      const df_mf_record *rec = df_manifest_find(&m, layer, expert);
+      if (!rec || rec->ncopies < 1) continue;
+      int ci = 0;
+      for (int k = 0; k < rec->ncopies; k++)
+        if (rec->copies[k].drive == drive) ci = k;
+      r.file = rec->copies[ci].drive;
+      r.off = rec->copies[ci].offset;
+    } else {
+      const df_src_loc *l = &loc[(size_t)(layer - first) * (size_t)ne + (size_t)expert];
+      r.file = l->file;
+      r.off = l->off;
+    }
+    if (rd->n == rcap) {
+      rcap = rcap ? rcap * 2 : 256;
+      rd->r = df_xrealloc(rd->r, (size_t)rcap * sizeof *rd->r);
+    }
+    rd->r[rd->n++] = r;
+  }
+  free(line);
+  fclose(f);
+  if (have_m) df_manifest_free(&m);
+  if (have_set) df_st_set_close(&set);
+  free(loc);
+  if (rd->n == 0) return df_err_set(e, "trace %s has no successful expert reads to replay", trace);
+  return 0;
+}
+
+/* ---- replay through the store's I/O engine ---- */
+
+typedef struct cslot {
+  df_io_req req;
+  int drive;
+} cslot;
+
+typedef struct cdrive {
+  int *seq; /* read indices, in order */
+  int n, pos;
+  cslot *slots;
+  int *freel, nfree;
+  uint8_t *mem;
+} cdrive;
+
+typedef struct cctx {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  const df_bench_reads *rd;
+  int *fds;
+  cdrive *d;
+  int go, total, ndone, errs;
+  uint64_t slot_bytes;
+  char err[256];
+} cctx;
+
+static df_io_req *c_take(void *ctx, int drive) {
+  cctx *c = ctx;
+  df_io_req *out = NULL;
+  pthread_mutex_lock(&c->mu);
+  cdrive *d = &c->d[drive];
+  if (c->go && d->pos < d->n && d->nfree > 0) {
+    cslot *s = &d->slots[d->freel[--d->nfree]];
+    const df_bench_read *r = &c->rd->r[d->seq[d->pos++]];
+    uint64_t start = r->off & ~(uint64_t)(ALIGN - 1);
+    uint64_t head = r->off - start;
+    s->req.fd = c->fds[r->file];
+    s->req.off = start;
+    s->req.len = (uint32_t)((head + c->rd->len + ALIGN - 1) / ALIGN * ALIGN);
+    out = &s->req;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return out;
+}
+
+static void c_done(void *ctx, int drive, df_io_req *req) {
+  cctx *c = ctx;
+  cslot *s = (cslot *)req;
+  pthread_mutex_lock(&c->mu);
+  cdrive *d = &c->d[drive];
+  /* a read may stop at EOF past the record's end: only an error or a read
+   * that ends before the record does is a failure */
+  if (req->err || req->got <= 0) {
+    c->errs++;
+    if (!c->err[0])
+      snprintf(c->err, sizeof c->err, "read of %u bytes at %llu on drive %d: %s", req->len,
+               (unsigned long long)req->off, drive, req->err ? strerror(req->err) : "nothing read");
+  }
+  d->freel[d->nfree++] = (int)(s - d->slots);
+  c->ndone++;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
+                     df_bench_ceiling_res *out, df_err *e) {
+  memset(out, 0, sizeof *out);
+  df_io_kind kind = o->io && !strcmp(o->io, "pread") ? DF_IO_PREAD : DF_IO_URING;
+  int qd = o->qd > 0 ? o->qd : 8;
+  df_io_emu emu = {0};
+  if (o->emulate && *o->emulate && df_io_parse_emu(o->emulate, &emu, e)) return -1;
+  cctx c = {.rd = rd};
+  pthread_mutex_init(&c.mu, NULL);
+  pthread_cond_init(&c.cv, NULL);
+  c.fds = df_xmalloc((size_t)rd->nfiles * sizeof *c.fds);
+  int rc = -1;
+  for (int i = 0; i < rd->nfiles; i++) c.fds[i] = -1;
+  for (int i = 0; i < rd->nfiles; i++) {
+    c.fds[i] = open(rd->files[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
+    if (c.fds[i] < 0 && errno == EINVAL) c.fds[i] = open(rd->files[i], O_RDONLY | O_CLOEXEC);
+    if (c.fds[i] < 0) {
+      df_err_errno(e, "%s", rd->files[i]);
+      goto done_fds;
+    }
+  }
+  /* replay the recorded reads in order, cycling, up to max_bytes */
+  long total = rd->n;
+  if (o->max_bytes > 0 && rd->len > 0) {
+    long want = (long)(o->max_bytes / (double)rd->len + 0.5);
+    if (want > total) total = want;
+  }
+  c.total = (int)total;
+  c.d = df_xcalloc((size_t)rd->ndrives, sizeof *c.d);
+  for (long i = 0; i < total; i++) {
+    int ri = (int)(i % rd->n);
+    cdrive *d = &c.d[rd->drive[rd->r[ri].file]];
+    d->seq = df_xrealloc(d->seq, (size_t)(d->n + 1) * sizeof *d->seq);
+    d->seq[d->n++] = ri;
+  }
+  c.slot_bytes = (rd->len + ALIGN - 1) / ALIGN * ALIGN + ALIGN;
+  df_io_ops ops = {c_take, c_done, &c};
+  df_io *io = NULL;
+  if (df_io_open(&io, kind, rd->ndrives, qd, emu.bw > 0 ? &emu : NULL, &ops, e)) goto done_d;
+  out->registered = 1;
+  for (int i = 0; i < rd->ndrives; i++) {
+    cdrive *d = &c.d[i];
+    size_t bytes = (size_t)qd * c.slot_bytes;
+    d->mem = df_xaligned(ALIGN, bytes);
+    memset(d->mem, 0, bytes); /* fault the pages in before timing */
+    int bidx = df_io_register(io, d->mem, bytes);
+    if (bidx < 0) out->registered = 0;
+    d->slots = df_xcalloc((size_t)qd, sizeof *d->slots);
+    d->freel = df_xmalloc((size_t)qd * sizeof *d->freel);
+    for (int k = 0; k < qd; k++) {
+      d->slots[k].req.buf = d->mem + (size_t)k * c.slot_bytes;
+      d->slots[k].req.buf_index = bidx;
+      d->slots[k].drive = i;
+      d->freel[d->nfree++] = qd - 1 - k;
+    }
+  }
+  pthread_mutex_lock(&c.mu);
+  c.go = 1;
+  pthread_mutex_unlock(&c.mu);
+  double t0 = df_now();
+  df_io_kick(io, -1);
+  pthread_mutex_lock(&c.mu);
+  while (c.ndone < c.total) pthread_cond_wait(&c.cv, &c.mu);
+  pthread_mutex_unlock(&c.mu);
+  double t1 = df_now();
+  df_io_close(io);
+  if (c.errs) {
+    df_err_set(e, "%d of %d replayed reads failed (first: %s)", c.errs, c.total, c.err);
+  } else {
+    out->reads = c.total;
+    out->bytes = (double)c.total * (double)rd->len;
+    out->seconds = t1 - t0;
+    out->gbps = out->bytes / out->seconds / 1e9;
+    rc = 0;
+  }
+  if (kind != DF_IO_URING) out->registered = 0;
+done_d:
+  for (int i = 0; i < rd->ndrives; i++) {
+    free(c.d[i].seq);
+    free(c.d[i].slots);
+    free(c.d[i].freel);
+    free(c.d[i].mem);
+  }
+  free(c.d);
+done_fds:
+  for (int i = 0; i < rd->nfiles; i++)
+    if (c.fds[i] >= 0) close(c.fds[i]);
+  free(c.fds);
+  pthread_mutex_destroy(&c.mu);
+  pthread_cond_destroy(&c.cv);
+  return rc;
+}
+
+/* ---- fio, for comparison ---- */
+
+void df_bench_fio(const df_bench_reads *rd, int qd, double max_bytes, int emulated,
+                  df_bench_fio_res *out) {
+  memset(out, 0, sizeof *out);
+  if (system("command -v fio >/dev/null 2>&1") != 0) {
+    snprintf(out->why, sizeof out->why, "not installed (no comparison)");
+    return;
+  }
+  if (rd->n < 1) return;
+  const char *file = rd->files[rd->r[0].file];
+  if (strchr(file, '\'')) {
+    snprintf(out->why, sizeof out->why, "skipped: the path contains a quote");
+    return;
+  }
+  struct stat st;
+  if (stat(file, &st) != 0) return;
+  unsigned bs = (unsigned)((rd->len + ALIGN - 1) / ALIGN * ALIGN);
+  uint64_t size = (uint64_t)st.st_size;
+  if (max_bytes > 0 && (double)size > max_bytes) size = (uint64_t)max_bytes;
+  size = size / bs * bs;
+  if (size < bs) {
+    snprintf(out->why, sizeof out->why, "skipped: %s is smaller than one record", file);
+    return;
+  }
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd,
+           "fio --name=deltafin-ceiling --filename='%s' --readonly --rw=read --bs=%u --direct=1 "
+           "--ioengine=io_uring --iodepth=%d --size=%llu --output-format=json 2>/dev/null",
+           file, bs, qd > 0 ? qd : 8, (unsigned long long)size);
+  FILE *p = popen(cmd, "r");
+  if (!p) return;
+  json_error_t je;
+  json_t *j = json_loadf(p, JSON_DISABLE_EOF_CHECK, &je);
+  int st2 = pclose(p);
+  json_t *jobs = j ? json_object_get(j, "jobs") : NULL;
+  json_t *rdj = jobs ? json_object_get(json_array_get(jobs, 0), "read") : NULL;
+  double bw = rdj ? json_number_value(json_object_get(rdj, "bw_bytes")) : 0;
+  if (st2 != 0 || bw <= 0) {
+    snprintf(out->why, sizeof out->why, "fio failed on %s (exit %d)", file, st2);
+    json_decref(j);
+    return;
+  }
+  json_decref(j);
+  out->ran = 1;
+  out->gbps = bw / 1e9;
+  out->bs = bs;
+  out->iodepth = qd > 0 ? qd : 8;
+  snprintf(out->engine, sizeof out->engine, "io_uring");
+  snprintf(out->file, sizeof out->file, "%s", file);
+  snprintf(out->pattern, sizeof out->pattern, "%s", emulated ? "sequential, raw disk: NOT emulated" : "sequential");
+}

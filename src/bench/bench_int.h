@@ -1,0 +1,85 @@
+/* Internal to the bench component: result records, and the storage ceiling
+ * (bench_ceiling.c). */
+#ifndef DF_BENCH_BENCH_INT_H
+#define DF_BENCH_BENCH_INT_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+#include "format/config.h"
+
+typedef struct df_bench_stat {
+  double median, min, max;
+} df_bench_stat;
+
+typedef struct df_bench_phase {
+  df_bench_stat s_per_token, tokens_per_s, expert_bytes_per_token, read_gbps, io_wait_frac,
+      compute_s_per_token, cache_hit_rate, amplification;
+} df_bench_phase;
+
+typedef struct df_bench_ceiling_res {
+  double gbps, bytes, seconds;
+  int reads, registered;
+} df_bench_ceiling_res;
+
+typedef struct df_bench_fio_res {
+  int ran;
+  double gbps;
+  char engine[16], file[512], pattern[64], why[256];
+  unsigned bs;
+  int iodepth;
+} df_bench_fio_res;
+
+typedef struct df_bench_result {
+  df_bench_phase prefill, decode;
+  int prompt_tokens, new_tokens, repeat;
+  double decode_bytes, record_bytes;
+  char kernels[32], io[16], source[600];
+  int threads, queue_depth, ndrives, o_direct;
+  int have_ceiling;
+  df_bench_ceiling_res ceiling;
+  df_bench_fio_res fio;
+  char *drives_json;
+} df_bench_result;
+
+/* Expert reads to replay: which file (and drive) and where. */
+typedef struct df_bench_read {
+  int file;
+  uint64_t off; /* the record's first byte (not aligned) */
+} df_bench_read;
+
+typedef struct df_bench_reads {
+  int nfiles;
+  char **files;   /* paths */
+  int *drive;     /* drive of each file */
+  int ndrives;
+  uint64_t len;   /* record bytes */
+  df_bench_read *r;
+  int n;
+} df_bench_reads;
+
+/* The reads a store trace recorded ("k":"read", ok), in order, located in
+ * the pack (manifest, or the one recorded in model_dir) or in the shards
+ * (no_pack or no pack present): the drive each was read from is kept. */
+int df_bench_reads_from_trace(df_bench_reads *rd, const char *trace, const char *model_dir,
+                              const df_config *c, const char *manifest, int no_pack, df_err *e);
+void df_bench_reads_free(df_bench_reads *rd);
+
+typedef struct df_bench_ceiling_opts {
+  const char *io;      /* "uring" | "pread" as the store used */
+  int qd;              /* per drive, as the store used */
+  const char *emulate; /* as the store used */
+  double max_bytes;    /* replay the reads (cycling) until this many bytes */
+} df_bench_ceiling_opts;
+
+/* Replays the reads through the store's I/O engine (store/io.h) with O_DIRECT
+ * buffers of the store's size and alignment, no compute. */
+int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
+                     df_bench_ceiling_res *out, df_err *e);
+
+/* fio on the first read's file, sequential reads of the record size at the
+ * same queue depth (O_DIRECT); fills why when fio is absent or fails. */
+void df_bench_fio(const df_bench_reads *rd, int qd, double max_bytes, int emulated,
+                  df_bench_fio_res *out);
+
+#endif

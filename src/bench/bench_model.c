@@ -1,0 +1,507 @@
+/* `deltafin bench --model DIR`: prefill and decode through the engine API,
+ * per-phase numbers from the expert store's own statistics, and the storage
+ * ceiling (see bench_ceiling.c).
+ *
+ * Each repeat is a fresh session: prefill P prompt tokens (one batch, or
+ * chunks of --prefill-chunk), then N greedy decode steps. The store's
+ * counters (bytes read, requests, cache hits, time the model waited on
+ * experts) are read before and after each phase, so every phase number is a
+ * difference of the store's own totals, not an estimate. Medians and the
+ * min..max spread are over the repeats. A warm-up (a short prefill and two
+ * decode steps) runs first so one-time costs (page faults of the spine,
+ * buffer allocation, thread start) are not counted. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "bench/bench.h"
+#include "bench/bench_int.h"
+#include "engine/engine.h"
+#include "store/pack.h"
+
+/* ---- store counters ---- */
+
+typedef struct snap {
+  double bytes, req, hits, wait;
+} snap;
+
+static double jnum(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+static json_t *store_json(df_engine *en) {
+  char *s = df_engine_stats_json(en);
+  json_t *o = s ? json_loads(s, 0, NULL) : NULL;
+  free(s);
+  json_t *st = o ? json_object_get(o, "store") : NULL;
+  if (st) json_incref(st);
+  json_decref(o);
+  return st;
+}
+
+static void take_snap(df_engine *en, snap *sn) {
+  json_t *st = store_json(en);
+  memset(sn, 0, sizeof *sn);
+  sn->bytes = (double)df_engine_expert_bytes(en);
+  if (st) {
+    sn->req = jnum(st, "expert_requests");
+    sn->hits = jnum(st, "cache_hits");
+    sn->wait = jnum(st, "wait_seconds");
+  }
+  json_decref(st);
+}
+
+/* ---- statistics over repeats ---- */
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static void spread(const double *v, int n, df_bench_stat *s) {
+  double *t = df_xmalloc((size_t)n * sizeof *t);
+  memcpy(t, v, (size_t)n * sizeof *t);
+  qsort(t, (size_t)n, sizeof *t, cmp_d);
+  s->min = t[0];
+  s->max = t[n - 1];
+  s->median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  free(t);
+}
+
+enum { M_SPT, M_TPS, M_BPT, M_GBPS, M_WAIT, M_COMP, M_HIT, M_AMP, NM };
+
+static void phase_metrics(double dt, int tokens, const snap *a, const snap *b, double rec,
+                          double *m) {
+  double bytes = b->bytes - a->bytes, req = b->req - a->req, hits = b->hits - a->hits;
+  double wait = b->wait - a->wait;
+  m[M_SPT] = dt / tokens;
+  m[M_TPS] = tokens / dt;
+  m[M_BPT] = bytes / tokens;
+  m[M_GBPS] = bytes / dt / 1e9;
+  m[M_WAIT] = wait / dt;
+  m[M_COMP] = (dt - wait) / tokens;
+  m[M_HIT] = req > 0 ? hits / req : 0;
+  /* bytes read over the bytes of the experts the batches needed (each
+   * request is one unique expert of one layer batch) */
+  m[M_AMP] = req > 0 && rec > 0 ? bytes / (req * rec) : 0;
+}
+
+static int argmax(const float *x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+
+static int prefill(df_session *s, const int *ids, int n, int chunk, float *logits, df_err *e) {
+  if (chunk <= 0) chunk = n;
+  for (int off = 0; off < n; off += chunk) {
+    int m = n - off < chunk ? n - off : chunk;
+    if (df_session_forward(s, ids + off, m, off + m == n ? logits : NULL, NULL, e)) return -1;
+  }
+  return 0;
+}
+
+static int decode(df_session *s, int n, float *logits, int vocab, df_err *e) {
+  for (int i = 0; i < n; i++) {
+    int id = argmax(logits, vocab);
+    if (df_session_forward(s, &id, 1, logits, NULL, e)) return -1;
+  }
+  return 0;
+}
+
+static void fill_phase(df_bench_phase *p, double (*v)[NM], int R) {
+  double *col = df_xmalloc((size_t)R * sizeof *col);
+  df_bench_stat *dst[NM] = {&p->s_per_token, &p->tokens_per_s, &p->expert_bytes_per_token,
+                            &p->read_gbps,   &p->io_wait_frac, &p->compute_s_per_token,
+                            &p->cache_hit_rate, &p->amplification};
+  for (int k = 0; k < NM; k++) {
+    for (int r = 0; r < R; r++) col[r] = v[r][k];
+    spread(col, R, dst[k]);
+  }
+  free(col);
+}
+
+/* One configuration: open, warm up, repeat, measure the ceiling. */
+static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_result *res,
+                     df_err *e) {
+  memset(res, 0, sizeof *res);
+  char tpath[] = "/tmp/deltafin-bench-trace.XXXXXX";
+  int tfd = mkstemp(tpath);
+  if (tfd < 0) return df_err_errno(e, "creating a trace file in /tmp");
+  close(tfd);
+
+  df_engine_opts eo;
+  df_engine_opts_default(&eo);
+  eo.model_dir = o->model_dir;
+  eo.threads = o->threads;
+  eo.kernels_scalar = o->kernels_scalar;
+  eo.store_manifest = manifest;
+  eo.no_pack = o->no_pack;
+  eo.cache_mb = o->cache_mb;
+  eo.io = o->io;
+  eo.prefetch = o->prefetch;
+  eo.emulate_drives = o->emulate;
+  eo.trace_path = o->no_ceiling ? NULL : tpath;
+  df_engine *en = NULL;
+  if (df_engine_open(&en, &eo, e)) {
+    unlink(tpath);
+    return -1;
+  }
+  const df_config *c = df_engine_config(en);
+  int vocab = c->vocab, P = o->prompt_tokens, N = o->new_tokens, R = o->repeat;
+  /* a fixed pseudo-random prompt over ordinary (non-special) ids */
+  int span = vocab > 512 ? vocab - 256 : vocab;
+  int *ids = df_xmalloc((size_t)P * sizeof *ids);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < P; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    ids[i] = (int)((x >> 33) % (uint64_t)span);
+  }
+  float *logits = df_xmalloc((size_t)vocab * sizeof *logits);
+  int rc = -1;
+  double(*pm)[NM] = df_xcalloc((size_t)R, sizeof *pm);
+  double(*dm)[NM] = df_xcalloc((size_t)R, sizeof *dm);
+  double *dec0 = df_xcalloc((size_t)R, sizeof *dec0), *dec1 = df_xcalloc((size_t)R, sizeof *dec1);
+  json_t *st0 = store_json(en);
+  double rec = st0 ? jnum(st0, "record_bytes") : 0;
+  res->queue_depth = st0 ? (int)jnum(st0, "queue_depth") : 0;
+  snprintf(res->io, sizeof res->io, "%s",
+           st0 && json_is_string(json_object_get(st0, "io")) ? json_string_value(json_object_get(st0, "io")) : "?");
+  res->o_direct = st0 ? json_is_true(json_object_get(st0, "o_direct")) : 0;
+  json_decref(st0);
+  res->record_bytes = rec;
+  snprintf(res->kernels, sizeof res->kernels, "%s", df_engine_kernels(en));
+  res->threads = df_engine_threads(en);
+  {
+    json_t *st = store_json(en);
+    const char *src = st ? json_string_value(json_object_get(st, "source")) : NULL;
+    const char *loc = st ? json_string_value(json_object_get(st, "location")) : NULL;
+    json_t *drv = st ? json_object_get(st, "drives") : NULL;
+    res->ndrives = drv ? (int)json_array_size(drv) : 0;
+    snprintf(res->source, sizeof res->source, "%s %s", src ? src : "?", loc ? loc : "?");
+    json_decref(st);
+  }
+
+  /* warm-up */
+  {
+    df_session *s = df_session_new(en);
+    int wp = P < 8 ? P : 8;
+    if (prefill(s, ids, wp, 0, logits, e) || decode(s, 2, logits, vocab, e)) {
+      df_session_free(s);
+      goto out;
+    }
+    df_session_free(s);
+  }
+  for (int r = 0; r < R; r++) {
+    df_session *s = df_session_new(en);
+    snap a, b, d;
+    take_snap(en, &a);
+    double t0 = df_now();
+    if (prefill(s, ids, P, o->prefill_chunk, logits, e)) {
+      df_session_free(s);
+      goto out;
+    }
+    double t1 = df_now();
+    take_snap(en, &b);
+    double t2 = df_now();
+    if (decode(s, N, logits, vocab, e)) {
+      df_session_free(s);
+      goto out;
+    }
+    double t3 = df_now();
+    take_snap(en, &d);
+    df_session_free(s);
+    phase_metrics(t1 - t0, P, &a, &b, rec, pm[r]);
+    phase_metrics(t3 - t2, N, &b, &d, rec, dm[r]);
+    res->decode_bytes += d.bytes - b.bytes;
+    dec0[r] = b.bytes;
+    dec1[r] = d.bytes;
+    if (!o->json)
+      fprintf(stderr, "repeat %d/%d: prefill %.4f s/token, decode %.4f s/token, %.2f GB/s expert reads\n",
+              r + 1, R, pm[r][M_SPT], dm[r][M_SPT], dm[r][M_GBPS]);
+  }
+  fill_phase(&res->prefill, pm, R);
+  fill_phase(&res->decode, dm, R);
+  res->prompt_tokens = P;
+  res->new_tokens = N;
+  res->repeat = R;
+  {
+    json_t *st = store_json(en);
+    json_t *drv = st ? json_object_get(st, "drives") : NULL;
+    res->drives_json = drv ? json_dumps(drv, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(st);
+  }
+  rc = 0;
+  /* the ceiling: the records this run read, located before the engine
+   * (and its cache) goes away */
+  df_bench_reads rd = {0};
+  if (!o->no_ceiling && df_bench_reads_from_trace(&rd, tpath, o->model_dir, c, manifest,
+                                                  o->no_pack, e) < 0) {
+    df_log_warn("storage ceiling not measured: %s", e->msg);
+    rd.n = 0;
+  }
+  df_engine_close(en);
+  en = NULL;
+  if (!o->no_ceiling && rd.n > 0 && rec > 0) {
+    /* The store writes a read's trace line and adds its bytes under one
+     * lock, so the i-th successful read in the trace is the one that took
+     * the byte counter from i*rec to (i+1)*rec: the decode reads of repeat r
+     * are exactly the lines [dec0[r]/rec, dec1[r]/rec). Replay those, in
+     * order (up to 4 GB, at least one repeat's). */
+    df_bench_read *sel = df_xmalloc((size_t)rd.n * sizeof *sel);
+    int ns = 0;
+    for (int r = 0; r < R; r++) {
+      long a = (long)(dec0[r] / rec + 0.5), b = (long)(dec1[r] / rec + 0.5);
+      if (r > 0 && (double)ns * rec >= 4e9) break;
+      for (long i = a; i < b && i < rd.n; i++) sel[ns++] = rd.r[i];
+    }
+    free(rd.r);
+    rd.r = sel;
+    rd.n = ns;
+  }
+  if (!o->no_ceiling && rd.n > 0) {
+    df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->emulate};
+    if (df_bench_ceiling(&rd, &co, &res->ceiling, e) == 0) res->have_ceiling = 1;
+    else df_log_warn("storage ceiling not measured: %s", e->msg);
+    df_bench_fio(&rd, res->queue_depth, res->ceiling.bytes, o->emulate != NULL, &res->fio);
+  }
+  df_bench_reads_free(&rd);
+out:
+  if (en) df_engine_close(en);
+  unlink(tpath);
+  free(ids);
+  free(logits);
+  free(pm);
+  free(dm);
+  free(dec0);
+  free(dec1);
+  return rc;
+}
+
+/* ---- printing ---- */
+
+static void print_stat_row(FILE *out, const char *name, const df_bench_phase *p) {
+  fprintf(out, "%-8s %9.4f [%.4f..%.4f] %9.2f %11.1f %9.3f %6.0f%% %9.4f %8.1f%% %6.2f\n", name,
+          p->s_per_token.median, p->s_per_token.min, p->s_per_token.max, p->tokens_per_s.median,
+          p->expert_bytes_per_token.median / 1e6, p->read_gbps.median, 100 * p->io_wait_frac.median,
+          p->compute_s_per_token.median, 100 * p->cache_hit_rate.median, p->amplification.median);
+}
+
+static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result *r) {
+  fprintf(out, "experts from %s (%d drive%s%s), io %s qd %d%s, cache %ld MB; kernels %s, %d threads\n",
+          r->source, r->ndrives, r->ndrives == 1 ? "" : "s", o->emulate ? ", EMULATED" : "", r->io,
+          r->queue_depth, r->o_direct ? " O_DIRECT" : " (page cache!)", o->cache_mb, r->kernels, r->threads);
+  fprintf(out, "prompt %d tokens (%s), %d new tokens, %d repeat%s after a warm-up; median [min..max]\n",
+          r->prompt_tokens, o->prefill_chunk > 0 ? "chunked" : "one batch", r->new_tokens, r->repeat,
+          r->repeat == 1 ? "" : "s");
+  fprintf(out, "%-8s %27s %9s %11s %9s %7s %9s %9s %6s\n", "phase", "s/token", "tok/s", "expert MB/t",
+          "read GB/s", "IOwait", "compute/t", "cache hit", "ampl");
+  print_stat_row(out, "prefill", &r->prefill);
+  print_stat_row(out, "decode", &r->decode);
+  if (r->have_ceiling) {
+    fprintf(out, "storage ceiling: the store's I/O engine (%s, qd %d per drive%s) replaying the decode phase's %d expert reads (%.2f GB) in order, no compute: %.3f GB/s%s\n",
+            r->io, r->queue_depth, r->ceiling.registered ? ", registered buffers" : "", r->ceiling.reads,
+            r->ceiling.bytes / 1e9, r->ceiling.gbps, o->emulate ? " (EMULATED drives)" : "");
+    fprintf(out, "storage efficiency (decode expert-read GB/s / ceiling): %.1f%%\n",
+            100 * r->decode.read_gbps.median / r->ceiling.gbps);
+    double read_t = r->decode.expert_bytes_per_token.median / (r->ceiling.gbps * 1e9);
+    fprintf(out, "decode per token: compute (not waiting on experts) %.4f s vs reading its experts at the ceiling %.4f s: %s\n",
+            r->decode.compute_s_per_token.median, read_t,
+            r->decode.compute_s_per_token.median < read_t ? "I/O-bound" : "compute-bound");
+  } else if (!o->no_ceiling) {
+    fprintf(out, "storage ceiling: not measured (see the warning above)\n");
+  }
+  if (r->fio.ran)
+    fprintf(out, "fio (%s, %s, bs %u KiB, iodepth %d, O_DIRECT, %s): %.3f GB/s%s\n", r->fio.engine,
+            r->fio.file, r->fio.bs >> 10, r->fio.iodepth, r->fio.pattern, r->fio.gbps,
+            r->have_ceiling ? "" : "");
+  else if (r->fio.why[0])
+    fprintf(out, "fio: %s\n", r->fio.why);
+  if (r->decode.s_per_token.median > 0)
+    fprintf(out, "prefill s/token over decode s/token: %.3f\n",
+            r->prefill.s_per_token.median / r->decode.s_per_token.median);
+}
+
+static json_t *stat_json(const df_bench_stat *s) {
+  json_t *o = json_object();
+  json_object_set_new(o, "median", json_real(s->median));
+  json_object_set_new(o, "min", json_real(s->min));
+  json_object_set_new(o, "max", json_real(s->max));
+  return o;
+}
+
+static json_t *phase_json(const df_bench_phase *p) {
+  json_t *o = json_object();
+  json_object_set_new(o, "s_per_token", stat_json(&p->s_per_token));
+  json_object_set_new(o, "tokens_per_s", stat_json(&p->tokens_per_s));
+  json_object_set_new(o, "expert_bytes_per_token", stat_json(&p->expert_bytes_per_token));
+  json_object_set_new(o, "read_gbps", stat_json(&p->read_gbps));
+  json_object_set_new(o, "io_wait_fraction", stat_json(&p->io_wait_frac));
+  json_object_set_new(o, "compute_s_per_token", stat_json(&p->compute_s_per_token));
+  json_object_set_new(o, "cache_hit_rate", stat_json(&p->cache_hit_rate));
+  json_object_set_new(o, "read_amplification", stat_json(&p->amplification));
+  return o;
+}
+
+static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
+  json_t *j = json_object();
+  json_object_set_new(j, "decode_s_per_token", json_real(r->decode.s_per_token.median));
+  json_object_set_new(j, "prefill_s_per_token", json_real(r->prefill.s_per_token.median));
+  json_object_set_new(j, "expert_read_gbps", json_real(r->decode.read_gbps.median));
+  json_object_set_new(j, "ceiling_gbps", r->have_ceiling ? json_real(r->ceiling.gbps) : json_null());
+  json_object_set_new(j, "storage_efficiency",
+                      r->have_ceiling ? json_real(r->decode.read_gbps.median / r->ceiling.gbps) : json_null());
+  json_object_set_new(j, "prefill_read_amplification", json_real(r->prefill.amplification.median));
+  json_object_set_new(j, "fio_gbps", r->fio.ran ? json_real(r->fio.gbps) : json_null());
+  json_object_set_new(j, "emulated", o->emulate ? json_string(o->emulate) : json_null());
+  json_object_set_new(j, "source", json_string(r->source));
+  json_object_set_new(j, "drives", json_integer(r->ndrives));
+  json_object_set_new(j, "io", json_string(r->io));
+  json_object_set_new(j, "queue_depth", json_integer(r->queue_depth));
+  json_object_set_new(j, "cache_mb", json_integer(o->cache_mb));
+  json_object_set_new(j, "kernels", json_string(r->kernels));
+  json_object_set_new(j, "threads", json_integer(r->threads));
+  json_object_set_new(j, "prompt_tokens", json_integer(r->prompt_tokens));
+  json_object_set_new(j, "new_tokens", json_integer(r->new_tokens));
+  json_object_set_new(j, "prefill_chunk", json_integer(o->prefill_chunk));
+  json_object_set_new(j, "repeat", json_integer(r->repeat));
+  json_object_set_new(j, "prefill", phase_json(&r->prefill));
+  json_object_set_new(j, "decode", phase_json(&r->decode));
+  if (r->have_ceiling) {
+    json_t *c = json_object();
+    json_object_set_new(c, "gbps", json_real(r->ceiling.gbps));
+    json_object_set_new(c, "bytes", json_real(r->ceiling.bytes));
+    json_object_set_new(c, "reads", json_integer(r->ceiling.reads));
+    json_object_set_new(c, "seconds", json_real(r->ceiling.seconds));
+    json_object_set_new(c, "registered_buffers", json_boolean(r->ceiling.registered));
+    json_object_set_new(j, "ceiling", c);
+  }
+  json_t *dr = r->drives_json ? json_loads(r->drives_json, 0, NULL) : NULL;
+  json_object_set_new(j, "store_drives", dr ? dr : json_null());
+  return j;
+}
+
+/* ---- drives and the ladder ---- */
+
+static int split_list(const char *s, char ***out) {
+  int n = 0;
+  char **v = NULL;
+  char *dup = df_xstrdup(s), *save = NULL;
+  for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    v = df_xrealloc(v, (size_t)(n + 1) * sizeof *v);
+    v[n++] = df_xstrdup(t);
+  }
+  free(dup);
+  *out = v;
+  return n;
+}
+
+/* Packs the model onto k drives (subfolders deltafin-bench-<k> of each, so
+ * the packs of a ladder do not overwrite each other and a re-run resumes
+ * them); *manifest gets the manifest path (caller frees). */
+static int pack_k(const df_bench_mopts *o, char **drives, int k, int quiet, char **manifest,
+                  df_err *e) {
+  char sub[64];
+  snprintf(sub, sizeof sub, "deltafin-bench-%d", k);
+  char **dirs = df_xcalloc((size_t)k, sizeof *dirs);
+  for (int i = 0; i < k; i++) dirs[i] = df_path_join(drives[i], sub);
+  char *mf = df_path_join(dirs[0], "manifest.json");
+  df_pack_opts po = {.model_dir = o->model_dir, .ndrives = k, .drives = (const char *const *)dirs,
+                     .heat_path = "", .manifest_out = mf, .progress = !quiet};
+  if (!quiet) fprintf(stderr, "packing the experts onto %d drive%s (%s%s)...\n", k, k == 1 ? "" : "s", dirs[0], k > 1 ? ", ..." : "");
+  int rc = df_pack(&po, e);
+  for (int i = 0; i < k; i++) free(dirs[i]);
+  free(dirs);
+  if (rc) {
+    free(mf);
+    return -1;
+  }
+  *manifest = mf;
+  return 0;
+}
+
+int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
+  char **drives = NULL;
+  int nd = 0;
+  if (o->drives) nd = split_list(o->drives, &drives);
+  if (o->ladder && nd == 0) {
+    if (!o->emulate)
+      return df_err_set(e, "--ladder needs --drives D1,D2,... (real drives) or --emulate-drives BW "
+                           "(then 4 emulated drives are packed under %s/bench-drives)", o->model_dir);
+    nd = 4;
+    drives = df_xcalloc(4, sizeof *drives);
+    char *base = df_path_join(o->model_dir, "bench-drives");
+    for (int i = 0; i < 4; i++) {
+      char nm[16];
+      snprintf(nm, sizeof nm, "d%d", i + 1);
+      drives[i] = df_path_join(base, nm);
+    }
+    free(base);
+  }
+  if ((o->store || o->no_pack) && nd > 0) {
+    for (int i = 0; i < nd; i++) free(drives[i]);
+    free(drives);
+    return df_err_set(e, "--drives/--ladder pack the experts themselves: drop --store/--no-pack");
+  }
+  int k0 = o->ladder ? 1 : nd, k1 = nd;
+  int nres = nd > 0 ? k1 - k0 + 1 : 1;
+  df_bench_result *res = df_xcalloc((size_t)nres, sizeof *res);
+  int rc = 0;
+  for (int i = 0; i < nres; i++) {
+    char *mf = NULL;
+    if (nd > 0 && pack_k(o, drives, k0 + i, o->json, &mf, e)) {
+      rc = -1;
+      nres = i;
+      break;
+    }
+    if (bench_one(o, mf ? mf : o->store, &res[i], e)) {
+      free(mf);
+      rc = -1;
+      nres = i;
+      break;
+    }
+    free(mf);
+    if (!o->json) {
+      if (nd > 0) fprintf(out, "== %d drive%s ==\n", k0 + i, k0 + i == 1 ? "" : "s");
+      print_text(out, o, &res[i]);
+    }
+  }
+  if (rc == 0 && o->ladder && !o->json) {
+    fprintf(out, "\ndrive ladder%s: drives, decode s/token, tok/s, expert read GB/s, ceiling GB/s, efficiency, speed-up vs 1 drive\n",
+            o->emulate ? " (EMULATED drives)" : "");
+    for (int i = 0; i < nres; i++) {
+      const df_bench_result *r = &res[i];
+      fprintf(out, "%6d %10.4f %8.2f %10.3f %10.3f %9.1f%% %8.2fx\n", k0 + i, r->decode.s_per_token.median,
+              r->decode.tokens_per_s.median, r->decode.read_gbps.median, r->have_ceiling ? r->ceiling.gbps : 0,
+              r->have_ceiling ? 100 * r->decode.read_gbps.median / r->ceiling.gbps : 0,
+              r->decode.tokens_per_s.median / res[0].decode.tokens_per_s.median);
+    }
+  }
+  if (rc == 0 && o->json) {
+    json_t *j = result_json(o, &res[nres - 1]);
+    if (o->ladder) {
+      json_t *l = json_array();
+      for (int i = 0; i < nres; i++) {
+        json_t *x = result_json(o, &res[i]);
+        json_object_set_new(x, "drives", json_integer(k0 + i));
+        json_array_append_new(l, x);
+      }
+      json_object_set_new(j, "ladder", l);
+    }
+    json_dumpf(j, out, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    fputc('\n', out);
+    json_decref(j);
+  }
+  for (int i = 0; i < nres; i++) free(res[i].drives_json);
+  free(res);
+  for (int i = 0; i < nd; i++) free(drives[i]);
+  free(drives);
+  return rc;
+}
