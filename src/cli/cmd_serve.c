@@ -1,12 +1,156 @@
-/* Placeholder until the owning component lands; replaced by the real command. */
+/* deltafin serve: the OpenAI-compatible HTTP server (src/serve). */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/err.h"
 #include "cli/cli.h"
+#include "engine/engine.h"
+#include "serve/server.h"
 
-void df_cmd_serve_help(void) { printf("usage: deltafin serve (not built yet)\n"); }
+void df_cmd_serve_help(void) {
+  printf(
+      "usage: deltafin serve --model DIR [options]\n"
+      "\n"
+      "Serves the model over an OpenAI-compatible HTTP API: GET /v1/models,\n"
+      "POST /v1/chat/completions, POST /v1/completions (also without /v1), GET /health.\n"
+      "One generation runs at a time; SIGINT/SIGTERM stop the server cleanly.\n"
+      "\n"
+      "server:\n"
+      "  --model DIR              checkpoint directory (required)\n"
+      "  --host ADDR              address to listen on (default 127.0.0.1)\n"
+      "  --port N                 TCP port (default 8000; 0 = any free port, logged)\n"
+      "  --model-id ID            model id clients send (default: from the checkpoint)\n"
+      "  --api-key KEY            require 'Authorization: Bearer KEY' (default: env\n"
+      "                           DELTAFIN_API_KEY; none if unset)\n"
+      "  --queue N                requests that may wait while one generates (default 0:\n"
+      "                           429 with Retry-After when busy)\n"
+      "  --max-request-bytes N    larger request bodies get 413 (default 1048576)\n"
+      "\n"
+      "engine (as for run):\n"
+      "  --threads N              compute threads (default: all cores)\n"
+      "  --spine bf16|int8        dense weights as stored or the row-int8 copy\n"
+      "  --scalar                 use the scalar reference kernels\n"
+      "  --store MANIFEST         expert store manifest (default: the model's pack, if any)\n"
+      "  --no-pack                read experts from the checkpoint shards\n"
+      "  --cache-mb N             expert cache size in MiB\n"
+      "  --io uring|pread         expert read path\n"
+      "  --prefetch off|gate|prev|auto\n"
+      "  --emulate-drives SPEC    emulate drives (testing)\n"
+      "  --trace PATH             write a read trace\n"
+      "\n"
+      "testing:\n"
+      "  --debug-token-delay-ms N pause after every generated token\n");
+}
 
 int df_cmd_serve(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return df_cli_fail("'serve' is not built yet");
+  if (df_cli_wants_help(argc, argv)) {
+    df_cmd_serve_help();
+    return 0;
+  }
+  df_engine_opts eo;
+  df_engine_opts_default(&eo);
+  df_serve_opts so;
+  df_serve_opts_default(&so);
+  so.api_key = getenv("DELTAFIN_API_KEY");
+  if (so.api_key && !*so.api_key) so.api_key = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long x;
+#define NEED_VAL() \
+  do { \
+    if (!v) return df_cli_fail("%s needs a value", a); \
+    i++; \
+  } while (0)
+    if (!strcmp(a, "--model")) {
+      NEED_VAL();
+      eo.model_dir = v;
+    } else if (!strcmp(a, "--host")) {
+      NEED_VAL();
+      so.host = v;
+    } else if (!strcmp(a, "--port")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 65535, &x)) return 1;
+      so.port = (int)x;
+    } else if (!strcmp(a, "--model-id")) {
+      NEED_VAL();
+      if (!*v) return df_cli_fail("--model-id must not be empty");
+      so.model_id = v;
+    } else if (!strcmp(a, "--api-key")) {
+      NEED_VAL();
+      if (!*v) return df_cli_fail("--api-key must not be empty");
+      so.api_key = v;
+    } else if (!strcmp(a, "--queue")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 4096, &x)) return 1;
+      so.queue = (int)x;
+    } else if (!strcmp(a, "--max-request-bytes")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 64, 1L << 30, &x)) return 1;
+      so.max_request_bytes = (size_t)x;
+    } else if (!strcmp(a, "--debug-token-delay-ms")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 60000, &x)) return 1;
+      so.token_delay_ms = (int)x;
+    } else if (!strcmp(a, "--threads")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 4096, &x)) return 1;
+      eo.threads = (int)x;
+    } else if (!strcmp(a, "--spine")) {
+      NEED_VAL();
+      if (!strcmp(v, "bf16")) eo.spine = DF_SPINE_BF16;
+      else if (!strcmp(v, "int8")) eo.spine = DF_SPINE_INT8;
+      else return df_cli_fail("--spine: '%s' is not bf16 or int8", v);
+    } else if (!strcmp(a, "--scalar")) {
+      eo.kernels_scalar = 1;
+    } else if (!strcmp(a, "--store")) {
+      NEED_VAL();
+      eo.store_manifest = v;
+    } else if (!strcmp(a, "--no-pack")) {
+      eo.no_pack = 1;
+    } else if (!strcmp(a, "--cache-mb")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 1L << 40, &x)) return 1;
+      eo.cache_mb = x;
+    } else if (!strcmp(a, "--io")) {
+      NEED_VAL();
+      if (strcmp(v, "uring") && strcmp(v, "pread"))
+        return df_cli_fail("--io: '%s' is not uring or pread", v);
+      eo.io = v;
+    } else if (!strcmp(a, "--prefetch")) {
+      NEED_VAL();
+      if (strcmp(v, "off") && strcmp(v, "gate") && strcmp(v, "prev") && strcmp(v, "auto"))
+        return df_cli_fail("--prefetch: '%s' is not off, gate, prev or auto", v);
+      eo.prefetch = v;
+    } else if (!strcmp(a, "--emulate-drives")) {
+      NEED_VAL();
+      eo.emulate_drives = v;
+    } else if (!strcmp(a, "--trace")) {
+      NEED_VAL();
+      eo.trace_path = v;
+    } else {
+      return df_cli_fail("serve: unknown option '%s' (see deltafin serve --help)", a);
+    }
+#undef NEED_VAL
+  }
+  if (!eo.model_dir) return df_cli_fail("serve: --model DIR is required");
+
+  /* SIGINT/SIGTERM are taken by the server with sigwait: block them before
+   * any thread (the engine's pool included) exists, so none of them dies of it. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+  df_err e;
+  df_engine *en = NULL;
+  if (df_engine_open(&en, &eo, &e)) return df_cli_fail("%s", e.msg);
+  int rc = df_serve_run(en, &so, &e);
+  df_engine_close(en);
+  if (rc) return df_cli_fail("%s", e.msg);
+  return 0;
 }

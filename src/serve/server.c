@@ -1,0 +1,729 @@
+#include "serve/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "serve/gentext.h"
+#include "serve/request.h"
+#include "serve/response.h"
+#include "serve/route.h"
+#include "serve/stop.h"
+
+/* How often a waiting connection thread looks at its socket for a client that
+ * went away (a poll, no data is read). */
+#define WAIT_SLICE_MS 20
+/* SSE bytes buffered per stream before the generation waits for the client. */
+#define STREAM_HIGH_WATER (1u << 20)
+
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+typedef struct srv srv;
+
+/* One generation request. Shared by its connection (the request context and,
+ * when streaming, the response) and the generation thread; every field below
+ * the line is guarded by srv.mu, refs counts the holders. */
+typedef struct job {
+  srv *S;
+  df_serve_req req;
+  int *prompt;
+  size_t nprompt;
+  df_serve_meta meta;
+  /* ---- guarded by S->mu ---- */
+  int refs;
+  job_state state;
+  int gone;     /* the client went away */
+  int shutdown; /* cancelled by server shutdown */
+  int peer_fd;  /* dup of the client socket, polled for hang-up; -1 when done */
+  pthread_cond_t cv;
+  df_sbuf out; /* SSE bytes not yet handed to MHD */
+  size_t out_off;
+  long n_gen;
+  /* ---- generation thread only until DONE ---- */
+  df_sbuf reasoning, content; /* non-streamed results */
+  const char *finish;
+  int failed;
+  df_serve_err err;
+  df_gentext gt;
+  df_sbuf frames; /* SSE frames built for the current token */
+} job;
+
+struct srv {
+  df_engine *en;
+  const df_tok *tok;
+  df_serve_opts o;
+  const char *model_id;
+  long max_pos;
+  long long started;
+  df_serve_limits limits;
+  int chat_stop[2], nchat_stop;
+  int text_stop[2], ntext_stop;
+
+  pthread_mutex_t tok_mu; /* encoding happens on connection threads */
+
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv;
+  df_fifo fifo;
+  job *running;
+  int stopping;
+  df_session *sess; /* generation thread only */
+};
+
+/* Per-request state of a connection (MHD's con_cls). */
+typedef struct conn_ctx {
+  double t0;
+  char method[16], path[200], peer[64];
+  df_route route;
+  char arg[200];
+  df_sbuf body;
+  size_t received;
+  int too_big, responded, status;
+  job *j;
+} conn_ctx;
+
+/* ---------------------------------------------------------------- jobs */
+
+static void job_unref_locked(job *j) {
+  if (--j->refs > 0) return;
+  if (j->peer_fd >= 0) close(j->peer_fd);
+  pthread_cond_destroy(&j->cv);
+  df_serve_req_free(&j->req);
+  free(j->prompt);
+  df_sbuf_free(&j->out);
+  df_sbuf_free(&j->reasoning);
+  df_sbuf_free(&j->content);
+  df_gentext_free(&j->gt);
+  df_sbuf_free(&j->frames);
+  free(j);
+}
+
+/* Under S->mu: has the client hung up? Only a poll: nothing is read. */
+static int peer_gone_locked(job *j) {
+  if (j->gone) return 1;
+  if (j->peer_fd < 0) return 0;
+  struct pollfd p = {.fd = j->peer_fd, .events = POLLRDHUP};
+  if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) j->gone = 1;
+  return j->gone;
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_nsec += (long)ms * 1000000L;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void cond_init_mono(pthread_cond_t *cv) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &a);
+  pthread_condattr_destroy(&a);
+}
+
+/* ------------------------------------------------------ generation side */
+
+/* The gentext sink: text a client may see now. */
+static void deliver(void *ud, df_channel ch, const char *text, size_t n) {
+  job *j = ud;
+  if (j->req.stream)
+    df_serve_sse_delta(&j->frames, &j->meta, NULL,
+                       ch == DF_CH_REASONING ? "reasoning_content" : "content", text, n, NULL);
+  else
+    df_sbuf_add(ch == DF_CH_REASONING ? &j->reasoning : &j->content, text, n);
+}
+
+/* Hands the frames built so far to the connection. */
+static void publish(job *j) {
+  srv *S = j->S;
+  pthread_mutex_lock(&S->mu);
+  if (j->frames.n) {
+    df_sbuf_add(&j->out, j->frames.p, j->frames.n);
+    pthread_cond_broadcast(&j->cv);
+  }
+  pthread_mutex_unlock(&S->mu);
+  j->frames.n = 0;
+}
+
+static int on_token(void *ud, int id) {
+  job *j = ud;
+  srv *S = j->S;
+  if (S->o.token_delay_ms > 0) usleep((useconds_t)S->o.token_delay_ms * 1000u);
+  int stopped = df_gentext_push(&j->gt, id);
+  pthread_mutex_lock(&S->mu);
+  j->n_gen++;
+  if (j->frames.n) {
+    df_sbuf_add(&j->out, j->frames.p, j->frames.n);
+    pthread_cond_broadcast(&j->cv);
+  }
+  /* a slow reader holds the generation back instead of growing the buffer */
+  while (j->out.n - j->out_off > STREAM_HIGH_WATER && !peer_gone_locked(j) && !j->shutdown)
+    timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
+  int cancel = peer_gone_locked(j) || j->shutdown;
+  pthread_mutex_unlock(&S->mu);
+  j->frames.n = 0;
+  return cancel || stopped;
+}
+
+static void run_job(srv *S, job *j) {
+  df_gen_opts go;
+  df_gen_opts_default(&go);
+  go.max_new = j->req.max_tokens > 0 ? (int)j->req.max_tokens : (int)(S->max_pos - (long)j->nprompt);
+  if (j->req.kind == DF_SERVE_CHAT) {
+    go.stop_ids = S->chat_stop;
+    go.nstop = S->nchat_stop;
+  } else {
+    go.stop_ids = S->text_stop;
+    go.nstop = S->ntext_stop;
+  }
+  go.temperature = (float)j->req.temperature;
+  go.top_p = (float)j->req.top_p;
+  go.seed = j->req.seed;
+  if (!j->req.has_seed && getrandom(&go.seed, sizeof go.seed, 0) != (ssize_t)sizeof go.seed)
+    go.seed = (uint64_t)time(NULL);
+  go.on_token = on_token;
+  go.ud = j;
+  df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1, j->req.stop,
+                  j->req.stop_len, j->req.nstop, deliver, j);
+
+  if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
+    df_serve_sse_delta(&j->frames, &j->meta, "assistant", "content", "", 0, NULL);
+    publish(j);
+  }
+  df_session_reset(S->sess);
+  int *ids = NULL, nids = 0;
+  df_gen_stats st;
+  memset(&st, 0, sizeof st);
+  df_err e;
+  int rc = df_generate(S->sess, j->prompt, (int)j->nprompt, &go, &ids, &nids, &st, &e);
+  free(ids);
+
+  pthread_mutex_lock(&S->mu);
+  int gone = peer_gone_locked(j), shutdown = j->shutdown;
+  if (!rc) j->n_gen = st.n_gen;
+  pthread_mutex_unlock(&S->mu);
+  int stopped = j->gt.stopped;
+  if (rc) {
+    j->failed = 1;
+    df_serve_err_set(&j->err, 500, "server_error", NULL, NULL, "generation failed: %s", e.msg);
+  } else if (shutdown && !stopped) {
+    j->failed = 1;
+    df_serve_err_set(&j->err, 503, "server_error", "shutting_down", NULL,
+                     "the server is shutting down; the generation was cancelled");
+  } else if (!gone) {
+    df_gentext_finish(&j->gt);
+    j->finish = stopped || st.finish == DF_FINISH_STOP ? "stop" : "length";
+  }
+  if (j->req.stream && !gone) {
+    if (j->failed) {
+      df_serve_sse_error(&j->frames, &j->err);
+    } else {
+      df_serve_sse_delta(&j->frames, &j->meta, NULL, NULL, NULL, 0, j->finish);
+      if (j->req.include_usage) {
+        df_serve_usage u = {(long)j->nprompt, st.n_gen, j->gt.n_reasoning};
+        df_serve_sse_usage(&j->frames, &j->meta, &u);
+      }
+    }
+    df_serve_sse_done(&j->frames);
+  }
+  publish(j);
+}
+
+static void *worker(void *arg) {
+  srv *S = arg;
+  pthread_mutex_lock(&S->mu);
+  for (;;) {
+    while (!S->stopping && S->fifo.n == 0) pthread_cond_wait(&S->work_cv, &S->mu);
+    if (S->stopping) break;
+    job *j = df_fifo_pop(&S->fifo);
+    j->state = JOB_RUNNING;
+    S->running = j;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&S->mu);
+    run_job(S, j);
+    pthread_mutex_lock(&S->mu);
+    j->state = JOB_DONE;
+    if (j->peer_fd >= 0) close(j->peer_fd);
+    j->peer_fd = -1;
+    S->running = NULL;
+    pthread_cond_broadcast(&j->cv);
+    job_unref_locked(j);
+  }
+  pthread_mutex_unlock(&S->mu);
+  return NULL;
+}
+
+/* ------------------------------------------------------------ replies */
+
+static enum MHD_Result reply_body(struct MHD_Connection *c, conn_ctx *r, int status, char *body,
+                                  const char *ctype, const char *hname, const char *hval) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+  if (!resp) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+  if (hname) MHD_add_response_header(resp, hname, hval);
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+  MHD_destroy_response(resp);
+  if (ret == MHD_YES) {
+    r->status = status;
+    r->responded = 1;
+  }
+  return ret;
+}
+
+static enum MHD_Result reply_json(struct MHD_Connection *c, conn_ctx *r, int status, char *body) {
+  return reply_body(c, r, status, body, "application/json", NULL, NULL);
+}
+
+static enum MHD_Result reply_err(struct MHD_Connection *c, conn_ctx *r, const df_serve_err *e,
+                                 const char *hname, const char *hval) {
+  return reply_body(c, r, e->status, df_serve_error_json(e), "application/json", hname, hval);
+}
+
+/* ---------------------------------------------------------- streaming */
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)pos;
+  job *j = cls;
+  srv *S = j->S;
+  ssize_t ret;
+  pthread_mutex_lock(&S->mu);
+  for (;;) {
+    size_t avail = j->out.n - j->out_off;
+    if (avail) {
+      size_t n = avail < max ? avail : max;
+      memcpy(buf, j->out.p + j->out_off, n);
+      j->out_off += n;
+      if (j->out_off == j->out.n) j->out.n = j->out_off = 0;
+      pthread_cond_broadcast(&j->cv);
+      ret = (ssize_t)n;
+      break;
+    }
+    if (j->state == JOB_DONE) {
+      ret = MHD_CONTENT_READER_END_OF_STREAM;
+      break;
+    }
+    if (peer_gone_locked(j)) {
+      ret = MHD_CONTENT_READER_END_WITH_ERROR;
+      break;
+    }
+    timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
+  }
+  pthread_mutex_unlock(&S->mu);
+  return ret;
+}
+
+static void stream_free(void *cls) {
+  job *j = cls;
+  srv *S = j->S; /* j may be freed below */
+  pthread_mutex_lock(&S->mu);
+  if (j->state != JOB_DONE) j->gone = 1; /* the connection ended early */
+  pthread_cond_broadcast(&j->cv);
+  job_unref_locked(j);
+  pthread_mutex_unlock(&S->mu);
+}
+
+/* --------------------------------------------------------- generation */
+
+static int encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df_serve_err *err) {
+  if (q->prompt_is_ids) {
+    *ids = df_xmalloc(q->nprompt_ids * sizeof **ids);
+    memcpy(*ids, q->prompt_ids, q->nprompt_ids * sizeof **ids);
+    *n = q->nprompt_ids;
+    return 0;
+  }
+  size_t cap = 0;
+  df_err e;
+  int rc;
+  *ids = NULL;
+  *n = 0;
+  pthread_mutex_lock(&S->tok_mu);
+  if (q->kind == DF_SERVE_CHAT)
+    rc = df_chat_encode(S->tok, q->msgs, q->nmsgs, q->effort, 1, ids, n, &cap, &e);
+  else
+    rc = df_tok_encode(S->tok, q->prompt, q->prompt_len, ids, n, &cap, &e);
+  pthread_mutex_unlock(&S->tok_mu);
+  if (rc) {
+    free(*ids);
+    *ids = NULL;
+    return df_serve_err_set(err, 400, "invalid_request_error", NULL,
+                            q->kind == DF_SERVE_CHAT ? "messages" : "prompt",
+                            "the prompt cannot be encoded: %s", e.msg);
+  }
+  return 0;
+}
+
+static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_ctx *r,
+                                         df_serve_kind kind) {
+  df_serve_err err;
+  if (r->too_big) {
+    df_serve_err_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                     "the request body is larger than %zu bytes (--max-request-bytes)",
+                     S->o.max_request_bytes);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  job *j = df_xcalloc(1, sizeof *j);
+  j->S = S;
+  j->peer_fd = -1;
+  cond_init_mono(&j->cv);
+  j->refs = 1;
+  if (df_serve_parse(kind, r->body.p ? r->body.p : "", r->body.n, &S->limits, &j->req, &err) ||
+      encode_prompt(S, &j->req, &j->prompt, &j->nprompt, &err) ||
+      df_serve_check_context(&j->req, (long)j->nprompt, S->max_pos, &err)) {
+    pthread_mutex_lock(&S->mu);
+    job_unref_locked(j);
+    pthread_mutex_unlock(&S->mu);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  df_serve_meta_init(&j->meta, kind, S->model_id, (long long)time(NULL));
+  j->meta.include_usage = j->req.include_usage;
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci) j->peer_fd = dup(ci->connect_fd);
+
+  pthread_mutex_lock(&S->mu);
+  if (S->stopping || !df_serve_admit(S->running != NULL, S->fifo.n, S->o.queue)) {
+    int stopping = S->stopping;
+    job_unref_locked(j);
+    pthread_mutex_unlock(&S->mu);
+    if (stopping) {
+      df_serve_err_set(&err, 503, "server_error", "shutting_down", NULL,
+                       "the server is shutting down");
+      return reply_err(c, r, &err, NULL, NULL);
+    }
+    df_serve_err_set(&err, 429, "requests", "rate_limit_exceeded", NULL,
+                     "the server is busy with another generation%s; retry later",
+                     S->o.queue ? " and its queue is full" : "");
+    return reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+  }
+  df_fifo_push(&S->fifo, j);
+  j->refs++; /* the queue's (then the generation thread's) reference */
+  r->j = j;
+  pthread_cond_signal(&S->work_cv);
+  /* wait for our turn; a client that leaves the queue leaves it for good */
+  while (j->state == JOB_QUEUED) {
+    if (peer_gone_locked(j)) {
+      if (df_fifo_remove(&S->fifo, j)) {
+        j->state = JOB_DONE;
+        job_unref_locked(j);
+      }
+      pthread_mutex_unlock(&S->mu);
+      return MHD_NO;
+    }
+    timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
+  }
+  if (j->state == JOB_DONE && j->shutdown) {
+    pthread_mutex_unlock(&S->mu);
+    df_serve_err_set(&err, 503, "server_error", "shutting_down", NULL,
+                     "the server is shutting down");
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  if (j->req.stream) {
+    j->refs++; /* the response's reference */
+    pthread_mutex_unlock(&S->mu);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, stream_free);
+    if (!resp) {
+      stream_free(j);
+      return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    if (ret == MHD_YES) {
+      r->status = 200;
+      r->responded = 1;
+    }
+    return ret;
+  }
+  while (j->state != JOB_DONE) {
+    if (peer_gone_locked(j)) {
+      pthread_mutex_unlock(&S->mu);
+      return MHD_NO;
+    }
+    timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
+  }
+  pthread_mutex_unlock(&S->mu);
+  if (j->failed) return reply_err(c, r, &j->err, NULL, NULL);
+  if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
+  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->gt.n_reasoning};
+  return reply_json(c, r, 200,
+                    df_serve_response_json(&j->meta, j->reasoning.p, j->reasoning.n, j->content.p,
+                                           j->content.n, j->finish, &u));
+}
+
+/* ------------------------------------------------------------ routing */
+
+static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r) {
+  df_serve_err err;
+  if (r->route == DF_ROUTE_MODELS) return reply_json(c, r, 200, df_serve_models_json(S->model_id, S->started));
+  if (r->route == DF_ROUTE_MODEL) {
+    if (!strcmp(r->arg, S->model_id))
+      return reply_json(c, r, 200, df_serve_model_json(S->model_id, S->started));
+    df_serve_err_set(&err, 404, "invalid_request_error", "model_not_found", "model",
+                     "The model '%s' does not exist (this server serves '%s')", r->arg,
+                     S->model_id);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  /* health */
+  pthread_mutex_lock(&S->mu);
+  int busy = S->running != NULL, queued = S->fifo.n;
+  pthread_mutex_unlock(&S->mu);
+  return reply_json(c, r, 200, df_serve_health_json(S->model_id, busy, queued, S->o.queue));
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  (void)version;
+  srv *S = cls;
+  conn_ctx *r = *con_cls;
+  df_serve_err err;
+  if (!r) {
+    r = df_xcalloc(1, sizeof *r);
+    *con_cls = r;
+    r->t0 = df_now();
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->path, sizeof r->path, "%s", url);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+      const struct sockaddr *sa = ci->client_addr;
+      if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof r->peer);
+      else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer, sizeof r->peer);
+    }
+    const char *allow, *arg;
+    r->route = df_serve_route(method, url, &allow, &arg);
+    if (arg) snprintf(r->arg, sizeof r->arg, "%s", arg);
+    if (r->route == DF_ROUTE_NOT_FOUND) {
+      df_serve_err_set(&err, 404, "invalid_request_error", "unknown_url", NULL,
+                       "Invalid URL (%.20s %.200s)", method, url);
+      return reply_err(c, r, &err, NULL, NULL);
+    }
+    if (r->route == DF_ROUTE_BAD_METHOD) {
+      df_serve_err_set(&err, 405, "invalid_request_error", "method_not_allowed", NULL,
+                       "%.20s is not allowed on %.200s (allowed: %s)", method, url, allow);
+      return reply_err(c, r, &err, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    if (S->o.api_key && r->route != DF_ROUTE_HEALTH &&
+        !df_serve_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                      MHD_HTTP_HEADER_AUTHORIZATION),
+                          S->o.api_key)) {
+      df_serve_err_set(&err, 401, "invalid_request_error", "invalid_api_key", NULL,
+                       "Incorrect or missing API key: send 'Authorization: Bearer <key>'");
+      return reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    }
+    if (r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS) {
+      /* refuse an oversized body before reading it */
+      const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_CONTENT_LENGTH);
+      if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (errno || *end || v > S->o.max_request_bytes) {
+          r->too_big = 1;
+          return handle_generation(S, c, r, DF_SERVE_CHAT);
+        }
+      }
+      return MHD_YES;
+    }
+    return handle_get(S, c, r);
+  }
+  if (r->responded) { /* answered early: the rest of the body is dropped */
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    size_t n = *upload_size;
+    *upload_size = 0;
+    r->received += n;
+    if (r->too_big || r->body.n + n > S->o.max_request_bytes) {
+      r->too_big = 1;
+      df_sbuf_free(&r->body);
+      /* a body without a length (chunked) is counted as it arrives; past
+       * any plausible size the connection is dropped instead of drained */
+      if (r->received > S->o.max_request_bytes + (16u << 20)) return MHD_NO;
+      return MHD_YES;
+    }
+    df_sbuf_add(&r->body, upload, n);
+    return MHD_YES;
+  }
+  return handle_generation(S, c, r,
+                           r->route == DF_ROUTE_CHAT ? DF_SERVE_CHAT : DF_SERVE_COMPLETION);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)c;
+  srv *S = cls;
+  conn_ctx *r = *con_cls;
+  if (!r) return;
+  *con_cls = NULL;
+  long np = 0, ng = 0;
+  if (r->j) {
+    job *j = r->j;
+    pthread_mutex_lock(&S->mu);
+    if (j->state != JOB_DONE) j->gone = 1;
+    if (j->state == JOB_QUEUED && df_fifo_remove(&S->fifo, j)) {
+      j->state = JOB_DONE;
+      job_unref_locked(j);
+    }
+    pthread_cond_broadcast(&j->cv);
+    np = (long)j->nprompt;
+    ng = j->n_gen;
+    job_unref_locked(j);
+    pthread_mutex_unlock(&S->mu);
+  }
+  /* one write per line, so concurrent requests never interleave */
+  char line[512];
+  int status = r->status;
+  if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (!r->responded || r->status == 200))
+    status = 499; /* the client closed the connection first (nginx's convention) */
+  int n = snprintf(line, sizeof line, "deltafin: %s %s %s %d tokens=%ld+%ld %.3fs\n",
+                   r->peer[0] ? r->peer : "-", r->method, r->path, status, np, ng,
+                   df_now() - r->t0);
+  if (n > 0) {
+    ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    (void)w;
+  }
+  df_sbuf_free(&r->body);
+  free(r);
+}
+
+/* -------------------------------------------------------------- run */
+
+void df_serve_opts_default(df_serve_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->host = "127.0.0.1";
+  o->port = 8000;
+  o->queue = 0;
+  o->max_request_bytes = 1u << 20;
+}
+
+int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
+  srv S;
+  memset(&S, 0, sizeof S);
+  S.en = en;
+  S.o = *o;
+  S.tok = df_engine_tok(en);
+  S.model_id = o->model_id ? o->model_id : df_engine_model_id(en);
+  const df_config *cfg = df_engine_config(en);
+  S.max_pos = cfg->max_pos;
+  S.started = (long long)time(NULL);
+  S.limits.model_id = S.model_id;
+  S.limits.vocab = df_tok_vocab_size(S.tok);
+  /* As `deltafin run`: a chat ends at <|end_of_msg|>; a plain completion at
+   * the end-of-text id (which run leaves to --stop). */
+  int eom = df_tok_special_id(S.tok, "<|end_of_msg|>");
+  S.chat_stop[S.nchat_stop++] = eom >= 0 ? eom : cfg->eos_id;
+  if (cfg->eos_id >= 0) S.text_stop[S.ntext_stop++] = cfg->eos_id;
+
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  char portstr[16];
+  snprintf(portstr, sizeof portstr, "%d", o->port);
+  int gai = getaddrinfo(o->host, portstr, &hints, &ai);
+  if (gai) return df_err_set(e, "--host %s: %s", o->host, gai_strerror(gai));
+
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  pthread_mutex_init(&S.tok_mu, NULL);
+  pthread_mutex_init(&S.mu, NULL);
+  pthread_cond_init(&S.work_cv, NULL);
+  df_fifo_init(&S.fifo, o->queue > 0 ? o->queue : 1);
+  S.sess = df_session_new(en);
+  pthread_t wt;
+  if (!S.sess || pthread_create(&wt, NULL, worker, &S)) {
+    freeaddrinfo(ai);
+    if (S.sess) df_session_free(S.sess);
+    df_fifo_free(&S.fifo);
+    return df_err_set(e, "serve: cannot start the generation thread");
+  }
+
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+                   MHD_USE_ITC;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  struct MHD_Daemon *d = MHD_start_daemon(
+      flags, (uint16_t)o->port, NULL, NULL, on_request, &S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
+      MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+      MHD_OPTION_END);
+  int rc = 0;
+  if (!d) {
+    rc = df_err_set(e, "serve: cannot listen on %s:%d (port in use or address not local?)",
+                    o->host, o->port);
+  } else {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    int port = di ? di->port : o->port;
+    int v6 = ai->ai_family == AF_INET6;
+    df_log_info("serving '%s' on http://%s%s%s:%d/v1 (queue %d, max request %zu bytes%s)",
+                S.model_id, v6 ? "[" : "", o->host, v6 ? "]" : "", port, o->queue,
+                o->max_request_bytes, o->api_key ? ", API key required" : "");
+    int sig = 0;
+    while (sigwait(&sigs, &sig)) {
+    }
+    df_log_info("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    MHD_socket ls = MHD_quiesce_daemon(d);
+    pthread_mutex_lock(&S.mu);
+    S.stopping = 1;
+    if (S.running) S.running->shutdown = 1;
+    job *j;
+    while ((j = df_fifo_pop(&S.fifo))) {
+      j->state = JOB_DONE;
+      j->shutdown = 1;
+      pthread_cond_broadcast(&j->cv);
+      job_unref_locked(j);
+    }
+    if (S.running) pthread_cond_broadcast(&S.running->cv);
+    pthread_cond_broadcast(&S.work_cv);
+    pthread_mutex_unlock(&S.mu);
+    pthread_join(wt, NULL);
+    MHD_stop_daemon(d);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+  }
+  if (!d) {
+    pthread_mutex_lock(&S.mu);
+    S.stopping = 1;
+    pthread_cond_broadcast(&S.work_cv);
+    pthread_mutex_unlock(&S.mu);
+    pthread_join(wt, NULL);
+  }
+  freeaddrinfo(ai);
+  df_session_free(S.sess);
+  df_fifo_free(&S.fifo);
+  pthread_cond_destroy(&S.work_cv);
+  pthread_mutex_destroy(&S.mu);
+  pthread_mutex_destroy(&S.tok_mu);
+  return rc;
+}

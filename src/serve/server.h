@@ -1,0 +1,30 @@
+/* `deltafin serve`: the OpenAI-compatible HTTP server (libmicrohttpd, one
+ * thread per connection) in front of one engine. One generation thread owns
+ * the session; connection threads validate, tokenize, queue and stream. */
+#ifndef DF_SERVE_SERVER_H
+#define DF_SERVE_SERVER_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+#include "engine/engine.h"
+
+typedef struct df_serve_opts {
+  const char *host;         /* default 127.0.0.1 */
+  int port;                 /* 0: any free port (the log line says which) */
+  const char *model_id;     /* NULL: the engine's id */
+  const char *api_key;      /* NULL: no authentication */
+  int queue;                /* requests that may wait behind the running one */
+  size_t max_request_bytes; /* larger bodies get 413 */
+  int token_delay_ms;       /* testing aid: pause after each generated token */
+} df_serve_opts;
+
+void df_serve_opts_default(df_serve_opts *o);
+
+/* Serves until SIGINT or SIGTERM, then stops accepting, cancels the running
+ * generation, fails the queued ones with 503 and returns 0. The caller must
+ * have blocked SIGINT and SIGTERM before starting any thread (the engine's
+ * included): they are taken here with sigwait. */
+int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e);
+
+#endif
