@@ -165,13 +165,25 @@ TGT static void gemm_f32_v(const float *W, int cols, int r0, int r1, const float
 /* The 32 weights of one group, columns 0..15 in w[0] and 16..31 in w[1].
  * Byte b holds column 2b (low nibble) and 2b+1 (high nibble); interleaving
  * the bytes with themselves shifted right by 4 puts each column's code in
- * the low 4 bits of its own byte, and vpermps only reads those 4 bits. */
-AI void mx_group(const uint8_t *p, uint8_t sc, __m512 lut, __m512 w[2]) {
-  __m512 tab = _mm512_mul_ps(lut, _mm512_set1_ps(df_ke8m0(sc)));
+ * the low 4 bits of its own byte, and vpermps only reads those 4 bits. The
+ * table is the E2M1 table times the group scale (exact, as the scalar code
+ * forms each weight). */
+AI void mx_group(const uint8_t *p, const float *scale, __m512 lut, __m512 w[2]) {
+  __m512 tab = _mm512_mul_ps(lut, _mm512_set1_ps(*scale));
   __m128i b = _mm_loadu_si128((const __m128i *)p);
   __m128i bh = _mm_srli_epi16(b, 4);
   w[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, bh)), tab);
   w[1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, bh)), tab);
+}
+
+/* 16 E8M0 scale bytes (n valid) -> the floats df_ke8m0 gives (s = 0 is
+ * 2^-127), converted together instead of one by one in the inner loop. */
+AI void e8m0x16(const uint8_t *s, int n, float *out) {
+  __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << n) - 1u), s));
+  __m512i f = _mm512_slli_epi32(v, 23);
+  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
+                            _mm512_set1_epi32(0x00400000));
+  _mm512_storeu_si512((void *)out, f);
 }
 
 AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, int rb, int r0,
@@ -179,6 +191,7 @@ AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, in
   int ng = cols / 32;
   __m512 acc[RB][NB];
   const uint8_t *pr[RB], *sr[RB];
+  float sc[RB][16] __attribute__((aligned(64)));
   UNROLL
   for (int a = 0; a < rb; a++) {
     pr[a] = packed + (size_t)(r + a) * (size_t)(cols / 2);
@@ -186,22 +199,27 @@ AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, in
     UNROLL
     for (int t = 0; t < nb; t++) acc[a][t] = _mm512_setzero_ps();
   }
-  for (int g = 0; g < ng; g++) {
-    __m512 x0[NB], x1[NB];
+  for (int g0 = 0; g0 < ng; g0 += 16) {
+    int n16 = ng - g0 < 16 ? ng - g0 : 16;
     UNROLL
-    for (int t = 0; t < nb; t++) {
-      const float *x = X + (size_t)(t0 + t) * ldx + (size_t)g * 32;
-      x0[t] = _mm512_loadu_ps(x);
-      x1[t] = _mm512_loadu_ps(x + 16);
-    }
-    UNROLL
-    for (int a = 0; a < rb; a++) {
-      __m512 w[2];
-      mx_group(pr[a] + (size_t)g * 16, sr[a][g], lut, w);
+    for (int a = 0; a < rb; a++) e8m0x16(sr[a] + g0, n16, sc[a]);
+    for (int g = g0; g < g0 + n16; g++) {
+      __m512 x0[NB], x1[NB];
       UNROLL
-      for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[0], x0[t]));
+      for (int t = 0; t < nb; t++) {
+        const float *x = X + (size_t)(t0 + t) * ldx + (size_t)g * 32;
+        x0[t] = _mm512_loadu_ps(x);
+        x1[t] = _mm512_loadu_ps(x + 16);
+      }
       UNROLL
-      for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[1], x1[t]));
+      for (int a = 0; a < rb; a++) {
+        __m512 w[2];
+        mx_group(pr[a] + (size_t)g * 16, &sc[a][g - g0], lut, w);
+        UNROLL
+        for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[0], x0[t]));
+        UNROLL
+        for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[1], x1[t]));
+      }
     }
   }
   UNROLL
