@@ -51,7 +51,10 @@ int df_session_pos(const df_session *s);
 
 /* Runs n positions through the model as one batch (n = 1 decode, n > 1 a
  * prefill chunk). If logits != NULL it receives the logits of the LAST
- * position (vocab floats); if all_logits != NULL it receives n x vocab. */
+ * position (vocab floats); if all_logits != NULL it receives n x vocab.
+ * Results are bit-identical for any batch split and thread count. On error
+ * the session may be partly advanced: reset it. One engine runs one forward
+ * at a time (sessions of one engine must not run concurrently). */
 int df_session_forward(df_session *s, const int *ids, int n, float *logits, float *all_logits,
                        df_err *e);
 
