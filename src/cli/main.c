@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "kernels/kernels.h"
 
 static const df_cmd cmds[] = {
     {"tokenize", "encode text (or a chat) to token ids", df_cmd_tokenize, df_cmd_tokenize_help},
@@ -35,14 +36,14 @@ static void usage(FILE *f) {
 
 static void version(void) {
   printf("deltafin %s\n", DF_VERSION);
-  printf("features: cpu-scalar");
-#if defined(__x86_64__)
-  printf(" x86_64-simd");
-#endif
-#if defined(__aarch64__)
-  printf(" neon");
-#endif
-  printf(" io_uring pread http-server\n");
+  /* Kernel tables are chosen at run time: list what this binary has and what this CPU runs. */
+  printf("kernels: scalar");
+  const char *simd[] = {"avx2", "avx512", "neon"};
+  for (size_t i = 0; i < sizeof simd / sizeof simd[0]; i++)
+    if (df_kern_by_name(simd[i])) printf(" %s", simd[i]);
+  printf(" (selected: %s)\n", df_kern_select(0)->name);
+  printf("features: io_uring+O_DIRECT expert store, pread fallback, MXFP4 experts, bf16/row-int8 spine,"
+         " OpenAI-compatible server (SSE)\n");
   printf("compiler: %s\n", __VERSION__);
 }
 
