@@ -147,6 +147,20 @@ static void *uring_main(void *arg) {
   arm_event(d, &evbuf);
   io_uring_submit(&d->ring);
   for (;;) {
+    /* Release emulated completions whose time has come (this frees depth, so
+     * it comes before taking new reads). */
+    double now = df_now(), next = 0;
+    for (int i = 0; i < nheld;) {
+      if (hq[i].t <= now) {
+        df_io_req *r = hq[i].r;
+        hq[i] = hq[--nheld];
+        r->t_done = df_now();
+        io->ops.done(io->ops.ctx, d->idx, r);
+      } else {
+        if (next == 0 || hq[i].t < next) next = hq[i].t;
+        i++;
+      }
+    }
     while (inflight + nheld < io->qd) {
       df_io_req *r = io->ops.take(io->ops.ctx, d->idx);
       if (!r) break;
@@ -164,35 +178,8 @@ static void *uring_main(void *arg) {
       inflight++;
     }
     io_uring_submit(&d->ring);
-    /* Release emulated completions whose time has come. */
-    double now = df_now(), next = 0;
-    for (int i = 0; i < nheld;) {
-      if (hq[i].t <= now) {
-        df_io_req *r = hq[i].r;
-        hq[i] = hq[--nheld];
-        r->t_done = df_now();
-        io->ops.done(io->ops.ctx, d->idx, r);
-      } else {
-        if (next == 0 || hq[i].t < next) next = hq[i].t;
-        i++;
-      }
-    }
-    if (io->stop && inflight == 0 && nheld == 0) {
-      df_io_req *r = io->ops.take(io->ops.ctx, d->idx);
-      if (!r) break;
-      /* late work: put it through the normal path */
-      int k = 0;
-      while (slot[k]) k++;
-      slot[k] = r;
-      rel[k] = emu_release(d, r->len);
-      r->t_start = df_now();
-      r->done_part = 0;
-      r->got = 0;
-      r->err = 0;
-      prep(d, r);
-      inflight++;
-      io_uring_submit(&d->ring);
-    }
+    /* take() just returned NULL if nothing is in flight: done */
+    if (io->stop && inflight == 0 && nheld == 0) break;
     struct io_uring_cqe *cqe = NULL;
     int rc;
     if (nheld) {

@@ -136,6 +136,7 @@ struct df_store {
   int layer;
   long pass;
   int n, batch_cap, rows, batch_prefill;
+  double batch_wait; /* time the model waited in df_store_next for this batch */
   entry **batch;
 
   /* predictors */
@@ -964,6 +965,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
     s->batch = df_xrealloc(s->batch, (size_t)n * sizeof *s->batch);
   }
   s->n = n;
+  s->batch_wait = 0;
   /* Without df_store_set_rows, a batch needing more experts than one row
    * routes to must hold several rows: count it as prefill. */
   int prefill = s->rows > 1 || (s->rows == 0 && n > s->cfg->top_k);
@@ -1052,6 +1054,7 @@ int df_store_next(df_store *s, int *idx, const uint8_t **bytes, df_err *e) {
           double w = df_now() - t0;
           s->wait_layer[li] += w;
           s->wait_total += w;
+          s->batch_wait += w;
         }
         pthread_mutex_unlock(&s->mu);
         return 1;
@@ -1108,16 +1111,11 @@ static void evict(df_store *s) {
 void df_store_end(df_store *s) {
   if (!s || !s->nkeys) return;
   pthread_mutex_lock(&s->mu);
-  double w = 0;
   for (int i = 0; i < s->n; i++) {
     entry *x = s->batch[i];
     if (--x->refs == 0) s->unref++;
   }
-  if (s->tr) {
-    w = 0;
-    df_trace_batch(s->tr, now_rel(s), s->layer, s->n, s->wait_layer[s->layer - s->first]);
-  }
-  (void)w;
+  if (s->tr) df_trace_batch(s->tr, now_rel(s), s->layer, s->n, s->batch_wait);
   s->n = 0;
   evict(s);
   pthread_mutex_unlock(&s->mu);
