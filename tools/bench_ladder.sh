@@ -4,7 +4,8 @@
 # BW (default 150MB/s, latency 0.1ms) -- far below the real disk, so the
 # numbers measure the store's scheduling over N drives, not this machine's disk.
 #
-# usage: tools/bench_ladder.sh [WORKDIR] (env: DF_BIN, BW, TOKENS, MAXN)
+# usage: tools/bench_ladder.sh [WORKDIR] (env: DF_BIN, BW, TOKENS, MAXN,
+#        REPLICAS = --replicas-hot percentage for 2+ drives, default 0)
 # The model is a k3-shaped checkpoint (K3's real 17.5 MB experts, 2 MoE
 # layers x 32 experts, top-16), so a decode token reads 32 experts = 561 MB
 # with --cache-mb 0.
@@ -14,6 +15,7 @@ W=${1:-/tmp/df_ladder}
 BW=${BW:-150MB/s,0.1ms}
 TOKENS=${TOKENS:-4}
 MAXN=${MAXN:-4}
+REPLICAS=${REPLICAS:-0}
 mkdir -p "$W"
 M="$W/m"
 if [ ! -f "$M/config.json" ]; then
@@ -21,24 +23,30 @@ if [ ! -f "$M/config.json" ]; then
 fi
 n=1
 while [ "$n" -le "$MAXN" ]; do
-  if [ ! -f "$W/pack$n.json" ]; then
+  P="$W/pack$n-r$REPLICAS.json"
+  [ "$n" -gt 1 ] || P="$W/pack1-r0.json"
+  if [ ! -f "$P" ]; then
     drives=""
     i=0
     while [ "$i" -lt "$n" ]; do
-      drives="$drives${drives:+,}$W/n$n-d$i"
+      drives="$drives${drives:+,}$W/n$n-r$REPLICAS-d$i"
       i=$((i + 1))
     done
-    "$BIN" pack --model "$M" --drives "$drives" --manifest "$W/pack$n.json" -q
+    rep=$REPLICAS
+    [ "$n" -gt 1 ] || rep=0
+    "$BIN" pack --model "$M" --drives "$drives" --replicas-hot "$rep" --manifest "$P" -q
   fi
   n=$((n + 1))
 done
-echo "drive ladder, EMULATED drives at $BW each; $TOKENS decode tokens, --cache-mb 0 --prefetch off"
-echo "command: $BIN run --model $M --store $W/packN.json --prompt-ids 1,2,3,4 --max-new $TOKENS --cache-mb 0 --prefetch off --emulate-drives $BW --json"
+echo "drive ladder, EMULATED drives at $BW each; hot replicas $REPLICAS% (2+ drives); $TOKENS decode tokens, --cache-mb 0 --prefetch off"
+echo "command: $BIN run --model $M --store $W/packN-r$REPLICAS.json --prompt-ids 1,2,3,4 --max-new $TOKENS --cache-mb 0 --prefetch off --emulate-drives $BW --json"
 printf "%-7s %12s %12s %10s %10s %s\n" drives "expert MB/s" "decode tok/s" "vs 1 drive" "ids" "per-drive MB"
 base=""
 n=1
 while [ "$n" -le "$MAXN" ]; do
-  "$BIN" run --model "$M" --store "$W/pack$n.json" --prompt-ids 1,2,3,4 --max-new "$TOKENS" \
+  P="$W/pack$n-r$REPLICAS.json"
+  [ "$n" -gt 1 ] || P="$W/pack1-r0.json"
+  "$BIN" run --model "$M" --store "$P" --prompt-ids 1,2,3,4 --max-new "$TOKENS" \
     --cache-mb 0 --prefetch off --emulate-drives "$BW" --json >"$W/run$n.json"
   line=$(python3 - "$W/run$n.json" "$base" <<'EOF'
 import json, sys

@@ -721,7 +721,12 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
 
   /* heat: the prior (from the file) seeds cache scores and pinning; this
    * run's counts are merged into the file at close */
-  if (!o->heat_path) s->heat_path = df_path_join(model_dir, "deltafin.heat");
+  /* the default heat file lives in the model folder when that is writable
+   * (a read-only checkpoint just runs without one) */
+  if (!o->heat_path) {
+    if (access(model_dir, W_OK) == 0) s->heat_path = df_path_join(model_dir, "deltafin.heat");
+    else df_log_debug("%s is not writable: no heat file", model_dir);
+  }
   else if (*o->heat_path) s->heat_path = df_xstrdup(o->heat_path);
   int found = 0;
   df_heat prior = {0};
