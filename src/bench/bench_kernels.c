@@ -268,7 +268,17 @@ int df_bench_kernels(const df_bench_kopts *o, FILE *out, df_err *e) {
     if (df_kern_avx512()) tabs[ntab++] = df_kern_avx512();
     if (df_kern_neon()) tabs[ntab++] = df_kern_neon();
   }
-  size_t pool_bytes = (size_t)(o->pool_mb > 0 ? o->pool_mb : 256) << 20;
+  /* default: 256 MiB, or twice the last-level cache the CPU reports when
+   * that is larger (a pool that fits in L3 measures L3, not RAM), at most
+   * 1 GiB */
+  size_t pool_bytes = (size_t)256 << 20;
+  if (o->pool_mb > 0) {
+    pool_bytes = (size_t)o->pool_mb << 20;
+  } else {
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0 && (size_t)l3 * 2 > pool_bytes) pool_bytes = (size_t)l3 * 2;
+    if (pool_bytes > ((size_t)1 << 30)) pool_bytes = (size_t)1 << 30;
+  }
   double min_s = o->min_s > 0 ? o->min_s : 0.3;
 
   uint8_t *buf = df_xaligned(4096, pool_bytes);

@@ -309,8 +309,13 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
     fprintf(out, "storage ceiling: the store's I/O engine (%s, qd %d per drive%s) replaying the decode phase's %d expert reads (%.2f GB) in order, no compute: %.3f GB/s%s\n",
             r->io, r->queue_depth, r->ceiling.registered ? ", registered buffers" : "", r->ceiling.reads,
             r->ceiling.bytes / 1e9, r->ceiling.gbps, o->emulate ? " (EMULATED drives)" : "");
-    fprintf(out, "storage efficiency (decode expert-read GB/s / ceiling): %.1f%%\n",
-            100 * r->decode.read_gbps.median / r->ceiling.gbps);
+    double eff = r->decode.read_gbps.median / r->ceiling.gbps;
+    fprintf(out, "storage efficiency (decode expert-read GB/s / ceiling): %.1f%%\n", 100 * eff);
+    if (eff > 1.05)
+      fprintf(out, "warning: decode read faster than the replay of its own reads: a cache below deltafin "
+                   "(drive, RAID or a VM host) served part of them, or other traffic slowed the replay; "
+                   "this is not a storage efficiency (repeat on a quiet machine, or with a model larger "
+                   "than that cache)\n");
     double read_t = r->decode.expert_bytes_per_token.median / (r->ceiling.gbps * 1e9);
     fprintf(out, "decode per token: compute (not waiting on experts) %.4f s vs reading its experts at the ceiling %.4f s: %s\n",
             r->decode.compute_s_per_token.median, read_t,

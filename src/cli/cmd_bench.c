@@ -19,7 +19,7 @@ void df_cmd_bench_help(void) {
       "  --tables LIST     kernel tables (default: scalar and every SIMD table this CPU runs)\n"
       "  --threads LIST    thread counts (default 1..cores)\n"
       "  --only NAME       only kernels whose name contains NAME (e.g. mxfp4)\n"
-      "  --pool-mb N       weights cycled through, larger than the caches (default 256)\n"
+      "  --pool-mb N       weights cycled through (default 256, or 2x the L3 size up to 1024)\n"
       "  --min-time S      seconds per measurement (default 0.3)\n"
       "\n"
       "bench --model: a warm-up, then R repeats of a fresh session prefilling P prompt tokens\n"
