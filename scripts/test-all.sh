@@ -23,13 +23,27 @@ ctest --test-dir build-asan --output-on-failure -j "$J" -L unit
 echo "== libFuzzer targets"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DDF_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j "$J"
+fail=0
 for f in build-fuzz/fuzz_*; do
   [ -x "$f" ] || continue
   name=$(basename "$f")
   corpus="fuzz/corpus/${name#fuzz_}"
-  mkdir -p "build-fuzz/work-$name"
+  work="build-fuzz/work-$name"
+  mkdir -p "$work"
   echo "-- $name"
-  "$f" -max_total_time="${DF_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 "build-fuzz/work-$name" \
-    $( [ -d "$corpus" ] && echo "$corpus" ) 2>&1 | tail -n 3
+  # A finding (crash, leak, timeout) makes libFuzzer exit non-zero and write the input
+  # to build-fuzz/artifacts/; that fails the whole run.
+  mkdir -p build-fuzz/artifacts
+  if ! "$f" -max_total_time="${DF_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 \
+      -artifact_prefix=build-fuzz/artifacts/"$name"- "$work" \
+      $( [ -d "$corpus" ] && echo "$corpus" ) >"build-fuzz/$name.log" 2>&1; then
+    echo "FAILED: $name found a problem; input and log:"
+    ls build-fuzz/artifacts/"$name"-* 2>/dev/null || true
+    grep -E "ERROR|runtime error|SUMMARY" "build-fuzz/$name.log" | head -n 20 || true
+    fail=1
+  else
+    tail -n 1 "build-fuzz/$name.log"
+  fi
 done
+[ "$fail" = 0 ] || { echo "== fuzzing found problems"; exit 1; }
 echo "== all tests passed"

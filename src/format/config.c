@@ -95,8 +95,9 @@ static int sub(const sec *s, const char *key, sec *out, df_err *e) {
   out->obj = v;
   out->label = s->label;
   /* path + key + "." (a long key, e.g. a config group name, is cut short) */
-  size_t pl = strlen(s->path), kl = strlen(key);
-  if (kl > sizeof out->path - 2 - pl) kl = sizeof out->path - 2 - pl;
+  size_t room = sizeof out->path - 2, pl = strlen(s->path), kl = strlen(key);
+  if (pl > room) pl = room; /* nested long keys: the parent path may already be full */
+  if (kl > room - pl) kl = room - pl;
   memmove(out->path, s->path, pl);
   memcpy(out->path + pl, key, kl);
   out->path[pl + kl] = '.';

@@ -480,13 +480,30 @@ static void test_load_and_print(void **st) {
   free(buf);
 }
 
+/* A config group named with a key longer than the error path buffer: the path is cut
+ * short, the message still names the field (fuzzer regression: the path length used to
+ * wrap around and overflow). */
+static void test_long_group_name(void **st) {
+  (void)st;
+  char name[300];
+  memset(name, 'g', sizeof name - 1);
+  name[sizeof name - 1] = 0;
+  json_t *j = base();
+  json_t *groups = json_object_get(json_object_get(j, "quantization_config"), "config_groups");
+  json_t *g0 = json_incref(json_object_get(groups, "group_0"));
+  json_object_del(groups, "group_0");
+  json_object_set_new(groups, name, g0);
+  json_object_set_new(json_object_get(g0, "weights"), "num_bits", json_integer(5));
+  expect_fail(j, "num_bits", NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nested),        cmocka_unit_test(test_flat),
       cmocka_unit_test(test_each_missing_field), cmocka_unit_test(test_wrong_types),
       cmocka_unit_test(test_contradictions), cmocka_unit_test(test_bad_json),
       cmocka_unit_test(test_k3_dims),        cmocka_unit_test(test_to_json_roundtrip),
-      cmocka_unit_test(test_load_and_print),
+      cmocka_unit_test(test_load_and_print), cmocka_unit_test(test_long_group_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
