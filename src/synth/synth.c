@@ -535,9 +535,6 @@ int df_synth_make_model(const df_synth_opts *o, df_err *e) {
   if (df_synth_config(o, &c, e)) return -1;
   const preset *pr = find_preset(o->preset);
   if (!o->out_dir || !*o->out_dir) return df_err_set(e, "no output directory (--out DIR)");
-  if (df_mkdir_p(o->out_dir, e)) return -1;
-  if (clear_old(o->out_dir, o->force, e)) return -1;
-
   plan p;
   plan_build(&p, &c, pr);
   uint64_t need;
@@ -545,8 +542,22 @@ int df_synth_make_model(const df_synth_opts *o, df_err *e) {
     free(p.t);
     return -1;
   }
+  /* Check space on the nearest existing ancestor, so a refusal leaves no empty folder. */
+  char *probe = df_xstrdup(o->out_dir);
   struct statvfs vs;
-  if (statvfs(o->out_dir, &vs) == 0) {
+  int have_vs;
+  while ((have_vs = statvfs(probe, &vs) == 0) == 0) {
+    char *slash = strrchr(probe, '/');
+    if (!slash) {
+      strcpy(probe, ".");
+      have_vs = statvfs(probe, &vs) == 0;
+      break;
+    }
+    if (slash == probe) slash[1] = 0;
+    else *slash = 0;
+  }
+  free(probe);
+  if (have_vs) {
     uint64_t avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
     uint64_t margin = 64ull << 20;
     if (avail < need + margin) {
@@ -556,6 +567,11 @@ int df_synth_make_model(const df_synth_opts *o, df_err *e) {
                         "choose another --out or fewer --experts/--moe-layers",
                         o->out_dir, pr->name, (double)need / 1e9, (double)avail / 1e9);
     }
+  }
+
+  if (df_mkdir_p(o->out_dir, e) || clear_old(o->out_dir, o->force, e)) {
+    free(p.t);
+    return -1;
   }
 
   df_synth_vocab voc;
