@@ -80,6 +80,7 @@ struct srv {
   df_fifo fifo;
   job *running;
   int stopping;
+  int streams; /* streamed responses still being sent */
   df_session *sess; /* generation thread only */
 };
 
@@ -339,6 +340,8 @@ static void stream_free(void *cls) {
   if (j->state != JOB_DONE) j->gone = 1; /* the connection ended early */
   pthread_cond_broadcast(&j->cv);
   job_unref_locked(j);
+  S->streams--;
+  pthread_cond_broadcast(&S->work_cv);
   pthread_mutex_unlock(&S->mu);
 }
 
@@ -438,6 +441,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   }
   if (j->req.stream) {
     j->refs++; /* the response's reference */
+    S->streams++;
     pthread_mutex_unlock(&S->mu);
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, j, stream_free);
@@ -563,8 +567,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->too_big || r->body.n + n > S->o.max_request_bytes) {
       r->too_big = 1;
       df_sbuf_free(&r->body);
-      /* a body without a length (chunked) is counted as it arrives; past
-       * any plausible size the connection is dropped instead of drained */
+      /* A body without a length (chunked) is counted as it arrives. MHD
+       * 0.9.75 cannot answer in the middle of an upload, so the rest is
+       * drained and answered 413 at its end; past a bound the connection
+       * is dropped instead. */
       if (r->received > S->o.max_request_bytes + (16u << 20)) return MHD_NO;
       return MHD_YES;
     }
@@ -660,7 +666,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
 
   pthread_mutex_init(&S.tok_mu, NULL);
   pthread_mutex_init(&S.mu, NULL);
-  pthread_cond_init(&S.work_cv, NULL);
+  cond_init_mono(&S.work_cv);
   df_fifo_init(&S.fifo, o->queue > 0 ? o->queue : 1);
   S.sess = df_session_new(en);
   pthread_t wt;
@@ -709,6 +715,10 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     pthread_cond_broadcast(&S.work_cv);
     pthread_mutex_unlock(&S.mu);
     pthread_join(wt, NULL);
+    /* let streams send their last frames (the cancellation notice) */
+    pthread_mutex_lock(&S.mu);
+    for (int k = 0; S.streams > 0 && k < 100; k++) timed_wait(&S.work_cv, &S.mu, WAIT_SLICE_MS);
+    pthread_mutex_unlock(&S.mu);
     MHD_stop_daemon(d);
     if (ls != MHD_INVALID_SOCKET) close(ls);
   }

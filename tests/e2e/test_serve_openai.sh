@@ -1,0 +1,68 @@
+#!/bin/sh
+# The official openai npm client (tests/e2e/openai, pinned by its lockfile)
+# against `deltafin serve` on loopback with a tiny generated model: models,
+# chat and text completions with and without streaming, stop sequences and
+# seeded sampling, each compared with `deltafin run --json` on the same prompt.
+set -eu
+: "${DF_BIN:?DF_BIN must name the deltafin binary}"
+: "${DF_SRC:?DF_SRC must name the source root}"
+NODE_DIR="$DF_SRC/tests/e2e/openai"
+if [ ! -d "$NODE_DIR/node_modules/openai" ]; then
+  echo "FAIL: the openai client is not installed (scripts/install-deps.sh runs npm ci in $NODE_DIR)"
+  exit 1
+fi
+T=$(mktemp -d /tmp/df-e2e-serve-openai.XXXXXX)
+PID=
+cleanup() {
+  # $PID is timeout(1)'s: TERM is passed on to the server, KILL follows 5 s later
+  if [ -n "$PID" ]; then
+    kill -TERM "$PID" 2>/dev/null || true
+    wait "$PID" 2>/dev/null || true
+  fi
+  rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+fail() {
+  echo "FAIL: $*"
+  echo "--- server log"
+  cat "$T/server.log" 2>/dev/null || true
+  exit 1
+}
+
+timeout 120 "$DF_BIN" make-model --preset tiny --seed 1 --out "$T/model" >/dev/null 2>&1 ||
+  fail "make-model"
+
+# --port 0: the kernel picks a free port; the server logs which.
+timeout -k 5 900 "$DF_BIN" serve --model "$T/model" --port 0 --model-id k3-tiny --threads 2 \
+  2>"$T/server.log" &
+PID=$!
+port=
+i=0
+while [ $i -lt 600 ]; do
+  port=$(sed -n 's|.*serving .* on http://127\.0\.0\.1:\([0-9][0-9]*\)/v1.*|\1|p' "$T/server.log")
+  [ -n "$port" ] && break
+  kill -0 "$PID" 2>/dev/null || fail "the server exited before listening"
+  sleep 0.1
+  i=$((i + 1))
+done
+[ -n "$port" ] || fail "the server did not start listening"
+
+BASE_URL="http://127.0.0.1:$port/v1" MODEL_ID=k3-tiny MODEL_DIR="$T/model" DF_BIN="$DF_BIN" \
+  timeout 900 node "$NODE_DIR/check.mjs" || fail "openai client checks"
+
+# every request left an access-log line: method, path, status, tokens, duration
+grep -Eq '^deltafin: 127\.0\.0\.1 POST /v1/chat/completions 200 tokens=[0-9]+\+[0-9]+ [0-9.]+s$' \
+  "$T/server.log" || fail "no access-log line for a chat completion"
+grep -Eq '^deltafin: 127\.0\.0\.1 GET /v1/models 200 ' "$T/server.log" ||
+  fail "no access-log line for the model list"
+grep -Eq '^deltafin: 127\.0\.0\.1 POST /v1/chat/completions 400 ' "$T/server.log" ||
+  fail "no access-log line for a refused request"
+
+# SIGTERM: a clean exit with status 0
+kill -TERM "$PID"
+rc=0
+wait "$PID" || rc=$?
+PID=
+[ "$rc" = 0 ] || fail "the server exited with status $rc after SIGTERM"
+echo "PASS: openai client against deltafin serve"
