@@ -46,9 +46,7 @@ void *df_xaligned(size_t align, size_t n) {
   return p;
 }
 
-int df_file_read(const char *path, char **out, size_t *len, df_err *e) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return df_err_errno(e, "%s", path);
+int df_stream_read(FILE *f, const char *label, char **out, size_t *len, df_err *e) {
   size_t cap = 1 << 16, n = 0;
   char *buf = df_xmalloc(cap);
   for (;;) {
@@ -57,16 +55,22 @@ int df_file_read(const char *path, char **out, size_t *len, df_err *e) {
     n += got;
     if (got == 0) break;
   }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
+  if (ferror(f)) {
     free(buf);
-    return df_err_set(e, "%s: read error", path);
+    return df_err_set(e, "%s: read error", label);
   }
   buf[n] = 0;
   *out = buf;
   if (len) *len = n;
   return 0;
+}
+
+int df_file_read(const char *path, char **out, size_t *len, df_err *e) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return df_err_errno(e, "%s", path);
+  int rc = df_stream_read(f, path, out, len, e);
+  fclose(f);
+  return rc;
 }
 
 int df_file_write_atomic(const char *path, const void *data, size_t len, df_err *e) {

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/err.h"
 
@@ -17,6 +18,8 @@ void *df_xaligned(size_t align, size_t n);
 
 /* Reads a whole file; *out is NUL-terminated (not counted in *len). */
 int df_file_read(const char *path, char **out, size_t *len, df_err *e);
+/* The same for an open stream (standard input); label names it in errors. */
+int df_stream_read(FILE *f, const char *label, char **out, size_t *len, df_err *e);
 /* Writes data to path via path.tmp.<pid> + fsync + rename: never a partial file. */
 int df_file_write_atomic(const char *path, const void *data, size_t len, df_err *e);
 int df_file_exists(const char *path);

@@ -32,4 +32,7 @@ int df_cli_wants_help(int argc, char **argv);
 /* Parses a non-negative integer option value or fails with a clear message. */
 int df_cli_int(const char *opt, const char *val, long lo, long hi, long *out);
 
+/* Reads a whole input file, or standard input for "-"; prints the error itself. */
+int df_cli_read_input(const char *path, char **buf, size_t *len);
+
 #endif

@@ -50,23 +50,6 @@ static int parse_ids(const char *s, int **ids, size_t *n, size_t *cap) {
   }
 }
 
-static int read_all(const char *path, char **buf, size_t *len) {
-  df_err e;
-  if (strcmp(path, "-")) return df_file_read(path, buf, len, &e) ? df_cli_fail("%s", e.msg) : 0;
-  size_t cap = 1 << 16, n = 0, got;
-  char *b = df_xmalloc(cap);
-  while ((got = fread(b + n, 1, cap - n - 1, stdin)) > 0)
-    if ((n += got) + 1 >= cap) b = df_xrealloc(b, cap *= 2);
-  if (ferror(stdin)) {
-    free(b);
-    return df_cli_fail("reading standard input failed");
-  }
-  b[n] = 0;
-  *buf = b;
-  *len = n;
-  return 0;
-}
-
 int df_cmd_detokenize(int argc, char **argv) {
   const char *model = NULL, *ranks = NULL, *tokcfg = NULL, *file = NULL;
   int *ids = NULL;
@@ -102,7 +85,7 @@ int df_cmd_detokenize(int argc, char **argv) {
     }
     char *buf;
     size_t len;
-    if (read_all(file, &buf, &len)) {
+    if (df_cli_read_input(file, &buf, &len)) {
       rc = 1;
       goto out;
     }

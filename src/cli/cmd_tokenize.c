@@ -63,23 +63,6 @@ static int tok_src_load(const tok_src *s, df_tok **t) {
   return rc ? df_cli_fail("%s", e.msg) : 0;
 }
 
-static int read_input(const char *path, char **buf, size_t *len) {
-  df_err e;
-  if (strcmp(path, "-")) return df_file_read(path, buf, len, &e) ? df_cli_fail("%s", e.msg) : 0;
-  size_t cap = 1 << 16, n = 0, got;
-  char *b = df_xmalloc(cap);
-  while ((got = fread(b + n, 1, cap - n - 1, stdin)) > 0)
-    if ((n += got) + 1 >= cap) b = df_xrealloc(b, cap *= 2);
-  if (ferror(stdin)) {
-    free(b);
-    return df_cli_fail("reading standard input failed");
-  }
-  b[n] = 0;
-  *buf = b;
-  *len = n;
-  return 0;
-}
-
 static int print_ids(const int *ids, size_t n) {
   for (size_t i = 0; i < n; i++) printf(i ? ",%d" : "%d", ids[i]);
   putchar('\n');
@@ -187,7 +170,7 @@ int df_cmd_tokenize(int argc, char **argv) {
   char *buf = NULL;
   size_t len = 0;
   if (file) {
-    if (read_input(file, &buf, &len)) {
+    if (df_cli_read_input(file, &buf, &len)) {
       df_tok_free(t);
       return 1;
     }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "cli/cli.h"
 #include "kernels/kernels.h"
 
@@ -73,6 +74,13 @@ int df_cli_int(const char *opt, const char *val, long lo, long hi, long *out) {
     return df_cli_fail("%s: '%s' is not a number in [%ld, %ld]", opt, val, lo, hi), -1;
   *out = v;
   return 0;
+}
+
+int df_cli_read_input(const char *path, char **buf, size_t *len) {
+  df_err e;
+  int rc = strcmp(path, "-") ? df_file_read(path, buf, len, &e)
+                             : df_stream_read(stdin, "standard input", buf, len, &e);
+  return rc ? df_cli_fail("%s", e.msg) : 0;
 }
 
 int main(int argc, char **argv) {
