@@ -28,11 +28,13 @@ void df_cmd_serve_help(void) {
       "  --queue N                requests that may wait while one generates (default 0:\n"
       "                           429 with Retry-After when busy)\n"
       "  --max-request-bytes N    larger request bodies get 413 (default 1048576)\n"
+      "  --idle-timeout S         close connections silent for S seconds (default 60;\n"
+      "                           0 = never); generating or queued requests are not idle\n"
       "\n"
       "engine (as for run):\n"
       "  --threads N              compute threads (default: all cores)\n"
       "  --spine bf16|int8        dense weights as stored or the row-int8 copy\n"
-      "  --scalar                 use the scalar reference kernels\n"
+      "  --kernels auto|scalar    kernel table (scalar = the reference kernels)\n"
       "  --store MANIFEST         expert store manifest (default: the model's pack, if any)\n"
       "  --no-pack                read experts from the checkpoint shards\n"
       "  --cache-mb N             expert cache size in MiB\n"
@@ -91,6 +93,10 @@ int df_cmd_serve(int argc, char **argv) {
       NEED_VAL();
       if (df_cli_int(a, v, 64, 1L << 30, &x)) return 1;
       so.max_request_bytes = (size_t)x;
+    } else if (!strcmp(a, "--idle-timeout")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 86400, &x)) return 1;
+      so.idle_timeout_s = (int)x;
     } else if (!strcmp(a, "--debug-token-delay-ms")) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 60000, &x)) return 1;
@@ -104,8 +110,11 @@ int df_cmd_serve(int argc, char **argv) {
       if (!strcmp(v, "bf16")) eo.spine = DF_SPINE_BF16;
       else if (!strcmp(v, "int8")) eo.spine = DF_SPINE_INT8;
       else return df_cli_fail("--spine: '%s' is not bf16 or int8", v);
-    } else if (!strcmp(a, "--scalar")) {
-      eo.kernels_scalar = 1;
+    } else if (!strcmp(a, "--kernels")) {
+      NEED_VAL();
+      if (!strcmp(v, "auto")) eo.kernels_scalar = 0;
+      else if (!strcmp(v, "scalar")) eo.kernels_scalar = 1;
+      else return df_cli_fail("--kernels: '%s' is not auto or scalar", v);
     } else if (!strcmp(a, "--store")) {
       NEED_VAL();
       eo.store_manifest = v;

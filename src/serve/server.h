@@ -16,6 +16,8 @@ typedef struct df_serve_opts {
   const char *api_key;      /* NULL: no authentication */
   int queue;                /* requests that may wait behind the running one */
   size_t max_request_bytes; /* larger bodies get 413 */
+  int idle_timeout_s;       /* a connection silent this long is closed (0: never); a
+                               request being generated or waiting its turn is not idle */
   int token_delay_ms;       /* testing aid: pause after each generated token */
 } df_serve_opts;
 

@@ -190,7 +190,8 @@ s=$(req "$T/b" GET "$U/health")
 pass "413 over --max-request-bytes (Content-Length, 100-continue, chunked)"
 
 # ---- 429 while another request streams; 200 concurrent bad requests meanwhile
-stream s1 "$A" 400
+# long enough (1500 tokens, 20 ms each) to outlast the burst below on a loaded machine
+stream s1 "$A" 1500
 S1=$CPID
 wait_for 60 has_frames "$T/s1.sse" 3 || fail "the stream did not start"
 is_busy "$A" || fail "health does not report busy while streaming"
@@ -283,11 +284,24 @@ pass "SIGTERM mid-stream: error frame, [DONE], exit 0"
 
 # ============================================================ server B
 # API key from the environment, a queue of 2
-DELTAFIN_API_KEY=sekrit start B --queue 2 --debug-token-delay-ms 20
+DELTAFIN_API_KEY=sekrit start B --queue 2 --debug-token-delay-ms 20 --idle-timeout 1 --kernels scalar
 B=$PORT
 BPID=$SPID
 V="http://127.0.0.1:$B"
 AUTH="Authorization: Bearer sekrit"
+
+# ---- a client that stops sending mid-request is disconnected (--idle-timeout 1), while
+# requests that generate or wait longer than that (below) are not
+python3 - "$B" <<'PY' || fail "a silent client was not disconnected"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit\r\n"
+          b"Content-Length: 100\r\n\r\n{")
+s.settimeout(60)
+assert s.recv(100) == b""
+PY
+wait_for 30 log_has B 'POST /v1/completions 499 tokens=0\+0 ' || fail "the idle close is not logged"
+pass "a silent client is disconnected after --idle-timeout"
 
 # ---- 401
 s=$(req "$T/b" GET "$V/v1/models")
