@@ -73,8 +73,6 @@ struct srv {
   int chat_stop[2], nchat_stop;
   int text_stop[2], ntext_stop;
 
-  pthread_mutex_t tok_mu; /* encoding happens on connection threads */
-
   pthread_mutex_t mu;
   pthread_cond_t work_cv;
   df_fifo fifo;
@@ -359,12 +357,11 @@ static int encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
   int rc;
   *ids = NULL;
   *n = 0;
-  pthread_mutex_lock(&S->tok_mu);
+  /* a loaded df_tok is read-only: connection threads encode concurrently */
   if (q->kind == DF_SERVE_CHAT)
     rc = df_chat_encode(S->tok, q->msgs, q->nmsgs, q->effort, 1, ids, n, &cap, &e);
   else
     rc = df_tok_encode(S->tok, q->prompt, q->prompt_len, ids, n, &cap, &e);
-  pthread_mutex_unlock(&S->tok_mu);
   if (rc) {
     free(*ids);
     *ids = NULL;
@@ -665,7 +662,6 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  pthread_mutex_init(&S.tok_mu, NULL);
   pthread_mutex_init(&S.mu, NULL);
   cond_init_mono(&S.work_cv);
   df_fifo_init(&S.fifo, o->queue > 0 ? o->queue : 1);
@@ -736,6 +732,5 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   df_fifo_free(&S.fifo);
   pthread_cond_destroy(&S.work_cv);
   pthread_mutex_destroy(&S.mu);
-  pthread_mutex_destroy(&S.tok_mu);
   return rc;
 }
