@@ -7,9 +7,12 @@
  * the scalar tree does. So this table equals the scalar one bit for bit.
  *
  * Speed comes from independent accumulator chains, not from a different
- * order: a GEMV works on 4 rows at once, a GEMM on 4 rows x 4 vectors, and
- * MXFP4 codes become weights with one table permute (the 16-entry E2M1 table
- * times the group scale, an exact product, as the scalar code forms it).
+ * order: a GEMV works on 4 rows at once (MXFP4: 8), a GEMM on 4 rows x 4
+ * vectors, and MXFP4 codes become weights with one table permute per 16
+ * (the E2M1 table times the group scale, an exact product, as the scalar
+ * code forms it; see the MXFP4 section). DF_AVX512_NO_VBMI=1 in the
+ * environment keeps the MXFP4 code expansion to AVX-512 F/BW even where the
+ * CPU has VBMI (the unit test runs both).
  *
  * Compiled with per-function target attributes so the rest of the build
  * stays baseline x86-64; the table is only handed out when the CPU (and OS)
@@ -25,6 +28,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #define AI static inline __attribute__((always_inline)) TGT
@@ -160,38 +164,103 @@ TGT static void gemm_f32_v(const float *W, int cols, int r0, int r1, const float
   dense(K_F32, W, NULL, cols, r0, r1, X, T, ldx, Y, ldy);
 }
 
-/* ---- MXFP4 ---- */
+/* ---- MXFP4 ----
+ *
+ * A weight is E2M1(code) * 2^(s-127), an exact product. mx_tab holds that
+ * product for every scale byte s and code (256 x 16 floats, 16 KiB, formed
+ * once with the same float multiply the scalar code does), so a group's 32
+ * weights are two vpermps of its table row by 16 code indices each, with no
+ * per-group multiply or scale conversion.
+ *
+ * vpermps reads only bits 3..0 of each 32-bit lane, so each lane needs its
+ * column's code (low nibble = even column) at the bottom; the bits above
+ * may be anything (mx_idx). The one-vector GEMV is bound by vector issue
+ * (per group and row: 2 index ops, 2 permutes, 2 multiplies, 2 adds), so it
+ * uses the cheapest index: a broadcast and one shift, which yields the lanes
+ * in the order pi (lane 2q = column q, lane 2q+1 = column q + 8). x is
+ * copied into the same order once per call, the accumulators then hold the
+ * lane-16 sums in order pi and are put back in natural order (one permute
+ * per row) before the usual combine tree: same products, same additions.
+ *
+ * GEMV (T <= NB) converts the codes of MRB rows once per group, shares the
+ * x loads between them and prefetches each row's codes ahead; GEMM (T > NB)
+ * dequantises a block of RB rows once into a stack buffer and runs the fp32
+ * block kernel on it for all vectors of the x tile, so conversion is paid
+ * per row block, not per 4 vectors. Rows wider than MXDQ use the direct
+ * blocks in natural lane order. Either way every weight and product is the
+ * scalar one, added in the lane-16 order. */
 
-/* The 32 weights of one group, columns 0..15 in w[0] and 16..31 in w[1].
- * Byte b holds column 2b (low nibble) and 2b+1 (high nibble); interleaving
- * the bytes with themselves shifted right by 4 puts each column's code in
- * the low 4 bits of its own byte, and vpermps only reads those 4 bits. The
- * table is the E2M1 table times the group scale (exact, as the scalar code
- * forms each weight). */
-AI void mx_group(const uint8_t *p, const float *scale, __m512 lut, __m512 w[2]) {
-  __m512 tab = _mm512_mul_ps(lut, _mm512_set1_ps(*scale));
-  __m128i b = _mm_loadu_si128((const __m128i *)p);
-  __m128i bh = _mm_srli_epi16(b, 4);
-  w[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, bh)), tab);
-  w[1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, bh)), tab);
+#define MRB 8                     /* rows per block, MXFP4 GEMV (one vector) */
+#define MRB_OF(nb) ((nb) == 1 ? MRB : 4) /* 4 rows x nb vectors: accumulators stay in registers */
+#define MXDQ 4096  /* widest row dequantised for the GEMM path (RB rows on the stack) */
+#define PFD 768  /* software prefetch distance, bytes ahead in each row's codes */
+
+static float mx_tab[256][16] __attribute__((aligned(64)));
+
+static void mx_tab_init(void) {
+  for (int s = 0; s < 256; s++) {
+    float f = df_ke8m0((uint8_t)s);
+    for (int k = 0; k < 16; k++) mx_tab[s][k] = df_kern_e2m1[k] * f;
+  }
 }
 
-/* 16 E8M0 scale bytes (n valid) -> the floats df_ke8m0 gives (s = 0 is
- * 2^-127), converted together instead of one by one in the inner loop. */
-AI void e8m0x16(const uint8_t *s, int n, float *out) {
-  __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)((1u << n) - 1u), s));
-  __m512i f = _mm512_slli_epi32(v, 23);
-  f = _mm512_mask_mov_epi32(f, _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512()),
-                            _mm512_set1_epi32(0x00400000));
-  _mm512_storeu_si512((void *)out, f);
+AI int64_t ld64(const uint8_t *p) {
+  int64_t v;
+  __builtin_memcpy(&v, p, 8);
+  return v;
 }
 
-AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, int rb, int r0,
-               const float *X, size_t ldx, int t0, int nb, float *Y, size_t ldy, __m512 lut) {
+/* Index-building constants: VBMI multishift control (qword q: byte 0 from
+ * bit 8q, byte 4 from bit 8q + 4), or the vpshufb control (lane j <- byte
+ * j/2 of its 128-bit lane, which holds the 8 bytes) and per-lane shifts. */
+typedef struct {
+  __m512i a, b;
+} mx_ctl;
+
+AI mx_ctl mx_ctl_make(int VB) {
+  mx_ctl c;
+  if (VB == 2) {
+    c.a = _mm512_set_epi64(28, 24, 20, 16, 12, 8, 4, 0);
+    c.b = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0); /* pi -> natural */
+  } else if (VB == 1) {
+    c.a = _mm512_set_epi64(0x3C00000038ll, 0x3400000030ll, 0x2C00000028ll, 0x2400000020ll,
+                           0x1C00000018ll, 0x1400000010ll, 0x0C00000008ll, 0x0400000000ll);
+    c.b = _mm512_setzero_si512();
+  } else {
+    c.a = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    c.b = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+  }
+  return c;
+}
+
+/* 16 code indices for the columns packed in p[0..7]. VB = 2: lane order
+ * pi (lane 2q = column q, lane 2q+1 = column q + 8): every qword holds the 8
+ * bytes and is shifted right by 4q, which puts nibble q at bit 0 and nibble
+ * q + 8 at bit 32; a shift, not a shuffle, so only the table permute uses
+ * the shuffle unit. VB = 1: natural order by VBMI vpmultishiftqb (lane j's
+ * low byte from bit 4j; inline asm, its 8 bytes broadcast by the
+ * instruction itself, so this file needs no VBMI target attribute: the path
+ * only runs where the CPU reports VBMI). VB = 0: natural order by vpshufb
+ * (byte j/2 to lane j) and a variable shift dropping odd lanes' low nibble. */
+AI __m512i mx_idx(int VB, const uint8_t *p, mx_ctl c) {
+  if (VB == 1) {
+    __m512i r;
+    __asm__("vpmultishiftqb %1%{1to8%}, %2, %0" : "=v"(r) : "m"(*(const uint8_t(*)[8])p), "v"(c.a));
+    return r;
+  }
+  __m512i q = _mm512_set1_epi64(ld64(p));
+  if (VB == 2) return _mm512_srlv_epi64(q, c.a);
+  return _mm512_srlv_epi32(_mm512_shuffle_epi8(q, c.a), c.b);
+}
+
+/* rb rows from r (GEMV and small T): codes converted per group, shared by
+ * nb vectors. */
+AI void mx_blk(int VB, const uint8_t *packed, const uint8_t *scales, int cols, int r, int rb,
+                int r0, const float *X, size_t ldx, int t0, int nb, float *Y, size_t ldy,
+                mx_ctl ctl) {
   int ng = cols / 32;
-  __m512 acc[RB][NB];
-  const uint8_t *pr[RB], *sr[RB];
-  float sc[RB][16] __attribute__((aligned(64)));
+  __m512 acc[MRB][NB];
+  const uint8_t *pr[MRB], *sr[MRB];
   UNROLL
   for (int a = 0; a < rb; a++) {
     pr[a] = packed + (size_t)(r + a) * (size_t)(cols / 2);
@@ -199,46 +268,124 @@ AI void mx_blk(const uint8_t *packed, const uint8_t *scales, int cols, int r, in
     UNROLL
     for (int t = 0; t < nb; t++) acc[a][t] = _mm512_setzero_ps();
   }
-  for (int g0 = 0; g0 < ng; g0 += 16) {
-    int n16 = ng - g0 < 16 ? ng - g0 : 16;
+  for (int g = 0; g < ng; g++) {
+    if ((g & 3) == 0) { /* past a row's end is the next row's start; prefetch never faults */
+      UNROLL
+      for (int a = 0; a < rb; a++) _mm_prefetch((const char *)(pr[a] + (size_t)g * 16 + PFD), _MM_HINT_T0);
+    }
+    __m512 x0[NB], x1[NB];
     UNROLL
-    for (int a = 0; a < rb; a++) e8m0x16(sr[a] + g0, n16, sc[a]);
-    for (int g = g0; g < g0 + n16; g++) {
-      __m512 x0[NB], x1[NB];
+    for (int t = 0; t < nb; t++) {
+      const float *x = X + (size_t)(t0 + t) * ldx + (size_t)g * 32;
+      x0[t] = _mm512_loadu_ps(x);
+      x1[t] = _mm512_loadu_ps(x + 16);
+    }
+    UNROLL
+    for (int a = 0; a < rb; a++) {
+      const uint8_t *p = pr[a] + (size_t)g * 16;
+      __m512 tab = _mm512_load_ps(mx_tab[sr[a][g]]);
+      __m512 w0 = _mm512_permutexvar_ps(mx_idx(VB, p, ctl), tab);
+      __m512 w1 = _mm512_permutexvar_ps(mx_idx(VB, p + 8, ctl), tab);
       UNROLL
-      for (int t = 0; t < nb; t++) {
-        const float *x = X + (size_t)(t0 + t) * ldx + (size_t)g * 32;
-        x0[t] = _mm512_loadu_ps(x);
-        x1[t] = _mm512_loadu_ps(x + 16);
-      }
+      for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w0, x0[t]));
       UNROLL
-      for (int a = 0; a < rb; a++) {
-        __m512 w[2];
-        mx_group(pr[a] + (size_t)g * 16, &sc[a][g - g0], lut, w);
-        UNROLL
-        for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[0], x0[t]));
-        UNROLL
-        for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w[1], x1[t]));
-      }
+      for (int t = 0; t < nb; t++) acc[a][t] = _mm512_add_ps(acc[a][t], _mm512_mul_ps(w1, x1[t]));
     }
   }
   UNROLL
   for (int a = 0; a < rb; a++)
     UNROLL
-    for (int t = 0; t < nb; t++) Y[(size_t)(t0 + t) * ldy + (size_t)(r + a - r0)] = hsum16(acc[a][t]);
+    for (int t = 0; t < nb; t++) {
+      __m512 v = acc[a][t];
+      if (VB == 2) v = _mm512_permutexvar_ps(ctl.b, v); /* lanes back in natural order */
+      Y[(size_t)(t0 + t) * ldy + (size_t)(r + a - r0)] = hsum16(v);
+    }
+}
+
+/* rb rows from r as fp32 into buf[rb][cols]. */
+AI void mx_dequant(int VB, const uint8_t *packed, const uint8_t *scales, int cols, int r, int rb,
+                    float *buf, mx_ctl ctl) {
+  int ng = cols / 32;
+  for (int a = 0; a < rb; a++) {
+    const uint8_t *p = packed + (size_t)(r + a) * (size_t)(cols / 2);
+    const uint8_t *s = scales + (size_t)(r + a) * (size_t)ng;
+    float *o = buf + (size_t)a * (size_t)cols;
+    for (int g = 0; g < ng; g++) {
+      __m512 tab = _mm512_load_ps(mx_tab[s[g]]);
+      _mm512_store_ps(o + 32 * g, _mm512_permutexvar_ps(mx_idx(VB, p + 16 * g, ctl), tab));
+      _mm512_store_ps(o + 32 * g + 16, _mm512_permutexvar_ps(mx_idx(VB, p + 16 * g + 8, ctl), tab));
+    }
+  }
 }
 
 #define MX_ROWS(nb)                                                                              \
   do {                                                                                           \
     int r = r0;                                                                                  \
-    for (; r + RB <= r1; r += RB) mx_blk(packed, scales, cols, r, RB, r0, X, ldx, t, nb, Y, ldy, lut); \
-    for (; r < r1; r++) mx_blk(packed, scales, cols, r, 1, r0, X, ldx, t, nb, Y, ldy, lut);      \
+    for (; r + MRB_OF(nb) <= r1; r += MRB_OF(nb))                                                \
+      mx_blk(VB, packed, scales, cols, r, MRB_OF(nb), r0, X, ldx, t, nb, Y, ldy, ctl);           \
+    for (; r < r1; r++) mx_blk(VB, packed, scales, cols, r, 1, r0, X, ldx, t, nb, Y, ldy, ctl);  \
   } while (0)
 
-TGT static void gemm_mxfp4_v(const uint8_t *packed, const uint8_t *scales, int cols, int r0,
-                             int r1, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
-  __m512 lut = _mm512_loadu_ps(df_kern_e2m1);
+/* All vectors of [tb, te) against rb dequantised rows in buf. */
+#define DQ_VECS(rb)                                                                              \
+  do {                                                                                           \
+    float *Yr = Y + (size_t)(r - r0);                                                            \
+    int t = tb;                                                                                  \
+    for (; t + NB <= te; t += NB) dense_blk(K_F32, buf, NULL, cols, 0, rb, 0, X, ldx, t, NB, Yr, ldy); \
+    switch (te - t) {                                                                            \
+    case 3: dense_blk(K_F32, buf, NULL, cols, 0, rb, 0, X, ldx, t, 3, Yr, ldy); break;           \
+    case 2: dense_blk(K_F32, buf, NULL, cols, 0, rb, 0, X, ldx, t, 2, Yr, ldy); break;           \
+    case 1: dense_blk(K_F32, buf, NULL, cols, 0, rb, 0, X, ldx, t, 1, Yr, ldy); break;           \
+    default: break;                                                                              \
+    }                                                                                            \
+  } while (0)
+
+AI void mx_gemv_pi(const uint8_t *packed, const uint8_t *scales, int cols, int r0, int r1,
+                   const float *X, int T, float *Y, size_t ldy) {
+  const int VB = 2;
+  mx_ctl ctl = mx_ctl_make(VB);
+  size_t ldx = (size_t)cols;
+  int t = 0;
+  switch (T) {
+  case 4: MX_ROWS(4); break;
+  case 3: MX_ROWS(3); break;
+  case 2: MX_ROWS(2); break;
+  case 1: MX_ROWS(1); break;
+  default: break;
+  }
+}
+
+AI void mx_gemm(int VB, const uint8_t *packed, const uint8_t *scales, int cols, int r0, int r1,
+                 const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  if (T <= NB && cols <= MXDQ) {
+    /* GEMV: x in lane order pi, codes expanded by a shift */
+    float xp[NB * MXDQ] __attribute__((aligned(64)));
+    const __m512i pi = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+    for (int t = 0; t < T; t++)
+      for (int c = 0; c < cols; c += 16)
+        _mm512_store_ps(xp + (size_t)t * (size_t)cols + c,
+                        _mm512_permutexvar_ps(pi, _mm512_loadu_ps(X + (size_t)t * ldx + c)));
+    mx_gemv_pi(packed, scales, cols, r0, r1, xp, T, Y, ldy);
+    return;
+  }
+  mx_ctl ctl = mx_ctl_make(VB);
   int tt = x_tile(cols);
+  if (T > NB && cols <= MXDQ) {
+    float buf[RB * MXDQ] __attribute__((aligned(64)));
+    for (int tb = 0; tb < T; tb += tt) {
+      int te = tb + tt < T ? tb + tt : T;
+      int r = r0;
+      for (; r + RB <= r1; r += RB) {
+        mx_dequant(VB, packed, scales, cols, r, RB, buf, ctl);
+        DQ_VECS(RB);
+      }
+      for (; r < r1; r++) {
+        mx_dequant(VB, packed, scales, cols, r, 1, buf, ctl);
+        DQ_VECS(1);
+      }
+    }
+    return;
+  }
   for (int tb = 0; tb < T; tb += tt) {
     int te = tb + tt < T ? tb + tt : T;
     int t = tb;
@@ -250,6 +397,15 @@ TGT static void gemm_mxfp4_v(const uint8_t *packed, const uint8_t *scales, int c
     default: break;
     }
   }
+}
+
+TGT static void gemm_mxfp4_vbmi(const uint8_t *packed, const uint8_t *scales, int cols, int r0,
+                                 int r1, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  mx_gemm(1, packed, scales, cols, r0, r1, X, T, ldx, Y, ldy);
+}
+TGT static void gemm_mxfp4_v(const uint8_t *packed, const uint8_t *scales, int cols, int r0,
+                             int r1, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  mx_gemm(0, packed, scales, cols, r0, r1, X, T, ldx, Y, ldy);
 }
 
 /* ---- transposed GEMV: y[c] = sum_r W[r][c] x_r, r ascending, per c ---- */
@@ -392,7 +548,9 @@ static void avx512_init(void) {
   avx512_table.gemm_bf16 = gemm_bf16_v;
   avx512_table.gemm_i8 = gemm_i8_v;
   avx512_table.gemm_f32 = gemm_f32_v;
+  mx_tab_init();
   avx512_table.gemm_mxfp4 = gemm_mxfp4_v;
+  if (__builtin_cpu_supports("avx512vbmi") && !getenv("DF_AVX512_NO_VBMI")) avx512_table.gemm_mxfp4 = gemm_mxfp4_vbmi;
   avx512_table.gemv_t_bf16 = gemv_t_bf16_v;
   avx512_table.gemv_t_i8 = gemv_t_i8_v;
   avx512_table.dot = dot_v;
