@@ -680,7 +680,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, (uint16_t)o->port, NULL, NULL, on_request, &S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
-      MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+      MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout_s,
       MHD_OPTION_END);
   int rc = 0;
