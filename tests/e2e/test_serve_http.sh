@@ -118,6 +118,12 @@ A=$PORT
 APID=$SPID
 U="http://127.0.0.1:$A"
 
+# ---- a second server cannot take a busy port
+rc=0
+timeout 60 "$DF_BIN" serve --model "$T/model" --port "$A" 2>"$T/dup.out" || rc=$?
+[ "$rc" = 1 ] && grep -q 'cannot listen' "$T/dup.out" || fail "second server on a busy port: status $rc, $(cat "$T/dup.out")"
+pass "a busy port is an error (exit 1)"
+
 # ---- 400: each refusal names its field
 bad() { # PATH BODY PARAM [CODE]
   s=$(req "$T/b" POST "$U$1" -H 'Content-Type: application/json' --data-binary "$2")
