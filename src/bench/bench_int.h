@@ -15,6 +15,10 @@ typedef struct df_bench_stat {
 typedef struct df_bench_phase {
   df_bench_stat s_per_token, tokens_per_s, expert_bytes_per_token, read_gbps, io_wait_frac,
       compute_s_per_token, cache_hit_rate, amplification;
+  /* the bytes of the experts the batches needed (read_gbps / amplification
+   * per repeat): what the phase got out of the drives, mispredicted
+   * prefetches not counted */
+  df_bench_stat useful_gbps;
 } df_bench_phase;
 
 typedef struct df_bench_ceiling_res {

@@ -74,7 +74,7 @@ static void spread(const double *v, int n, df_bench_stat *s) {
   free(t);
 }
 
-enum { M_SPT, M_TPS, M_BPT, M_GBPS, M_WAIT, M_COMP, M_HIT, M_AMP, NM };
+enum { M_SPT, M_TPS, M_BPT, M_GBPS, M_WAIT, M_COMP, M_HIT, M_AMP, M_USE, NM };
 
 static void phase_metrics(double dt, int tokens, const snap *a, const snap *b, double rec,
                           double *m) {
@@ -90,6 +90,7 @@ static void phase_metrics(double dt, int tokens, const snap *a, const snap *b, d
   /* bytes read over the bytes of the experts the batches needed (each
    * request is one unique expert of one layer batch) */
   m[M_AMP] = req > 0 && rec > 0 ? bytes / (req * rec) : 0;
+  m[M_USE] = req > 0 && rec > 0 ? req * rec / dt / 1e9 : m[M_GBPS];
 }
 
 static int argmax(const float *x, int n) {
@@ -120,7 +121,7 @@ static void fill_phase(df_bench_phase *p, double (*v)[NM], int R) {
   double *col = df_xmalloc((size_t)R * sizeof *col);
   df_bench_stat *dst[NM] = {&p->s_per_token, &p->tokens_per_s, &p->expert_bytes_per_token,
                             &p->read_gbps,   &p->io_wait_frac, &p->compute_s_per_token,
-                            &p->cache_hit_rate, &p->amplification};
+                            &p->cache_hit_rate, &p->amplification, &p->useful_gbps};
   for (int k = 0; k < NM; k++) {
     for (int r = 0; r < R; r++) col[r] = v[r][k];
     spread(col, R, dst[k]);
@@ -311,6 +312,9 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
             r->ceiling.bytes / 1e9, r->ceiling.gbps, o->emulate ? " (EMULATED drives)" : "");
     double eff = r->decode.read_gbps.median / r->ceiling.gbps;
     fprintf(out, "storage efficiency (decode expert-read GB/s / ceiling): %.1f%%\n", 100 * eff);
+    fprintf(out, "useful storage efficiency (decode GB/s of the experts its tokens needed, %.3f, / ceiling; "
+                 "unused prefetches not counted): %.1f%%\n",
+            r->decode.useful_gbps.median, 100 * r->decode.useful_gbps.median / r->ceiling.gbps);
     if (eff > 1.05)
       fprintf(out, "warning: decode read faster than the replay of its own reads: a cache below deltafin "
                    "(drive, RAID or a VM host) served part of them, or other traffic slowed the replay; "
@@ -352,6 +356,7 @@ static json_t *phase_json(const df_bench_phase *p) {
   json_object_set_new(o, "compute_s_per_token", stat_json(&p->compute_s_per_token));
   json_object_set_new(o, "cache_hit_rate", stat_json(&p->cache_hit_rate));
   json_object_set_new(o, "read_amplification", stat_json(&p->amplification));
+  json_object_set_new(o, "useful_read_gbps", stat_json(&p->useful_gbps));
   return o;
 }
 
@@ -363,6 +368,8 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
   json_object_set_new(j, "ceiling_gbps", r->have_ceiling ? json_real(r->ceiling.gbps) : json_null());
   json_object_set_new(j, "storage_efficiency",
                       r->have_ceiling ? json_real(r->decode.read_gbps.median / r->ceiling.gbps) : json_null());
+  json_object_set_new(j, "useful_storage_efficiency",
+                      r->have_ceiling ? json_real(r->decode.useful_gbps.median / r->ceiling.gbps) : json_null());
   json_object_set_new(j, "prefill_read_amplification", json_real(r->prefill.amplification.median));
   json_object_set_new(j, "fio_gbps", r->fio.ran ? json_real(r->fio.gbps) : json_null());
   json_object_set_new(j, "emulated", o->emulate ? json_string(o->emulate) : json_null());

@@ -5,9 +5,11 @@
 # `bench --model --json` has the required keys, the phase statistics are
 # ordered (min <= median <= max), every expert byte of the decode phase is
 # accounted for (bytes/token > 0), prefill with no cache reads each needed
-# expert once (amplification 1.00 with prefetch off), the ceiling replays the
-# decode reads (positive rate), and --ladder with emulated drives packs and
-# prints one row per drive count. Never asserts a time or a speed.
+# expert once (amplification 1.00 with prefetch off), the useful read rate
+# (needed experts only) is the read rate when nothing extra was read, the
+# ceiling replays the decode reads (positive rate), and --ladder with
+# emulated drives packs and prints one row per drive count. Never asserts a
+# time or a speed.
 set -eu
 BIN=${DF_BIN:-build/deltafin}
 T=$(mktemp -d "${TMPDIR:-/tmp}/df_e2e_bench.XXXXXX")
@@ -45,6 +47,15 @@ for ph in ["prefill", "decode"]:
 assert abs(d["prefill"]["read_amplification"]["median"] - 1.0) < 1e-9, d["prefill"]["read_amplification"]
 assert abs(d["prefill_read_amplification"] - 1.0) < 1e-9
 assert d["ceiling"]["reads"] > 0 and d["ceiling"]["bytes"] > 0
+# useful = the needed experts' bytes per second: the read rate itself when
+# every read was needed (no prefetch, no cache: amplification exactly 1)
+for ph in ["prefill", "decode"]:
+    u, g, a = d[ph]["useful_read_gbps"], d[ph]["read_gbps"], d[ph]["read_amplification"]
+    assert u["min"] > 0, (ph, u)
+    if a["min"] == a["max"] == 1.0:
+        for k in ["min", "median", "max"]:
+            assert abs(u[k] - g[k]) <= 1e-9 * g[k], (ph, k, u, g)
+assert d["useful_storage_efficiency"] > 0
 assert d["cache_mb"] == 0
 EOF
 
