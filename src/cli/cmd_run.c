@@ -48,6 +48,8 @@ void df_cmd_run_help(void) {
       "  --io uring|pread     I/O engine\n"
       "  --prefetch MODE      off, gate, prev or auto\n"
       "  --emulate-drives BW[,LAT]  emulate drive bandwidth/latency\n"
+      "  --split-reads MODE   auto (large records over two idle copies), off, always\n"
+      "  --gate-input IN      gate-ahead predictor input: x (default) or x+shared\n"
       "  --trace FILE         write a per-read trace\n"
       "  --pin-mb N           keep the hottest experts (by the heat file) resident\n"
       "  --queue-depth N      reads in flight per drive\n"
@@ -231,6 +233,15 @@ int df_cmd_run(int argc, char **argv) {
       } else if (!strcmp(a, "--queue-depth")) {
         if (df_cli_int(a, val, 1, 4096, &v)) return 1;
         eo.queue_depth = (int)v;
+      } else if (!strcmp(a, "--split-reads")) {
+        if (!strcmp(val, "auto")) eo.split_reads = 0;
+        else if (!strcmp(val, "off")) eo.split_reads = -1;
+        else if (!strcmp(val, "always")) eo.split_reads = 1;
+        else return df_cli_fail("--split-reads: '%s' is not auto, off or always", val);
+      } else if (!strcmp(a, "--gate-input")) {
+        if (!strcmp(val, "x")) eo.gate_ahead_shared = 0;
+        else if (!strcmp(val, "x+shared")) eo.gate_ahead_shared = 1;
+        else return df_cli_fail("--gate-input: '%s' is not x or x+shared", val);
       }
       else return df_cli_fail("run: unknown option '%s' (see deltafin run --help)", a);
     } else {

@@ -98,7 +98,8 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
                       .trace_path = o->trace_path,
                       .pin_mb = o->pin_mb,
                       .queue_depth = o->queue_depth,
-                      .heat_path = o->heat_path};
+                      .heat_path = o->heat_path,
+                      .split_reads = o->split_reads};
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;
   en->pool = df_pool_create(o->threads);
   en->kc.k = df_kern_select(o->kernels_scalar);
@@ -106,6 +107,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->run.m = en->model;
   en->run.kc = &en->kc;
   en->run.store = en->store;
+  en->run.gate_input = o->gate_ahead_shared ? DF_GATE_FROM_X_SHARED : DF_GATE_FROM_X;
   *out = en;
   return 0;
 fail:

@@ -33,6 +33,8 @@ typedef struct df_engine_opts {
   long pin_mb;              /* store: keep the hottest experts resident (MiB); 0 = none */
   int queue_depth;          /* store: reads in flight per drive; <= 0 = default */
   const char *heat_path;    /* store: heat file; NULL = <model_dir>/deltafin.heat, "" = none */
+  int split_reads;          /* store: 0 auto (large records), -1 never, 1 whenever possible */
+  int gate_ahead_shared;    /* gate-ahead input: 0 = layer L's x, 1 = x + shared-expert output */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);

@@ -83,10 +83,22 @@ int df_k3_state_pos(const df_k3_state *s);
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud);
 
+/* What the gate-ahead predictor feeds layer L+1's router with (only when
+ * the store wants hints, see df_store_wants_hint). Decode recall measured on
+ * the synthetic presets (40 tokens, top-k/E is chance): tiny 0.44 from x vs
+ * 0.43 with the shared output (chance 0.25); small 0.41 vs 0.39 (chance
+ * 0.06). x alone is as good and needs nothing more, so it is the default. */
+enum {
+  DF_GATE_FROM_X = 0,        /* L's normalised MLP input x */
+  DF_GATE_FROM_X_SHARED = 1, /* L's MLP input + L's shared-expert output, normalised with
+                              * L+1's post-attention norm */
+};
+
 typedef struct df_k3_run {
   const df_k3 *m;
   const df_kctx *kc;
   df_store *store;
+  int gate_input; /* DF_GATE_FROM_* */
 } df_k3_run;
 
 /* Runs ids[0..T) at positions pos..pos+T-1. logits_last (vocab) gets the last

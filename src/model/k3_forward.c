@@ -44,6 +44,9 @@ struct df_k3_state {
   int *sel;
   float *eZ, *eH1, *eH3, *eY; /* one expert's rows */
   int *ecnt, *eoff, *eent, *uexp, *ecur;
+  float *gx, *gw;             /* gate-ahead: router input rows, one row's weights */
+  int *gsel, *glist;          /* gate-ahead: one row's top-k, the union over rows */
+  uint8_t *gmark;
 };
 
 static int nblocks(const df_config *c) {
@@ -84,16 +87,18 @@ static void free_scratch(df_k3_state *s) {
                  &s->kq,  &s->kk,  &s->kv, &s->kg,  &s->kf, &s->kfa, &s->kb,   &s->ko,
                  &s->mqa, &s->mq,  &s->mc, &s->mg,  &s->mo, &s->f1,  &s->f2,   &s->rl,
                  &s->selw, &s->z,  &s->ybuf, &s->rr, &s->routed, &s->eZ, &s->eH1, &s->eH3,
-                 &s->eY};
+                 &s->eY, &s->gx, &s->gw};
   for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
     free(*f[i]);
     *f[i] = NULL;
   }
-  int **g[] = {&s->sel, &s->ecnt, &s->eoff, &s->eent, &s->uexp, &s->ecur};
+  int **g[] = {&s->sel, &s->ecnt, &s->eoff, &s->eent, &s->uexp, &s->ecur, &s->gsel, &s->glist};
   for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
     free(*g[i]);
     *g[i] = NULL;
   }
+  free(s->gmark);
+  s->gmark = NULL;
 }
 
 void df_k3_state_free(df_k3_state *s) {
@@ -167,6 +172,9 @@ static void reserve(df_k3_state *s, int T) {
     s->ecnt = df_xmalloc(sizeof(int) * E), s->eoff = df_xmalloc(sizeof(int) * (E + 1));
     s->eent = df_xmalloc(sizeof(int) * t * K), s->uexp = df_xmalloc(sizeof(int) * E);
     s->ecur = df_xmalloc(sizeof(int) * E);
+    s->gx = fbuf(t * H), s->gw = fbuf(K);
+    s->gsel = df_xmalloc(sizeof(int) * K), s->glist = df_xmalloc(sizeof(int) * E);
+    s->gmark = df_xmalloc(E);
   }
   s->Tcap = T;
 }
@@ -483,6 +491,27 @@ static void route_row(const df_config *c, const float *sc, const float *bias, in
   }
 }
 
+/* Gate-ahead prediction: layer l+1's router (sigmoid scores + correction
+ * bias, top-k) applied to x, the union over the T rows handed to the store
+ * as a hint for l+1. It only moves bytes: l+1 routes on its own input. */
+static void gate_ahead(const df_k3_run *r, df_k3_state *s, int l, int T, const float *x) {
+  const df_config *c = r->m->cfg;
+  const df_k3_layer *ny = &r->m->layers[l + 1];
+  size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
+  df_mm(r->kc, &ny->router, x, T, H, s->rl, E); /* rl is free once l is routed */
+  memset(s->gmark, 0, E);
+  for (int t = 0; t < T; t++) {
+    float *sc = s->rl + (size_t)t * E;
+    r->kc->k->sigmoid(sc, (int)E);
+    route_row(c, sc, ny->router_bias, s->gsel, s->gw);
+    for (size_t i = 0; i < K; i++) s->gmark[s->gsel[i]] = 1;
+  }
+  int n = 0;
+  for (size_t i = 0; i < E; i++)
+    if (s->gmark[i]) s->glist[n++] = (int)i;
+  df_store_hint(r->store, l + 1, s->glist, n);
+}
+
 static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e) {
   const df_config *c = r->m->cfg;
   const df_k3_layer *y = &r->m->layers[l];
@@ -513,13 +542,27 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e
   for (int i = 0; i < nu; i++) s->ecur[i] = s->eoff[i];
   for (size_t i = 0; i < (size_t)T * K; i++) s->eent[s->ecur[s->ecnt[s->sel[i]]]++] = (int)i;
 
+  /* the reads start now; everything up to the expert loop overlaps them */
+  if (df_store_begin(r->store, l, s->uexp, nu, e)) return -1;
+  int ahead = l + 1 < c->n_layers && r->m->layers[l + 1].moe && df_store_wants_hint(r->store);
+  int gin = r->gate_input;
+  if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->xn);
+  /* 8: the shared experts (only needs x) */
+  if (c->n_shared > 0)
+    gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->xn, T, s->f1, s->f2, s->ffo);
+  if (ahead && gin == DF_GATE_FROM_X_SHARED) {
+    for (size_t i = 0; i < (size_t)T * H; i++)
+      s->gx[i] = s->xin[i] + (c->n_shared > 0 ? s->ffo[i] : 0.0f);
+    rms_rows(k, s->gx, s->gx, r->m->layers[l + 1].post_norm, T, (int)H, c->eps);
+    gate_ahead(r, s, l, T, s->gx);
+  }
+
   /* 4: latent input */
   df_mm(kc, &y->lat_down, s->xn, T, H, s->z, Lt);
 
   /* 5: experts as the store hands them out */
   df_expert_layout lay;
   df_expert_layout_of(c, &lay);
-  if (df_store_begin(r->store, l, s->uexp, nu, e)) return -1;
   for (;;) {
     int idx;
     const uint8_t *b;
@@ -559,7 +602,6 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e
   /* 7-9 */
   df_mm(kc, &y->lat_up, s->rr, T, Lt, s->routed, H);
   if (c->n_shared > 0) {
-    gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->xn, T, s->f1, s->f2, s->ffo);
     for (size_t i = 0; i < (size_t)T * H; i++) s->ffo[i] = s->routed[i] + s->ffo[i];
   } else {
     memcpy(s->ffo, s->routed, sizeof(float) * (size_t)T * H);

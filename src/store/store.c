@@ -37,6 +37,8 @@
 #define AUTO_MIN_SAMPLES 8 /* recall samples before `auto` may switch a predictor off */
 #define AUTO_RECALL 0.35   /* below this a predictor moves more waste than it saves */
 #define SAMPLE_PERIOD 0.010
+#define PF_PER_DRIVE 1 /* speculative reads in flight per drive */
+#define SPLIT_MIN_BYTES (1u << 20) /* records below this are never split in the default mode */
 
 enum { E_LOADING = 1, E_READY, E_FAILED };
 enum { Q_NONE = 0, Q_DEMAND, Q_PREFETCH, Q_FLIGHT };
@@ -58,9 +60,26 @@ typedef struct slot {
   int bidx;
 } slot;
 
+struct entry;
+
+/* One read of an entry: the whole record from one copy, or one of the two
+ * halves of a split read (first part from one copy, the rest from another).
+ * req comes first so a completed df_io_req maps back to its part. */
+typedef struct part {
+  df_io_req req;
+  struct entry *e;
+  int copy, queue;
+  uint32_t need;   /* bytes the request must return (head + this part's record bytes) */
+  uint64_t rbytes; /* record bytes this part carries */
+  double t_enq;
+  const char *why; /* I/O failure of this part, NULL = ok */
+  struct part *qn, *qp; /* drive queue */
+} part;
+
 typedef struct entry {
-  int key, state, refs, handed, spec, pinned, prot, hits, queue, copy, demand, prefill;
-  uint8_t tried;
+  int key, state, refs, handed, spec, pinned, prot, hits, demand, prefill;
+  uint8_t tried, nosplit;
+  int nparts, pending; /* parts of the current read; parts queued, in flight or being verified */
   long spec_pass;
   int spec_layer;
   double score;
@@ -68,15 +87,13 @@ typedef struct entry {
   slot sl;
   uint32_t head;
   const uint8_t *data;
-  double t_enq;
-  struct entry *qn, *qp;       /* drive queue */
   struct entry *rn, *rp;       /* resident list */
-  df_io_req req;
+  part pt[2];
   char *err;
 } entry;
 
 typedef struct dq {
-  entry *h, *t;
+  part *h, *t;
   int n;
 } dq;
 
@@ -85,6 +102,7 @@ typedef struct dstate {
   int alive;
   double rate; /* measured bytes/s (starts as declared) */
   uint64_t bytes, reads, errors;
+  uint32_t dio_align; /* O_DIRECT offset/length granularity of this drive's file */
   double busy_s, busy_since;
   int inflight;
   uint64_t inflight_bytes, queued_bytes;
@@ -94,7 +112,7 @@ typedef struct dstate {
 
 typedef struct pred {
   long pass;
-  int n;
+  int n, prefill; /* made from a prefill chunk: a union over rows, not a per-token guess */
   int *ex;
 } pred;
 
@@ -139,6 +157,11 @@ struct df_store {
   double batch_wait; /* time the model waited in df_store_next for this batch */
   entry **batch;
 
+  /* split reads: -1 never, 0 large records when both copies are idle-ish,
+   * 1 whenever two readable copies exist (tests) */
+  int split_mode;
+  uint64_t split_reads;
+
   /* predictors */
   unsigned pf_mask;
   int pf_auto;
@@ -146,6 +169,7 @@ struct df_store {
   pred *pr[NPRED];
   double *rc_ewma[NPRED], *rc_hits[NPRED], *rc_total[NPRED];
   long *rc_n[NPRED];
+  uint64_t pf_issued_by[NPRED];
   int **last_set, *last_n;
 
   /* heat */
@@ -211,6 +235,7 @@ static entry *entry_new(df_store *s, int key) {
   e->sl = slot_get(s);
   e->score = s->seed ? s->seed[key] : 0;
   e->tick = s->pass;
+  e->pt[0].e = e->pt[1].e = e;
   e->rn = s->res_head;
   if (s->res_head) s->res_head->rp = e;
   s->res_head = e;
@@ -233,65 +258,135 @@ static void entry_free(df_store *s, entry *e) {
   free(e);
 }
 
-static void q_push(dq *q, entry *e) {
-  e->qn = NULL;
-  e->qp = q->t;
-  if (q->t) q->t->qn = e;
-  else q->h = e;
-  q->t = e;
+static void q_push(dq *q, part *p) {
+  p->qn = NULL;
+  p->qp = q->t;
+  if (q->t) q->t->qn = p;
+  else q->h = p;
+  q->t = p;
   q->n++;
 }
 
-static void q_remove(dq *q, entry *e) {
-  if (e->qp) e->qp->qn = e->qn;
-  else q->h = e->qn;
-  if (e->qn) e->qn->qp = e->qp;
-  else q->t = e->qp;
-  e->qn = e->qp = NULL;
+static void q_remove(dq *q, part *p) {
+  if (p->qp) p->qp->qn = p->qn;
+  else q->h = p->qn;
+  if (p->qn) p->qn->qp = p->qp;
+  else q->t = p->qp;
+  p->qn = p->qp = NULL;
   q->n--;
 }
 
+static int part_drive(const df_store *s, const part *p) {
+  return s->recs[p->e->key].c[p->copy].drive;
+}
+
+/* Expected seconds until a read of `bytes` queued now on drive d completes. */
+static double eta_of(const df_store *s, const dstate *d, uint64_t bytes) {
+  return (double)(d->inflight_bytes + d->queued_bytes + bytes) / d->rate + s->emu.latency;
+}
+
+static void part_queue(df_store *s, entry *e, int i, int copy, uint64_t off, uint32_t len,
+                       uint8_t *buf, uint32_t need, uint64_t rbytes, int demand) {
+  part *p = &e->pt[i];
+  const copyloc *cp = &s->recs[e->key].c[copy];
+  dstate *d = &s->d[cp->drive];
+  p->e = e;
+  p->copy = copy;
+  p->need = need;
+  p->rbytes = rbytes;
+  p->why = NULL;
+  p->req.fd = cp->fd;
+  p->req.off = off;
+  p->req.len = len;
+  p->req.buf = buf;
+  p->req.buf_index = e->sl.bidx;
+  p->queue = demand ? Q_DEMAND : Q_PREFETCH;
+  p->t_enq = df_now();
+  q_push(&d->q[demand ? 0 : 1], p);
+  d->queued_bytes += rbytes;
+  df_io_kick(s->io, cp->drive);
+}
+
 /* Queues a read of e on the copy with the earliest expected completion
- * among those not yet tried. -1 when no copy is left. */
+ * among those not yet tried; a large record whose second-best copy would
+ * finish about as early is split between the two (the first part from one,
+ * the rest from the other), so one read's bytes land on two drives at once.
+ * -1 when no copy is left. */
 static int enqueue(df_store *s, entry *e, int demand) {
   if (s->closing) return -1;
   rec *r = &s->recs[e->key];
-  int best = -1;
-  double beta = 0;
+  int best = -1, second = -1;
+  double beta = 0, seta = 0;
   for (int c = 0; c < r->ncopies; c++) {
     if ((r->bad >> c & 1) || (e->tried >> c & 1)) continue;
     dstate *d = &s->d[r->c[c].drive];
     if (!d->alive) continue;
-    double eta = (double)(d->inflight_bytes + d->queued_bytes + s->len) / d->rate + s->emu.latency;
-    if (best < 0 || eta < beta) best = c, beta = eta;
+    double eta = eta_of(s, d, s->len);
+    if (best < 0 || eta < beta) {
+      second = best, seta = beta;
+      best = c, beta = eta;
+    } else if (second < 0 || eta < seta) {
+      second = c, seta = eta;
+    }
   }
   if (best < 0) return -1;
-  const copyloc *cp = &r->c[best];
-  dstate *d = &s->d[cp->drive];
-  e->copy = best;
+  const copyloc *ca = &r->c[best];
   e->tried |= (uint8_t)(1u << best);
-  uint64_t start = cp->off & ~(uint64_t)(ALIGN - 1);
-  e->head = (uint32_t)(cp->off - start);
-  e->req.fd = cp->fd;
-  e->req.off = start;
-  e->req.len = (uint32_t)((e->head + s->len + ALIGN - 1) / ALIGN * ALIGN);
-  e->req.buf = e->sl.buf;
-  e->req.buf_index = e->sl.bidx;
-  e->queue = demand ? Q_DEMAND : Q_PREFETCH;
-  e->t_enq = df_now();
-  q_push(&d->q[demand ? 0 : 1], e);
-  d->queued_bytes += s->len;
-  df_io_kick(s->io, cp->drive);
+  /* split point m (record bytes from the best copy), 0 = no split */
+  uint64_t m = 0, g = ALIGN;
+  if (second >= 0 && s->pack && !e->nosplit && s->split_mode >= 0 &&
+      (s->split_mode > 0 || s->len >= SPLIT_MIN_BYTES) && ca->off % ALIGN == 0 &&
+      r->c[second].off % ALIGN == 0) {
+    const dstate *da = &s->d[ca->drive], *db = &s->d[r->c[second].drive];
+    g = da->dio_align > db->dio_align ? da->dio_align : db->dio_align;
+    /* both parts finish together: (qa + m)/ra = (qb + len - m)/rb */
+    double qa = (double)(da->inflight_bytes + da->queued_bytes);
+    double qb = (double)(db->inflight_bytes + db->queued_bytes);
+    double f = ((qb + (double)s->len) * da->rate - qa * db->rate) / (da->rate + db->rate);
+    double len = (double)s->len;
+    if (s->split_mode > 0) {
+      /* forced (tests): always split, at the balance point clamped inside */
+      if (f < (double)g) f = (double)g;
+      if (f > len - 1) f = len - 1;
+      m = (uint64_t)f / g * g;
+    } else if (f >= len / 4 && f <= len * 3 / 4) {
+      /* only when the second copy's drive would take at least a quarter:
+       * both drives are about equally free */
+      m = (uint64_t)f / g * g;
+    }
+    if (m < g || m >= s->len) m = 0;
+  }
+  e->head = (uint32_t)(ca->off % ALIGN);
+  if (!m) {
+    uint64_t start = ca->off - e->head;
+    uint32_t len = (uint32_t)((e->head + s->len + ALIGN - 1) / ALIGN * ALIGN);
+    e->nparts = e->pending = 1;
+    part_queue(s, e, 0, best, start, len, e->sl.buf, (uint32_t)(e->head + s->len), s->len, demand);
+    return 0;
+  }
+  const copyloc *cb = &r->c[second];
+  e->tried |= (uint8_t)(1u << second);
+  e->nparts = e->pending = 2;
+  s->split_reads++;
+  part_queue(s, e, 0, best, ca->off, (uint32_t)m, e->sl.buf, (uint32_t)m, m, demand);
+  uint32_t rest = (uint32_t)((s->len - m + g - 1) / g * g);
+  part_queue(s, e, 1, second, cb->off + m, rest, e->sl.buf + m, (uint32_t)(s->len - m), s->len - m,
+             demand);
   return 0;
 }
 
+static int busy(const entry *e) { return e->pending > 0; }
+
 static void promote(df_store *s, entry *e) {
-  if (e->queue != Q_PREFETCH) return;
-  dstate *d = &s->d[s->recs[e->key].c[e->copy].drive];
-  q_remove(&d->q[1], e);
-  q_push(&d->q[0], e);
-  e->queue = Q_DEMAND;
-  df_io_kick(s->io, (int)(d - s->d));
+  for (int i = 0; i < e->nparts && e->pending; i++) {
+    part *p = &e->pt[i];
+    if (p->queue != Q_PREFETCH) continue;
+    int dr = part_drive(s, p);
+    q_remove(&s->d[dr].q[1], p);
+    q_push(&s->d[dr].q[0], p);
+    p->queue = Q_DEMAND;
+    df_io_kick(s->io, dr);
+  }
 }
 
 static void fail_entry(df_store *s, entry *e, const char *why) {
@@ -312,80 +407,100 @@ static int stale(const df_store *s, const entry *e) {
           (e->spec_pass == s->pass && e->spec_layer <= s->layer));
 }
 
+/* Drops a stale prefetch none of whose parts has started; 1 if dropped. */
+static int drop_stale(df_store *s, entry *e) {
+  if (!stale(s, e)) return 0;
+  for (int i = 0; i < e->nparts; i++)
+    if (e->pt[i].queue != Q_PREFETCH) return 0;
+  for (int i = 0; i < e->nparts; i++) {
+    part *p = &e->pt[i];
+    dstate *d = &s->d[part_drive(s, p)];
+    q_remove(&d->q[1], p);
+    d->queued_bytes -= p->rbytes;
+    p->queue = Q_NONE;
+  }
+  e->pending = 0;
+  s->pf_dropped++;
+  entry_free(s, e);
+  return 1;
+}
+
 /* ---- drive callbacks ---- */
 
 static df_io_req *take_cb(void *ctx, int drive) {
   df_store *s = ctx;
   pthread_mutex_lock(&s->mu);
   dstate *d = &s->d[drive];
-  entry *e = NULL;
+  part *p = NULL;
   if (d->q[0].h) {
-    e = d->q[0].h;
-    q_remove(&d->q[0], e);
+    p = d->q[0].h;
+    q_remove(&d->q[0], p);
   } else {
-    int spare = s->qd > 1 ? s->qd - 1 : 1;
-    while (d->q[1].h) {
-      entry *f = d->q[1].h;
-      if (stale(s, f)) {
-        q_remove(&d->q[1], f);
-        d->queued_bytes -= s->len;
-        s->pf_dropped++;
-        entry_free(s, f);
+    /* a prefetch starts only on an idle drive: a demand read that arrives
+     * later then waits behind at most one speculative read (measured on the
+     * emulated ladder, 4 drives: allowing qd-1 prefetches in flight wasted
+     * 4x the bytes and cost 13% decode speed; one at a time costs nothing) */
+    int spare = PF_PER_DRIVE;
+    for (part *f = d->q[1].h; f;) {
+      if (drop_stale(s, f->e)) {
+        f = d->q[1].h; /* everything before f was dropped too */
         continue;
       }
       if (d->inflight < spare) {
-        e = f;
-        q_remove(&d->q[1], e);
+        p = f;
+        q_remove(&d->q[1], p);
       }
       break;
     }
   }
-  if (e) {
-    e->queue = Q_FLIGHT;
-    d->queued_bytes -= s->len;
+  if (p) {
+    p->queue = Q_FLIGHT;
+    d->queued_bytes -= p->rbytes;
     if (d->inflight++ == 0) d->busy_since = df_now();
-    d->inflight_bytes += s->len;
+    d->inflight_bytes += p->rbytes;
     s->total_inflight++;
   }
   pthread_mutex_unlock(&s->mu);
-  return e ? &e->req : NULL;
+  return p ? &p->req : NULL;
 }
 
-static void done_cb(void *ctx, int drive, df_io_req *req) {
-  df_store *s = ctx;
-  entry *e = (entry *)((char *)req - offsetof(entry, req));
-  const copyloc *cp = &s->recs[e->key].c[e->copy];
-  /* Verify outside the lock: the copy and the buffer are this entry's alone. */
+/* Every part of e has landed: verify the whole record, then hand it to the
+ * batch or read it again from another copy. Called with the lock held; drops
+ * it while hashing (e is LOADING with pending > 0, so nothing else touches it). */
+static void finish_entry(df_store *s, entry *e) {
   const char *why = NULL;
-  if (req->err) why = strerror(req->err);
-  else if ((uint64_t)req->got < e->head + s->len) why = "short read (file truncated?)";
-  else if (s->pack && XXH3_64bits(req->buf + e->head, s->len) != cp->xxh) why = "checksum mismatch";
-  else if (!s->pack && df_src_check_scales(&s->lay, req->buf + e->head))
-    why = "E8M0 scale 255 (NaN) in an expert";
-  pthread_mutex_lock(&s->mu);
-  dstate *d = &s->d[drive];
-  d->inflight--;
-  d->inflight_bytes -= s->len;
-  double tnow = df_now();
-  if (d->inflight == 0) {
-    d->busy_s += tnow - d->busy_since;
-    d->win_busy += tnow - d->busy_since;
+  int bad_part = -1;
+  for (int i = 0; i < e->nparts; i++)
+    if (e->pt[i].why && !why) why = e->pt[i].why, bad_part = i;
+  if (!why && !s->closing) {
+    pthread_mutex_unlock(&s->mu);
+    const uint8_t *b = e->sl.buf + e->head;
+    if (s->pack && XXH3_64bits(b, s->len) != s->recs[e->key].c[e->pt[0].copy].xxh)
+      why = "checksum mismatch";
+    else if (!s->pack && df_src_check_scales(&s->lay, b))
+      why = "E8M0 scale 255 (NaN) in an expert";
+    pthread_mutex_lock(&s->mu);
   }
-  s->total_inflight--;
-  if (s->tr)
-    df_trace_read(s->tr, now_rel(s), key_layer(s, e->key), key_expert(s, e->key), drive, s->len,
-                  e->demand && !e->spec, req->t_start - e->t_enq, req->t_done - req->t_start,
-                  why == NULL);
-  if (!why) {
-    d->bytes += s->len;
-    d->reads++;
-    d->win_bytes += (double)s->len;
-    if (d->inflight == 0 && d->win_busy > 0.02) {
-      /* Measured rate: bytes over busy time, smoothed. */
-      double r = d->win_bytes / d->win_busy;
-      d->rate = 0.7 * d->rate + 0.3 * r;
-      d->win_bytes = d->win_busy = 0;
+  double tr = now_rel(s);
+  for (int i = 0; i < e->nparts; i++) {
+    part *p = &e->pt[i];
+    int dr = part_drive(s, p);
+    if (s->tr)
+      df_trace_read(s->tr, tr, key_layer(s, e->key), key_expert(s, e->key), dr, p->rbytes,
+                    e->demand && !e->spec, p->req.t_start - p->t_enq,
+                    p->req.t_done - p->req.t_start, why == NULL);
+    if (!why) {
+      s->d[dr].bytes += p->rbytes;
+      s->d[dr].reads++;
     }
+  }
+  e->pending = 0;
+  s->total_inflight--;
+  if (s->closing) {
+    e->state = E_FAILED;
+    return;
+  }
+  if (!why) {
     s->bytes_read += s->len;
     if (e->demand && !e->spec) s->bytes_demand += s->len;
     else s->bytes_prefetch += s->len;
@@ -393,28 +508,73 @@ static void done_cb(void *ctx, int drive, df_io_req *req) {
     s->all_read += s->len;
     e->state = E_READY;
     e->data = e->sl.buf + e->head;
-    e->queue = Q_NONE;
+    return;
+  }
+  if (!strcmp(why, "checksum mismatch")) s->csum_err++;
+  else s->read_err++;
+  rec *r = &s->recs[e->key];
+  const part *bp = &e->pt[bad_part >= 0 ? bad_part : 0];
+  dstate *d = &s->d[part_drive(s, bp)];
+  d->errors++;
+  if (e->nparts == 2 && bad_part < 0) {
+    /* a split read that does not verify: which copy is corrupt is unknown,
+     * so read the whole record from one copy at a time */
+    df_log_debug("expert (layer %d, expert %d): split read does not verify; reading whole copies",
+                 key_layer(s, e->key), key_expert(s, e->key));
+    e->nosplit = 1;
+    e->tried = 0;
   } else {
-    d->errors++;
-    if (!strcmp(why, "checksum mismatch")) s->csum_err++;
-    else s->read_err++;
-    rec *r = &s->recs[e->key];
-    if (!(r->bad >> e->copy & 1))
+    const copyloc *cp = &r->c[bp->copy];
+    if (!(r->bad >> bp->copy & 1))
       df_log_warn("expert (layer %d, expert %d): copy on %s at offset %" PRIu64 ": %s%s",
                   key_layer(s, e->key), key_expert(s, e->key), d->path, cp->off, why,
                   r->ncopies > 1 ? "; reading another copy" : "");
-    r->bad |= (uint8_t)(1u << e->copy);
-    e->queue = Q_NONE;
-    int demand = e->refs > 0 || !e->spec;
-    if (enqueue(s, e, demand) == 0) {
-      s->retries++;
-    } else if (demand || e->pinned) {
-      char w[300];
-      snprintf(w, sizeof w, "%s on %s", why, d->path);
-      fail_entry(s, e, w);
-    } else {
-      entry_free(s, e);
+    r->bad |= (uint8_t)(1u << bp->copy);
+    if (e->nparts == 2) e->tried = 0; /* the other part's copy was not judged */
+  }
+  int demand = e->refs > 0 || !e->spec;
+  if (enqueue(s, e, demand) == 0) {
+    s->retries++;
+  } else if (demand || e->pinned) {
+    char w[300];
+    snprintf(w, sizeof w, "%s on %s", why, d->path);
+    fail_entry(s, e, w);
+  } else {
+    entry_free(s, e);
+  }
+}
+
+static void done_cb(void *ctx, int drive, df_io_req *req) {
+  df_store *s = ctx;
+  part *p = (part *)req;
+  entry *e = p->e;
+  p->why = NULL;
+  if (req->err) p->why = strerror(req->err);
+  else if ((uint64_t)req->got < p->need) p->why = "short read (file truncated?)";
+  pthread_mutex_lock(&s->mu);
+  dstate *d = &s->d[drive];
+  d->inflight--;
+  d->inflight_bytes -= p->rbytes;
+  double tnow = df_now();
+  if (d->inflight == 0) {
+    d->busy_s += tnow - d->busy_since;
+    d->win_busy += tnow - d->busy_since;
+  }
+  p->queue = Q_NONE;
+  if (!p->why) {
+    d->win_bytes += (double)p->rbytes;
+    if (d->inflight == 0 && d->win_busy > 0.02) {
+      /* Measured rate: bytes over busy time, smoothed. */
+      double r = d->win_bytes / d->win_busy;
+      d->rate = 0.7 * d->rate + 0.3 * r;
+      d->win_bytes = d->win_busy = 0;
     }
+  }
+  if (e->pending > 1) {
+    e->pending--;
+    s->total_inflight--;
+  } else {
+    finish_entry(s, e);
   }
   pthread_cond_broadcast(&s->cv);
   if (d->q[1].n) df_io_kick(s->io, drive);
@@ -461,6 +621,25 @@ static int open_direct(const char *path, int *direct) {
   if (fd >= 0) fcntl(fd, F_NOCACHE, 1);
 #endif
   return fd;
+}
+
+/* The O_DIRECT offset/length granularity of an open file (statx DIOALIGN
+ * where the kernel reports it, else the page size the pack aligns to). */
+static uint32_t dio_align_of(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  int direct = fl >= 0 && (fl & O_DIRECT);
+  uint32_t g = direct ? ALIGN : 512;
+#ifdef STATX_DIOALIGN
+  struct statx sx;
+  if (direct && statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
+      (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align > 0) {
+    g = sx.stx_dio_offset_align;
+    if (sx.stx_dio_mem_align > g) g = sx.stx_dio_mem_align;
+  }
+#endif
+  if (g < 512) g = 512;
+  if (g > ALIGN || ALIGN % g) g = ALIGN;
+  return g;
 }
 
 static int open_pack(df_store *s, const df_st_set *set, const char *mpath, df_err *e) {
@@ -512,6 +691,7 @@ static int open_pack(df_store *s, const df_st_set *set, const char *mpath, df_er
       }
     }
     s->d[i].alive = s->fds[i] >= 0;
+    s->d[i].dio_align = s->fds[i] >= 0 ? dio_align_of(s->fds[i]) : ALIGN;
     free(p);
   }
   int rc = 0;
@@ -680,6 +860,7 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     goto fail;
   }
   s->qd = o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
+  s->split_mode = o->split_reads < 0 ? -1 : o->split_reads > 0 ? 1 : 0;
   if (o->emulate_drives && *o->emulate_drives) {
     if ((rc = df_io_parse_emu(o->emulate_drives, &s->emu, e))) goto fail;
     s->emu_str = df_xstrdup(o->emulate_drives);
@@ -802,10 +983,11 @@ void df_store_close(df_store *s) {
   for (int i = 0; i < s->ndrives; i++)
     for (int q = 0; q < 2; q++)
       while (s->d[i].q[q].h) {
-        entry *x = s->d[i].q[q].h;
-        q_remove(&s->d[i].q[q], x);
-        x->queue = Q_NONE;
-        x->state = E_FAILED;
+        part *p = s->d[i].q[q].h;
+        q_remove(&s->d[i].q[q], p);
+        p->queue = Q_NONE;
+        p->e->pending--;
+        p->e->state = E_FAILED;
       }
   while (s->total_inflight > 0) pthread_cond_wait(&s->cv, &s->mu);
   s->stop = 1;
@@ -868,7 +1050,7 @@ static int pred_on(const df_store *s, int p, int li) {
   return s->rc_n[p][li] < AUTO_MIN_SAMPLES || s->rc_ewma[p][li] >= AUTO_RECALL;
 }
 
-static void prefetch_one(df_store *s, long pass, int layer, int expert) {
+static void prefetch_one(df_store *s, int p, long pass, int layer, int expert) {
   int key = (layer - s->first) * s->ne + expert;
   if (s->idx[key]) return;
   /* only spare budget: a speculative load never evicts anything, and never
@@ -884,6 +1066,7 @@ static void prefetch_one(df_store *s, long pass, int layer, int expert) {
     return;
   }
   s->pf_issued++;
+  s->pf_issued_by[p]++;
 }
 
 static void predict(df_store *s, int p, long pass, int layer, const int *ex, int n) {
@@ -891,9 +1074,14 @@ static void predict(df_store *s, int p, long pass, int layer, const int *ex, int
   pred *pp = &s->pr[p][li];
   pp->pass = pass;
   pp->n = n;
+  pp->prefill = s->batch_prefill;
   memcpy(pp->ex, ex, (size_t)n * sizeof *ex);
+  /* auto reads nothing speculative for a prefill chunk: the chunk's own
+   * union keeps the drives busy, and a chunk must read each needed expert
+   * once (amplification 1.00); an explicit --prefetch gate still does */
+  if (s->pf_auto && s->batch_prefill) return;
   if (pred_on(s, p, li))
-    for (int i = 0; i < n; i++) prefetch_one(s, pass, layer, ex[i]);
+    for (int i = 0; i < n; i++) prefetch_one(s, p, pass, layer, ex[i]);
 }
 
 void df_store_hint(df_store *s, int layer, const int *experts, int n) {
@@ -906,6 +1094,10 @@ void df_store_hint(df_store *s, int layer, const int *experts, int n) {
   if (s->layer == 1 << 30) pass = 1;
   predict(s, P_GATE, pass, layer, experts, n);
   pthread_mutex_unlock(&s->mu);
+}
+
+int df_store_wants_hint(const df_store *s) {
+  return s && s->nkeys && (s->pf_mask >> P_GATE & 1);
 }
 
 /* ---- batches ---- */
@@ -961,8 +1153,12 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
     double r = (double)hit / n;
     s->rc_hits[p][li] += hit;
     s->rc_total[p][li] += n;
-    s->rc_ewma[p][li] = s->rc_n[p][li] ? 0.8 * s->rc_ewma[p][li] + 0.2 * r : r;
-    s->rc_n[p][li]++;
+    /* auto decides on per-token predictions only (a prefill union's recall
+     * says little about decode) */
+    if (!pp->prefill) {
+      s->rc_ewma[p][li] = s->rc_n[p][li] ? 0.8 * s->rc_ewma[p][li] + 0.2 * r : r;
+      s->rc_n[p][li]++;
+    }
     pp->pass = -1;
   }
   if (s->batch_cap < n) {
@@ -982,7 +1178,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
     s->all_need += s->len;
     if (prefill) s->pre_need += s->len;
     s->heat.count[key] += 1;
-    if (x && x->state == E_FAILED && x->refs == 0 && x->queue == Q_NONE) {
+    if (x && x->state == E_FAILED && x->refs == 0 && !busy(x)) {
       entry_free(s, x);
       x = NULL;
     }
@@ -1015,16 +1211,11 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
   }
   /* queued prefetches for layers that have begun are dropped */
   for (int d = 0; d < s->ndrives; d++) {
-    entry *x = s->d[d].q[1].h;
-    while (x) {
-      entry *nx = x->qn;
-      if (stale(s, x)) {
-        q_remove(&s->d[d].q[1], x);
-        s->d[d].queued_bytes -= s->len;
-        s->pf_dropped++;
-        entry_free(s, x);
-      }
-      x = nx;
+    part *p = s->d[d].q[1].h;
+    while (p) {
+      part *nx = p->qn; /* a dropped split read's other part is on another drive */
+      drop_stale(s, p->e);
+      p = nx;
     }
   }
   /* previous-token predictor: the next layer will want what it wanted last time */
@@ -1100,7 +1291,7 @@ static void evict(df_store *s) {
   cand *c = df_xmalloc((size_t)s->unref * sizeof *c);
   long nc = 0;
   for (entry *x = s->res_head; x; x = x->rn) {
-    if (x->refs || x->pinned || x->state == E_LOADING || x->queue != Q_NONE) continue;
+    if (x->refs || x->pinned || x->state == E_LOADING || busy(x)) continue;
     if (x->spec && !stale(s, x)) continue;
     if (nc < s->unref) c[nc++] = (cand){x->prot, score_now(s, x), x};
   }
@@ -1198,9 +1389,13 @@ char *df_store_stats_json(const df_store *s) {
       json_array_append_new(pl, s->rc_total[p][l] > 0 ? json_real(s->rc_hits[p][l] / s->rc_total[p][l])
                                                       : json_null());
     }
+    json_t *on = json_array();
+    for (int l = 0; l < s->nl; l++) json_array_append_new(on, json_boolean(pred_on(s, p, l)));
     json_object_set_new(po, "enabled", json_boolean(s->pf_mask >> p & 1));
+    json_object_set_new(po, "on_per_layer", on);
     json_object_set_new(po, "recall", t > 0 ? json_real(h / t) : json_null());
     json_object_set_new(po, "samples", json_integer(nsm));
+    json_object_set_new(po, "issued", json_integer((json_int_t)s->pf_issued_by[p]));
     json_object_set_new(po, "recall_per_layer", pl);
     json_object_set_new(pr, pred_name[p], po);
   }
@@ -1221,6 +1416,11 @@ char *df_store_stats_json(const df_store *s) {
     json_array_append_new(dr, x);
   }
   json_object_set_new(o, "drives", dr);
+  json_object_set_new(o, "split_reads", json_integer((json_int_t)s->split_reads));
+  uint32_t g = 0;
+  for (int i = 0; i < s->ndrives && s->pack; i++)
+    if (s->d[i].dio_align > g) g = s->d[i].dio_align;
+  json_object_set_new(o, "split_granularity", json_integer(g));
   json_object_set_new(o, "retries", json_integer((json_int_t)s->retries));
   json_object_set_new(o, "checksum_errors", json_integer((json_int_t)s->csum_err));
   json_object_set_new(o, "read_errors", json_integer((json_int_t)s->read_err));
@@ -1235,20 +1435,26 @@ char *df_store_stats_json(const df_store *s) {
 char *df_store_stats_text(const df_store *s) {
   df_store *m = (df_store *)s;
   char *desc = df_store_describe(s);
-  size_t cap = 4096 + (size_t)s->ndrives * 200 + (size_t)s->nl * 16, n = 0;
+  size_t cap = 4096 + (size_t)s->ndrives * 200 + (size_t)s->nl * 64, n = 0;
   char *b = df_xmalloc(cap);
   pthread_mutex_lock(&m->mu);
 #define AP(...) n += (size_t)snprintf(b + n, n < cap ? cap - n : 0, __VA_ARGS__)
   AP("%s\n", desc);
+  if (s->emu_str)
+    AP("NOTE: drives are EMULATED (%s each, throttled in the store): the drive figures below are "
+       "the emulation's, not the disks'\n",
+       s->emu_str);
   AP("expert reads: %.1f MB (demand %.1f MB, prefetch used %.1f MB, prefetch wasted %.1f MB); "
      "cache hit rate %.1f%% (%llu of %llu); waited %.3f s on experts\n",
      (double)s->bytes_read / 1e6, (double)s->bytes_demand / 1e6, (double)s->pf_used / 1e6,
      (double)s->pf_wasted / 1e6, s->requests ? 100.0 * (double)s->hits / (double)s->requests : 0.0,
      (unsigned long long)s->hits, (unsigned long long)s->requests, s->wait_total);
-  AP("prefill read amplification %.2f\n", amp(s));
+  AP("prefill read amplification %.2f; %llu reads split over two copies\n", amp(s),
+     (unsigned long long)s->split_reads);
   for (int i = 0; i < s->ndrives; i++) {
     const dstate *d = &s->d[i];
-    AP("drive %d %s: %.1f MB in %llu reads, busy %.3f s, %.1f MB/s%s%s\n", i, d->path,
+    AP("drive %d%s %s: %.1f MB in %llu reads, busy %.3f s, %.1f MB/s%s%s\n", i,
+       s->emu_str ? " (emulated)" : "", d->path,
        (double)d->bytes / 1e6, (unsigned long long)d->reads, d->busy_s,
        d->busy_s > 0 ? (double)d->bytes / 1e6 / d->busy_s : 0.0, d->errors ? ", errors" : "",
        d->alive ? "" : " (missing)");
@@ -1256,7 +1462,17 @@ char *df_store_stats_text(const df_store *s) {
   for (int p = 0; p < NPRED; p++) {
     double h = 0, t = 0;
     for (int l = 0; l < s->nl; l++) h += s->rc_hits[p][l], t += s->rc_total[p][l];
-    if (t > 0) AP("predictor %s: recall %.2f%s\n", pred_name[p], h / t, s->pf_mask >> p & 1 ? "" : " (measured only)");
+    if (!(t > 0)) continue;
+    AP("predictor %s: recall %.2f%s; per layer (* = switched off by auto):", pred_name[p], h / t,
+       s->pf_mask >> p & 1 ? "" : " (measured only)");
+    for (int l = 0; l < s->nl && n < cap - 32; l++) {
+      if (s->rc_total[p][l] > 0)
+        AP(" %d:%.2f%s", s->first + l, s->rc_hits[p][l] / s->rc_total[p][l],
+           (s->pf_mask >> p & 1) && !pred_on(s, p, l) ? "*" : "");
+      else
+        AP(" %d:-", s->first + l);
+    }
+    AP("\n");
   }
   if (s->nl) {
     AP("wait per layer (ms):");

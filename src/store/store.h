@@ -31,6 +31,9 @@ typedef struct df_store_opts {
   long pin_mb;              /* keep the hottest experts (by the heat file) resident; 0 = none */
   int queue_depth;          /* reads in flight per drive; <= 0 = default (8) */
   const char *heat_path;    /* NULL = <model_dir>/deltafin.heat; "" = no heat file */
+  int split_reads;          /* a record with two readable copies may be read half from each:
+                             * 0 = records >= 1 MiB when both drives are about equally free,
+                             * -1 = never, 1 = whenever possible (tests) */
 } df_store_opts;
 
 /* The manifest `deltafin pack` records in the model folder. */
@@ -54,8 +57,14 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
  * names the layer and expert). */
 int df_store_next(df_store *s, int *idx, const uint8_t **bytes, df_err *e);
 void df_store_end(df_store *s);
-/* Optional hint: experts likely needed soon (prefetch); never changes results. */
+/* Optional hint: experts likely needed soon (prefetch); never changes results.
+ * The gate-ahead predictor: call it for layer L+1 as soon as L's router
+ * input is known, before waiting on L's experts; its recall per layer is
+ * measured at L+1's df_store_begin. */
 void df_store_hint(df_store *s, int layer, const int *experts, int n);
+/* 1 when hints are used or measured (prefetch gate or auto): a caller may
+ * skip computing them otherwise. */
+int df_store_wants_hint(const df_store *s);
 
 /* Optional: the number of positions (rows) of the forward pass that the
  * next batches belong to (1 = decode, > 1 = a prefill chunk); only used to

@@ -63,9 +63,36 @@ same "pack 2 drives" --store "$T/p2.json" --cache-mb 0 --prefetch off
 [ "$(stat_of drives.1.reads)" -gt 0 ] || fail "2 drives: drive 1 was never read"
 same "pack 2 drives, prev" --store "$T/p2.json" --cache-mb 0 --prefetch prev
 same "pack 4 drives + replicas, gate" --store "$T/p4r.json" --prefetch gate
+# gate-ahead recall is measured for every MoE layer after the first and is > 0
+gate_recall_ok() { python3 - "$T/last.json" "$1" <<'EOF2'
+import json, sys
+s = json.load(open(sys.argv[1]))["stats"]["store"]
+g = s["predictors"]["gate"]
+pl = g["recall_per_layer"]
+assert g["recall"] is not None and g["recall"] > 0, (sys.argv[2], g)
+assert pl[0] is None, (sys.argv[2], pl)
+assert all(x is not None and x > 0 for x in pl[1:]), (sys.argv[2], pl)
+assert g["issued"] > 0 or not g["enabled"], (sys.argv[2], g)
+EOF2
+}
+gate_recall_ok "tiny, gate" || fail "tiny: gate recall not measured per layer or 0"
+same "pack 4 drives + replicas, gate from x+shared" --store "$T/p4r.json" --prefetch gate --gate-input x+shared
+gate_recall_ok "tiny, gate x+shared" || fail "tiny: gate (x+shared) recall not measured or 0"
+same "pack 2 drives, 100% replicas, split reads always" --store "$T/p2r.json" --cache-mb 0 --split-reads always --prefetch gate
+[ "$(stat_of split_reads)" -gt 0 ] || [ "$(stat_of record_bytes)" -le "$(stat_of split_granularity)" ] || fail "--split-reads always split nothing"
+same "pack 4 drives + replicas, split reads always, pread, auto" --store "$T/p4r.json" --cache-mb 0 --split-reads always --io pread
+same "pack 4 drives + replicas, split reads off, prev" --store "$T/p4r.json" --split-reads off --prefetch prev
+[ "$(stat_of split_reads)" = 0 ] || fail "--split-reads off split $(stat_of split_reads) reads"
 same "pack 4 drives + replicas, auto, pread" --store "$T/p4r.json" --prefetch auto --io pread --cache-mb 0
 same "pack 4 drives + replicas, uring, unlimited" --store "$T/p4r.json" --io uring --cache-mb 1048576
 same "emulated drives" --store "$T/p4r.json" --cache-mb 0 --emulate-drives 50MB/s,0.1ms --trace "$T/trace.jsonl"
+"$BIN" run --model "$M" --store "$T/p4r.json" --prompt-ids "$IDS" --max-new 4 --threads 1 --cache-mb 0 \
+  --prefetch auto --emulate-drives 50MB/s,0.1ms --stats >/dev/null 2>"$T/stats.txt" || fail "--stats run"
+grep -q "drives are EMULATED (50MB/s,0.1ms each" "$T/stats.txt" || fail "--stats does not say the drives are emulated: $(cat "$T/stats.txt")"
+grep -q "drive 0 (emulated)" "$T/stats.txt" || fail "--stats drive lines not labelled emulated"
+grep -q "predictor gate: recall [0-9.]*; per layer (\* = switched off by auto): [0-9]*:- [0-9]*:[0-9.]" "$T/stats.txt" \
+  || fail "--stats lacks per-layer gate recall: $(cat "$T/stats.txt")"
+grep -q "predictor prev: recall .*per layer" "$T/stats.txt" || fail "--stats lacks per-layer prev recall"
 [ "$(stat_of emulated)" = "50MB/s,0.1ms" ] || fail "emulated run not labelled: $(stat_of emulated)"
 "$BIN" trace report "$T/trace.jsonl" --svg "$T/trace.svg" >"$T/report" || fail "trace report"
 grep -q "EMULATED" "$T/report" || fail "trace report does not say emulated: $(cat "$T/report")"
@@ -81,10 +108,12 @@ IDS=$(seq -s, 100 111)
 NEW=5
 SBASE=$(ids_model "$T/s" --no-pack --cache-mb 0 --prefetch off) || fail "small baseline"
 "$BIN" pack --model "$T/s" --drives "$T/s0,$T/s1" --replicas-hot 20 -q
-for args in "--cache-mb 2" "--cache-mb 2 --io pread --prefetch prev" "--cache-mb 0 --prefetch gate" "--no-pack --cache-mb 2"; do
+for args in "--cache-mb 0 --prefetch gate --split-reads always" "--cache-mb 2" "--cache-mb 2 --io pread --prefetch prev" "--cache-mb 0 --prefetch auto" "--cache-mb 0 --prefetch gate" "--no-pack --cache-mb 2"; do
   # shellcheck disable=SC2086
   got=$(ids_model "$T/s" $args) || fail "small model $args"
   [ "$got" = "$SBASE" ] || fail "small model $args: ids $got differ from $SBASE"
+  case "$args" in *"prefetch gate --split"*) [ "$(stat_of split_reads)" -gt 0 ] || fail "small model: no split reads with --split-reads always";; esac
+  case "$args" in *"prefetch gate"*) gate_recall_ok "small, $args" || fail "small: gate recall not measured per layer or 0";; esac
 done
 [ "$(stat_of cache.evictions)" -gt 0 ] || fail "--cache-mb 2 never evicted: not a small cache"
 IDS=$(seq -s, 300 369)
