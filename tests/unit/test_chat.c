@@ -14,57 +14,25 @@
 
 #include <cmocka.h>
 
+#include "bytetok_fixture.h"
+
 #include "base/util.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
-enum { BOS = 256, EOS, EOM, OPEN, CLOSE, SEP };
+enum { BOS = BT_BOS, EOS = BT_EOS, EOM = BT_EOM, OPEN = BT_OPEN, CLOSE = BT_CLOSE, SEP = BT_SEP };
 
 static char tmpdir[64];
 static df_tok *tok;
 
-static void write_file(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
-}
-
 static int setup(void **st) {
   (void)st;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/df-test-chat.XXXXXX");
-  if (!mkdtemp(tmpdir)) return -1;
-  static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  char path[128];
-  snprintf(path, sizeof path, "%s/tiktoken.model", tmpdir);
-  FILE *f = fopen(path, "wb");
-  if (!f) return -1;
-  for (int b = 0; b < 256; b++) fprintf(f, "%c%c== %d\n", a[b >> 2], a[(b & 3) << 4], b);
-  fclose(f);
-  snprintf(path, sizeof path, "%s/tokenizer_config.json", tmpdir);
-  write_file(path,
-             "{\"added_tokens_decoder\": {"
-             "\"256\": {\"content\": \"[BOS]\", \"special\": true},"
-             "\"257\": {\"content\": \"[EOS]\", \"special\": true},"
-             "\"258\": {\"content\": \"<|end_of_msg|>\", \"special\": true},"
-             "\"259\": {\"content\": \"<|open|>\", \"special\": true},"
-             "\"260\": {\"content\": \"<|close|>\", \"special\": true},"
-             "\"261\": {\"content\": \"<|sep|>\", \"special\": true},"
-             "\"262\": {\"content\": \"<|reserved_token_6|>\", \"special\": true}}}");
-  df_err e;
-  if (df_tok_load(&tok, tmpdir, &e)) {
-    fprintf(stderr, "%s\n", e.msg);
-    return -1;
-  }
-  return 0;
+  return (tok = bytetok_load(tmpdir, sizeof tmpdir, "chat")) ? 0 : -1;
 }
 
 static int teardown(void **st) {
   (void)st;
-  df_tok_free(tok);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  return system(cmd) == 0 ? 0 : -1;
+  return bytetok_free(tok, tmpdir);
 }
 
 /* The spec's layout as ids: control-token texts -> ids, other bytes -> bytes. */
