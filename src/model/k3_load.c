@@ -84,11 +84,8 @@ static const void *aligned_data(df_k3 *m, const df_tensor *t, size_t align) {
   return p;
 }
 
-/* A vector of n values stored as dt (BF16 or F32), returned as fp32. */
-static const float *vec(ld *L, const char *name, df_dtype dt, int64_t n, const char *why) {
-  const df_tensor *t = need_in(L->set, L->e, name, dt, 1, &n, why, "");
-  if (!t) return NULL;
-  if (dt == DF_DT_F32) return aligned_data(L->m, t, 4);
+/* A bf16 tensor of n values widened once to an owned, aligned fp32 copy. */
+static const float *bf16_copy(ld *L, const df_tensor *t, int64_t n) {
   float *p = df_xaligned(64, sizeof(float) * (size_t)n);
   const uint8_t *b = t->data;
   for (int64_t i = 0; i < n; i++) {
@@ -100,20 +97,19 @@ static const float *vec(ld *L, const char *name, df_dtype dt, int64_t n, const c
   return p;
 }
 
+/* A vector of n values stored as dt (BF16 or F32), returned as fp32. */
+static const float *vec(ld *L, const char *name, df_dtype dt, int64_t n, const char *why) {
+  const df_tensor *t = need_in(L->set, L->e, name, dt, 1, &n, why, "");
+  if (!t) return NULL;
+  if (dt == DF_DT_F32) return aligned_data(L->m, t, 4);
+  return bf16_copy(L, t, n);
+}
+
 /* A [1, n] bf16 row (the AttnRes projections) as fp32. */
 static const float *row1(ld *L, const char *name, int64_t n, const char *why) {
   int64_t sh[2] = {1, n};
   const df_tensor *t = need_in(L->set, L->e, name, DF_DT_BF16, 2, sh, why, "");
-  if (!t) return NULL;
-  float *p = df_xaligned(64, sizeof(float) * (size_t)n);
-  const uint8_t *b = t->data;
-  for (int64_t i = 0; i < n; i++) {
-    uint16_t h;
-    memcpy(&h, b + 2 * i, 2);
-    p[i] = df_bf16_to_f32(h);
-  }
-  own(L->m, p);
-  return p;
+  return t ? bf16_copy(L, t, n) : NULL;
 }
 
 int df_k3_int8_eligible(const df_tensor *t) {
