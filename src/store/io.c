@@ -4,6 +4,7 @@
 #include <liburing.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@ struct df_io {
   df_io_emu emu;
   df_io_ops ops;
   drive *d;
-  volatile int stop;
+  atomic_int stop; /* set by df_io_close, read by the drive threads */
   int nfixed, fixed_ok;
   pthread_mutex_t reg_mu;
 };
@@ -89,8 +90,8 @@ static df_io_req *wait_take(drive *d) {
     df_io_req *r = io->ops.take(io->ops.ctx, d->idx);
     if (r) return r;
     pthread_mutex_lock(&d->mu);
-    while (d->seq == seq && !io->stop) pthread_cond_wait(&d->cv, &d->mu);
-    int stop = io->stop;
+    while (d->seq == seq && !atomic_load(&io->stop)) pthread_cond_wait(&d->cv, &d->mu);
+    int stop = atomic_load(&io->stop);
     pthread_mutex_unlock(&d->mu);
     if (stop) return io->ops.take(io->ops.ctx, d->idx);
   }
@@ -179,7 +180,7 @@ static void *uring_main(void *arg) {
     }
     io_uring_submit(&d->ring);
     /* take() just returned NULL if nothing is in flight: done */
-    if (io->stop && inflight == 0 && nheld == 0) break;
+    if (atomic_load(&io->stop) && inflight == 0 && nheld == 0) break;
     struct io_uring_cqe *cqe = NULL;
     int rc;
     if (nheld) {
@@ -239,7 +240,7 @@ static void *uring_main(void *arg) {
   free(hq);
   free(rel);
   free(slot);
-  if (io->stop) return NULL;
+  if (atomic_load(&io->stop)) return NULL;
   /* Ring failure: serve the rest of this drive with blocking reads. */
   return pread_main(d);
 }
@@ -329,7 +330,7 @@ int df_io_registered(const df_io *io) { return io->kind == DF_IO_URING && io->fi
 
 void df_io_close(df_io *io) {
   if (!io) return;
-  io->stop = 1;
+  atomic_store(&io->stop, 1);
   df_io_kick(io, -1);
   for (int i = 0; i < io->ndrives; i++) {
     drive *d = &io->d[i];
