@@ -28,7 +28,6 @@ for k in sys.argv[2].split('.'):
     s = s[int(k)] if isinstance(s, list) else s[k]
 print(s)" "$T/last.json" "$1"; }
 
-if ! "$BIN" run --help >/dev/null 2>&1; then echo "SKIP: deltafin run is not built"; exit 0; fi
 
 BASE=$(ids_model "$M" --no-pack --cache-mb 0 --prefetch off) || fail "baseline run"
 [ "$(stat_of source)" = shards ] || fail "--no-pack did not read the shards"
