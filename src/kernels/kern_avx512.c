@@ -193,7 +193,6 @@ TGT static void gemm_f32_v(const float *W, int cols, int r0, int r1, const float
 #define MRB 8                     /* rows per block, MXFP4 GEMV (one vector) */
 #define MRB_OF(nb) ((nb) == 1 ? MRB : 4) /* 4 rows x nb vectors: accumulators stay in registers */
 #define MXDQ 4096  /* widest row dequantised for the GEMM path (RB rows on the stack) */
-#define PFD 768  /* software prefetch distance, bytes ahead in each row's codes */
 
 static float mx_tab[256][16] __attribute__((aligned(64)));
 
@@ -268,10 +267,19 @@ AI void mx_blk(int VB, const uint8_t *packed, const uint8_t *scales, int cols, i
     UNROLL
     for (int t = 0; t < nb; t++) acc[a][t] = _mm512_setzero_ps();
   }
+  /* Prefetch one whole block ahead: row a fetches the same columns of row
+   * a + rb (and row 0 the next block's scales, which are contiguous), so
+   * every line of the next block, its rows' first bytes included, is asked
+   * for while this one computes. A fixed distance within the row instead
+   * left each row's first bytes to the hardware prefetcher, which missed
+   * them more often at 1792-byte rows (w1/w3) than at 1536 (w2). Past the
+   * matrix's end a prefetch never faults. */
+  const size_t pfd = (size_t)rb * (size_t)(cols / 2), pfs = (size_t)rb * (size_t)ng;
   for (int g = 0; g < ng; g++) {
-    if ((g & 3) == 0) { /* past a row's end is the next row's start; prefetch never faults */
+    if ((g & 3) == 0) {
       UNROLL
-      for (int a = 0; a < rb; a++) _mm_prefetch((const char *)(pr[a] + (size_t)g * 16 + PFD), _MM_HINT_T0);
+      for (int a = 0; a < rb; a++) _mm_prefetch((const char *)(pr[a] + (size_t)g * 16 + pfd), _MM_HINT_T0);
+      if (((g * rb) & 63) < 4 * rb) _mm_prefetch((const char *)(sr[0] + (size_t)g * (size_t)rb + pfs), _MM_HINT_T0);
     }
     __m512 x0[NB], x1[NB];
     UNROLL
