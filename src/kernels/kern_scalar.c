@@ -36,10 +36,14 @@ static inline void acc_block(float acc[TB][L], const float *wf, int n, const flo
   }
 }
 
-static void gemm_bf16_s(const uint16_t *W, int cols, int r0, int r1, const float *X, int T,
-                        size_t ldx, float *Y, size_t ldy) {
+/* The dense GEMMs differ only in how a chunk of up to L weights becomes fp32
+ * (exactly, in every case); the products, lanes and reduction are shared. */
+typedef enum { DENSE_BF16, DENSE_F32, DENSE_I8 } dense_kind;
+
+static void gemm_dense_s(dense_kind k, const void *W, const float *scale, int cols, int r0,
+                         int r1, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
   for (int r = r0; r < r1; r++) {
-    const uint16_t *w = W + (size_t)r * cols;
+    size_t row = (size_t)r * cols;
     for (int t0 = 0; t0 < T; t0 += TB) {
       int nt = T - t0 < TB ? T - t0 : TB;
       float acc[TB][L];
@@ -47,51 +51,33 @@ static void gemm_bf16_s(const uint16_t *W, int cols, int r0, int r1, const float
       for (int i = 0; i < cols; i += L) {
         int n = cols - i < L ? cols - i : L;
         float wf[L];
-        for (int j = 0; j < n; j++) wf[j] = df_kbf16(w[i + j]);
-        acc_block(acc, wf, n, X, ldx, t0, nt, i);
-      }
-      for (int tt = 0; tt < nt; tt++) Y[(size_t)(t0 + tt) * ldy + (r - r0)] = lane_reduce(acc[tt]);
-    }
-  }
-}
-
-static void gemm_f32_s(const float *W, int cols, int r0, int r1, const float *X, int T,
-                       size_t ldx, float *Y, size_t ldy) {
-  for (int r = r0; r < r1; r++) {
-    const float *w = W + (size_t)r * cols;
-    for (int t0 = 0; t0 < T; t0 += TB) {
-      int nt = T - t0 < TB ? T - t0 : TB;
-      float acc[TB][L];
-      memset(acc, 0, sizeof acc);
-      for (int i = 0; i < cols; i += L) {
-        int n = cols - i < L ? cols - i : L;
-        acc_block(acc, w + i, n, X, ldx, t0, nt, i);
-      }
-      for (int tt = 0; tt < nt; tt++) Y[(size_t)(t0 + tt) * ldy + (r - r0)] = lane_reduce(acc[tt]);
-    }
-  }
-}
-
-static void gemm_i8_s(const int8_t *W, const float *scale, int cols, int r0, int r1,
-                      const float *X, int T, size_t ldx, float *Y, size_t ldy) {
-  for (int r = r0; r < r1; r++) {
-    const int8_t *w = W + (size_t)r * cols;
-    for (int t0 = 0; t0 < T; t0 += TB) {
-      int nt = T - t0 < TB ? T - t0 : TB;
-      float acc[TB][L];
-      memset(acc, 0, sizeof acc);
-      for (int i = 0; i < cols; i += L) {
-        int n = cols - i < L ? cols - i : L;
-        float wf[L];
-        for (int j = 0; j < n; j++) wf[j] = (float)w[i + j];
+        for (int j = 0; j < n; j++)
+          wf[j] = k == DENSE_BF16 ? df_kbf16(((const uint16_t *)W)[row + i + j])
+                  : k == DENSE_F32 ? ((const float *)W)[row + i + j]
+                                   : (float)((const int8_t *)W)[row + i + j];
         acc_block(acc, wf, n, X, ldx, t0, nt, i);
       }
       for (int tt = 0; tt < nt; tt++) {
         float s = lane_reduce(acc[tt]);
-        Y[(size_t)(t0 + tt) * ldy + (r - r0)] = s * scale[r];
+        Y[(size_t)(t0 + tt) * ldy + (r - r0)] = k == DENSE_I8 ? s * scale[r] : s;
       }
     }
   }
+}
+
+static void gemm_bf16_s(const uint16_t *W, int cols, int r0, int r1, const float *X, int T,
+                        size_t ldx, float *Y, size_t ldy) {
+  gemm_dense_s(DENSE_BF16, W, NULL, cols, r0, r1, X, T, ldx, Y, ldy);
+}
+
+static void gemm_f32_s(const float *W, int cols, int r0, int r1, const float *X, int T,
+                       size_t ldx, float *Y, size_t ldy) {
+  gemm_dense_s(DENSE_F32, W, NULL, cols, r0, r1, X, T, ldx, Y, ldy);
+}
+
+static void gemm_i8_s(const int8_t *W, const float *scale, int cols, int r0, int r1,
+                      const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  gemm_dense_s(DENSE_I8, W, scale, cols, r0, r1, X, T, ldx, Y, ldy);
 }
 
 static void gemm_mxfp4_s(const uint8_t *packed, const uint8_t *scales, int cols, int r0, int r1,
