@@ -586,9 +586,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   if (!r) return;
   *con_cls = NULL;
   long np = 0, ng = 0;
+  int peer_left = 0;
   if (r->j) {
     job *j = r->j;
     pthread_mutex_lock(&S->mu);
+    /* The generation may notice the hang-up first, cancel, and end the stream
+     * cleanly, so MHD reports a normal completion: the job's flag still says
+     * the client left. */
+    peer_left = j->gone;
     if (j->state != JOB_DONE) j->gone = 1;
     if (j->state == JOB_QUEUED && df_fifo_remove(&S->fifo, j)) {
       j->state = JOB_DONE;
@@ -603,7 +608,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   /* one write per line, so concurrent requests never interleave */
   char line[512];
   int status = r->status;
-  if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && (!r->responded || r->status == 200))
+  if ((toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || peer_left) &&
+      (!r->responded || r->status == 200))
     status = 499; /* the client closed the connection first (nginx's convention) */
   int n = snprintf(line, sizeof line, "deltafin: %s %s %s %d tokens=%ld+%ld %.3fs\n",
                    r->peer[0] ? r->peer : "-", r->method, r->path, status, np, ng,
