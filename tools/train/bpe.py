@@ -23,8 +23,6 @@ import sys
 import unicodedata
 from collections import Counter
 
-import regex
-
 K3_PATTERN = "|".join([
     r"[\p{Han}]+",
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
@@ -38,8 +36,7 @@ K3_PATTERN = "|".join([
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
-_K3_RE = regex.compile(K3_PATTERN, regex.V1)
-_QWEN_RE = regex.compile(QWEN_PATTERN, regex.V0)
+_RE = {}
 
 # The 16 specials the release's tokenizer_config.json lists (offset from the first special).
 K3_LISTED = {0: "[BOS]", 1: "[EOS]", 2: "<|end_of_msg|>", 3: "<|open|>", 4: "<|close|>", 5: "<|sep|>",
@@ -50,9 +47,13 @@ HF_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def pretok(kind, text):
+    if not _RE:
+        import regex  # Debian python3-regex or pip regex: \p{...} classes and && intersections
+        _RE["k3"] = regex.compile(K3_PATTERN, regex.V1)
+        _RE["hf"] = regex.compile(QWEN_PATTERN, regex.V0)
     if kind == "k3":
-        return _K3_RE.findall(text)
-    return _QWEN_RE.findall(unicodedata.normalize("NFC", text))
+        return _RE["k3"].findall(text)
+    return _RE["hf"].findall(unicodedata.normalize("NFC", text))
 
 
 def bytes_to_unicode():

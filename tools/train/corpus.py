@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Builds the nano models' training corpus from Debian's python3.11-doc.
+"""Builds the nano models' training corpus from Debian's python3.11-doc and perl-doc.
 
 The package ships the reStructuredText sources of the Python 3.11
 documentation (html/_sources/**.rst.txt, PSF License v2; code examples also
@@ -7,8 +7,11 @@ documentation (html/_sources/**.rst.txt, PSF License v2; code examples also
 lines dropped, roles and inline markup reduced to their text, heading
 underlines removed, indentation of literal blocks kept.
 
-  corpus.py --deb python3.11-doc_*.deb --out DIR
-  corpus.py --out DIR          (runs `apt-get download python3.11-doc` first)
+  corpus.py --deb python3.11-doc_*.deb --perl-deb perl-doc_*.deb --out DIR
+  corpus.py --out DIR          (runs `apt-get download python3.11-doc perl-doc` first)
+
+perl-doc (GPL-1+ or Artistic) adds the Perl manual pages (pod, rendered with
+pod2text), with the same held-out rule; the evaluation text stays Python's.
 
 Writes DIR/train.txt, DIR/heldout.txt and DIR/eval.txt (the first ~64 KB of
 the held-out text, cut at a paragraph end: what the repository commits). A document goes to the held-out part
@@ -112,14 +115,16 @@ def sha(path):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--deb")
+    ap.add_argument("--perl-deb")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        deb = a.deb
-        if not deb:
-            subprocess.run(["apt-get", "download", "python3.11-doc"], cwd=tmp, check=True)
-            deb = glob.glob(os.path.join(tmp, "python3.11-doc_*.deb"))[0]
+        deb, pdeb = a.deb, a.perl_deb
+        if not deb or not pdeb:
+            subprocess.run(["apt-get", "download", "python3.11-doc", "perl-doc"], cwd=tmp, check=True)
+            deb = deb or glob.glob(os.path.join(tmp, "python3.11-doc_*.deb"))[0]
+            pdeb = pdeb or glob.glob(os.path.join(tmp, "perl-doc_*.deb"))[0]
         ver = subprocess.run(["dpkg-deb", "-f", deb, "Version"], capture_output=True, text=True,
                              check=True).stdout.strip()
         subprocess.run(["dpkg", "-x", deb, os.path.join(tmp, "x")], check=True)
@@ -144,6 +149,21 @@ def main():
         res = {"package": "python3.11-doc", "version": ver, "deb_sha256": sha(deb),
                "licence": "PSF License Version 2 (documentation); code examples also Zero-Clause BSD",
                "sections": SECTIONS, "documents": len(paths), "heldout_rule": "index % 25 == 7"}
+        pver = subprocess.run(["dpkg-deb", "-f", pdeb, "Version"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        subprocess.run(["dpkg", "-x", pdeb, os.path.join(tmp, "p")], check=True)
+        pods = sorted(glob.glob(os.path.join(tmp, "p/usr/share/perl/*/pod/*.pod")))
+        nperl = 0
+        for i, pod in enumerate(pods):
+            if i % 25 == 7:
+                continue  # held out (unused: the evaluation text is Python's)
+            txt = subprocess.run(["pod2text", pod], capture_output=True, text=True, errors="replace").stdout
+            txt = re.sub(r"\n{3,}", "\n\n", txt).strip() + "\n"
+            train.append(txt)
+            nperl += len(txt)
+        res["also"] = {"package": "perl-doc", "version": pver, "deb_sha256": sha(pdeb),
+                       "licence": "GPL-1+ or Artistic", "files": "usr/share/perl/*/pod/*.pod via pod2text",
+                       "documents": len(pods), "train_chars": nperl}
     joined = "\n".join(held)
     cut = joined.rfind("\n\n", 0, EVAL_CHARS)
     ev = [joined[:cut + 1]]
