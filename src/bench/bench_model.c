@@ -138,18 +138,9 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   if (tfd < 0) return df_err_errno(e, "creating a trace file in /tmp");
   close(tfd);
 
-  df_engine_opts eo;
-  df_engine_opts_default(&eo);
-  eo.model_dir = o->model_dir;
-  eo.threads = o->threads;
-  eo.kernels_scalar = o->kernels_scalar;
-  eo.store_manifest = manifest;
-  eo.no_pack = o->no_pack;
-  eo.cache_mb = o->cache_mb;
-  eo.io = o->io;
-  eo.prefetch = o->prefetch;
-  eo.emulate_drives = o->emulate;
-  eo.trace_path = o->no_ceiling ? NULL : tpath;
+  df_engine_opts eo = o->engine;
+  eo.store.manifest = manifest;
+  eo.store.trace_path = o->no_ceiling ? NULL : tpath;
   df_engine *en = NULL;
   if (df_engine_open(&en, &eo, e)) {
     unlink(tpath);
@@ -243,8 +234,8 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   /* the ceiling: the records this run read, located before the engine
    * (and its cache) goes away */
   df_bench_reads rd = {0};
-  if (!o->no_ceiling && df_bench_reads_from_trace(&rd, tpath, o->model_dir, c, manifest,
-                                                  o->no_pack, e) < 0) {
+  if (!o->no_ceiling && df_bench_reads_from_trace(&rd, tpath, o->engine.model_dir, c, manifest,
+                                                  o->engine.store.no_pack, e) < 0) {
     df_log_warn("storage ceiling not measured: %s", e->msg);
     rd.n = 0;
   }
@@ -268,10 +259,10 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     rd.n = ns;
   }
   if (!o->no_ceiling && rd.n > 0) {
-    df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->emulate};
+    df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->engine.store.emulate_drives};
     if (df_bench_ceiling(&rd, &co, &res->ceiling, e) == 0) res->have_ceiling = 1;
     else df_log_warn("storage ceiling not measured: %s", e->msg);
-    df_bench_fio(&rd, res->queue_depth, res->ceiling.bytes, o->emulate != NULL, &res->fio);
+    df_bench_fio(&rd, res->queue_depth, res->ceiling.bytes, o->engine.store.emulate_drives != NULL, &res->fio);
   }
   df_bench_reads_free(&rd);
 out:
@@ -297,8 +288,8 @@ static void print_stat_row(FILE *out, const char *name, const df_bench_phase *p)
 
 static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result *r) {
   fprintf(out, "experts from %s (%d drive%s%s), io %s qd %d%s, cache %ld MB; kernels %s, %d threads\n",
-          r->source, r->ndrives, r->ndrives == 1 ? "" : "s", o->emulate ? ", EMULATED" : "", r->io,
-          r->queue_depth, r->o_direct ? " O_DIRECT" : " (page cache!)", o->cache_mb, r->kernels, r->threads);
+          r->source, r->ndrives, r->ndrives == 1 ? "" : "s", o->engine.store.emulate_drives ? ", EMULATED" : "", r->io,
+          r->queue_depth, r->o_direct ? " O_DIRECT" : " (page cache!)", o->engine.store.cache_mb, r->kernels, r->threads);
   fprintf(out, "prompt %d tokens (%s), %d new tokens, %d repeat%s after a warm-up; median [min..max]\n",
           r->prompt_tokens, o->prefill_chunk > 0 ? "chunked" : "one batch", r->new_tokens, r->repeat,
           r->repeat == 1 ? "" : "s");
@@ -309,7 +300,7 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
   if (r->have_ceiling) {
     fprintf(out, "storage ceiling: the store's I/O engine (%s, qd %d per drive%s) replaying the decode phase's %d expert reads (%.2f GB) in order, no compute: %.3f GB/s%s\n",
             r->io, r->queue_depth, r->ceiling.registered ? ", registered buffers" : "", r->ceiling.reads,
-            r->ceiling.bytes / 1e9, r->ceiling.gbps, o->emulate ? " (EMULATED drives)" : "");
+            r->ceiling.bytes / 1e9, r->ceiling.gbps, o->engine.store.emulate_drives ? " (EMULATED drives)" : "");
     double eff = r->decode.read_gbps.median / r->ceiling.gbps;
     fprintf(out, "storage efficiency (decode expert-read GB/s / ceiling): %.1f%%\n", 100 * eff);
     fprintf(out, "useful storage efficiency (decode GB/s of the experts its tokens needed, %.3f, / ceiling; "
@@ -372,12 +363,12 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
                       r->have_ceiling ? json_real(r->decode.useful_gbps.median / r->ceiling.gbps) : json_null());
   json_object_set_new(j, "prefill_read_amplification", json_real(r->prefill.amplification.median));
   json_object_set_new(j, "fio_gbps", r->fio.ran ? json_real(r->fio.gbps) : json_null());
-  json_object_set_new(j, "emulated", o->emulate ? json_string(o->emulate) : json_null());
+  json_object_set_new(j, "emulated", o->engine.store.emulate_drives ? json_string(o->engine.store.emulate_drives) : json_null());
   json_object_set_new(j, "source", json_string(r->source));
   json_object_set_new(j, "drives", json_integer(r->ndrives));
   json_object_set_new(j, "io", json_string(r->io));
   json_object_set_new(j, "queue_depth", json_integer(r->queue_depth));
-  json_object_set_new(j, "cache_mb", json_integer(o->cache_mb));
+  json_object_set_new(j, "cache_mb", json_integer(o->engine.store.cache_mb));
   json_object_set_new(j, "kernels", json_string(r->kernels));
   json_object_set_new(j, "threads", json_integer(r->threads));
   json_object_set_new(j, "prompt_tokens", json_integer(r->prompt_tokens));
@@ -425,7 +416,7 @@ static int pack_k(const df_bench_mopts *o, char **drives, int k, int quiet, char
   char **dirs = df_xcalloc((size_t)k, sizeof *dirs);
   for (int i = 0; i < k; i++) dirs[i] = df_path_join(drives[i], sub);
   char *mf = df_path_join(dirs[0], "manifest.json");
-  df_pack_opts po = {.model_dir = o->model_dir, .ndrives = k, .drives = (const char *const *)dirs,
+  df_pack_opts po = {.model_dir = o->engine.model_dir, .ndrives = k, .drives = (const char *const *)dirs,
                      .heat_path = "", .manifest_out = mf, .progress = !quiet};
   if (!quiet) fprintf(stderr, "packing the experts onto %d drive%s (%s%s)...\n", k, k == 1 ? "" : "s", dirs[0], k > 1 ? ", ..." : "");
   int rc = df_pack(&po, e);
@@ -444,12 +435,12 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
   int nd = 0;
   if (o->drives) nd = split_list(o->drives, &drives);
   if (o->ladder && nd == 0) {
-    if (!o->emulate)
+    if (!o->engine.store.emulate_drives)
       return df_err_set(e, "--ladder needs --drives D1,D2,... (real drives) or --emulate-drives BW "
-                           "(then 4 emulated drives are packed under %s/bench-drives)", o->model_dir);
+                           "(then 4 emulated drives are packed under %s/bench-drives)", o->engine.model_dir);
     nd = 4;
     drives = df_xcalloc(4, sizeof *drives);
-    char *base = df_path_join(o->model_dir, "bench-drives");
+    char *base = df_path_join(o->engine.model_dir, "bench-drives");
     for (int i = 0; i < 4; i++) {
       char nm[16];
       snprintf(nm, sizeof nm, "d%d", i + 1);
@@ -457,7 +448,7 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
     }
     free(base);
   }
-  if ((o->store || o->no_pack) && nd > 0) {
+  if ((o->engine.store.manifest || o->engine.store.no_pack) && nd > 0) {
     for (int i = 0; i < nd; i++) free(drives[i]);
     free(drives);
     return df_err_set(e, "--drives/--ladder pack the experts themselves: drop --store/--no-pack");
@@ -473,7 +464,7 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
       nres = i;
       break;
     }
-    if (bench_one(o, mf ? mf : o->store, &res[i], e)) {
+    if (bench_one(o, mf ? mf : o->engine.store.manifest, &res[i], e)) {
       free(mf);
       rc = -1;
       nres = i;
@@ -487,7 +478,7 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
   }
   if (rc == 0 && o->ladder && !o->json) {
     fprintf(out, "\ndrive ladder%s: drives, decode s/token, tok/s, expert read GB/s, ceiling GB/s, efficiency, speed-up vs 1 drive\n",
-            o->emulate ? " (EMULATED drives)" : "");
+            o->engine.store.emulate_drives ? " (EMULATED drives)" : "");
     for (int i = 0; i < nres; i++) {
       const df_bench_result *r = &res[i];
       fprintf(out, "%6d %10.4f %8.2f %10.3f %10.3f %9.1f%% %8.2fx\n", k0 + i, r->decode.s_per_token.median,

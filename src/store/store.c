@@ -153,7 +153,7 @@ struct df_store {
   /* current batch */
   int layer;
   long pass;
-  int n, batch_cap, rows, batch_prefill;
+  int n, batch_cap, batch_prefill;
   double batch_wait; /* time the model waited in df_store_next for this batch */
   entry **batch;
 
@@ -853,14 +853,15 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   if (rc) goto fail;
   s->slot_bytes = (s->len + ALIGN - 1) / ALIGN * ALIGN + (s->pack ? 0 : ALIGN);
 
-  if (!o->io || !strcmp(o->io, "uring")) s->kind = DF_IO_URING;
-  else if (!strcmp(o->io, "pread")) s->kind = DF_IO_PREAD;
-  else {
-    rc = df_err_set(e, "--io: '%s' is not uring or pread", o->io);
+  if (!df_store_io_name(o->io) || !df_store_prefetch_name(o->prefetch) ||
+      !df_store_split_name(o->split_reads)) {
+    rc = df_err_set(e, "store options out of range (--io %d, --prefetch %d, --split-reads %d)",
+                    (int)o->io, (int)o->prefetch, (int)o->split_reads);
     goto fail;
   }
+  s->kind = o->io == DF_STORE_IO_PREAD ? DF_IO_PREAD : DF_IO_URING;
   s->qd = o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
-  s->split_mode = o->split_reads < 0 ? -1 : o->split_reads > 0 ? 1 : 0;
+  s->split_mode = o->split_reads == DF_SPLIT_OFF ? -1 : o->split_reads == DF_SPLIT_ALWAYS ? 1 : 0;
   if (o->emulate_drives && *o->emulate_drives) {
     if ((rc = df_io_parse_emu(o->emulate_drives, &s->emu, e))) goto fail;
     s->emu_str = df_xstrdup(o->emulate_drives);
@@ -874,16 +875,13 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   if (s->per_chunk > 16) s->per_chunk = 16;
   if (s->per_chunk < 1) s->per_chunk = 1;
 
-  const char *pf = o->prefetch ? o->prefetch : "auto";
-  if (!strcmp(pf, "off")) s->pf_mask = 0;
-  else if (!strcmp(pf, "gate")) s->pf_mask = 1u << P_GATE;
-  else if (!strcmp(pf, "prev")) s->pf_mask = 1u << P_PREV;
-  else if (!strcmp(pf, "auto")) s->pf_mask = 3, s->pf_auto = 1;
-  else {
-    rc = df_err_set(e, "--prefetch: '%s' is not off, gate, prev or auto", pf);
-    goto fail;
+  switch (o->prefetch) {
+  case DF_PREFETCH_OFF: s->pf_mask = 0; break;
+  case DF_PREFETCH_GATE: s->pf_mask = 1u << P_GATE; break;
+  case DF_PREFETCH_PREV: s->pf_mask = 1u << P_PREV; break;
+  default: s->pf_mask = 3, s->pf_auto = 1; break;
   }
-  s->pf_str = df_xstrdup(pf);
+  s->pf_str = df_xstrdup(df_store_prefetch_name(o->prefetch));
   for (int p = 0; p < NPRED; p++) {
     s->pr[p] = df_xcalloc((size_t)s->nl, sizeof *s->pr[p]);
     for (int l = 0; l < s->nl; l++) {
@@ -1102,19 +1100,12 @@ int df_store_wants_hint(const df_store *s) {
 
 /* ---- batches ---- */
 
-void df_store_set_rows(df_store *s, int rows) {
-  if (!s) return;
-  pthread_mutex_lock(&s->mu);
-  s->rows = rows;
-  pthread_mutex_unlock(&s->mu);
-}
-
 static void touch(df_store *s, entry *x) {
   x->score = score_now(s, x) + 1.0;
   x->tick = s->pass;
 }
 
-int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e) {
+int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, df_err *e) {
   if (!s->nkeys || layer < s->first || layer >= s->cfg->n_layers)
     return df_err_set(e, "store: layer %d has no routed experts", layer);
   if (n < 1) return df_err_set(e, "store: layer %d: empty expert list", layer);
@@ -1167,9 +1158,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e)
   }
   s->n = n;
   s->batch_wait = 0;
-  /* Without df_store_set_rows, a batch needing more experts than one row
-   * routes to must hold several rows: count it as prefill. */
-  int prefill = s->rows > 1 || (s->rows == 0 && n > s->cfg->top_k);
+  int prefill = rows > 1;
   s->batch_prefill = prefill;
   for (int i = 0; i < n; i++) {
     int key = li * s->ne + experts[i];

@@ -16,25 +16,10 @@
 #include "base/err.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "store/opts.h"
 
 typedef struct df_store df_store;
 
-typedef struct df_store_opts {
-  const char *model_dir;
-  const char *manifest;     /* explicit pack manifest; NULL = the one recorded in model_dir */
-  int no_pack;              /* read the shards even if a pack exists */
-  long cache_mb;            /* expert RAM cache; -1 default, 0 = only in flight */
-  const char *io;           /* "uring", "pread", or NULL = default */
-  const char *prefetch;     /* off|gate|prev|auto, NULL = default */
-  const char *emulate_drives; /* "BW[,LATENCY]" */
-  const char *trace_path;
-  long pin_mb;              /* keep the hottest experts (by the heat file) resident; 0 = none */
-  int queue_depth;          /* reads in flight per drive; <= 0 = default (8) */
-  const char *heat_path;    /* NULL = <model_dir>/deltafin.heat; "" = no heat file */
-  int split_reads;          /* a record with two readable copies may be read half from each:
-                             * 0 = records >= 1 MiB when both drives are about equally free,
-                             * -1 = never, 1 = whenever possible (tests) */
-} df_store_opts;
 
 /* The manifest `deltafin pack` records in the model folder. */
 #define DF_PACK_MANIFEST_NAME "deltafin-pack.json"
@@ -49,8 +34,11 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
                   const df_store_opts *o, df_err *e);
 void df_store_close(df_store *s);
 
-/* Starts a layer batch: experts[] sorted ascending, unique, n >= 1. */
-int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e);
+/* Starts a layer batch: experts[] sorted ascending, unique, n >= 1; rows is
+ * the number of positions of the forward pass the batch belongs to (1 =
+ * decode, > 1 = a prefill chunk: its reads count as prefill reads, and
+ * `auto` prefetch reads nothing speculative for it). */
+int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, df_err *e);
 /* Hands out one ready expert: *idx is its index in experts[], *bytes its
  * record (valid until df_store_end). Returns 1 when it handed one out, 0 when
  * every expert of the batch has been handed out, -1 on error (the message
@@ -65,11 +53,6 @@ void df_store_hint(df_store *s, int layer, const int *experts, int n);
 /* 1 when hints are used or measured (prefetch gate or auto): a caller may
  * skip computing them otherwise. */
 int df_store_wants_hint(const df_store *s);
-
-/* Optional: the number of positions (rows) of the forward pass that the
- * next batches belong to (1 = decode, > 1 = a prefill chunk); only used to
- * report prefill read amplification separately. */
-void df_store_set_rows(df_store *s, int rows);
 
 /* Total routed-expert bytes fetched so far (reads and cache hits are
  * reported separately in the stats JSON). */
