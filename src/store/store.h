@@ -54,6 +54,36 @@ void df_store_hint(df_store *s, int layer, const int *experts, int n);
  * skip computing them otherwise. */
 int df_store_wants_hint(const df_store *s);
 
+/* ---- where records live, and what the store read ----
+ * The one answer to "where is this record and how would you read it", for
+ * tools that replay or check the store's reads (the bench's storage
+ * ceiling) without re-deriving the pack's or the shards' layout. */
+typedef struct df_store_loc {
+  const char *path;  /* the file holding this copy (valid while the store is open) */
+  int file;          /* the store's index of that file (same path, same index) */
+  int drive;         /* the drive it is on (the store's drive index; shards: 0) */
+  uint64_t off;      /* the record's first byte in the file */
+  uint64_t bytes;    /* record bytes */
+  uint64_t read_off; /* the span one whole read of it covers (O_DIRECT aligned) */
+  uint32_t read_len;
+} df_store_loc;
+/* Copies of the record of (layer, expert); 0 when there is no such record. */
+int df_store_copies(const df_store *s, int layer, int expert);
+int df_store_locate(const df_store *s, int layer, int expert, int copy, df_store_loc *out,
+                    df_err *e);
+
+/* One verified record read: which record, from which copy (a split read is
+ * logged as a read of its first part's copy). */
+typedef struct df_store_read {
+  int layer, expert, copy;
+} df_store_read;
+/* Starts (on = 1) or stops logging successful reads in order, in memory. */
+void df_store_log_reads(df_store *s, int on);
+/* Reads logged so far; df_store_read_log copies entries [from, from + max)
+ * and returns how many it copied. */
+size_t df_store_reads_logged(const df_store *s);
+size_t df_store_read_log(const df_store *s, size_t from, size_t max, df_store_read *out);
+
 /* Total routed-expert bytes fetched so far (reads and cache hits are
  * reported separately in the stats JSON). */
 uint64_t df_store_bytes_read(const df_store *s);
