@@ -133,19 +133,14 @@ static void fill_phase(df_bench_phase *p, double (*v)[NM], int R) {
 static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_result *res,
                      df_err *e) {
   memset(res, 0, sizeof *res);
-  char tpath[] = "/tmp/deltafin-bench-trace.XXXXXX";
-  int tfd = mkstemp(tpath);
-  if (tfd < 0) return df_err_errno(e, "creating a trace file in /tmp");
-  close(tfd);
 
   df_engine_opts eo = o->engine;
   eo.store.manifest = manifest;
-  eo.store.trace_path = o->no_ceiling ? NULL : tpath;
   df_engine *en = NULL;
-  if (df_engine_open(&en, &eo, e)) {
-    unlink(tpath);
-    return -1;
-  }
+  if (df_engine_open(&en, &eo, e)) return -1;
+  df_store *store = df_engine_store(en);
+  /* the ceiling replays the decode phase's reads: the store logs them */
+  if (!o->no_ceiling) df_store_log_reads(store, 1);
   const df_config *c = df_engine_config(en);
   int vocab = c->vocab, P = o->prompt_tokens, N = o->new_tokens, R = o->repeat;
   /* a fixed pseudo-random prompt over ordinary (non-special) ids */
@@ -160,7 +155,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   int rc = -1;
   double(*pm)[NM] = df_xcalloc((size_t)R, sizeof *pm);
   double(*dm)[NM] = df_xcalloc((size_t)R, sizeof *dm);
-  double *dec0 = df_xcalloc((size_t)R, sizeof *dec0), *dec1 = df_xcalloc((size_t)R, sizeof *dec1);
+  size_t *dec0 = df_xcalloc((size_t)R, sizeof *dec0), *dec1 = df_xcalloc((size_t)R, sizeof *dec1);
   json_t *st0 = store_json(en);
   double rec = st0 ? jnum(st0, "record_bytes") : 0;
   res->queue_depth = st0 ? (int)jnum(st0, "queue_depth") : 0;
@@ -202,6 +197,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     }
     double t1 = df_now();
     take_snap(en, &b);
+    dec0[r] = df_store_reads_logged(store);
     double t2 = df_now();
     if (decode(s, N, logits, vocab, e)) {
       df_session_free(s);
@@ -209,12 +205,11 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     }
     double t3 = df_now();
     take_snap(en, &d);
+    dec1[r] = df_store_reads_logged(store);
     df_session_free(s);
     phase_metrics(t1 - t0, P, &a, &b, rec, pm[r]);
     phase_metrics(t3 - t2, N, &b, &d, rec, dm[r]);
     res->decode_bytes += d.bytes - b.bytes;
-    dec0[r] = b.bytes;
-    dec1[r] = d.bytes;
     if (!o->json)
       fprintf(stderr, "repeat %d/%d: prefill %.4f s/token, decode %.4f s/token, %.2f GB/s expert reads\n",
               r + 1, R, pm[r][M_SPT], dm[r][M_SPT], dm[r][M_GBPS]);
@@ -231,33 +226,26 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     json_decref(st);
   }
   rc = 0;
-  /* the ceiling: the records this run read, located before the engine
-   * (and its cache) goes away */
+  /* the ceiling: the decode phases' reads, in order (up to 4 GB, at least
+   * one repeat's), located by the store before the engine (and its cache)
+   * goes away */
   df_bench_reads rd = {0};
-  if (!o->no_ceiling && df_bench_reads_from_trace(&rd, tpath, o->engine.model_dir, c, manifest,
-                                                  o->engine.store.no_pack, e) < 0) {
-    df_log_warn("storage ceiling not measured: %s", e->msg);
-    rd.n = 0;
+  if (!o->no_ceiling) {
+    size_t cap = 0, ns = 0;
+    for (int r = 0; r < R; r++) cap += dec1[r] - dec0[r];
+    df_store_read *sel = df_xmalloc((cap ? cap : 1) * sizeof *sel);
+    for (int r = 0; r < R; r++) {
+      if (r > 0 && (double)ns * rec >= 4e9) break;
+      ns += df_store_read_log(store, dec0[r], dec1[r] - dec0[r], sel + ns);
+    }
+    if (df_bench_reads_from_store(&rd, store, sel, ns, e) < 0) {
+      df_log_warn("storage ceiling not measured: %s", e->msg);
+      rd.n = 0;
+    }
+    free(sel);
   }
   df_engine_close(en);
   en = NULL;
-  if (!o->no_ceiling && rd.n > 0 && rec > 0) {
-    /* The store writes a read's trace line and adds its bytes under one
-     * lock, so the i-th successful read in the trace is the one that took
-     * the byte counter from i*rec to (i+1)*rec: the decode reads of repeat r
-     * are exactly the lines [dec0[r]/rec, dec1[r]/rec). Replay those, in
-     * order (up to 4 GB, at least one repeat's). */
-    df_bench_read *sel = df_xmalloc((size_t)rd.n * sizeof *sel);
-    int ns = 0;
-    for (int r = 0; r < R; r++) {
-      long a = (long)(dec0[r] / rec + 0.5), b = (long)(dec1[r] / rec + 0.5);
-      if (r > 0 && (double)ns * rec >= 4e9) break;
-      for (long i = a; i < b && i < rd.n; i++) sel[ns++] = rd.r[i];
-    }
-    free(rd.r);
-    rd.r = sel;
-    rd.n = ns;
-  }
   if (!o->no_ceiling && rd.n > 0) {
     df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->engine.store.emulate_drives};
     if (df_bench_ceiling(&rd, &co, &res->ceiling, e) == 0) res->have_ceiling = 1;
@@ -267,7 +255,6 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   df_bench_reads_free(&rd);
 out:
   if (en) df_engine_close(en);
-  unlink(tpath);
   free(ids);
   free(logits);
   free(pm);

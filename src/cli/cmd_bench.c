@@ -7,11 +7,6 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 
-/* The bench records the store's reads itself to replay them for the ceiling. */
-static const df_cli_refuse bench_refuse[] = {
-    {"--trace", "the bench records the reads it replays for the storage ceiling itself"},
-    {NULL, NULL}};
-
 void df_cmd_bench_help(void) {
   printf(
       "usage: deltafin bench kernels [--tables LIST] [--threads LIST] [--only NAME] [--pool-mb N]\n"
@@ -45,7 +40,7 @@ void df_cmd_bench_help(void) {
       "  --json              one JSON object (decode_s_per_token, prefill_s_per_token,\n"
       "                      expert_read_gbps, ceiling_gbps, storage_efficiency, ...)\n"
       "\n");
-  df_cli_engine_help(stdout, bench_refuse);
+  df_cli_engine_help(stdout);
 }
 
 static int opt_val(int argc, char **argv, int *i, const char **val) {
@@ -98,7 +93,7 @@ int df_cmd_bench(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
     long n;
-    int r = df_cli_engine_opt(&o.engine, "bench", bench_refuse, argc, argv, &i);
+    int r = df_cli_engine_opt(&o.engine, "bench", argc, argv, &i);
     if (r < 0) return 1;
     if (r > 0) continue;
     if (!strcmp(a, "--json")) o.json = 1;

@@ -37,7 +37,7 @@ void df_cmd_run_help(void) {
       "  --stats              print a timing and I/O summary to stderr\n"
       "  --json               print one JSON object at the end instead of streaming\n"
       "\n");
-  df_cli_engine_help(stdout, NULL);
+  df_cli_engine_help(stdout);
 }
 
 static int parse_ids(const char *opt, const char *s, int **ids, int *n) {
@@ -162,7 +162,7 @@ int df_cmd_run(int argc, char **argv) {
     else if (!strcmp(a, "--stats")) stats = 1;
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--no-reasoning")) no_reasoning = 1;
-    else if ((r = df_cli_engine_opt(&eo, "run", NULL, argc, argv, &i)) != 0) {
+    else if ((r = df_cli_engine_opt(&eo, "run", argc, argv, &i)) != 0) {
       if (r < 0) return 1;
     } else if (a[0] == '-' && a[1] == '-') {
       if (i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin run --help)", a);

@@ -34,7 +34,7 @@ void df_cmd_serve_help(void) {
       "testing:\n"
       "  --debug-token-delay-ms N pause after every generated token\n"
       "\n");
-  df_cli_engine_help(stdout, NULL);
+  df_cli_engine_help(stdout);
 }
 
 int df_cmd_serve(int argc, char **argv) {
@@ -57,7 +57,7 @@ int df_cmd_serve(int argc, char **argv) {
     if (!v) return df_cli_fail("%s needs a value", a); \
     i++; \
   } while (0)
-    int r = df_cli_engine_opt(&eo, "serve", NULL, argc, argv, &i);
+    int r = df_cli_engine_opt(&eo, "serve", argc, argv, &i);
     if (r < 0) return 1;
     if (r > 0) continue;
     if (!strcmp(a, "--host")) {

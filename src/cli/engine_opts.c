@@ -38,12 +38,6 @@ static const opt_def defs[] = {
 };
 #define NDEFS (sizeof defs / sizeof defs[0])
 
-static const df_cli_refuse *refused(const df_cli_refuse *r, const char *flag) {
-  for (; r && r->flag; r++)
-    if (!strcmp(r->flag, flag)) return r;
-  return NULL;
-}
-
 static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
   long n;
   switch (k) {
@@ -100,13 +94,10 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
   return -1;
 }
 
-int df_cli_engine_opt(df_engine_opts *o, const char *cmd, const df_cli_refuse *refuse, int argc,
-                      char **argv, int *i) {
+int df_cli_engine_opt(df_engine_opts *o, const char *cmd, int argc, char **argv, int *i) {
   const char *a = argv[*i];
   for (size_t d = 0; d < NDEFS; d++) {
     if (strcmp(a, defs[d].flag)) continue;
-    const df_cli_refuse *r = refused(refuse, a);
-    if (r) return df_cli_fail("%s does not take %s: %s", cmd, a, r->why), -1;
     const char *v = NULL;
     if (defs[d].arg) {
       if (*i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin %s --help)", a, cmd), -1;
@@ -117,10 +108,9 @@ int df_cli_engine_opt(df_engine_opts *o, const char *cmd, const df_cli_refuse *r
   return 0;
 }
 
-void df_cli_engine_help(FILE *out, const df_cli_refuse *refuse) {
+void df_cli_engine_help(FILE *out) {
   fprintf(out, "engine and expert store (the same for every command that runs the model):\n");
   for (size_t d = 0; d < NDEFS; d++) {
-    if (refused(refuse, defs[d].flag)) continue;
     char lhs[64];
     snprintf(lhs, sizeof lhs, "%s%s%s", defs[d].flag, defs[d].arg ? " " : "",
              defs[d].arg ? defs[d].arg : "");

@@ -111,6 +111,7 @@ const char *df_engine_model_id(const df_engine *en) { return en->model_id; }
 df_spine_kind df_engine_spine(const df_engine *en) { return en->spine; }
 const char *df_engine_kernels(const df_engine *en) { return en->kc.k->name; }
 int df_engine_threads(const df_engine *en) { return df_pool_size(en->pool); }
+df_store *df_engine_store(df_engine *en) { return en->store; }
 uint64_t df_engine_expert_bytes(const df_engine *en) { return df_store_bytes_read(en->store); }
 char *df_engine_store_text(df_engine *en) { return df_store_stats_text(en->store); }
 char *df_engine_store_describe(df_engine *en) { return df_store_describe(en->store); }

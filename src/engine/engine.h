@@ -105,6 +105,10 @@ int df_engine_threads(const df_engine *en);
  * --stats); caller frees. */
 char *df_engine_store_text(df_engine *en);
 char *df_engine_store_describe(df_engine *en);
+/* The engine's expert store, for tools that measure it (the bench's read
+ * log and df_store_locate, store/store.h); owned by the engine. */
+typedef struct df_store df_store;
+df_store *df_engine_store(df_engine *en);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 
