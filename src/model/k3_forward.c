@@ -21,6 +21,7 @@
 
 #include "base/util.h"
 #include "model/k3.h"
+#include "model/router.h"
 
 struct df_k3_state {
   const df_k3 *m;
@@ -461,36 +462,6 @@ static void gated_ffn(const df_kctx *kc, const df_config *c, const df_wmat *gate
   df_mm(kc, down, g, T, I, out, H);
 }
 
-/* Top-k by biased score, ties to the lower id; then ascending id order. */
-static void route_row(const df_config *c, const float *sc, const float *bias, int *ids,
-                      float *w) {
-  int K = c->top_k, n = 0;
-  float best[K > 0 ? K : 1];
-  for (int e = 0; e < c->n_experts; e++) {
-    float b = sc[e] + bias[e];
-    int at = n;
-    while (at > 0 && best[at - 1] < b) at--;
-    if (at >= K) continue;
-    int last = n < K ? n : K - 1;
-    for (int i = last; i > at; i--) best[i] = best[i - 1], ids[i] = ids[i - 1];
-    best[at] = b;
-    ids[at] = e;
-    if (n < K) n++;
-  }
-  for (int i = 1; i < K; i++)
-    for (int j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
-      int t = ids[j];
-      ids[j] = ids[j - 1];
-      ids[j - 1] = t;
-    }
-  float sum = 0.0f;
-  for (int i = 0; i < K; i++) sum += sc[ids[i]];
-  for (int i = 0; i < K; i++) {
-    float v = c->norm_topk_prob ? sc[ids[i]] / sum : sc[ids[i]];
-    w[i] = v * c->routed_scale;
-  }
-}
-
 /* Gate-ahead prediction: layer l+1's router (sigmoid scores + correction
  * bias, top-k) applied to x, the union over the T rows handed to the store
  * as a hint for l+1. It only moves bytes: l+1 routes on its own input. */
@@ -503,7 +474,7 @@ static void gate_ahead(const df_k3_run *r, df_k3_state *s, int l, int T, const f
   for (int t = 0; t < T; t++) {
     float *sc = s->rl + (size_t)t * E;
     r->kc->k->sigmoid(sc, (int)E);
-    route_row(c, sc, ny->router_bias, s->gsel, s->gw);
+    df_router_select(c, sc, ny->router_bias, s->gsel, s->gw);
     for (size_t i = 0; i < K; i++) s->gmark[s->gsel[i]] = 1;
   }
   int n = 0;
@@ -525,7 +496,7 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e
   for (int t = 0; t < T; t++) {
     float *sc = s->rl + (size_t)t * E;
     k->sigmoid(sc, (int)E);
-    route_row(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
+    df_router_select(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
   }
   /* group (row, slot) pairs by expert, experts ascending, rows ascending */
   memset(s->ecnt, 0, sizeof(int) * E);

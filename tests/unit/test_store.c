@@ -613,6 +613,68 @@ static void test_bad_options(void **st) {
   df_store_close(s);
 }
 
+/* One batch of experts [lo, hi) of layer l, read through; returns 0. */
+static int batch(df_store *s, int l, int lo, int hi) {
+  int ex[256], idx;
+  const uint8_t *b;
+  df_err e;
+  for (int i = lo; i < hi; i++) ex[i - lo] = i;
+  if (df_store_begin(s, l, ex, hi - lo, 1, &e)) fail_msg("%s", e.msg);
+  int r;
+  while ((r = df_store_next(s, &idx, &b, &e)) == 1) {
+  }
+  if (r < 0) fail_msg("%s", e.msg);
+  df_store_end(s);
+  return 0;
+}
+
+static double stat_of(df_store *s, const char *k, const char *sub) {
+  char *js = df_store_stats_json(s);
+  json_t *o = json_loads(js, 0, NULL);
+  free(js);
+  json_t *v = sub ? json_object_get(json_object_get(o, sub), k) : json_object_get(o, k);
+  double d = json_number_value(v);
+  json_decref(o);
+  return d;
+}
+
+/* The cache through the store (its eviction policy is evict.c's, unit-tested
+ * in test_evict): the experts of two layers used twice stay resident through
+ * a burst of one-off experts of five other layers that overfills the cache;
+ * the cache then holds exactly its budget. */
+static void test_cache_keeps_the_hot_set(void **st) {
+  (void)st;
+  int first = cfg.first_k_dense, ne = cfg.n_experts;
+  if (cfg.n_layers - first < 7 || ne > 256) {
+    print_message("note: model too small for the cache test\n");
+    return;
+  }
+  /* a shard record's buffer: the record rounded up to 4 KiB, plus a page for
+   * its unaligned start */
+  long slot = (long)((lay.total + 4095) / 4096 * 4096 + 4096);
+  long cap = (1L << 20) / slot; /* records in a 1 MiB cache */
+  int hot = 2 * ne, burst = 5 * ne;
+  if (!(hot < cap && hot + burst > cap)) {
+    print_message("note: %ld-record cache does not fit the test\n", cap);
+    return;
+  }
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 1, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
+  df_store *s;
+  df_err e;
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  for (int pass = 0; pass < 2; pass++)
+    for (int l = first; l < first + 2; l++) batch(s, l, 0, ne);
+  assert_true(stat_of(s, "cache_hits", NULL) == hot);
+  for (int l = first + 2; l < first + 7; l++) batch(s, l, 0, ne);
+  assert_true(stat_of(s, "resident_bytes", "cache") == (double)cap * (double)lay.total);
+  assert_true(stat_of(s, "evictions", "cache") == hot + burst - cap);
+  double h0 = stat_of(s, "cache_hits", NULL);
+  for (int l = first; l < first + 2; l++) batch(s, l, 0, ne);
+  double kept = stat_of(s, "cache_hits", NULL) - h0;
+  if (kept != hot) fail_msg("%.0f of the %d hot experts were kept", kept, hot);
+  df_store_close(s);
+}
+
 /* Runs `passes` decode-like passes where layer l needs experts {0..k-1} and
  * the hint for l+1 is `hint` (k experts); returns the stats. */
 static json_t *hinted_run(const char *pf, int right, int passes) {
@@ -686,6 +748,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_strict),
       cmocka_unit_test(test_bad_options),
+      cmocka_unit_test(test_cache_keeps_the_hot_set),
       cmocka_unit_test(test_shards_all_configs),
       cmocka_unit_test(test_packs_all_configs),
       cmocka_unit_test(test_placement),
