@@ -69,6 +69,7 @@ static int get_bool(const sec *s, const char *key, int *out, df_err *e) {
 }
 
 static int get_str(const sec *s, const char *key, const char **out, df_err *e) {
+  *out = NULL; /* defined on every path, so callers never read an unset pointer */
   const json_t *v = need(s, key, e);
   if (!v) return -1;
   if (!json_is_string(v)) return df_err_set(e, "%s: %s%s must be a string", s->label, s->path, key);
