@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "cli/cli.h"
@@ -33,8 +34,9 @@ void df_cmd_inspect_help(void) {
       "  --model DIR   checkpoint directory (config.json + safetensors)\n"
       "  --json        one JSON object on stdout instead of text\n"
       "  --full-scan   also read every expert scale byte (on the full K3 release\n"
-      "                that is 85 GB, so it is not the default); progress goes to\n"
-      "                stderr\n"
+      "                that is 85 GB, so it is not the default)\n"
+      "  --progress    report the scan's progress on stderr (the default when\n"
+      "                stderr is a terminal)\n"
       "  --quick       the default (headers, roster and layout only); kept for\n"
       "                scripts written before --full-scan\n"
       "\n"
@@ -310,7 +312,7 @@ int df_cmd_inspect(int argc, char **argv) {
     return 0;
   }
   const char *dir = NULL;
-  int as_json = 0, full = 0;
+  int as_json = 0, full = 0, progress = isatty(2);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--model")) {
       if (i + 1 >= argc) return df_cli_fail("--model needs a directory");
@@ -321,6 +323,8 @@ int df_cmd_inspect(int argc, char **argv) {
       full = 0;
     } else if (!strcmp(argv[i], "--full-scan")) {
       full = 1;
+    } else if (!strcmp(argv[i], "--progress")) {
+      progress = 1;
     } else {
       return df_cli_fail("inspect: unknown argument '%s' (see deltafin inspect --help)", argv[i]);
     }
@@ -366,7 +370,7 @@ int df_cmd_inspect(int argc, char **argv) {
         ends_with(r->set.all[i]->name, ".weight_scale"))
       pg.total += r->set.all[i]->nbytes;
   if (df_roster_check_progress(&r->set, &r->cfg, full ? DF_ROSTER_SCAN_SCALES : 0, &r->roster,
-                               full ? show_progress : NULL, &pg, &e) != 0) {
+                               full && progress ? show_progress : NULL, &pg, &e) != 0) {
     df_st_set_close(&r->set);
     free(r);
     return df_cli_fail("%s", e.msg);

@@ -19,7 +19,7 @@ grep -q '"count": 0' "$T/json" || fail "json problem count"
 # The quick check is the default (every scale of the real release is 85 GB);
 # --full-scan reads them all, with progress on stderr.
 grep -q '"scales_scanned": false' "$T/json" || fail "scales scanned without --full-scan"
-"$DF_BIN" inspect --model "$T/m" --json --full-scan >"$T/json" 2>"$T/err" || fail "inspect --full-scan"
+"$DF_BIN" inspect --model "$T/m" --json --full-scan --progress >"$T/json" 2>"$T/err" || fail "inspect --full-scan"
 grep -q '"scales_scanned": true' "$T/json" || fail "scales not scanned"
 grep -q 'expert scales 100%' "$T/err" || fail "no progress reaching 100%: $(cat "$T/err")"
 
