@@ -31,6 +31,12 @@ static int shard_name_ok(const char *s) {
   return *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
 }
 
+/* The release keeps the vision tower (vision_tower.*, mm_projector.*) in
+ * shards of its own; a text-only download may leave them out. */
+static int is_vision_name(const char *n) {
+  return !strncmp(n, "vision_tower.", 13) || !strncmp(n, "mm_projector.", 13);
+}
+
 static int set_index_files(df_st_set *s, const json_t *wm, const char *ipath, df_err *e) {
   size_t n = json_object_size(wm);
   const char **names = df_xcalloc(n ? n : 1, sizeof *names);
@@ -53,19 +59,43 @@ static int set_index_files(df_st_set *s, const json_t *wm, const char *ipath, df
   size_t u = 0;
   for (size_t i = 0; i < k; i++)
     if (!u || strcmp(names[u - 1], names[i])) names[u++] = names[i];
+  /* a shard is needed when some text tensor is in it; remember one for messages */
+  const char **text_of = df_xcalloc(u ? u : 1, sizeof *text_of);
+  json_object_foreach((json_t *)wm, key, v) {
+    if (is_vision_name(key)) continue;
+    const char *sh = json_string_value(v);
+    const char **hit = bsearch(&sh, names, u, sizeof *names, cmp_str);
+    if (hit && !text_of[hit - names]) text_of[hit - names] = key;
+  }
   s->files = df_xcalloc(u ? u : 1, sizeof *s->files);
   for (size_t i = 0; i < u; i++) s->files[i].fd = -1;
-  for (size_t i = 0; i < u; i++) {
+  int rc = 0;
+  for (size_t i = 0; i < u && rc == 0; i++) {
     char *p = df_path_join(s->dir, names[i]);
-    int rc = df_st_open(&s->files[i], p, e);
-    free(p);
-    if (rc != 0) {
-      free(names);
-      return -1;
+    if (!df_file_exists(p)) {
+      if (!text_of[i]) { /* vision only: not needed by a text-only engine */
+        s->skipped = df_xrealloc(s->skipped, (size_t)(s->nskipped + 1) * sizeof *s->skipped);
+        s->skipped[s->nskipped++] = df_xstrdup(names[i]);
+      } else {
+        rc = df_err_set(e, "%s: shard %s is missing; it holds text tensors (e.g. %.200s), "
+                        "download it", ipath, names[i], text_of[i]);
+      }
+      free(p);
+      continue;
     }
-    s->nfiles = (int)i + 1;
+    rc = df_st_open(&s->files[s->nfiles], p, e);
+    free(p);
+    if (rc == 0) s->nfiles++;
   }
+  free(text_of);
   free(names);
+  return rc;
+}
+
+/* 1 if shard was left out because it holds only vision tensors and is absent. */
+static int set_skipped(const df_st_set *s, const char *shard) {
+  for (int i = 0; i < s->nskipped; i++)
+    if (!strcmp(s->skipped[i], shard)) return 1;
   return 0;
 }
 
@@ -108,6 +138,7 @@ int df_st_set_open(df_st_set *s, const char *dir, df_err *e) {
     json_t *v;
     json_object_foreach((json_t *)wm, key, v) {
       int fi = set_file_index(s, json_string_value(v));
+      if (fi < 0 && set_skipped(s, json_string_value(v))) continue;
       if (fi < 0 || !df_st_file_find(&s->files[fi], key)) {
         df_err_set(e, "%s: tensor '%s' is not in shard %s, where the index puts it", ipath, key,
                    json_string_value(v));
@@ -175,6 +206,8 @@ fail:
 void df_st_set_close(df_st_set *s) {
   if (!s) return;
   for (int i = 0; i < s->nfiles; i++) df_st_close(&s->files[i]);
+  for (int i = 0; i < s->nskipped; i++) free(s->skipped[i]);
+  free(s->skipped);
   free(s->files);
   free(s->all);
   free(s->dir);
