@@ -239,7 +239,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   if (!st) st = &z;
   memset(st, 0, sizeof *st);
   st->n_prompt = nprompt;
-  st->spine_bytes_per_token = en->model->spine_bytes_per_token;
+  st->spine_bytes_per_token = df_k3_spine_bytes_per_token(en->model);
   *out = NULL;
   *nout = 0;
   uint64_t bytes0 = df_store_bytes_read(en->store);
@@ -291,7 +291,7 @@ char *df_engine_stats_json(df_engine *en) {
   json_object_set_new(o, "kernels", json_string(en->kc.k->name));
   json_object_set_new(o, "threads", json_integer(df_pool_size(en->pool)));
   json_object_set_new(o, "spine_bytes_per_token",
-                      json_integer((json_int_t)en->model->spine_bytes_per_token));
+                      json_integer((json_int_t)df_k3_spine_bytes_per_token(en->model)));
   json_object_set_new(o, "expert_bytes_read",
                       json_integer((json_int_t)df_store_bytes_read(en->store)));
   char *sj = df_store_stats_json(en->store);

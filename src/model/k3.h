@@ -26,35 +26,9 @@
 
 #define DF_SPINE_INT8_DIR "spine-int8"
 
-typedef struct df_k3_layer {
-  int kind; /* DF_LAYER_KDA / DF_LAYER_MLA */
-  int moe;
-  const float *in_norm, *post_norm, *attn_res_norm, *mlp_res_norm, *attn_res_proj, *mlp_res_proj;
-  /* KDA */
-  df_wmat q, k, v, g, fa, fb, b, o;
-  const float *conv[3]; /* q, k, v: [P][K] */
-  const float *A_log, *dt_bias, *o_norm;
-  /* MLA */
-  df_wmat qa, qb, kva, kvb, mg, mo;
-  const float *qa_norm, *kva_norm;
-  /* dense FFN */
-  df_wmat gate, up, down;
-  /* MoE */
-  df_wmat router, lat_down, lat_up, sh_gate, sh_up, sh_down;
-  const float *router_bias, *lat_norm;
-} df_k3_layer;
-
-typedef struct df_k3 {
-  const df_config *cfg;
-  int int8;
-  df_k3_layer *layers;
-  df_wmat embed, lm_head;
-  const float *final_norm, *out_res_norm, *out_res_proj;
-  df_st_set *int8set; /* owned when int8 */
-  void **owned;       /* fp32 copies of small vectors and realigned tensors */
-  int nowned, capowned;
-  uint64_t spine_bytes_per_token; /* spine weight bytes one decode token reads */
-} df_k3;
+/* The loaded model is opaque (its layout is private to src/model/); the
+ * engine and the tools reach it through the accessors below. */
+typedef struct df_k3 df_k3;
 
 /* Checks every spine tensor (presence, shape, dtype) against the config and
  * maps it; with int8 also DIR/spine-int8/. Messages name the tensor and the
@@ -62,6 +36,12 @@ typedef struct df_k3 {
 int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
                const char *model_dir, df_err *e);
 void df_k3_free(df_k3 *m);
+
+const df_config *df_k3_config(const df_k3 *m);
+int df_k3_is_int8(const df_k3 *m);
+/* Spine weight bytes one decode token reads (every spine tensor once, one
+ * embedding row), whether resident or streamed. */
+uint64_t df_k3_spine_bytes_per_token(const df_k3 *m);
 
 /* True for the spine tensors the int8 spine replaces (see above). */
 int df_k3_int8_eligible(const df_tensor *t);

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "model/k3.h"
+#include "model/k3_int.h"
 
 struct df_k3_state {
   const df_k3 *m;

@@ -13,7 +13,7 @@
 #include "base/util.h"
 #include "format/codec.h"
 #include "format/roster.h"
-#include "model/k3.h"
+#include "model/k3_int.h"
 
 #define PFX "language_model.model."
 
@@ -347,3 +347,7 @@ fail:
   df_k3_free(m);
   return -1;
 }
+
+const df_config *df_k3_config(const df_k3 *m) { return m->cfg; }
+int df_k3_is_int8(const df_k3 *m) { return m->int8; }
+uint64_t df_k3_spine_bytes_per_token(const df_k3 *m) { return m->spine_bytes_per_token; }
