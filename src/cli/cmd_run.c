@@ -8,6 +8,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "plan/plan.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,6 +39,10 @@ void df_cmd_run_help(void) {
       "  --spine bf16|int8    spine weights as stored (bf16) or the row-int8 copy\n"
       "                       written by `deltafin convert-spine`\n"
       "  --kernels auto|scalar  kernel table (scalar = the reference kernels)\n"
+      "  --mem-limit SIZE     memory deltafin may use (e.g. 48G, 512M; default:\n"
+      "                       MemAvailable or the cgroup limit); spine layers that do\n"
+      "                       not fit stream from the drives every token\n"
+      "  --ctx N              context positions to admit (default: the plan's)\n"
       "  --stats              print a timing and I/O summary to stderr\n"
       "  --json               print one JSON object at the end instead of streaming\n"
       "\n"
@@ -210,6 +215,12 @@ int df_cmd_run(int argc, char **argv) {
           if (!(d > 0 && d <= 1)) return df_cli_fail("--top-p: '%s' is not in (0, 1]", val);
           go.top_p = (float)d;
         }
+      } else if (!strcmp(a, "--mem-limit")) {
+        if (df_plan_parse_size(val, &eo.mem_limit) || !eo.mem_limit)
+          return df_cli_fail("--mem-limit: '%s' is not a size like 48G or 512M", val);
+      } else if (!strcmp(a, "--ctx")) {
+        if (df_cli_int(a, val, 1, 1 << 30, &v)) return 1;
+        eo.ctx = (int)v;
       } else if (!strcmp(a, "--spine")) {
         if (!strcmp(val, "bf16")) eo.spine = DF_SPINE_BF16;
         else if (!strcmp(val, "int8")) eo.spine = DF_SPINE_INT8;
@@ -264,6 +275,7 @@ int df_cmd_run(int argc, char **argv) {
 
   df_err e;
   df_engine *en;
+  eo.max_rows = go.prefill_chunk > 0 ? go.prefill_chunk : nids;
   if (df_engine_open(&en, &eo, &e)) {
     free(ids), free(stops);
     return df_cli_fail("%s", e.msg);
@@ -362,6 +374,10 @@ int df_cmd_run(int argc, char **argv) {
     free(ej);
     json_t *store = ev ? json_object_get(ev, "store") : NULL;
     json_object_set(js, "store", store ? store : json_null());
+    json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
+    json_object_set(js, "plan", plan ? plan : json_null());
+    json_object_set_new(js, "spine_stream_bytes",
+                        json_integer((json_int_t)df_engine_spine_stream_bytes(en)));
     json_decref(ev);
     json_object_set_new(o, "stats", js);
     char *txt = json_dumps(o, JSON_COMPACT);
@@ -382,6 +398,9 @@ int df_cmd_run(int argc, char **argv) {
             nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
             finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
             df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
+    char *pt = df_engine_plan_text(en);
+    fprintf(stderr, "%s", pt);
+    free(pt);
     char *t = df_engine_store_text(en);
     if (t) fprintf(stderr, "%s%s", t, t[0] && t[strlen(t) - 1] != '\n' ? "\n" : "");
     free(t);

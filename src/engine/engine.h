@@ -35,6 +35,10 @@ typedef struct df_engine_opts {
   const char *heat_path;    /* store: heat file; NULL = <model_dir>/deltafin.heat, "" = none */
   int split_reads;          /* store: 0 auto (large records), -1 never, 1 whenever possible */
   int gate_ahead_shared;    /* gate-ahead input: 0 = layer L's x, 1 = x + shared-expert output */
+  /* memory plan (issue 11) */
+  uint64_t mem_limit;       /* bytes deltafin may use; 0 = MemAvailable / cgroup limit */
+  int ctx;                  /* positions to admit; <= 0 = planner decides */
+  int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -106,6 +110,12 @@ int df_engine_threads(const df_engine *en);
  * --stats); caller frees. */
 char *df_engine_store_text(df_engine *en);
 char *df_engine_store_describe(df_engine *en);
+/* The memory plan: text (for --stats) and JSON object; caller frees. */
+char *df_engine_plan_text(const df_engine *en);
+char *df_engine_plan_json(const df_engine *en);
+/* Spine bytes read from the drives by the spine stream since the engine
+ * opened (0 when the whole spine is resident). */
+uint64_t df_engine_spine_stream_bytes(const df_engine *en);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 

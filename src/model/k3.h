@@ -22,6 +22,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
+#include "plan/plan.h"
 #include "store/store.h"
 
 #define DF_SPINE_INT8_DIR "spine-int8"
@@ -42,6 +43,36 @@ int df_k3_is_int8(const df_k3 *m);
 /* Spine weight bytes one decode token reads (every spine tensor once, one
  * embedding row), whether resident or streamed. */
 uint64_t df_k3_spine_bytes_per_token(const df_k3 *m);
+
+/* The planner's inputs this model supplies (plan/plan.h): units (layers,
+ * then the head) with their weight and read bytes and whether they can
+ * stream, the small always-resident tensors, the embedding row. The arrays
+ * belong to m; the caller fills mem_limit, cache, ctx and rows. */
+void df_k3_plan_input(const df_k3 *m, df_plan_in *in);
+
+/* Applies a plan: non-resident units stream every pass from the shards with
+ * O_DIRECT through the store's I/O engine (store/io.h) into
+ * DF_PLAN_RING_SLOTS buffers, the next unit arriving while one computes;
+ * resident units stay mmapped from the shards (the page cache keeps them:
+ * the plan leaves room for them; zero-copy and shared with other readers of
+ * the checkpoint). */
+typedef struct df_k3_stream_opts {
+  const char *io;             /* "uring" | "pread" | NULL */
+  const char *emulate_drives; /* "BW[,LAT]" for the spine's drive, NULL = none */
+  int queue_depth;            /* reads in flight; <= 0 = 4 */
+} df_k3_stream_opts;
+int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_err *e);
+
+typedef struct df_k3_stream_stats {
+  int units;            /* units streaming */
+  uint64_t bytes;       /* bytes read from the drives (aligned extents) */
+  uint64_t weight_bytes; /* tensor bytes of the units the forward pass used */
+  uint64_t reads, wasted, passes;
+  double wait_s;        /* time the forward pass waited for spine data */
+  int direct, registered;
+  const char *io;
+} df_k3_stream_stats;
+void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
 
 /* True for the spine tensors the int8 spine replaces (see above). */
 int df_k3_int8_eligible(const df_tensor *t);

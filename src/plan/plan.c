@@ -54,7 +54,7 @@ static uint64_t max_read(const df_plan_in *in, const uint8_t *resident) {
   return m;
 }
 
-static int mb(uint64_t b) { return (int)((b + (1u << 20) - 1) >> 20); }
+static double mb(uint64_t b) { return (double)b / 1e6; }
 
 int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   const df_config *c = in->cfg;
@@ -71,6 +71,8 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   p->expert_min_bytes = c->first_k_dense < c->n_layers ? inflight * in->expert_record_bytes : 0;
   p->cache_given = in->cache_req >= 0;
   uint64_t cache_given = p->cache_given ? (uint64_t)in->cache_req : 0;
+  if (in->expert_total_bytes && cache_given > in->expert_total_bytes)
+    cache_given = in->expert_total_bytes;
 
   int ctx_auto = in->ctx_req <= 0;
   int ctx = ctx_auto ? (c->max_pos < CTX_DEFAULT ? (int)c->max_pos : CTX_DEFAULT) : in->ctx_req;
@@ -97,12 +99,12 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
     if (need + df_plan_state_bytes(c, ctx) > M) {
       uint64_t least = need + df_plan_state_bytes(c, ctx);
       return df_err_set(e,
-                        "memory plan: %d MiB do not fit even with every spine layer streamed and "
-                        "no expert cache; at least %d MiB are needed (state for %d positions %d "
-                        "MiB, stream ring %d MiB, experts in flight %d MiB, scratch %d MiB, "
-                        "small tensors %d MiB%s%s); raise --mem-limit, lower --ctx or "
+                        "memory plan: %.2f MB do not fit even with every spine layer streamed and "
+                        "no expert cache; at least %.2f MB (%" PRIu64 " bytes) are needed (state for %d positions "
+                        "%.2f MB, stream ring %.2f MB, experts in flight %.2f MB, scratch %.2f MB, "
+                        "small tensors %.2f MB%s%s); raise --mem-limit, lower --ctx or "
                         "--prefill-chunk%s",
-                        mb(M), mb(least), ctx, mb(df_plan_state_bytes(c, ctx)),
+                        mb(M), mb(least), least, ctx, mb(df_plan_state_bytes(c, ctx)),
                         mb(DF_PLAN_RING_SLOTS * slot), mb(p->expert_min_bytes),
                         mb(p->scratch_bytes), mb(p->fixed_bytes),
                         forced ? ", units that cannot stream " : "",
@@ -163,6 +165,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   } else {
     uint64_t rest = M > used ? M - used : 0;
     uint64_t def = in->cache_default > 0 ? (uint64_t)in->cache_default : 0;
+    if (in->expert_total_bytes && def > in->expert_total_bytes) def = in->expert_total_bytes;
     p->cache_bytes = rest < def ? rest : def;
   }
   return 0;

@@ -34,6 +34,7 @@ typedef struct df_plan_in {
   uint64_t fixed_bytes;        /* always-resident small tensors (norms, routers, conv, ...) */
   uint64_t embed_row_bytes;    /* one embedding row (read per position) */
   uint64_t expert_record_bytes; /* one routed expert's record (its cache slot) */
+  uint64_t expert_total_bytes;  /* every routed expert's slot: no cache ever needs more */
   uint64_t mem_limit;          /* bytes deltafin may use */
   int64_t cache_req;           /* expert cache asked for in bytes; < 0 = planner decides */
   int64_t cache_default;       /* the store's default cache when the planner decides */

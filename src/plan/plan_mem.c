@@ -1,6 +1,6 @@
 /* What memory this process may use, read from the machine: MemAvailable and
  * the cgroup limit (v2: memory.max along this cgroup's path; v1:
- * memory.limit_in_bytes). The cgroup's headroom is its limit minus what it
+ * memory.limit_in_bytes along the memory controller's path). The cgroup's headroom is its limit minus what it
  * already uses besides this process (other members may be using some). */
 #include <ctype.h>
 #include <inttypes.h>
@@ -46,50 +46,66 @@ static uint64_t self_rss(void) {
   return n == 2 ? res * 4096ull : 0;
 }
 
-/* Lowest headroom over the v2 cgroup path; 0 when no limit was found. */
-static int cgroup_v2(uint64_t *head, char *path_out, size_t n) {
-  FILE *f = fopen("/proc/self/cgroup", "r");
-  if (!f) return 0;
-  char line[4096], rel[4096] = "";
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, "0::", 3)) {
-      snprintf(rel, sizeof rel, "%s", line + 3);
-      rel[strcspn(rel, "\n")] = 0;
-    }
-  fclose(f);
-  if (!rel[0]) return 0;
+/* Lowest headroom (limit minus what others in the cgroup use) over a cgroup
+ * path and its ancestors under root; 0 when no limit was found. */
+static int walk(const char *root, const char *path, const char *limf, const char *usef,
+                uint64_t *head, char *why, size_t n) {
+  char rel[4096], f[4400];
+  snprintf(rel, sizeof rel, "%s", path);
   int found = 0;
-  uint64_t best = 0;
-  char dir[4200];
   for (;;) {
-    uint64_t max, cur;
-    snprintf(dir, sizeof dir, "/sys/fs/cgroup%s/memory.max", rel);
-    if (read_u64(dir, &max) == 0) {
-      snprintf(dir, sizeof dir, "/sys/fs/cgroup%s/memory.current", rel);
-      if (read_u64(dir, &cur)) cur = 0;
+    uint64_t lim, cur;
+    snprintf(f, sizeof f, "%s%s/%s", root, rel, limf);
+    if (read_u64(f, &lim) == 0 && lim < (1ull << 60)) { /* v1 "unlimited" is ~2^63 */
+      snprintf(f, sizeof f, "%s%s/%s", root, rel, usef);
+      if (read_u64(f, &cur)) cur = 0;
       uint64_t rss = self_rss(), others = cur > rss ? cur - rss : 0;
-      uint64_t h = max > others ? max - others : 0;
-      if (!found || h < best) {
-        best = h;
-        snprintf(path_out, n, "cgroup %s memory.max", rel[0] ? rel : "/");
+      uint64_t h = lim > others ? lim - others : 0;
+      if (!found || h < *head) {
+        *head = h;
+        snprintf(why, n, "cgroup %.200s %s", rel[0] ? rel : "/", limf);
       }
       found = 1;
     }
     if (!rel[0] || !strcmp(rel, "/")) break;
     char *s = strrchr(rel, '/');
     if (!s) break;
-    *s = 0; /* "/a/b" -> "/a" -> "" (the root, which has no memory.max) */
+    *s = 0; /* "/a/b" -> "/a" -> "" (the root) */
   }
-  if (found) *head = best;
   return found;
 }
 
-static int cgroup_v1(uint64_t *lim) {
-  uint64_t v;
-  if (read_u64("/sys/fs/cgroup/memory/memory.limit_in_bytes", &v)) return 0;
-  if (v >= (1ull << 60)) return 0; /* "unlimited" is a huge number in v1 */
-  *lim = v;
-  return 1;
+static int cgroup_limit(uint64_t *head, char *why, size_t n) {
+  FILE *f = fopen("/proc/self/cgroup", "r");
+  if (!f) return 0;
+  char line[4096];
+  int found = 0;
+  uint64_t best = 0;
+  char w[512] = "";
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = 0;
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c2 = 0;
+    const char *ctl = c1 + 1, *path = c2 + 1;
+    uint64_t h;
+    int got = 0;
+    if (!*ctl) { /* v2, mounted alone or next to v1 ("unified") */
+      got = walk("/sys/fs/cgroup", path, "memory.max", "memory.current", &h, w, sizeof w) ||
+            walk("/sys/fs/cgroup/unified", path, "memory.max", "memory.current", &h, w, sizeof w);
+    } else if (strstr(ctl, "memory")) {
+      got = walk("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                 &h, w, sizeof w);
+    }
+    if (got && (!found || h < best)) {
+      best = h;
+      snprintf(why, n, "%s", w);
+      found = 1;
+    }
+  }
+  fclose(f);
+  if (found) *head = best;
+  return found;
 }
 
 int df_plan_mem_detect(uint64_t *bytes, char *why, size_t whylen, df_err *e) {
@@ -99,13 +115,10 @@ int df_plan_mem_detect(uint64_t *bytes, char *why, size_t whylen, df_err *e) {
   avail += self_rss();
   snprintf(why, whylen, "MemAvailable");
   uint64_t h;
-  char cg[256];
-  if (cgroup_v2(&h, cg, sizeof cg) && h < avail) {
+  char cg[512];
+  if (cgroup_limit(&h, cg, sizeof cg) && h < avail) {
     avail = h;
     snprintf(why, whylen, "%s", cg);
-  } else if (cgroup_v1(&h) && h < avail) {
-    avail = h;
-    snprintf(why, whylen, "cgroup v1 memory.limit_in_bytes");
   }
   *bytes = avail;
   return 0;

@@ -123,6 +123,13 @@ static void test_cache_given_first(void **st) {
   assert_true(p.cache_given);
   assert_true(used_of(&p) <= in.mem_limit);
   df_plan_free(&p);
+  /* a cache larger than every expert together is only what they need */
+  in.cache_req = 1ll << 40;
+  in.expert_total_bytes = 700000;
+  assert_int_equal(df_plan_make(&p, &in, &e), 0);
+  assert_int_equal(p.cache_bytes, 700000);
+  assert_true(used_of(&p) <= in.mem_limit);
+  df_plan_free(&p);
 }
 
 static void test_must_resident(void **st) {
