@@ -374,6 +374,8 @@ int df_cmd_run(int argc, char **argv) {
     free(ej);
     json_t *store = ev ? json_object_get(ev, "store") : NULL;
     json_object_set(js, "store", store ? store : json_null());
+    json_t *dc = ev ? json_object_get(ev, "decode_compute") : NULL;
+    json_object_set(js, "decode_compute", dc ? dc : json_null());
     json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
     json_object_set(js, "plan", plan ? plan : json_null());
     json_object_set_new(js, "spine_stream_bytes",

@@ -388,6 +388,18 @@ char *df_engine_stats_json(df_engine *en) {
                       json_integer((json_int_t)df_k3_spine_bytes_per_token(en->model)));
   json_object_set_new(o, "expert_bytes_read",
                       json_integer((json_int_t)df_store_bytes_read(en->store)));
+  df_k3_compute cp;
+  df_k3_compute_get(en->model, &cp);
+  json_t *cj = json_object();
+  for (int i = 0; i < DF_K3_T_N; i++) {
+    json_t *k = json_object();
+    json_object_set_new(k, "s", json_real(cp.s[i]));
+    json_object_set_new(k, "n", json_integer((json_int_t)cp.n[i]));
+    json_object_set_new(k, "ms_each", json_real(cp.n[i] ? 1e3 * cp.s[i] / (double)cp.n[i] : 0));
+    json_object_set_new(cj, df_k3_compute_names[i], k);
+  }
+  json_object_set_new(cj, "store_wait_s", json_real(cp.store_wait_s));
+  json_object_set_new(o, "decode_compute", cj);
   char *pj = df_engine_plan_json(en);
   json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
   free(pj);

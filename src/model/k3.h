@@ -74,6 +74,19 @@ typedef struct df_k3_stream_stats {
 } df_k3_stream_stats;
 void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
 
+/* Compute time of decode passes (one position) by part, summed since load:
+ * seconds and layer-passes. Waits (spine stream, expert store) are not
+ * compute and are excluded. */
+enum { DF_K3_T_KDA, DF_K3_T_MLA, DF_K3_T_DENSE, DF_K3_T_MOE_TRUNK, DF_K3_T_EXPERTS, DF_K3_T_HEAD,
+       DF_K3_T_N };
+typedef struct df_k3_compute {
+  double s[DF_K3_T_N];
+  uint64_t n[DF_K3_T_N]; /* layer-passes (experts: experts computed) */
+  double store_wait_s;
+} df_k3_compute;
+void df_k3_compute_get(const df_k3 *m, df_k3_compute *out);
+extern const char *const df_k3_compute_names[DF_K3_T_N];
+
 /* True for the spine tensors the int8 spine replaces (see above). */
 int df_k3_int8_eligible(const df_tensor *t);
 

@@ -47,6 +47,7 @@ struct df_k3_state {
   float *gx, *gw;             /* gate-ahead: router input rows, one row's weights */
   int *gsel, *glist;          /* gate-ahead: one row's top-k, the union over rows */
   uint8_t *gmark;
+  double moe_excl; /* this MoE layer's expert compute + store wait (decode timing) */
 };
 
 static int nblocks(const df_config *c) {
@@ -565,10 +566,15 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, i
   /* 5: experts as the store hands them out */
   df_expert_layout lay;
   df_expert_layout_of(c, &lay);
+  double t_exp = 0, t_wait = 0;
+  int n_exp = 0;
   for (;;) {
     int idx;
     const uint8_t *b;
+    double tw = df_now();
     int got = df_store_next(r->store, &idx, &b, e);
+    double tc = df_now();
+    t_wait += tc - tw;
     if (got < 0) {
       df_store_end(r->store);
       return df_err_prefix(e, "layer %d: ", l);
@@ -584,8 +590,17 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, i
     df_mm_mxfp4(kc, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->eH1, n, Mi, s->eY, Lt);
     for (int i = 0; i < n; i++)
       memcpy(s->ybuf + (size_t)ent[i] * Lt, s->eY + (size_t)i * Lt, sizeof(float) * Lt);
+    t_exp += df_now() - tc;
+    n_exp++;
   }
   df_store_end(r->store);
+  if (T == 1) {
+    df_k3_compute *cp = r->m->comp;
+    cp->s[DF_K3_T_EXPERTS] += t_exp;
+    cp->n[DF_K3_T_EXPERTS] += (uint64_t)n_exp;
+    cp->store_wait_s += t_wait;
+    s->moe_excl = t_exp + t_wait;
+  }
 
   /* 6: fixed order: slots are in ascending expert id */
   for (int t = 0; t < T; t++) {
@@ -635,6 +650,7 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
   for (int l = 0; l < c->n_layers; l++) {
     const df_k3_layer *y = df_k3_acquire_layer(m, l, df_k3_next_streamed(m, l, with_head), e);
     if (!y) return -1;
+    double tl0 = df_now();
     /* 5.1 step 1 */
     const float *xattn = s->h;
     if (nS > 0) {
@@ -663,6 +679,7 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
     } else {
       for (size_t i = 0; i < (size_t)T * H; i++) s->p[i] = s->p[i] + s->a[i];
     }
+    double tl1 = df_now();
     /* step 4-5 */
     attn_res(r, s, T, nS, s->p, y->mlp_res_norm, y->mlp_res_proj, s->xin, 0, T);
     rms_rows(k, s->xn, s->xin, y->post_norm, T, (int)H, c->eps);
@@ -674,8 +691,19 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
     } else {
       gated_ffn(kc, c, &y->gate, &y->up, &y->down, s->xn, T, s->f1, s->f2, s->ffo);
     }
-    df_k3_release(m, l);
     for (size_t i = 0; i < (size_t)T * H; i++) s->h[i] = s->p[i] + s->ffo[i];
+    if (T == 1) {
+      double tl2 = df_now();
+      df_k3_compute *cp = m->comp;
+      int ka = y->kind == DF_LAYER_KDA ? DF_K3_T_KDA : DF_K3_T_MLA;
+      int kf = y->moe ? DF_K3_T_MOE_TRUNK : DF_K3_T_DENSE;
+      cp->s[ka] += tl1 - tl0;
+      cp->n[ka]++;
+      cp->s[kf] += tl2 - tl1 - (y->moe ? s->moe_excl : 0);
+      cp->n[kf]++;
+      s->moe_excl = 0;
+    }
+    df_k3_release(m, l);
     if (s->hook) s->hook(s->hook_ud, l, s->h, T, (int)H);
   }
   /* output: AR over the snapshots + h, final norm, lm_head */
@@ -683,6 +711,7 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
   if (with_head) {
     const df_wmat *head = df_k3_acquire_head(m, df_k3_next_streamed(m, c->n_layers, 1), e);
     if (!head) return -1;
+    double th = df_now();
     attn_res(r, s, T, nS, s->h, m->out_res_norm, m->out_res_proj, s->xin, t0, nt);
     rms_rows(k, s->xn + (size_t)t0 * H, s->xin + (size_t)t0 * H, m->final_norm, nt, (int)H,
              c->eps);
@@ -692,6 +721,10 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
       if (logits_last) memcpy(logits_last, logits_all + (size_t)(T - 1) * V, sizeof(float) * V);
     } else {
       df_mm(kc, head, s->xn + (size_t)t0 * H, 1, H, logits_last, V);
+    }
+    if (T == 1) {
+      m->comp->s[DF_K3_T_HEAD] += df_now() - th;
+      m->comp->n[DF_K3_T_HEAD]++;
     }
     df_k3_release(m, c->n_layers);
   }

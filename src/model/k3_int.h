@@ -79,6 +79,7 @@ struct df_k3 {
   uint8_t *emb_buf;
   int ctx_limit; /* positions admitted by the plan; 0 = max_position_embeddings */
   df_k3_stream *stream; /* NULL when every unit is resident */
+  df_k3_compute *comp;  /* decode compute timers (mutable through a const model) */
 };
 
 /* After loading: coalesces each unit's pieces into aligned extents and fills

@@ -333,6 +333,7 @@ void df_k3_free(df_k3 *m) {
   free(m->pl_bytes), free(m->pl_read), free(m->pl_must);
   free(m->units);
   free(m->emb_buf);
+  free(m->comp);
   if (m->int8set) {
     df_st_set_close(m->int8set);
     free(m->int8set);
@@ -384,6 +385,7 @@ int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
   m->nfiles = set->nfiles;
   m->nunits = c->n_layers + 1;
   m->units = df_xcalloc((size_t)m->nunits, sizeof *m->units);
+  m->comp = df_xcalloc(1, sizeof *m->comp);
   if (int8) {
     char *dir = df_path_join(model_dir, DF_SPINE_INT8_DIR);
     char *idx = df_path_join(dir, "model.safetensors.index.json");
@@ -456,3 +458,8 @@ void df_k3_plan_input(const df_k3 *m, df_plan_in *in) {
     if (m->layers[l].moe) in->fixed_bytes += (uint64_t)m->layers[l].router.rows * m->layers[l].router.cols * 2;
   in->embed_row_bytes = m->emb_row_bytes + (m->embed.kind == DF_W_I8 ? 4 : 0);
 }
+
+const char *const df_k3_compute_names[DF_K3_T_N] = {"kda", "mla", "dense_ffn", "moe_trunk",
+                                                    "routed_expert", "head"};
+
+void df_k3_compute_get(const df_k3 *m, df_k3_compute *out) { *out = *m->comp; }

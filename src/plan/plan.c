@@ -92,29 +92,18 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   if (base + df_plan_state_bytes(c, ctx) + spine <= M) {
     for (int u = 0; u < in->nunits; u++) p->resident[u] = 1;
   } else {
-    /* streaming: the ring is first sized for the largest streamable unit */
-    uint64_t slot = max_read(in, p->resident);
-    uint64_t need = base + forced + DF_PLAN_RING_SLOTS * slot;
-    while (need + df_plan_state_bytes(c, ctx) > M && ctx_auto && ctx > CTX_MIN) ctx /= 2;
-    if (need + df_plan_state_bytes(c, ctx) > M) {
-      uint64_t least = need + df_plan_state_bytes(c, ctx);
-      return df_err_set(e,
-                        "memory plan: %.2f MB do not fit even with every spine layer streamed and "
-                        "no expert cache; at least %.2f MB (%" PRIu64 " bytes) are needed (state for %d positions "
-                        "%.2f MB, stream ring %.2f MB, experts in flight %.2f MB, scratch %.2f MB, "
-                        "small tensors %.2f MB%s%s); raise --mem-limit, lower --ctx or "
-                        "--prefill-chunk%s",
-                        mb(M), mb(least), least, ctx, mb(df_plan_state_bytes(c, ctx)),
-                        mb(DF_PLAN_RING_SLOTS * slot), mb(p->expert_min_bytes),
-                        mb(p->scratch_bytes), mb(p->fixed_bytes),
-                        forced ? ", units that cannot stream " : "",
-                        forced ? "(see --stats)" : "", p->cache_given ? ", or --cache-mb" : "");
-    }
-    uint64_t budget = M - need - df_plan_state_bytes(c, ctx);
-    /* largest unit first: equal value per byte, so this keeps the most bytes */
-    int *ord = df_xmalloc(sizeof(int) * (size_t)(in->nunits > 0 ? in->nunits : 1));
+    /* Streaming. The ring holds the largest streamed unit twice, so which
+     * units stream decides the ring: for every candidate ring size R (a
+     * streamable unit's read size), units that read more than R must be
+     * resident, the rest are filled in largest first (equal value per byte,
+     * so this keeps the most bytes), and the candidate keeping the most
+     * spine resident wins (ties: the smaller ring). The smallest R is the
+     * least memory streaming can work with. */
+    int nu = in->nunits;
+    uint8_t *cand = df_xmalloc((size_t)(nu > 0 ? nu : 1)), *best = df_xmalloc((size_t)(nu > 0 ? nu : 1));
+    int *ord = df_xmalloc(sizeof(int) * (size_t)(nu > 0 ? nu : 1));
     int n = 0;
-    for (int u = 0; u < in->nunits; u++)
+    for (int u = 0; u < nu; u++)
       if (!p->resident[u]) ord[n++] = u;
     for (int i = 1; i < n; i++)
       for (int j = i; j > 0; j--) {
@@ -125,24 +114,65 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
         ord[j - 1] = b;
         ord[j] = a;
       }
-    /* A pass may shrink the ring (its largest unit became resident), which
-     * frees memory for another pass; the ring only ever shrinks, so this ends. */
-    uint64_t nslot = slot;
-    for (int changed = 1; changed;) {
-      changed = 0;
-      for (int i = 0; i < n; i++) {
-        int u = ord[i];
-        if (!p->resident[u] && in->unit_bytes[u] <= budget) {
-          p->resident[u] = 1;
-          budget -= in->unit_bytes[u];
-          changed = 1;
+    for (;;) {
+      int found = 0;
+      uint64_t best_res = 0, best_ring = 0;
+      uint64_t st = df_plan_state_bytes(c, ctx);
+      for (int ci = 0; ci < n; ci++) {
+        uint64_t R = in->unit_read[ord[ci]];
+        memcpy(cand, p->resident, (size_t)nu);
+        uint64_t res = forced;
+        for (int i = 0; i < n; i++)
+          if (in->unit_read[ord[i]] > R) cand[ord[i]] = 1, res += in->unit_bytes[ord[i]];
+        uint64_t need = base + st + res + DF_PLAN_RING_SLOTS * R;
+        if (need > M) continue;
+        uint64_t budget = M - need;
+        for (int i = 0; i < n; i++) {
+          int u = ord[i];
+          if (!cand[u] && in->unit_bytes[u] <= budget) {
+            cand[u] = 1;
+            budget -= in->unit_bytes[u];
+            res += in->unit_bytes[u];
+          }
+        }
+        uint64_t ring = DF_PLAN_RING_SLOTS * max_read(in, cand);
+        if (!found || res > best_res || (res == best_res && ring < best_ring)) {
+          found = 1;
+          best_res = res;
+          best_ring = ring;
+          memcpy(best, cand, (size_t)nu);
         }
       }
-      uint64_t ns = max_read(in, p->resident);
-      budget += DF_PLAN_RING_SLOTS * (nslot - ns);
-      nslot = ns;
+      if (found) break;
+      if (ctx_auto && ctx > CTX_MIN) {
+        ctx /= 2;
+        continue;
+      }
+      /* the least memory: the candidate ring needing the least in all */
+      uint64_t least = UINT64_MAX, lring = 0;
+      for (int ci = 0; ci < n; ci++) {
+        uint64_t R = in->unit_read[ord[ci]], need = base + forced + st + DF_PLAN_RING_SLOTS * R;
+        for (int i = 0; i < n; i++)
+          if (in->unit_read[ord[i]] > R) need += in->unit_bytes[ord[i]];
+        if (need < least) least = need, lring = DF_PLAN_RING_SLOTS * R;
+      }
+      if (least == UINT64_MAX) least = base + forced + st, lring = 0; /* nothing can stream */
+      free(cand), free(best), free(ord);
+      return df_err_set(e,
+                        "memory plan: %.2f MB do not fit even with spine layers streamed and "
+                        "no expert cache; at least %.2f MB (%" PRIu64 " bytes) are needed (state "
+                        "for %d positions %.2f MB, stream ring %.2f MB, experts in flight %.2f MB, "
+                        "scratch %.2f MB, small tensors %.2f MB%s%s); raise --mem-limit, lower "
+                        "--ctx or --prefill-chunk%s",
+                        mb(M), mb(least), least, ctx, mb(st), mb(lring), mb(p->expert_min_bytes),
+                        mb(p->scratch_bytes), mb(p->fixed_bytes),
+                        least > base + forced + st + lring ? ", spine units larger than the ring" : "",
+                        least > base + forced + st + lring ? " that stay resident" : "",
+                        p->cache_given ? ", or --cache-mb" : "");
     }
-    free(ord);
+    memcpy(p->resident, best, (size_t)nu);
+    free(cand), free(best), free(ord);
+    uint64_t nslot = max_read(in, p->resident);
     p->ring_slot_bytes = nslot;
     p->ring_slots = nslot ? DF_PLAN_RING_SLOTS : 0;
     p->ring_bytes = (uint64_t)p->ring_slots * nslot;

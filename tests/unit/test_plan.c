@@ -146,6 +146,33 @@ static void test_must_resident(void **st) {
   df_plan_free(&p);
 }
 
+/* A unit much larger than the rest is kept resident when that lets the ring
+ * shrink to the small units: streaming it would need a ring of twice its size. */
+static void test_ring_choice(void **st) {
+  (void)st;
+  uint64_t b[NU], r[NU];
+  for (int u = 0; u < NU; u++) b[u] = r[u] = 1000000;
+  b[NU - 1] = r[NU - 1] = 5000000;
+  df_plan_in in = base_in(0);
+  in.unit_bytes = b;
+  in.unit_read = r;
+  uint64_t fixed = df_plan_scratch_bytes(&cfg, 4) + 50000 + 16 * 20000 + df_plan_state_bytes(&cfg, 512);
+  in.mem_limit = fixed + 5000000 + 2 * 1000000 + 500000;
+  df_plan p;
+  df_err e;
+  assert_int_equal(df_plan_make(&p, &in, &e), 0);
+  assert_true(p.resident[NU - 1]);
+  assert_int_equal(p.ring_slot_bytes, 1000000);
+  assert_int_equal(p.n_streamed, NU - 1);
+  assert_true(used_of(&p) <= in.mem_limit);
+  df_plan_free(&p);
+  /* below that, streaming the head needs a 10 MB ring: refused, naming the least */
+  in.mem_limit = fixed + 5000000 + 2 * 1000000 - 1000;
+  assert_int_equal(df_plan_make(&p, &in, &e), -1);
+  assert_non_null(strstr(e.msg, "larger than the ring"));
+  df_plan_free(&p);
+}
+
 static void test_ctx(void **st) {
   (void)st;
   /* explicit context: the state grows with it (MLA latent per position) */
@@ -224,6 +251,7 @@ int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(test_sweep),          cmocka_unit_test(test_cache_given_first),
       cmocka_unit_test(test_must_resident),  cmocka_unit_test(test_ctx),
+      cmocka_unit_test(test_ring_choice),
       cmocka_unit_test(test_refuse_message), cmocka_unit_test(test_summaries),
       cmocka_unit_test(test_parse_size),     cmocka_unit_test(test_detect),
   };
