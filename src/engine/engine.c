@@ -363,6 +363,12 @@ char *df_engine_plan_json(const df_engine *en) {
   return r;
 }
 
+int df_engine_spine_reads(const df_engine *en,
+                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void *ud) {
+  return df_k3_stream_reads(en->model, fn, ud);
+}
+
 uint64_t df_engine_spine_stream_bytes(const df_engine *en) {
   df_k3_stream_stats ss;
   df_k3_stream_stats_get(en->model, &ss);

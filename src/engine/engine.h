@@ -119,6 +119,12 @@ char *df_engine_plan_json(const df_engine *en);
 /* Spine bytes read from the drives by the spine stream since the engine
  * opened (0 when the whole spine is resident). */
 uint64_t df_engine_spine_stream_bytes(const df_engine *en);
+/* The reads one pass of the spine stream makes (path, offset, length), for
+ * the bench's spine ceiling; returns the stream's queue depth (0: nothing
+ * streams). */
+int df_engine_spine_reads(const df_engine *en,
+                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void *ud);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 

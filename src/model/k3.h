@@ -74,6 +74,13 @@ typedef struct df_k3_stream_stats {
 } df_k3_stream_stats;
 void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
 
+/* The reads one pass of the spine stream makes (every streamed unit's
+ * extents in DF_K3_STREAM_CHUNK pieces, in forward order), for tools that
+ * replay them (the bench's spine ceiling). Returns the queue depth used. */
+#define DF_K3_STREAM_CHUNK (8u << 20)
+typedef void (*df_k3_read_fn)(void *ud, const char *path, uint64_t off, uint32_t len);
+int df_k3_stream_reads(const df_k3 *m, df_k3_read_fn fn, void *ud);
+
 /* Compute time of decode passes (one position) by part, summed since load:
  * seconds and layer-passes. Waits (spine stream, expert store) are not
  * compute and are excluded. */

@@ -30,7 +30,7 @@
 
 #define ALIGN 4096u
 #define GAP_MAX (256u << 10) /* read a gap this small rather than issue another read */
-#define CHUNK (8u << 20)     /* bytes per request */
+#define CHUNK DF_K3_STREAM_CHUNK /* bytes per request */
 #define DEFAULT_QD 4
 
 typedef struct sreq {
@@ -63,7 +63,7 @@ struct df_k3_stream {
   uint64_t *fsize;
   int direct;
   uint64_t slot_bytes;
-  int maxreq;
+  int maxreq, qd;
   sslot slot[DF_PLAN_RING_SLOTS];
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -273,6 +273,7 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
     goto fail;
   df_io_ops ops = {take_cb, done_cb, s};
   int qd = o && o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
+  s->qd = qd;
   if (df_io_open(&s->io, s->kind, 1, qd, &emu, &ops, e)) {
     if (s->kind != DF_IO_URING) goto fail;
     df_log_warn("%s; the spine stream falls back to --io pread", e->msg);
@@ -455,4 +456,18 @@ void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
   st->registered = s->slot[0].bidx >= 0;
   st->io = s->kind == DF_IO_URING ? "uring" : "pread";
   pthread_mutex_unlock(&s->mu);
+}
+
+int df_k3_stream_reads(const df_k3 *m, df_k3_read_fn fn, void *ud) {
+  if (!m->stream) return 0;
+  for (int u = 0; u < m->nunits; u++) {
+    const df_k3_unit *un = &m->units[u];
+    if (un->resident) continue;
+    for (int i = 0; i < un->nex; i++)
+      for (uint64_t o = 0; o < un->ex[i].len; o += CHUNK) {
+        uint64_t len = un->ex[i].len - o < CHUNK ? un->ex[i].len - o : CHUNK;
+        fn(ud, df_k3_file_path(m, un->ex[i].file), un->ex[i].off + o, (uint32_t)len);
+      }
+  }
+  return m->stream->qd;
 }
