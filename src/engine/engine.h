@@ -34,6 +34,10 @@ typedef struct df_engine_opts {
   int kernels_scalar;       /* force the scalar reference kernels */
   df_gate_input_kind gate_input;
   df_store_opts store;      /* the expert store's own options; the engine sets store.model_dir */
+  /* memory plan (issue 11) */
+  uint64_t mem_limit;       /* bytes deltafin may use; 0 = MemAvailable / cgroup limit */
+  int ctx;                  /* positions to admit; <= 0 = planner decides */
+  int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -109,6 +113,18 @@ char *df_engine_store_describe(df_engine *en);
  * log and df_store_locate, store/store.h); owned by the engine. */
 typedef struct df_store df_store;
 df_store *df_engine_store(df_engine *en);
+/* The memory plan: text (for --stats) and JSON object; caller frees. */
+char *df_engine_plan_text(const df_engine *en);
+char *df_engine_plan_json(const df_engine *en);
+/* Spine bytes read from the drives by the spine stream since the engine
+ * opened (0 when the whole spine is resident). */
+uint64_t df_engine_spine_stream_bytes(const df_engine *en);
+/* The reads one pass of the spine stream makes (path, offset, length), for
+ * the bench's spine ceiling; returns the stream's queue depth (0: nothing
+ * streams). */
+int df_engine_spine_reads(const df_engine *en,
+                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void *ud);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 
