@@ -7,6 +7,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "setup/install.h"
+#include "store/io.h"
 
 void df_cmd_setup_help(void) {
   printf(
@@ -37,6 +38,7 @@ void df_cmd_setup_help(void) {
       "                        under HF_HOME is always looked at)\n"
       "  --drives D1,D2,...    pack the experts onto these directories (--full)\n"
       "  --replicas-hot PCT    second copy of the hottest PCT%% of experts\n"
+      "  --pack-max-rate RATE  pack writes at most RATE (e.g. 200MB/s)\n"
       "  --spine int8          also write the row-int8 spine (--full)\n"
       "  --connections N       parallel connections (default 4)\n"
       "  --chunk-kb N          bytes per range request, in KiB (default 16384)\n"
@@ -79,6 +81,10 @@ int df_cmd_setup(int argc, char **argv) {
       o.replicas_hot = strtod(v, &end);
       if (*end || !(o.replicas_hot >= 0 && o.replicas_hot <= 100))
         return df_cli_fail("--replicas-hot: '%s' is not a percentage in [0, 100]", v);
+      i++;
+    } else if (!strcmp(a, "--pack-max-rate")) {
+      if (df_io_parse_rate(v, &o.pack_max_rate))
+        return df_cli_fail("--pack-max-rate: '%s' is not like 200MB/s", v);
       i++;
     } else if (!strcmp(a, "--connections")) {
       if (df_cli_int(a, v, 1, 64, &n)) return 1;

@@ -449,7 +449,8 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
         }
       }
       df_pack_opts po = {.model_dir = s.root, .ndrives = o->ndrives, .drives = o->drives,
-                         .replicas_hot = o->replicas_hot, .progress = o->progress};
+                         .replicas_hot = o->replicas_hot, .progress = o->progress,
+                         .max_rate = o->pack_max_rate};
       df_log_info("packing experts onto %d drive%s", o->ndrives, o->ndrives == 1 ? "" : "s");
       if (df_pack(&po, e)) goto out_tok;
     }

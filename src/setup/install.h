@@ -33,6 +33,7 @@ typedef struct df_setup_opts {
   int ndrives;
   const char *const *drives;
   double replicas_hot;
+  double pack_max_rate;    /* bytes/s written by the pack step at most; 0 = no limit */
   const char *spine;       /* NULL or "int8" */
   int stream;
   int connections;

@@ -11,7 +11,7 @@
 
 #include "base/util.h"
 
-#define LINE_LEN 69 /* "R " + 16 + " " + 16 + " " + 16 + " " + 8 + "\n" */
+#define LINE_LEN 62 /* "R " + 16 + " " + 16 + " " + 16 + " " + 8 + "\n" */
 
 int df_ranges_format(char *line, const df_range *r) {
   int n = snprintf(line, 80, "R %016llx %016llx %016llx ", (unsigned long long)r->begin,
