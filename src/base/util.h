@@ -13,6 +13,12 @@ void *df_xmalloc(size_t n);
 void *df_xcalloc(size_t n, size_t sz);
 void *df_xrealloc(void *p, size_t n);
 char *df_xstrdup(const char *s);
+/* The alignment of every O_DIRECT buffer, offset and length: the pack's
+ * record alignment (its manifest's "align") and the store's read unit. */
+#define DF_IO_ALIGN 4096u
+/* Rounds n up to a multiple of DF_IO_ALIGN. */
+#define DF_IO_ROUND_UP(n) (((n) + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN)
+
 /* Aligned allocation (for O_DIRECT buffers and SIMD); free with free(). */
 void *df_xaligned(size_t align, size_t n);
 

@@ -46,7 +46,7 @@ void df_engine_opts_default(df_engine_opts *o) {
   memset(o, 0, sizeof *o);
   o->threads = 0;
   o->spine = DF_SPINE_BF16;
-  o->cache_mb = -1;
+  o->store.cache_mb = -1;
 }
 
 void df_engine_close(df_engine *en) {
@@ -88,18 +88,8 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->set_open = 1;
   if (df_k3_load(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir, e))
     goto fail;
-  df_store_opts so = {.model_dir = en->model_dir,
-                      .manifest = o->store_manifest,
-                      .no_pack = o->no_pack,
-                      .cache_mb = o->cache_mb,
-                      .io = o->io,
-                      .prefetch = o->prefetch,
-                      .emulate_drives = o->emulate_drives,
-                      .trace_path = o->trace_path,
-                      .pin_mb = o->pin_mb,
-                      .queue_depth = o->queue_depth,
-                      .heat_path = o->heat_path,
-                      .split_reads = o->split_reads};
+  df_store_opts so = o->store;
+  so.model_dir = en->model_dir;
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;
   en->pool = df_pool_create(o->threads);
   en->kc.k = df_kern_select(o->kernels_scalar);
@@ -107,7 +97,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->run.m = en->model;
   en->run.kc = &en->kc;
   en->run.store = en->store;
-  en->run.gate_input = o->gate_ahead_shared ? DF_GATE_FROM_X_SHARED : DF_GATE_FROM_X;
+  en->run.gate_input = o->gate_input == DF_GATE_INPUT_X_SHARED ? DF_GATE_FROM_X_SHARED : DF_GATE_FROM_X;
   *out = en;
   return 0;
 fail:
@@ -121,6 +111,7 @@ const char *df_engine_model_id(const df_engine *en) { return en->model_id; }
 df_spine_kind df_engine_spine(const df_engine *en) { return en->spine; }
 const char *df_engine_kernels(const df_engine *en) { return en->kc.k->name; }
 int df_engine_threads(const df_engine *en) { return df_pool_size(en->pool); }
+df_store *df_engine_store(df_engine *en) { return en->store; }
 uint64_t df_engine_expert_bytes(const df_engine *en) { return df_store_bytes_read(en->store); }
 char *df_engine_store_text(df_engine *en) { return df_store_stats_text(en->store); }
 char *df_engine_store_describe(df_engine *en) { return df_store_describe(en->store); }
@@ -157,7 +148,6 @@ void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
 /* want_last = 0 skips the lm_head (a prefill chunk that is not the last). */
 static int forward(df_session *s, const int *ids, int n, int want_last, float *all_logits,
                    df_err *e) {
-  df_store_set_rows(s->en->store, n);
   int rc = df_k3_forward(&s->en->run, s->st, ids, n, want_last ? s->logits : NULL, all_logits, e);
   s->have_logits = rc == 0 && want_last;
   return rc;

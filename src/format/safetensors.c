@@ -429,8 +429,6 @@ const df_tensor *df_st_file_find(const df_st_file *f, const char *name) {
 
 /* --------------------------------------------------------------------- set */
 
-#define DF_ST_INDEX "model.safetensors.index.json"
-#define DF_ST_SINGLE "model.safetensors"
 
 static int cmp_tensor_pp_name(const void *a, const void *b) {
   return strcmp((*(const df_tensor *const *)a)->name, (*(const df_tensor *const *)b)->name);

@@ -69,6 +69,9 @@ void df_st_close(df_st_file *f);
 const df_tensor *df_st_file_find(const df_st_file *f, const char *name);
 
 /* ---- a checkpoint directory (sharded with index, or model.safetensors) ---- */
+#define DF_ST_INDEX "model.safetensors.index.json"
+#define DF_ST_SINGLE "model.safetensors"
+
 typedef struct df_st_set {
   char *dir;
   df_st_file *files;

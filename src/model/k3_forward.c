@@ -543,7 +543,7 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e
   for (size_t i = 0; i < (size_t)T * K; i++) s->eent[s->ecur[s->ecnt[s->sel[i]]]++] = (int)i;
 
   /* the reads start now; everything up to the expert loop overlaps them */
-  if (df_store_begin(r->store, l, s->uexp, nu, e)) return -1;
+  if (df_store_begin(r->store, l, s->uexp, nu, T, e)) return -1;
   int ahead = l + 1 < c->n_layers && r->m->layers[l + 1].moe && df_store_wants_hint(r->store);
   int gin = r->gate_input;
   if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->xn);

@@ -446,7 +446,7 @@ int df_pack(const df_pack_opts *o, df_err *e) {
   so.model_dir = o->model_dir;
   so.no_pack = 1;
   so.cache_mb = 0;
-  so.prefetch = "off";
+  so.prefetch = DF_PREFETCH_OFF;
   so.heat_path = "";
   if (df_store_open(&src, &set, &cfg, &so, e)) goto out;
   uint64_t padded = (lay.total + ALIGN - 1) / ALIGN * ALIGN;
@@ -468,7 +468,7 @@ int df_pack(const df_pack_opts *o, df_err *e) {
         if (need) list[n++] = x;
       }
       if (!n) continue;
-      if (df_store_begin(src, l, list, n, e)) goto out_list;
+      if (df_store_begin(src, l, list, n, 1, e)) goto out_list;
       int idx;
       const uint8_t *bytes;
       int r;

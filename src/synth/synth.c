@@ -165,6 +165,7 @@ int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
   c->n_group = 1;
   c->topk_group = 1;
   c->norm_topk_prob = 1;
+  c->grouped_topk = 1; /* as the release: use_grouped_topk true with one group */
   c->routed_scale = 1.0f;
   c->expert_group = 32;
   return 0;

@@ -126,7 +126,7 @@ static int run_store(const df_store_opts *o, int passes, int hints, run_result *
   int rc = 0;
   rng_state = 88172645463325252ull;
   for (int p = 0; p < passes && !rc; p++) {
-    df_store_set_rows(s, p % 5 == 3 ? 64 : 1);
+    int rows = p % 5 == 3 ? 64 : 1;
     for (int l = cfg.first_k_dense; l < cfg.n_layers && !rc; l++) {
       int n = pick_set(ex, l, p);
       if (hints && l + 1 < cfg.n_layers) {
@@ -135,7 +135,7 @@ static int run_store(const df_store_opts *o, int passes, int hints, run_result *
         for (int i = 0; i < n && m < cfg.n_experts; i += 2) nex[m++] = (ex[i] + 1) % cfg.n_experts;
         df_store_hint(s, l + 1, nex, m);
       }
-      if (df_store_begin(s, l, ex, n, &e)) {
+      if (df_store_begin(s, l, ex, n, rows, &e)) {
         snprintf(err, errcap, "%s", e.msg);
         rc = -1;
         break;
@@ -212,11 +212,27 @@ static char *manifest_of(const char *name) {
   return path2(root, mb);
 }
 
+/* The option names the CLI spells (store/opts.h) as values. */
+static df_store_io io_of(const char *name) {
+  df_store_io v;
+  assert_int_equal(df_store_io_parse(name, &v), 0);
+  return v;
+}
+static df_store_prefetch pf_of(const char *name) {
+  df_store_prefetch v;
+  assert_int_equal(df_store_prefetch_parse(name, &v), 0);
+  return v;
+}
+/* split: 0 auto, 1 always, -1 never */
+static df_store_split split_of(int split) {
+  return split < 0 ? DF_SPLIT_OFF : split > 0 ? DF_SPLIT_ALWAYS : DF_SPLIT_AUTO;
+}
+
 static void check_config_split(const char *manifest, const char *io, long cache_mb, const char *pf,
                                const char *emu, int hints, int split) {
   df_store_opts o = {.model_dir = model, .manifest = manifest, .no_pack = manifest == NULL,
-                     .cache_mb = cache_mb, .io = io, .prefetch = pf, .emulate_drives = emu,
-                     .heat_path = "", .split_reads = split};
+                     .cache_mb = cache_mb, .io = io_of(io), .prefetch = pf_of(pf),
+                     .emulate_drives = emu, .heat_path = "", .split_reads = split_of(split)};
   run_result r;
   char err[1024] = "";
   int rc = run_store(&o, 8, hints, &r, err, sizeof err);
@@ -369,7 +385,7 @@ static void test_corruption(void **st) {
     free(p);
     ncor++;
   }
-  df_store_opts o = {.model_dir = model, .manifest = mp, .cache_mb = 0, .prefetch = "off", .heat_path = ""};
+  df_store_opts o = {.model_dir = model, .manifest = mp, .cache_mb = 0, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
   run_result r;
   char err[1024] = "";
   fprintf(stderr, "(expected warnings about checksum mismatches follow)\n");
@@ -379,13 +395,13 @@ static void test_corruption(void **st) {
   json_decref(r.stats);
   /* split reads over a good and a corrupt copy: the hash of the whole
    * record fails, the record is read again whole from one copy at a time */
-  o.split_reads = 1;
+  o.split_reads = DF_SPLIT_ALWAYS;
   rc = run_store(&o, 6, 0, &r, err, sizeof err);
   if (rc) fail_msg("split reads: %s", err);
   assert_true(jnum(r.stats, "checksum_errors") >= 1);
   if ((double)lay.total > jnum(r.stats, "split_granularity")) assert_true(jnum(r.stats, "split_reads") > 0);
   json_decref(r.stats);
-  o.split_reads = 0;
+  o.split_reads = DF_SPLIT_AUTO;
   df_doctor_report rep;
   FILE *devnull = fopen("/dev/null", "w");
   assert_int_equal(df_doctor(model, mp, devnull, 0, &rep, &e), 0);
@@ -403,7 +419,7 @@ static void test_corruption(void **st) {
   assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
   int ex0 = 0, idx;
   const uint8_t *b;
-  assert_int_equal(df_store_begin(s, m.first_layer, &ex0, 1, &e), 0);
+  assert_int_equal(df_store_begin(s, m.first_layer, &ex0, 1, 1, &e), 0);
   assert_int_equal(df_store_next(s, &idx, &b, &e), -1);
   char want[64];
   snprintf(want, sizeof want, "layer %d, expert 0", m.first_layer);
@@ -422,7 +438,7 @@ static void test_missing_drive_and_truncation(void **st) {
   char *a = path2(root, "mr_d1"), *b = path2(root, "mr_d1.gone");
   assert_int_equal(rename(a, b), 0);
   char *mp = manifest_of("mr");
-  df_store_opts o = {.model_dir = model, .manifest = mp, .cache_mb = 0, .prefetch = "auto", .heat_path = ""};
+  df_store_opts o = {.model_dir = model, .manifest = mp, .cache_mb = 0, .prefetch = DF_PREFETCH_AUTO, .heat_path = ""};
   run_result r;
   char err[1024] = "";
   fprintf(stderr, "(expected warnings about a missing drive follow)\n");
@@ -529,7 +545,7 @@ static void test_manifest_strict(void **st) {
 static void test_heat_and_pin(void **st) {
   (void)st;
   char *hp = path2(root, "t.heat");
-  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = -1, .prefetch = "off", .heat_path = hp};
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = -1, .prefetch = DF_PREFETCH_OFF, .heat_path = hp};
   run_result r;
   char err[1024] = "";
   if (run_store(&o, 4, 0, &r, err, sizeof err)) fail_msg("%s", err);
@@ -570,29 +586,37 @@ static void test_bad_options(void **st) {
   (void)st;
   df_store *s;
   df_err e;
-  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 0, .io = "mmap", .heat_path = ""};
+  /* names the CLI does not know are refused by the one parser of each */
+  df_store_io io;
+  df_store_prefetch pf;
+  df_store_split sp;
+  assert_int_equal(df_store_io_parse("mmap", &io), -1);
+  assert_int_equal(df_store_prefetch_parse("sometimes", &pf), -1);
+  assert_int_equal(df_store_split_parse("sometimes", &sp), -1);
+  /* and values out of range by the store */
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 0, .io = (df_store_io)7, .heat_path = ""};
   assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
   assert_non_null(strstr(e.msg, "--io"));
-  o.io = NULL;
-  o.prefetch = "sometimes";
+  o.io = DF_STORE_IO_URING;
+  o.prefetch = (df_store_prefetch)9;
   assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
   assert_non_null(strstr(e.msg, "--prefetch"));
-  o.prefetch = NULL;
+  o.prefetch = DF_PREFETCH_AUTO;
   o.emulate_drives = "fast";
   assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), -1);
   assert_non_null(strstr(e.msg, "--emulate-drives"));
   o.emulate_drives = NULL;
   assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
   int ex[2] = {3, 2};
-  assert_int_equal(df_store_begin(s, cfg.first_k_dense, ex, 2, &e), -1);
-  assert_int_equal(df_store_begin(s, 0, ex, 1, &e), cfg.first_k_dense > 0 ? -1 : 0);
+  assert_int_equal(df_store_begin(s, cfg.first_k_dense, ex, 2, 1, &e), -1);
+  assert_int_equal(df_store_begin(s, 0, ex, 1, 1, &e), cfg.first_k_dense > 0 ? -1 : 0);
   df_store_close(s);
 }
 
 /* Runs `passes` decode-like passes where layer l needs experts {0..k-1} and
  * the hint for l+1 is `hint` (k experts); returns the stats. */
 static json_t *hinted_run(const char *pf, int right, int passes) {
-  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 0, .prefetch = pf, .heat_path = ""};
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 0, .prefetch = pf_of(pf), .heat_path = ""};
   df_store *s;
   df_err e;
   if (df_store_open(&s, &set, &cfg, &o, &e)) fail_msg("%s", e.msg);
@@ -601,7 +625,7 @@ static json_t *hinted_run(const char *pf, int right, int passes) {
   for (int i = 0; i < k; i++) ex[i] = i, hint[i] = right ? i : k + i;
   for (int p = 0; p < passes; p++)
     for (int l = cfg.first_k_dense; l < cfg.n_layers; l++) {
-      assert_int_equal(df_store_begin(s, l, ex, k, &e), 0);
+      assert_int_equal(df_store_begin(s, l, ex, k, 1, &e), 0);
       if (l + 1 < cfg.n_layers) df_store_hint(s, l + 1, hint, k);
       int idx, r;
       const uint8_t *b;
