@@ -155,7 +155,7 @@ void df_fetcher_set_connections(df_fetcher *f, int n) {
   free(f->pool);
   free(f->free_h);
   char *tok = df_setup_token();
-  df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 6, .stall_s = 30};
+  df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 5, .stall_s = 30};
   f->pool = df_xcalloc((size_t)n, sizeof *f->pool);
   f->free_h = df_xcalloc((size_t)n, sizeof *f->free_h);
   for (int i = 0; i < n; i++) f->pool[i] = f->free_h[i] = df_http_new(&hc);
@@ -420,8 +420,10 @@ int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
     free(runs);
     if (c.failed) {
       *e = c.err;
-      df_err_prefix(e, "layer %d expert %d (and %d more) could not be fetched from %s: ",
-                    todo[0].layer, todo[0].expert, nt - 1, f->endpoint);
+      char more[48] = "";
+      if (nt > 1) snprintf(more, sizeof more, " (and %d more)", nt - 1);
+      df_err_prefix(e, "layer %d expert %d%s could not be fetched from %s: ", todo[0].layer,
+                    todo[0].expert, more, f->endpoint);
       rc = -1;
     }
   }
