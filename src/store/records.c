@@ -146,11 +146,20 @@ int df_store_open_shards(df_store *s, const df_st_set *set, df_err *e) {
     s->recs[k].c[0] = (copyloc){0, loc[k].file, s->fds[loc[k].file], loc[k].off, 0};
   }
   free(loc);
+  /* a stream install: records already fetched carry the checksum their
+   * reads are verified against */
+  if (df_src_remote_open(&s->remote, set, e)) return -1;
+  for (size_t k = 0; s->remote && k < s->nkeys; k++) {
+    copyloc *c = &s->recs[k].c[0];
+    df_src_remote_local(s->remote, c->file, c->off, s->rec_bytes, &c->xxh);
+  }
   return 0;
 }
 
 
 void df_store_close_files(df_store *s) {
+  df_src_remote_close(s->remote);
+  s->remote = NULL;
   for (int i = 0; i < s->n_fds; i++) {
     if (s->fds[i] >= 0) close(s->fds[i]);
     if (s->file_paths) free(s->file_paths[i]);
