@@ -48,9 +48,9 @@ int df_serve_auth_ok(const char *header, const char *key) {
   return d == 0;
 }
 
-int df_serve_admit(int running, int queued, int queue_max) {
-  return running + queued < 1 + queue_max;
-}
+int df_serve_admit(int inflight, int queue_max) { return inflight < 1 + queue_max; }
+
+int df_serve_fifo_cap(int queue_max) { return 1 + (queue_max > 0 ? queue_max : 0); }
 
 void df_fifo_init(df_fifo *f, int cap) {
   f->cap = cap > 0 ? cap : 1;

@@ -25,8 +25,17 @@ df_route df_serve_route(const char *method, const char *path, const char **allow
  * insensitive), compared in constant time for a given key length. */
 int df_serve_auth_ok(const char *header, const char *key);
 
-/* One generation runs; up to queue_max wait. 1 if one more may be admitted. */
-int df_serve_admit(int running, int queued, int queue_max);
+/* One generation runs; up to queue_max wait. inflight counts every admitted
+ * generation request that has not finished: running, waiting in the FIFO,
+ * or admitted and still receiving its body (a job pushed but not yet picked
+ * up by the generation thread is one of them). 1 if one more may be
+ * admitted. */
+int df_serve_admit(int inflight, int queue_max);
+
+/* The FIFO capacity that holds every job df_serve_admit lets in for
+ * queue_max: all of them may be queued at once before the generation thread
+ * takes the first. */
+int df_serve_fifo_cap(int queue_max);
 
 /* FIFO of waiting jobs (bounded ring; removal from the middle keeps order). */
 typedef struct df_fifo {

@@ -46,6 +46,7 @@ typedef struct job {
   /* ---- guarded by S->mu ---- */
   int refs;
   job_state state;
+  int slot;     /* holds one of S->inflight (released when DONE) */
   int gone;     /* the client went away */
   int shutdown; /* cancelled by server shutdown */
   int peer_fd;  /* dup of the client socket, polled for hang-up; -1 when done */
@@ -77,6 +78,7 @@ struct srv {
   pthread_cond_t work_cv;
   df_fifo fifo;
   job *running;
+  int inflight; /* admitted generation requests not finished (df_serve_admit) */
   int stopping;
   int streams; /* streamed responses still being sent */
   df_session *sess; /* generation thread only */
@@ -91,6 +93,7 @@ typedef struct conn_ctx {
   df_sbuf body;
   size_t received;
   int too_big, responded, status;
+  int slot; /* admitted: holds one of S->inflight until a job takes it over */
   job *j;
 } conn_ctx;
 
@@ -108,6 +111,25 @@ static void job_unref_locked(job *j) {
   df_gentext_free(&j->gt);
   df_sbuf_free(&j->frames);
   free(j);
+}
+
+/* Under S->mu: the job leaves the system (ran, left the queue or was
+ * cancelled there) and gives its admission slot back. */
+static void job_finish_locked(srv *S, job *j) {
+  j->state = JOB_DONE;
+  if (j->slot) {
+    j->slot = 0;
+    S->inflight--;
+  }
+}
+
+static void conn_release_slot(srv *S, conn_ctx *r) {
+  pthread_mutex_lock(&S->mu);
+  if (r->slot) {
+    r->slot = 0;
+    S->inflight--;
+  }
+  pthread_mutex_unlock(&S->mu);
 }
 
 /* Under S->mu: has the client hung up? Only a poll: nothing is read. */
@@ -257,7 +279,7 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&S->mu);
     run_job(S, j);
     pthread_mutex_lock(&S->mu);
-    j->state = JOB_DONE;
+    job_finish_locked(S, j);
     if (j->peer_fd >= 0) close(j->peer_fd);
     j->peer_fd = -1;
     S->running = NULL;
@@ -376,6 +398,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
                                          df_serve_kind kind) {
   df_serve_err err;
   if (r->too_big) {
+    conn_release_slot(S, r);
     df_serve_err_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
                      "the request body is larger than %zu bytes (--max-request-bytes)",
                      S->o.max_request_bytes);
@@ -392,6 +415,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
     pthread_mutex_lock(&S->mu);
     job_unref_locked(j);
     pthread_mutex_unlock(&S->mu);
+    conn_release_slot(S, r);
     return reply_err(c, r, &err, NULL, NULL);
   }
   df_serve_meta_init(&j->meta, kind, S->model_id, (long long)time(NULL));
@@ -400,21 +424,26 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   if (ci) j->peer_fd = dup(ci->connect_fd);
 
   pthread_mutex_lock(&S->mu);
-  if (S->stopping || !df_serve_admit(S->running != NULL, S->fifo.n, S->o.queue)) {
+  /* admitted when the headers arrived (admit_or_refuse); the slot passes to the job */
+  if (S->stopping || !r->slot || df_fifo_push(&S->fifo, j)) {
     int stopping = S->stopping;
     job_unref_locked(j);
+    if (r->slot) {
+      r->slot = 0;
+      S->inflight--;
+    }
     pthread_mutex_unlock(&S->mu);
     if (stopping) {
       df_serve_err_set(&err, 503, "server_error", "shutting_down", NULL,
                        "the server is shutting down");
       return reply_err(c, r, &err, NULL, NULL);
     }
-    df_serve_err_set(&err, 429, "requests", "rate_limit_exceeded", NULL,
-                     "the server is busy with another generation%s; retry later",
-                     S->o.queue ? " and its queue is full" : "");
-    return reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    df_serve_err_set(&err, 500, "server_error", NULL, NULL,
+                     "internal error: an admitted request found the queue full");
+    return reply_err(c, r, &err, NULL, NULL);
   }
-  df_fifo_push(&S->fifo, j);
+  j->slot = 1;
+  r->slot = 0;
   j->refs++; /* the queue's (then the generation thread's) reference */
   r->j = j;
   pthread_cond_signal(&S->work_cv);
@@ -422,7 +451,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   while (j->state == JOB_QUEUED) {
     if (peer_gone_locked(j)) {
       if (df_fifo_remove(&S->fifo, j)) {
-        j->state = JOB_DONE;
+        job_finish_locked(S, j);
         job_unref_locked(j);
       }
       pthread_mutex_unlock(&S->mu);
@@ -493,6 +522,27 @@ static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
   return reply_json(c, r, 200, df_serve_health_json(S->model_id, busy, queued, S->o.queue));
 }
 
+static enum MHD_Result admit_or_refuse(srv *S, struct MHD_Connection *c, conn_ctx *r) {
+  df_serve_err err;
+  pthread_mutex_lock(&S->mu);
+  int stopping = S->stopping, ok = !stopping && df_serve_admit(S->inflight, S->o.queue);
+  if (ok) {
+    S->inflight++;
+    r->slot = 1;
+  }
+  pthread_mutex_unlock(&S->mu);
+  if (ok) return MHD_YES;
+  if (stopping) {
+    df_serve_err_set(&err, 503, "server_error", "shutting_down", NULL,
+                     "the server is shutting down");
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  df_serve_err_set(&err, 429, "requests", "rate_limit_exceeded", NULL,
+                   "the server is busy with another generation%s; retry later",
+                   S->o.queue ? " and its queue is full" : "");
+  return reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
@@ -549,7 +599,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
           return handle_generation(S, c, r, DF_SERVE_CHAT);
         }
       }
-      return MHD_YES;
+      /* admit before the body is read, parsed or tokenized: a refused
+       * request costs nothing but its headers */
+      return admit_or_refuse(S, c, r);
     }
     return handle_get(S, c, r);
   }
@@ -585,6 +637,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   conn_ctx *r = *con_cls;
   if (!r) return;
   *con_cls = NULL;
+  conn_release_slot(S, r);
   long np = 0, ng = 0;
   int peer_left = 0;
   if (r->j) {
@@ -596,7 +649,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     peer_left = j->gone;
     if (j->state != JOB_DONE) j->gone = 1;
     if (j->state == JOB_QUEUED && df_fifo_remove(&S->fifo, j)) {
-      j->state = JOB_DONE;
+      job_finish_locked(S, j);
       job_unref_locked(j);
     }
     pthread_cond_broadcast(&j->cv);
@@ -670,7 +723,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
 
   pthread_mutex_init(&S.mu, NULL);
   cond_init_mono(&S.work_cv);
-  df_fifo_init(&S.fifo, o->queue > 0 ? o->queue : 1);
+  df_fifo_init(&S.fifo, df_serve_fifo_cap(o->queue));
   S.sess = df_session_new(en);
   pthread_t wt;
   if (!S.sess || pthread_create(&wt, NULL, worker, &S)) {
@@ -710,7 +763,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     if (S.running) S.running->shutdown = 1;
     job *j;
     while ((j = df_fifo_pop(&S.fifo))) {
-      j->state = JOB_DONE;
+      job_finish_locked(&S, j);
       j->shutdown = 1;
       pthread_cond_broadcast(&j->cv);
       job_unref_locked(j);

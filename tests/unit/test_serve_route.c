@@ -67,15 +67,30 @@ static void test_auth(void **st) {
 static void test_admit(void **st) {
   (void)st;
   /* no queue: one at a time */
-  assert_true(df_serve_admit(0, 0, 0));
-  assert_false(df_serve_admit(1, 0, 0));
-  /* a queue of 2: running + 2 waiting */
-  assert_true(df_serve_admit(1, 0, 2));
-  assert_true(df_serve_admit(1, 1, 2));
-  assert_false(df_serve_admit(1, 2, 2));
-  /* a job pushed but not yet picked up counts */
-  assert_false(df_serve_admit(0, 1, 0));
-  assert_true(df_serve_admit(0, 1, 1));
+  assert_true(df_serve_admit(0, 0));
+  assert_false(df_serve_admit(1, 0));
+  /* a queue of 2: one running + 2 waiting */
+  assert_true(df_serve_admit(1, 2));
+  assert_true(df_serve_admit(2, 2));
+  assert_false(df_serve_admit(3, 2));
+}
+
+/* A burst at an idle server: every admitted job is pushed before the
+ * generation thread pops the first, so the FIFO must hold all of them. */
+static void test_admit_burst_fits_fifo(void **st) {
+  (void)st;
+  for (int q = 0; q <= 5; q++) {
+    df_fifo f;
+    df_fifo_init(&f, df_serve_fifo_cap(q));
+    int x[8], inflight = 0;
+    while (df_serve_admit(inflight, q)) {
+      assert_int_equal(df_fifo_push(&f, &x[inflight]), 0);
+      inflight++;
+    }
+    assert_int_equal(inflight, q + 1);
+    assert_int_equal(f.n, q + 1);
+    df_fifo_free(&f);
+  }
 }
 
 static void test_fifo(void **st) {
@@ -117,6 +132,7 @@ int main(void) {
       cmocka_unit_test(test_routes),
       cmocka_unit_test(test_auth),
       cmocka_unit_test(test_admit),
+      cmocka_unit_test(test_admit_burst_fits_fifo),
       cmocka_unit_test(test_fifo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
