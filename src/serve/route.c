@@ -52,6 +52,27 @@ int df_serve_admit(int inflight, int queue_max) { return inflight < 1 + queue_ma
 
 int df_serve_fifo_cap(int queue_max) { return 1 + (queue_max > 0 ? queue_max : 0); }
 
+char *df_serve_log_escape(char *out, size_t cap, const char *in) {
+  static const char hex[] = "0123456789abcdef";
+  size_t o = 0;
+  if (!cap) return out;
+  for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+    int plain = *p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\';
+    size_t need = plain ? 1 : 4;
+    if (o + need >= cap) break;
+    if (plain) {
+      out[o++] = (char)*p;
+    } else {
+      out[o++] = '\\';
+      out[o++] = 'x';
+      out[o++] = hex[*p >> 4];
+      out[o++] = hex[*p & 15];
+    }
+  }
+  out[o] = 0;
+  return out;
+}
+
 void df_fifo_init(df_fifo *f, int cap) {
   f->cap = cap > 0 ? cap : 1;
   f->slot = df_xcalloc((size_t)f->cap, sizeof *f->slot);

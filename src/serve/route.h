@@ -37,6 +37,11 @@ int df_serve_admit(int inflight, int queue_max);
  * takes the first. */
 int df_serve_fifo_cap(int queue_max);
 
+/* Copies in to out (cap bytes, always NUL-terminated) for the access log:
+ * control bytes, DEL, bytes >= 0x80, '"' and '\\' become \xNN, so a request
+ * can neither forge a log line nor put terminal escapes in it. Returns out. */
+char *df_serve_log_escape(char *out, size_t cap, const char *in);
+
 /* FIFO of waiting jobs (bounded ring; removal from the middle keeps order). */
 typedef struct df_fifo {
   void **slot;

@@ -50,10 +50,15 @@ typedef struct job {
   int gone;     /* the client went away */
   int shutdown; /* cancelled by server shutdown */
   int peer_fd;  /* dup of the client socket, polled for hang-up; -1 when done */
+  int http11;   /* the client speaks HTTP/1.1 (it must accept 1xx responses) */
+  int fin_seen; /* the client shut its sending side: half-closed or gone, see probe */
+  double next_probe;
   pthread_cond_t cv;
   df_sbuf out; /* SSE bytes not yet handed to MHD */
   size_t out_off;
   long n_gen;
+  long prefilled;         /* prompt positions run so far */
+  long prefilled_at_cancel; /* ... when the hang-up or shutdown was first seen (-1: not yet) */
   /* ---- generation thread only until DONE ---- */
   df_sbuf reasoning, content; /* non-streamed results */
   const char *finish;
@@ -94,6 +99,7 @@ typedef struct conn_ctx {
   size_t received;
   int too_big, responded, status;
   int slot; /* admitted: holds one of S->inflight until a job takes it over */
+  int http11;
   job *j;
 } conn_ctx;
 
@@ -133,12 +139,50 @@ static void conn_release_slot(srv *S, conn_ctx *r) {
 }
 
 /* Under S->mu: has the client hung up? Only a poll: nothing is read. */
+static void note_cancel_locked(job *j) {
+  if (j->prefilled_at_cancel < 0) j->prefilled_at_cancel = j->prefilled;
+}
+
+/* A FIN alone does not say the client left: `nc -N` and others shut their
+ * sending side after the request and wait for the answer. Such a client is
+ * only gone once the socket errs or hangs up, which a closed peer does when
+ * it is sent something (it answers with a reset): see the probes below. An
+ * HTTP/1.0 client cannot be probed, so its FIN counts as leaving. */
 static int peer_gone_locked(job *j) {
   if (j->gone) return 1;
   if (j->peer_fd < 0) return 0;
   struct pollfd p = {.fd = j->peer_fd, .events = POLLRDHUP};
-  if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) j->gone = 1;
+  if (poll(&p, 1, 0) == 1) {
+    if (p.revents & (POLLHUP | POLLERR)) {
+      j->gone = 1;
+    } else if (p.revents & POLLRDHUP) {
+      if (!j->http11) j->gone = 1;
+      else if (!j->fin_seen) j->fin_seen = 1, j->next_probe = 0;
+    }
+    if (j->gone) note_cancel_locked(j);
+  }
   return j->gone;
+}
+
+/* Whether a half-closed client is still there: due every second after its
+ * FIN, sent only where bytes may go out (see the callers). */
+static int probe_due_locked(job *j) {
+  if (!j->fin_seen || j->gone || j->peer_fd < 0) return 0;
+  double now = df_now();
+  if (now < j->next_probe) return 0;
+  j->next_probe = now + 1.0;
+  return 1;
+}
+
+/* Before the response is queued the connection thread owns the socket, and
+ * an interim 1xx response is allowed in front of the final one. */
+static void probe_interim_locked(job *j) {
+  if (!probe_due_locked(j)) return;
+  static const char msg[] = "HTTP/1.1 102 Processing\r\n\r\n";
+  if (send(j->peer_fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    j->gone = 1;
+    note_cancel_locked(j);
+  }
 }
 
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
@@ -202,6 +246,24 @@ static int on_token(void *ud, int id) {
   return cancel || stopped;
 }
 
+/* df_generate's cancel poll: runs after every layer, so a long prefill stops
+ * within a layer of the hang-up or the shutdown. */
+static int gen_cancelled(void *ud) {
+  job *j = ud;
+  srv *S = j->S;
+  pthread_mutex_lock(&S->mu);
+  int cancel = peer_gone_locked(j) || j->shutdown;
+  pthread_mutex_unlock(&S->mu);
+  return cancel;
+}
+
+static void on_prefill(void *ud, int done) {
+  job *j = ud;
+  pthread_mutex_lock(&j->S->mu);
+  j->prefilled = done;
+  pthread_mutex_unlock(&j->S->mu);
+}
+
 static void run_job(srv *S, job *j) {
   df_gen_opts go;
   df_gen_opts_default(&go);
@@ -219,6 +281,8 @@ static void run_job(srv *S, job *j) {
   if (!j->req.has_seed && getrandom(&go.seed, sizeof go.seed, 0) != (ssize_t)sizeof go.seed)
     go.seed = (uint64_t)time(NULL);
   go.on_token = on_token;
+  go.cancel = gen_cancelled;
+  go.on_prefill = on_prefill;
   go.ud = j;
   df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1, j->req.stop,
                   j->req.stop_len, j->req.nstop, deliver, j);
@@ -238,7 +302,14 @@ static void run_job(srv *S, job *j) {
   pthread_mutex_lock(&S->mu);
   int gone = peer_gone_locked(j), shutdown = j->shutdown;
   if (!rc) j->n_gen = st.n_gen;
+  long at_cancel = j->prefilled_at_cancel;
   pthread_mutex_unlock(&S->mu);
+  if (!rc && st.finish == DF_FINISH_CANCEL && st.n_prefilled < (int)j->nprompt)
+    /* how far past the cancellation the prefill ran, for operators and tests */
+    df_log_info("prefill cancelled (%s) at %d of %zu prompt positions, %ld run after the "
+                "cancellation",
+                shutdown ? "shutdown" : "client gone", st.n_prefilled, j->nprompt,
+                at_cancel >= 0 ? st.n_prefilled - at_cancel : 0L);
   int stopped = j->gt.stopped;
   if (rc) {
     j->failed = 1;
@@ -347,6 +418,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
       ret = MHD_CONTENT_READER_END_WITH_ERROR;
       break;
     }
+    if (max >= 3 && probe_due_locked(j)) {
+      /* between frames: an SSE comment, ignored by clients, makes a closed
+       * peer reset the connection */
+      memcpy(buf, ":\n\n", 3);
+      ret = 3;
+      break;
+    }
     timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
   }
   pthread_mutex_unlock(&S->mu);
@@ -407,6 +485,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   job *j = df_xcalloc(1, sizeof *j);
   j->S = S;
   j->peer_fd = -1;
+  j->prefilled_at_cancel = -1;
   cond_init_mono(&j->cv);
   j->refs = 1;
   if (df_serve_parse(kind, r->body.p ? r->body.p : "", r->body.n, &S->limits, &j->req, &err) ||
@@ -422,6 +501,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   j->meta.include_usage = j->req.include_usage;
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci) j->peer_fd = dup(ci->connect_fd);
+  j->http11 = r->http11;
 
   pthread_mutex_lock(&S->mu);
   /* admitted when the headers arrived (admit_or_refuse); the slot passes to the job */
@@ -457,6 +537,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
       pthread_mutex_unlock(&S->mu);
       return MHD_NO;
     }
+    probe_interim_locked(j);
     timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
   }
   if (j->state == JOB_DONE && j->shutdown) {
@@ -491,6 +572,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
       pthread_mutex_unlock(&S->mu);
       return MHD_NO;
     }
+    probe_interim_locked(j);
     timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
   }
   pthread_mutex_unlock(&S->mu);
@@ -546,7 +628,6 @@ static enum MHD_Result admit_or_refuse(srv *S, struct MHD_Connection *c, conn_ct
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  (void)version;
   srv *S = cls;
   conn_ctx *r = *con_cls;
   df_serve_err err;
@@ -556,6 +637,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     r->t0 = df_now();
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->path, sizeof r->path, "%s", url);
+    r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (ci && ci->client_addr) {
@@ -639,7 +721,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   *con_cls = NULL;
   conn_release_slot(S, r);
   long np = 0, ng = 0;
-  int peer_left = 0;
+  int peer_left = 0, shut = 0;
   if (r->j) {
     job *j = r->j;
     pthread_mutex_lock(&S->mu);
@@ -647,6 +729,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
      * cleanly, so MHD reports a normal completion: the job's flag still says
      * the client left. */
     peer_left = j->gone;
+    shut = j->shutdown && (j->state != JOB_DONE || !j->finish);
     if (j->state != JOB_DONE) j->gone = 1;
     if (j->state == JOB_QUEUED && df_fifo_remove(&S->fifo, j)) {
       job_finish_locked(S, j);
@@ -659,13 +742,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     pthread_mutex_unlock(&S->mu);
   }
   /* one write per line, so concurrent requests never interleave */
-  char line[512];
+  char line[1024], epath[sizeof r->path * 4], emethod[sizeof r->method * 4];
   int status = r->status;
   if ((toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || peer_left) &&
       (!r->responded || r->status == 200))
     status = 499; /* the client closed the connection first (nginx's convention) */
+  else if (shut && r->status == 200)
+    status = 503; /* a stream cut short by the shutdown (it ends with an error frame) */
   int n = snprintf(line, sizeof line, "deltafin: %s %s %s %d tokens=%ld+%ld %.3fs\n",
-                   r->peer[0] ? r->peer : "-", r->method, r->path, status, np, ng,
+                   r->peer[0] ? r->peer : "-",
+                   df_serve_log_escape(emethod, sizeof emethod, r->method),
+                   df_serve_log_escape(epath, sizeof epath, r->path), status, np, ng,
                    df_now() - r->t0);
   if (n > 0) {
     ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
@@ -676,6 +763,25 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 /* -------------------------------------------------------------- run */
+
+/* After the first SIGINT/SIGTERM the shutdown waits for the running
+ * generation to stop; a second one does not wait for anything. */
+static sigset_t stop_sigs; /* SIGINT + SIGTERM; outlives df_serve_run for this thread */
+
+static void *second_signal(void *arg) {
+  (void)arg;
+  double first = df_now();
+  int sig = 0;
+  /* timeout(1) and some supervisors deliver one stop twice within
+   * microseconds (to the process and to its group): only a signal sent
+   * later is a second request */
+  while (sigwait(&stop_sigs, &sig) || df_now() - first < 0.5) {
+  }
+  static const char msg[] = "deltafin: second signal: exiting now\n";
+  ssize_t w = write(2, msg, sizeof msg - 1);
+  (void)w;
+  _exit(128 + sig);
+}
 
 void df_serve_opts_default(df_serve_opts *o) {
   memset(o, 0, sizeof *o);
@@ -756,11 +862,18 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     int sig = 0;
     while (sigwait(&sigs, &sig)) {
     }
-    df_log_info("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    df_log_info("%s: shutting down (a second signal exits at once)",
+                sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_t st;
+    stop_sigs = sigs;
+    if (!pthread_create(&st, NULL, second_signal, NULL)) pthread_detach(st);
     MHD_socket ls = MHD_quiesce_daemon(d);
     pthread_mutex_lock(&S.mu);
     S.stopping = 1;
-    if (S.running) S.running->shutdown = 1;
+    if (S.running) {
+      S.running->shutdown = 1;
+      note_cancel_locked(S.running);
+    }
     job *j;
     while ((j = df_fifo_pop(&S.fifo))) {
       job_finish_locked(&S, j);

@@ -49,6 +49,7 @@ MAXPOS=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c.ge
 start() {
   name=$1
   shift
+  : >"$T/$name.log" # exists before the server opens it: the sed below reads it at once
   timeout -k 5 900 "$DF_BIN" serve --model "$T/model" --port 0 --model-id k3-tiny --threads 1 "$@" \
     2>"$T/$name.log" &
   SPID=$!

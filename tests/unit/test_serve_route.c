@@ -127,6 +127,19 @@ static void test_fifo(void **st) {
   df_fifo_free(&g);
 }
 
+static void test_log_escape(void **st) {
+  (void)st;
+  char b[64];
+  assert_string_equal(df_serve_log_escape(b, sizeof b, "/v1/models"), "/v1/models");
+  assert_string_equal(df_serve_log_escape(b, sizeof b, "/x\nGET / 200\x1b[2J"),
+                      "/x\\x0aGET / 200\\x1b[2J");
+  assert_string_equal(df_serve_log_escape(b, sizeof b, "a\"b\\c\x7f\xc3\xa9"),
+                      "a\\x22b\\x5cc\\x7f\\xc3\\xa9");
+  /* truncation never splits an escape */
+  char t[6];
+  assert_string_equal(df_serve_log_escape(t, sizeof t, "ab\ncd"), "ab");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_routes),
@@ -134,6 +147,7 @@ int main(void) {
       cmocka_unit_test(test_admit),
       cmocka_unit_test(test_admit_burst_fits_fifo),
       cmocka_unit_test(test_fifo),
+      cmocka_unit_test(test_log_escape),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
