@@ -37,6 +37,28 @@ int df_serve_admit(int inflight, int queue_max);
  * takes the first. */
 int df_serve_fifo_cap(int queue_max);
 
+/* DNS rebinding guard: 1 if the Host header names this server. IP literals
+ * (a page whose origin is an address is no rebinding), "localhost", the
+ * --host value and the allow list (--allow-host; "*" allows any) pass; the
+ * port is not compared. A missing Host (HTTP/1.0) passes. */
+int df_serve_host_ok(const char *host, const char *listen_host, const char *const *allow,
+                     int nallow);
+
+/* 1 if a Content-Type header value is application/json (any case, with or
+ * without parameters). Browsers send cross-origin POSTs without a preflight
+ * only for text/plain, form and multipart bodies, so requiring JSON makes a
+ * foreign page's request ask first. */
+int df_serve_ctype_json(const char *ct);
+
+/* 1 if origin is one of the --cors origins ("*" matches any). */
+int df_serve_cors_ok(const char *origin, const char *const *list, int n);
+
+/* Request framing: the Content-Length values (n of them) and the
+ * Transfer-Encoding value (NULL if absent). 0 if well formed, else the
+ * status to answer (400: conflicting or malformed lengths, a length with a
+ * transfer coding; 501: a transfer coding other than chunked) with *why. */
+int df_serve_framing(const char *const *cl, int ncl, const char *te, const char **why);
+
 /* Copies in to out (cap bytes, always NUL-terminated) for the access log:
  * control bytes, DEL, bytes >= 0x80, '"' and '\\' become \xNN, so a request
  * can neither forge a log line nor put terminal escapes in it. Returns out. */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -87,7 +88,22 @@ struct srv {
   int stopping;
   int streams; /* streamed responses still being sent */
   df_session *sess; /* generation thread only */
+
+  /* open connections, for the request deadline (watchdog thread) */
+  pthread_mutex_t cmu;
+  pthread_cond_t wd_cv;
+  struct sock_ctx *socks;
+  int wd_stop;
 };
+
+/* Per-connection state (MHD's socket context): when the current request
+ * began and whether all of it has arrived. */
+typedef struct sock_ctx {
+  int fd;
+  double t0;
+  int complete, killed;
+  struct sock_ctx *prev, *next;
+} sock_ctx;
 
 /* Per-request state of a connection (MHD's con_cls). */
 typedef struct conn_ctx {
@@ -100,6 +116,8 @@ typedef struct conn_ctx {
   int too_big, responded, status;
   int slot; /* admitted: holds one of S->inflight until a job takes it over */
   int http11;
+  char origin[256]; /* an allowed CORS origin, echoed back; "" when none */
+  sock_ctx *sc;
   job *j;
 } conn_ctx;
 
@@ -363,6 +381,12 @@ static void *worker(void *arg) {
 
 /* ------------------------------------------------------------ replies */
 
+static void add_cors(struct MHD_Response *resp, const conn_ctx *r) {
+  if (!r->origin[0]) return;
+  MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
+  MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result reply_body(struct MHD_Connection *c, conn_ctx *r, int status, char *body,
                                   const char *ctype, const char *hname, const char *hval) {
   struct MHD_Response *resp =
@@ -373,6 +397,7 @@ static enum MHD_Result reply_body(struct MHD_Connection *c, conn_ctx *r, int sta
   }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (hname) MHD_add_response_header(resp, hname, hval);
+  add_cors(resp, r);
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
   MHD_destroy_response(resp);
   if (ret == MHD_YES) {
@@ -559,6 +584,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    add_cors(resp, r);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     if (ret == MHD_YES) {
@@ -604,6 +630,51 @@ static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
   return reply_json(c, r, 200, df_serve_health_json(S->model_id, busy, queued, S->o.queue));
 }
 
+typedef struct framing {
+  const char *cl[8];
+  int ncl;
+  const char *te;
+  int nte;
+} framing;
+
+static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value) {
+  (void)kind;
+  framing *f = cls;
+  if (!value) value = "";
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+    if (f->ncl < 8) f->cl[f->ncl++] = value;
+    else f->cl[1] = "x"; /* more than 8: malformed */
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+    f->te = value;
+    f->nte++;
+  }
+  return MHD_YES;
+}
+
+static void set_complete(srv *S, conn_ctx *r, int complete) {
+  if (!r->sc) return;
+  pthread_mutex_lock(&S->cmu);
+  r->sc->complete = complete;
+  pthread_mutex_unlock(&S->cmu);
+}
+
+static enum MHD_Result reply_preflight(struct MHD_Connection *c, conn_ctx *r) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+  if (!resp) return MHD_NO;
+  add_cors(resp, r);
+  MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+  MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+  MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
+  MHD_destroy_response(resp);
+  if (ret == MHD_YES) {
+    r->status = 204;
+    r->responded = 1;
+  }
+  return ret;
+}
+
 static enum MHD_Result admit_or_refuse(srv *S, struct MHD_Connection *c, conn_ctx *r) {
   df_serve_err err;
   pthread_mutex_lock(&S->mu);
@@ -647,6 +718,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       else if (sa->sa_family == AF_INET6)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer, sizeof r->peer);
     }
+    const union MHD_ConnectionInfo *si =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    r->sc = si ? si->socket_context : NULL;
+    if (r->sc) {
+      pthread_mutex_lock(&S->cmu);
+      r->sc->complete = 1; /* until it turns out a body must still arrive */
+      pthread_mutex_unlock(&S->cmu);
+    }
+    framing fr = {.ncl = 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, collect_framing, &fr);
+    const char *why;
+    int fst = fr.nte > 1 ? 501 : df_serve_framing(fr.cl, fr.ncl, fr.te, &why);
+    if (fr.nte > 1) why = "more than one Transfer-Encoding header";
+    if (fst) {
+      df_serve_err_set(&err, fst, "invalid_request_error", fst == 501 ? "not_implemented" : NULL,
+                       NULL, "the request's framing is refused: %s", why);
+      return reply_err(c, r, &err, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!df_serve_host_ok(host, S->o.host, S->o.allow_hosts, S->o.nallow_hosts)) {
+      df_serve_err_set(&err, 403, "invalid_request_error", "host_not_allowed", NULL,
+                       "the Host header '%.100s' does not name this server (start it with "
+                       "--allow-host NAME to accept that name)",
+                       host);
+      return reply_err(c, r, &err, NULL, NULL);
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (df_serve_cors_ok(origin, S->o.cors, S->o.ncors))
+      snprintf(r->origin, sizeof r->origin, "%s", origin);
+    if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && r->origin[0]) return reply_preflight(c, r);
     const char *allow, *arg;
     r->route = df_serve_route(method, url, &allow, &arg);
     if (arg) snprintf(r->arg, sizeof r->arg, "%s", arg);
@@ -669,6 +770,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
     if (r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS) {
+      if (!df_serve_ctype_json(
+              MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+        df_serve_err_set(&err, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                         "POST bodies must be sent with 'Content-Type: application/json'");
+        return reply_err(c, r, &err, NULL, NULL);
+      }
       /* refuse an oversized body before reading it */
       const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -683,7 +790,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       }
       /* admit before the body is read, parsed or tokenized: a refused
        * request costs nothing but its headers */
-      return admit_or_refuse(S, c, r);
+      enum MHD_Result ar = admit_or_refuse(S, c, r);
+      if (!r->responded) set_complete(S, r, 0);
+      return ar;
     }
     return handle_get(S, c, r);
   }
@@ -691,6 +800,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *upload_size = 0;
     return MHD_YES;
   }
+  if (!*upload_size) set_complete(S, r, 1);
   if (*upload_size) {
     size_t n = *upload_size;
     *upload_size = 0;
@@ -720,6 +830,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   if (!r) return;
   *con_cls = NULL;
   conn_release_slot(S, r);
+  if (r->sc) {
+    pthread_mutex_lock(&S->cmu);
+    r->sc->t0 = df_now(); /* a kept-alive connection's next request */
+    r->sc->complete = 0;
+    pthread_mutex_unlock(&S->cmu);
+  }
   long np = 0, ng = 0;
   int peer_left = 0, shut = 0;
   if (r->j) {
@@ -764,6 +880,54 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* -------------------------------------------------------------- run */
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  srv *S = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    sock_ctx *sc = df_xcalloc(1, sizeof *sc);
+    sc->fd = ci ? ci->connect_fd : -1;
+    sc->t0 = df_now();
+    pthread_mutex_lock(&S->cmu);
+    sc->next = S->socks;
+    if (S->socks) S->socks->prev = sc;
+    S->socks = sc;
+    pthread_mutex_unlock(&S->cmu);
+    *socket_context = sc;
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+    sock_ctx *sc = *socket_context;
+    pthread_mutex_lock(&S->cmu);
+    if (sc->prev) sc->prev->next = sc->next;
+    else S->socks = sc->next;
+    if (sc->next) sc->next->prev = sc->prev;
+    pthread_mutex_unlock(&S->cmu);
+    free(sc);
+    *socket_context = NULL;
+  }
+}
+
+/* The request deadline: --idle-timeout only closes silent connections, so a
+ * client trickling a byte a second would hold its thread forever. A request
+ * whose headers and body have not all arrived in time has its socket shut
+ * down, which ends the connection in MHD's thread. */
+static void *watchdog(void *arg) {
+  srv *S = arg;
+  double lim = S->o.request_timeout_s;
+  pthread_mutex_lock(&S->cmu);
+  while (!S->wd_stop) {
+    timed_wait(&S->wd_cv, &S->cmu, 200);
+    double now = df_now();
+    for (sock_ctx *sc = S->socks; sc; sc = sc->next)
+      if (!sc->complete && !sc->killed && sc->fd >= 0 && now - sc->t0 > lim) {
+        sc->killed = 1;
+        shutdown(sc->fd, SHUT_RDWR);
+      }
+  }
+  pthread_mutex_unlock(&S->cmu);
+  return NULL;
+}
+
 /* After the first SIGINT/SIGTERM the shutdown waits for the running
  * generation to stop; a second one does not wait for anything. */
 static sigset_t stop_sigs; /* SIGINT + SIGTERM; outlives df_serve_run for this thread */
@@ -790,6 +954,8 @@ void df_serve_opts_default(df_serve_opts *o) {
   o->queue = 0;
   o->max_request_bytes = 1u << 20;
   o->idle_timeout_s = 60;
+  o->request_timeout_s = 30;
+  o->max_client_conns = 256;
 }
 
 int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
@@ -829,6 +995,10 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
 
   pthread_mutex_init(&S.mu, NULL);
   cond_init_mono(&S.work_cv);
+  pthread_mutex_init(&S.cmu, NULL);
+  cond_init_mono(&S.wd_cv);
+  pthread_t wdt;
+  int have_wd = o->request_timeout_s > 0 && !pthread_create(&wdt, NULL, watchdog, &S);
   df_fifo_init(&S.fifo, df_serve_fifo_cap(o->queue));
   S.sess = df_session_new(en);
   pthread_t wt;
@@ -844,7 +1014,9 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, (uint16_t)o->port, NULL, NULL, on_request, &S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+      &S, MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)o->max_client_conns,
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout_s,
       MHD_OPTION_END);
@@ -899,6 +1071,15 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     pthread_mutex_unlock(&S.mu);
     pthread_join(wt, NULL);
   }
+  if (have_wd) {
+    pthread_mutex_lock(&S.cmu);
+    S.wd_stop = 1;
+    pthread_cond_broadcast(&S.wd_cv);
+    pthread_mutex_unlock(&S.cmu);
+    pthread_join(wdt, NULL);
+  }
+  pthread_cond_destroy(&S.wd_cv);
+  pthread_mutex_destroy(&S.cmu);
   freeaddrinfo(ai);
   df_session_free(S.sess);
   df_fifo_free(&S.fifo);
