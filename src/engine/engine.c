@@ -191,7 +191,8 @@ void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
   df_k3_state_set_hook(s->st, fn, ud);
 }
 
-/* want_last = 0 skips the lm_head (a prefill chunk that is not the last). */
+/* want_last = 0 skips the lm_head (a prefill chunk that is not the last).
+ * Returns 0, -1 (error) or DF_K3_CANCELLED. */
 static int forward(df_session *s, const int *ids, int n, int want_last, float *all_logits,
                    df_err *e) {
   int rc = df_k3_forward(&s->en->run, s->st, ids, n, want_last ? s->logits : NULL, all_logits, e);
@@ -201,7 +202,7 @@ static int forward(df_session *s, const int *ids, int n, int want_last, float *a
 
 int df_session_forward(df_session *s, const int *ids, int n, float *logits, float *all_logits,
                        df_err *e) {
-  if (forward(s, ids, n, 1, all_logits, e)) return -1;
+  if (forward(s, ids, n, 1, all_logits, e)) return -1; /* no cancel hook is set here */
   if (logits) memcpy(logits, s->logits, sizeof(float) * (size_t)s->en->cfg.vocab);
   return 0;
 }
@@ -281,11 +282,26 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   uint64_t bytes0 = df_store_bytes_read(en->store);
   int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (nprompt > 0 ? nprompt : 1);
   double t0 = df_now();
-  for (int i = 0; i < nprompt; i += chunk) {
+  df_k3_state_set_cancel(s->st, o->cancel, o->ud);
+  int rc = 0;
+  for (int i = 0; i < nprompt && !rc; i += chunk) {
     int n = nprompt - i < chunk ? nprompt - i : chunk;
-    if (forward(s, prompt + i, n, i + n == nprompt, NULL, e)) return -1;
+    if (o->cancel && o->cancel(o->ud)) rc = DF_K3_CANCELLED;
+    else rc = forward(s, prompt + i, n, i + n == nprompt, NULL, e);
+    if (!rc) {
+      st->n_prefilled += n;
+      if (o->on_prefill) o->on_prefill(o->ud, st->n_prefilled);
+    }
   }
   st->prefill_s = df_now() - t0;
+  if (rc) {
+    df_k3_state_set_cancel(s->st, NULL, NULL);
+    s->have_logits = 0;
+    if (rc < 0) return -1;
+    st->finish = DF_FINISH_CANCEL;
+    st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
+    return 0;
+  }
   if (!s->have_logits) return df_err_set(e, "generate: empty prompt and no earlier context");
   int cap = o->max_new > 0 ? o->max_new : 1;
   int *ids = df_xmalloc(sizeof(int) * (size_t)cap);
@@ -307,11 +323,18 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
       break;
     }
     if (n == o->max_new) break;
-    if (forward(s, &id, 1, 1, NULL, e)) {
+    rc = forward(s, &id, 1, 1, NULL, e);
+    if (rc == DF_K3_CANCELLED) {
+      st->finish = DF_FINISH_CANCEL;
+      break;
+    }
+    if (rc) {
+      df_k3_state_set_cancel(s->st, NULL, NULL);
       free(ids);
       return -1;
     }
   }
+  df_k3_state_set_cancel(s->st, NULL, NULL);
   st->decode_s = df_now() - t1;
   st->n_gen = n;
   st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;

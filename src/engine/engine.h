@@ -82,10 +82,19 @@ typedef struct df_gen_opts {
   /* Called after each new token; return nonzero to cancel. */
   int (*on_token)(void *ud, int id);
   void *ud;
+  /* Polled with ud between prefill chunks and after every layer of every
+   * forward pass (a long prompt's layer can take seconds); nonzero cancels:
+   * df_generate returns 0 with finish DF_FINISH_CANCEL and the ids so far,
+   * and the session must be reset (a pass stopped between layers leaves its
+   * state partly advanced). NULL: never. */
+  int (*cancel)(void *ud);
+  /* Called with ud after each prefill chunk with the prompt positions done. */
+  void (*on_prefill)(void *ud, int done);
 } df_gen_opts;
 
 typedef struct df_gen_stats {
   int n_prompt, n_gen;
+  int n_prefilled; /* prompt positions run through the model (fewer when cancelled) */
   double prefill_s, decode_s;
   uint64_t spine_bytes_per_token;  /* dense weights touched per decode token */
   uint64_t expert_bytes_read;      /* routed-expert bytes fetched in total */

@@ -114,6 +114,14 @@ int df_k3_state_pos(const df_k3_state *s);
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud);
 
+/* Polled after each layer; nonzero stops the pass: df_k3_forward returns
+ * DF_K3_CANCELLED (no error set) with the state partly updated (reset it).
+ * A layer of a long prefill chunk can take seconds, so a chunk is not the
+ * unit of cancellation. NULL removes it. */
+#define DF_K3_CANCELLED 1
+typedef int (*df_k3_cancel_fn)(void *ud);
+void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud);
+
 /* What the gate-ahead predictor feeds layer L+1's router with (only when
  * the store wants hints, see df_store_wants_hint). Decode recall measured on
  * the synthetic presets (40 tokens, top-k/E is chance): tiny 0.44 from x vs

@@ -32,6 +32,8 @@ struct df_k3_state {
   int cap;          /* positions allocated in each MLA cache */
   df_k3_layer_hook hook;
   void *hook_ud;
+  df_k3_cancel_fn cancel;
+  void *cancel_ud;
 
   /* scratch, sized for Tcap rows and nth threads */
   int Tcap, nth;
@@ -123,6 +125,11 @@ int df_k3_state_pos(const df_k3_state *s) { return s->pos; }
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud) {
   s->hook = fn;
   s->hook_ud = ud;
+}
+
+void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud) {
+  s->cancel = fn;
+  s->cancel_ud = ud;
 }
 
 static float *fbuf(size_t n) { return df_xaligned(64, sizeof(float) * (n ? n : 1)); }
@@ -676,6 +683,7 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
     }
     df_k3_release(m, l);
     if (s->hook) s->hook(s->hook_ud, l, s->h, T, (int)H);
+    if (s->cancel && s->cancel(s->cancel_ud)) return DF_K3_CANCELLED;
   }
   /* output: AR over the snapshots + h, final norm, lm_head */
   int t0 = logits_all ? 0 : T - 1, nt = logits_all ? T : 1;
