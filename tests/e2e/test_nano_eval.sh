@@ -15,6 +15,9 @@ cp -r "$SRC/models/nano-k3" "$TMP/m"
 EVAL="$SRC/models/corpus/eval.txt"
 field() { "$PY" -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
 
+# 0. the training script computes what the reference computes (its recurrence, MXFP4 export, forward)
+"$PY" "$SRC/tools/train/train_k3.py" --selftest | sed 's/^/     /'
+
 # 1. engine vs the float64 reference on the same ids (512 tokens, 4 windows of 128)
 "$DF_BIN" eval --model "$TMP/m" --file "$EVAL" --max-tokens 512 --ids-out "$TMP/ids" --json > "$TMP/eng.json"
 "$PY" "$SRC/tools/train/ref_ppl.py" --model "$TMP/m" --ids "$TMP/ids" --threads 2 > "$TMP/ref.json"
