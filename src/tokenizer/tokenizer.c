@@ -318,7 +318,12 @@ static int load_specials(df_tok *t, const char *path, df_err *e) {
     df_err_set(e, "%s: no added_tokens_decoder object", path);
     goto out;
   }
-  size_t cnt = json_object_size(dec);
+  /* Kimi's TikTokenTokenizer (tokenization_kimi.py) owns the 256 ids after the
+   * ranks: the config lists some of them (the release: 16) and every other is
+   * <|reserved_token_ID|> by position. Other configs define only what they list. */
+  const json_t *cls = json_object_get(root, "tokenizer_class");
+  int kimi = json_is_string(cls) && !strcmp(json_string_value(cls), "TikTokenTokenizer");
+  size_t cnt = json_object_size(dec) + (kimi ? DF_TOK_RESERVED : 0);
   t->sp = df_xcalloc(cnt ? cnt : 1, sizeof *t->sp);
   const char *key;
   json_t *val;
@@ -339,12 +344,32 @@ static int load_specials(df_tok *t, const char *path, df_err *e) {
                  json_string_value(c), t->n_ranks - 1);
       goto out;
     }
+    if (kimi && id >= (long)t->n_ranks + DF_TOK_RESERVED) {
+      df_err_set(e, "%s: special token %ld '%s' is outside the %d ids after the ranks that a "
+                 "TikTokenTokenizer reserves (%d..%d)", path, id, json_string_value(c),
+                 DF_TOK_RESERVED, t->n_ranks, t->n_ranks + DF_TOK_RESERVED - 1);
+      goto out;
+    }
     special *s = &t->sp[t->nsp++];
     s->id = (int)id;
     s->len = json_string_length(c);
     s->text = df_xmalloc(s->len + 1);
     memcpy(s->text, json_string_value(c), s->len + 1);
     if (id > maxid) maxid = id;
+  }
+  if (kimi) {
+    char listed[DF_TOK_RESERVED] = {0};
+    for (int i = 0; i < t->nsp; i++) listed[t->sp[i].id - t->n_ranks] = 1;
+    for (int k = 0; k < DF_TOK_RESERVED; k++) {
+      if (listed[k]) continue;
+      char name[48];
+      int n = snprintf(name, sizeof name, "<|reserved_token_%d|>", t->n_ranks + k);
+      special *s = &t->sp[t->nsp++];
+      s->id = t->n_ranks + k;
+      s->len = (size_t)n;
+      s->text = df_xstrdup(name);
+    }
+    maxid = t->n_ranks + DF_TOK_RESERVED - 1;
   }
   t->sp_span = (int)(maxid + 1 - t->n_ranks);
   t->sp_by_id = df_xmalloc((size_t)(t->sp_span ? t->sp_span : 1) * sizeof *t->sp_by_id);

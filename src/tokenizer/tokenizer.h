@@ -12,6 +12,12 @@
 
 typedef struct df_tok df_tok;
 
+/* Special ids a TikTokenTokenizer (Kimi's tokenization_kimi.py) reserves right
+ * after the ranks: when tokenizer_config.json names that class, its
+ * added_tokens_decoder may list only some of them (the release lists 16 of
+ * 256) and every other id is <|reserved_token_ID|>, ID the token's id. */
+#define DF_TOK_RESERVED 256
+
 /* Loads dir/tiktoken.model and dir/tokenizer_config.json. */
 int df_tok_load(df_tok **out, const char *dir, df_err *e);
 /* Loads from explicit files; pattern NULL = the K3 pattern (else a PCRE2
