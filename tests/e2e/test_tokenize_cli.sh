@@ -89,6 +89,7 @@ for level in ("max", "low"):
         f.write(",".join(map(str, layout(effort(level) + user + gen))) + "\n")
 EOF
 expect_out "--chat" "$(cat "$T/chat_max.txt")" "$DF_BIN" tokenize --model "$M" --chat xy
+if "$DF_BIN" tokenize --model "$M" --chat --effort medium xy >/dev/null 2>&1; then fail "--effort medium accepted (the release refuses it)"; fi
 expect_out "--chat --effort low" "$(cat "$T/chat_low.txt")" \
   "$DF_BIN" tokenize --model "$M" --chat --effort low xy
 
