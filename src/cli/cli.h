@@ -15,6 +15,7 @@ typedef struct df_cmd {
 
 DF_CMD_DECL(tokenize)
 DF_CMD_DECL(detokenize)
+DF_CMD_DECL(template)
 DF_CMD_DECL(inspect)
 DF_CMD_DECL(make_model)
 DF_CMD_DECL(run)

@@ -10,6 +10,8 @@
 static const df_cmd cmds[] = {
     {"tokenize", "encode text (or a chat) to token ids", df_cmd_tokenize, df_cmd_tokenize_help},
     {"detokenize", "decode token ids to text", df_cmd_detokenize, df_cmd_detokenize_help},
+    {"template", "show the prompt text and ids a conversation renders to", df_cmd_template,
+     df_cmd_template_help},
     {"inspect", "show a checkpoint as the engine understands it", df_cmd_inspect,
      df_cmd_inspect_help},
     {"make-model", "generate a K3-layout checkpoint from a seed", df_cmd_make_model,
