@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/sample.h"
 #include "format/config.h"
 #include "tokenizer/tokenizer.h"
 
@@ -50,6 +51,9 @@ df_session *df_session_new(df_engine *en);
 void df_session_free(df_session *s);
 void df_session_reset(df_session *s);
 int df_session_pos(const df_session *s);
+/* The logits of the last position run (vocab floats): inside on_token, the
+ * distribution the token was drawn from. */
+const float *df_session_logits(const df_session *s);
 
 /* Runs n positions through the model as one batch (n = 1 decode, n > 1 a
  * prefill chunk). If logits != NULL it receives the logits of the LAST
@@ -76,6 +80,9 @@ typedef struct df_gen_opts {
   float temperature;  /* 0 = greedy (exact) */
   float top_p;        /* 1 = off */
   uint64_t seed;
+  /* The full sampling policy (engine/sample.h); NULL: temperature and top_p
+   * above, nothing else. */
+  const df_sample_opts *sampling;
   /* Called after each new token; return nonzero to cancel. */
   int (*on_token)(void *ud, int id);
   void *ud;
