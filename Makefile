@@ -20,4 +20,4 @@ demo:
 	./scripts/demo.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-clang build-fuzz
+	rm -rf $(BUILD) build-release build-asan build-clang build-clang-release build-fuzz

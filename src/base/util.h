@@ -13,6 +13,21 @@ void *df_xmalloc(size_t n);
 void *df_xcalloc(size_t n, size_t sz);
 void *df_xrealloc(void *p, size_t n);
 char *df_xstrdup(const char *s);
+/* The alignment of every O_DIRECT buffer, offset and length: the pack's
+ * record alignment (its manifest's "align") and the store's read unit. */
+#define DF_IO_ALIGN 4096u
+/* Rounds n up to a multiple of DF_IO_ALIGN. */
+#define DF_IO_ROUND_UP(n) (((n) + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN)
+
+/* Opens path with O_DIRECT (page cache bypassed), or without it where the
+ * filesystem refuses it (EINVAL, e.g. tmpfs): *direct is then cleared
+ * (direct may be NULL). writable: O_RDWR | O_CREAT (0644), else O_RDONLY. */
+int df_open_direct(const char *path, int writable, int *direct);
+/* pwrite/pread of exactly n bytes (EINTR retried): 0 / bytes read (short
+ * only at end of file), -1 with errno on error. */
+int df_pwrite_all(int fd, const void *buf, size_t n, uint64_t off);
+int64_t df_pread_all(int fd, void *buf, size_t n, uint64_t off);
+
 /* Aligned allocation (for O_DIRECT buffers and SIMD); free with free(). */
 void *df_xaligned(size_t align, size_t n);
 

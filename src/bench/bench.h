@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "base/err.h"
+#include "engine/engine.h"
 
 /* Streaming read bandwidth (bytes/s) of `bytes` of RAM with `threads`
  * threads, each reading its own slice; best of passes run for >= min_s. */
@@ -30,21 +31,14 @@ typedef struct df_bench_kopts {
 int df_bench_kernels(const df_bench_kopts *o, FILE *out, df_err *e);
 
 typedef struct df_bench_mopts {
-  const char *model_dir;
+  df_engine_opts engine; /* the engine and store options, as for run (store.manifest is replaced
+                          * by the pack of each ladder step when drives are given) */
   int prompt_tokens;   /* default 64 */
   int new_tokens;      /* default 8 */
   int prefill_chunk;   /* <= 0: the whole prompt in one batch */
   int repeat;          /* default 3 */
-  int threads;         /* <= 0: all cores */
-  int kernels_scalar;
-  long cache_mb;       /* default 0 (every expert read from the drives) */
   const char *drives;  /* comma list of drive directories to pack onto (ladder/--drives) */
   int ladder;          /* 1..N drives of `drives` (or 1..4 emulated copies when drives is NULL) */
-  const char *emulate; /* "BW[,LAT]" drive emulation */
-  const char *io;      /* uring | pread */
-  const char *prefetch;
-  const char *store;   /* explicit pack manifest */
-  int no_pack;
   int no_ceiling;
   int json;
 } df_bench_mopts;

@@ -18,13 +18,9 @@
 
 #include "base/util.h"
 #include "bench/bench_int.h"
-#include "format/safetensors.h"
 #include "store/io.h"
-#include "store/manifest.h"
-#include "store/source.h"
 #include "store/store.h"
 
-#define ALIGN 4096u
 
 void df_bench_reads_free(df_bench_reads *rd) {
   for (int i = 0; i < rd->nfiles; i++) free(rd->files[i]);
@@ -34,103 +30,30 @@ void df_bench_reads_free(df_bench_reads *rd) {
   memset(rd, 0, sizeof *rd);
 }
 
-int df_bench_reads_from_trace(df_bench_reads *rd, const char *trace, const char *model_dir,
-                              const df_config *c, const char *manifest, int no_pack, df_err *e) {
+int df_bench_reads_from_store(df_bench_reads *rd, const df_store *s, const df_store_read *log,
+                              size_t n, df_err *e) {
   memset(rd, 0, sizeof *rd);
-  char *mpath = NULL;
-  if (manifest) mpath = df_xstrdup(manifest);
-  else if (!no_pack) {
-    mpath = df_path_join(model_dir, DF_PACK_MANIFEST_NAME);
-    if (!df_file_exists(mpath)) {
-      free(mpath);
-      mpath = NULL;
-    }
-  }
-  df_manifest m;
-  int have_m = 0;
-  df_st_set set;
-  int have_set = 0;
-  df_src_loc *loc = NULL;
-  int ne = c->n_experts, first = c->first_k_dense;
-  if (mpath) {
-    if (df_manifest_load(&m, mpath, e)) {
-      free(mpath);
+  rd->r = df_xmalloc((n ? n : 1) * sizeof *rd->r);
+  for (size_t i = 0; i < n; i++) {
+    df_store_loc l;
+    if (df_store_locate(s, log[i].layer, log[i].expert, log[i].copy, &l, e)) {
+      df_bench_reads_free(rd);
       return -1;
     }
-    have_m = 1;
-    rd->nfiles = rd->ndrives = m.ndrives;
-    rd->files = df_xcalloc((size_t)m.ndrives, sizeof *rd->files);
-    rd->drive = df_xcalloc((size_t)m.ndrives, sizeof *rd->drive);
-    for (int i = 0; i < m.ndrives; i++) rd->files[i] = df_manifest_file_path(&m, i), rd->drive[i] = i;
-    rd->len = m.record_bytes;
-  } else {
-    if (df_st_set_open(&set, model_dir, e)) return -1;
-    have_set = 1;
-    size_t nk = (size_t)(c->n_layers - first) * (size_t)ne;
-    loc = df_xmalloc(nk * sizeof *loc);
-    if (df_src_locate(&set, c, loc, e)) {
-      free(loc);
-      df_st_set_close(&set);
-      return -1;
+    if (l.file >= rd->nfiles) {
+      int nf = l.file + 1;
+      rd->files = df_xrealloc(rd->files, (size_t)nf * sizeof *rd->files);
+      rd->drive = df_xrealloc(rd->drive, (size_t)nf * sizeof *rd->drive);
+      for (int f = rd->nfiles; f < nf; f++) rd->files[f] = NULL, rd->drive[f] = 0;
+      rd->nfiles = nf;
     }
-    rd->nfiles = set.nfiles;
-    rd->ndrives = 1;
-    rd->files = df_xcalloc((size_t)set.nfiles, sizeof *rd->files);
-    rd->drive = df_xcalloc((size_t)set.nfiles, sizeof *rd->drive);
-    for (int i = 0; i < set.nfiles; i++) rd->files[i] = df_xstrdup(df_st_set_file_path(&set, i));
-    df_expert_layout lay;
-    df_expert_layout_of(c, &lay);
-    rd->len = lay.total;
+    if (!rd->files[l.file]) rd->files[l.file] = df_xstrdup(l.path);
+    rd->drive[l.file] = l.drive;
+    if (l.drive + 1 > rd->ndrives) rd->ndrives = l.drive + 1;
+    rd->len = l.bytes;
+    rd->r[rd->n++] = (df_bench_read){l.file, l.read_off, l.read_len};
   }
-  free(mpath);
-
-  FILE *f = fopen(trace, "r");
-  if (!f) {
-    if (have_m) df_manifest_free(&m);
-    if (have_set) df_st_set_close(&set);
-    free(loc);
-    df_bench_reads_free(rd);
-    return df_err_errno(e, "trace %s", trace);
-  }
-  char *line = NULL;
-  size_t cap = 0;
-  int rcap = 0;
-  while (getline(&line, &cap, f) > 0) {
-    if (!strstr(line, "\"k\":\"read\"")) continue;
-    json_t *j = json_loads(line, 0, NULL);
-    if (!j) continue;
-    int layer = (int)json_integer_value(json_object_get(j, "layer"));
-    int expert = (int)json_integer_value(json_object_get(j, "expert"));
-    int drive = (int)json_integer_value(json_object_get(j, "drive"));
-    int ok = (int)json_integer_value(json_object_get(j, "ok"));
-    json_decref(j);
-    if (!ok || expert < 0 || expert >= ne || layer < first || layer >= c->n_layers) continue;
-    df_bench_read r;
-    if (have_m) {
-      const df_mf_record *rec = df_manifest_find(&m, layer, expert);
-      if (!rec || rec->ncopies < 1) continue;
-      int ci = 0;
-      for (int k = 0; k < rec->ncopies; k++)
-        if (rec->copies[k].drive == drive) ci = k;
-      r.file = rec->copies[ci].drive;
-      r.off = rec->copies[ci].offset;
-    } else {
-      const df_src_loc *l = &loc[(size_t)(layer - first) * (size_t)ne + (size_t)expert];
-      r.file = l->file;
-      r.off = l->off;
-    }
-    if (rd->n == rcap) {
-      rcap = rcap ? rcap * 2 : 256;
-      rd->r = df_xrealloc(rd->r, (size_t)rcap * sizeof *rd->r);
-    }
-    rd->r[rd->n++] = r;
-  }
-  free(line);
-  fclose(f);
-  if (have_m) df_manifest_free(&m);
-  if (have_set) df_st_set_close(&set);
-  free(loc);
-  if (rd->n == 0) return df_err_set(e, "trace %s has no successful expert reads to replay", trace);
+  if (rd->n == 0) return df_err_set(e, "the store logged no successful expert reads to replay");
   return 0;
 }
 
@@ -168,11 +91,9 @@ static df_io_req *c_take(void *ctx, int drive) {
   if (c->go && d->pos < d->n && d->nfree > 0) {
     cslot *s = &d->slots[d->freel[--d->nfree]];
     const df_bench_read *r = &c->rd->r[d->seq[d->pos++]];
-    uint64_t start = r->off & ~(uint64_t)(ALIGN - 1);
-    uint64_t head = r->off - start;
     s->req.fd = c->fds[r->file];
-    s->req.off = start;
-    s->req.len = (uint32_t)((head + c->rd->len + ALIGN - 1) / ALIGN * ALIGN);
+    s->req.off = r->read_off; /* the span the store itself reads (df_store_locate) */
+    s->req.len = r->read_len;
     out = &s->req;
   }
   pthread_mutex_unlock(&c->mu);
@@ -212,8 +133,7 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
   int rc = -1;
   for (int i = 0; i < rd->nfiles; i++) c.fds[i] = -1;
   for (int i = 0; i < rd->nfiles; i++) {
-    c.fds[i] = open(rd->files[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (c.fds[i] < 0 && errno == EINVAL) c.fds[i] = open(rd->files[i], O_RDONLY | O_CLOEXEC);
+    c.fds[i] = df_open_direct(rd->files[i], 0, NULL);
     if (c.fds[i] < 0) {
       df_err_errno(e, "%s", rd->files[i]);
       goto done_fds;
@@ -233,7 +153,7 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
     d->seq = df_xrealloc(d->seq, (size_t)(d->n + 1) * sizeof *d->seq);
     d->seq[d->n++] = ri;
   }
-  c.slot_bytes = (rd->len + ALIGN - 1) / ALIGN * ALIGN + ALIGN;
+  c.slot_bytes = DF_IO_ROUND_UP(rd->len) + DF_IO_ALIGN;
   df_io_ops ops = {c_take, c_done, &c};
   df_io *io = NULL;
   if (df_io_open(&io, kind, rd->ndrives, qd, emu.bw > 0 ? &emu : NULL, &ops, e)) goto done_d;
@@ -241,7 +161,7 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
   for (int i = 0; i < rd->ndrives; i++) {
     cdrive *d = &c.d[i];
     size_t bytes = (size_t)qd * c.slot_bytes;
-    d->mem = df_xaligned(ALIGN, bytes);
+    d->mem = df_xaligned(DF_IO_ALIGN, bytes);
     memset(d->mem, 0, bytes); /* fault the pages in before timing */
     int bidx = df_io_register(io, d->mem, bytes);
     if (bidx < 0) out->registered = 0;
@@ -308,7 +228,7 @@ void df_bench_fio(const df_bench_reads *rd, int qd, double max_bytes, int emulat
   }
   struct stat st;
   if (stat(file, &st) != 0) return;
-  unsigned bs = (unsigned)((rd->len + ALIGN - 1) / ALIGN * ALIGN);
+  unsigned bs = (unsigned)DF_IO_ROUND_UP(rd->len);
   uint64_t size = (uint64_t)st.st_size;
   if (max_bytes > 0 && (double)size > max_bytes) size = (uint64_t)max_bytes;
   size = size / bs * bs;

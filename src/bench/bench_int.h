@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "format/config.h"
+#include "store/store.h"
 
 typedef struct df_bench_stat {
   double median, min, max;
@@ -44,12 +45,18 @@ typedef struct df_bench_result {
   df_bench_ceiling_res ceiling;
   df_bench_fio_res fio;
   char *drives_json;
+  /* the spine stream (issue 11): bytes it read in the decode phases, their
+   * time, and its own ceiling (its reads replayed, same engine and drive) */
+  double spine_decode_bytes, decode_seconds;
+  int spine_units, spine_qd, have_spine_ceiling;
+  df_bench_ceiling_res spine_ceiling;
 } df_bench_result;
 
 /* Expert reads to replay: which file (and drive) and where. */
 typedef struct df_bench_read {
   int file;
-  uint64_t off; /* the record's first byte (not aligned) */
+  uint64_t read_off; /* the aligned span the store reads for the record */
+  uint32_t read_len;
 } df_bench_read;
 
 typedef struct df_bench_reads {
@@ -62,11 +69,10 @@ typedef struct df_bench_reads {
   int n;
 } df_bench_reads;
 
-/* The reads a store trace recorded ("k":"read", ok), in order, located in
- * the pack (manifest, or the one recorded in model_dir) or in the shards
- * (no_pack or no pack present): the drive each was read from is kept. */
-int df_bench_reads_from_trace(df_bench_reads *rd, const char *trace, const char *model_dir,
-                              const df_config *c, const char *manifest, int no_pack, df_err *e);
+/* The records of the store's read log entries log[0..n), located by the
+ * store (df_store_locate): the file and drive each was read from. */
+int df_bench_reads_from_store(df_bench_reads *rd, const df_store *s, const df_store_read *log,
+                              size_t n, df_err *e);
 void df_bench_reads_free(df_bench_reads *rd);
 
 typedef struct df_bench_ceiling_opts {

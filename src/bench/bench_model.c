@@ -23,6 +23,7 @@
 #include "bench/bench.h"
 #include "bench/bench_int.h"
 #include "engine/engine.h"
+#include "model/k3.h"
 #include "store/pack.h"
 
 /* ---- store counters ---- */
@@ -129,32 +130,42 @@ static void fill_phase(df_bench_phase *p, double (*v)[NM], int R) {
   free(col);
 }
 
+/* The spine stream's reads of one pass, as reads to replay (full chunks:
+ * every replayed read has the same length, as the ceiling counts). */
+typedef struct spine_rd {
+  df_bench_reads rd;
+} spine_rd;
+
+static void spine_read_cb(void *ud, const char *path, uint64_t off, uint32_t len) {
+  df_bench_reads *rd = &((spine_rd *)ud)->rd;
+  if (len != DF_K3_STREAM_CHUNK) return;
+  int f = 0;
+  while (f < rd->nfiles && strcmp(rd->files[f], path)) f++;
+  if (f == rd->nfiles) {
+    rd->files = df_xrealloc(rd->files, (size_t)(f + 1) * sizeof *rd->files);
+    rd->drive = df_xrealloc(rd->drive, (size_t)(f + 1) * sizeof *rd->drive);
+    rd->files[f] = df_xstrdup(path);
+    rd->drive[f] = 0;
+    rd->nfiles = f + 1;
+  }
+  rd->ndrives = 1;
+  rd->len = len;
+  rd->r = df_xrealloc(rd->r, (size_t)(rd->n + 1) * sizeof *rd->r);
+  rd->r[rd->n++] = (df_bench_read){f, off, len};
+}
+
 /* One configuration: open, warm up, repeat, measure the ceiling. */
 static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_result *res,
                      df_err *e) {
   memset(res, 0, sizeof *res);
-  char tpath[] = "/tmp/deltafin-bench-trace.XXXXXX";
-  int tfd = mkstemp(tpath);
-  if (tfd < 0) return df_err_errno(e, "creating a trace file in /tmp");
-  close(tfd);
 
-  df_engine_opts eo;
-  df_engine_opts_default(&eo);
-  eo.model_dir = o->model_dir;
-  eo.threads = o->threads;
-  eo.kernels_scalar = o->kernels_scalar;
-  eo.store_manifest = manifest;
-  eo.no_pack = o->no_pack;
-  eo.cache_mb = o->cache_mb;
-  eo.io = o->io;
-  eo.prefetch = o->prefetch;
-  eo.emulate_drives = o->emulate;
-  eo.trace_path = o->no_ceiling ? NULL : tpath;
+  df_engine_opts eo = o->engine;
+  eo.store.manifest = manifest;
   df_engine *en = NULL;
-  if (df_engine_open(&en, &eo, e)) {
-    unlink(tpath);
-    return -1;
-  }
+  if (df_engine_open(&en, &eo, e)) return -1;
+  df_store *store = df_engine_store(en);
+  /* the ceiling replays the decode phase's reads: the store logs them */
+  if (!o->no_ceiling) df_store_log_reads(store, 1);
   const df_config *c = df_engine_config(en);
   int vocab = c->vocab, P = o->prompt_tokens, N = o->new_tokens, R = o->repeat;
   /* a fixed pseudo-random prompt over ordinary (non-special) ids */
@@ -169,7 +180,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   int rc = -1;
   double(*pm)[NM] = df_xcalloc((size_t)R, sizeof *pm);
   double(*dm)[NM] = df_xcalloc((size_t)R, sizeof *dm);
-  double *dec0 = df_xcalloc((size_t)R, sizeof *dec0), *dec1 = df_xcalloc((size_t)R, sizeof *dec1);
+  size_t *dec0 = df_xcalloc((size_t)R, sizeof *dec0), *dec1 = df_xcalloc((size_t)R, sizeof *dec1);
   json_t *st0 = store_json(en);
   double rec = st0 ? jnum(st0, "record_bytes") : 0;
   res->queue_depth = st0 ? (int)jnum(st0, "queue_depth") : 0;
@@ -211,19 +222,22 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     }
     double t1 = df_now();
     take_snap(en, &b);
+    dec0[r] = df_store_reads_logged(store);
+    double sp0 = (double)df_engine_spine_stream_bytes(en);
     double t2 = df_now();
     if (decode(s, N, logits, vocab, e)) {
       df_session_free(s);
       goto out;
     }
     double t3 = df_now();
+    res->spine_decode_bytes += (double)df_engine_spine_stream_bytes(en) - sp0;
+    res->decode_seconds += t3 - t2;
     take_snap(en, &d);
+    dec1[r] = df_store_reads_logged(store);
     df_session_free(s);
     phase_metrics(t1 - t0, P, &a, &b, rec, pm[r]);
     phase_metrics(t3 - t2, N, &b, &d, rec, dm[r]);
     res->decode_bytes += d.bytes - b.bytes;
-    dec0[r] = b.bytes;
-    dec1[r] = d.bytes;
     if (!o->json)
       fprintf(stderr, "repeat %d/%d: prefill %.4f s/token, decode %.4f s/token, %.2f GB/s expert reads\n",
               r + 1, R, pm[r][M_SPT], dm[r][M_SPT], dm[r][M_GBPS]);
@@ -240,43 +254,48 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     json_decref(st);
   }
   rc = 0;
-  /* the ceiling: the records this run read, located before the engine
-   * (and its cache) goes away */
+  /* the ceiling: the decode phases' reads, in order (up to 4 GB, at least
+   * one repeat's), located by the store before the engine (and its cache)
+   * goes away */
   df_bench_reads rd = {0};
-  if (!o->no_ceiling && df_bench_reads_from_trace(&rd, tpath, o->model_dir, c, manifest,
-                                                  o->no_pack, e) < 0) {
-    df_log_warn("storage ceiling not measured: %s", e->msg);
-    rd.n = 0;
+  if (!o->no_ceiling) {
+    size_t cap = 0, ns = 0;
+    for (int r = 0; r < R; r++) cap += dec1[r] - dec0[r];
+    df_store_read *sel = df_xmalloc((cap ? cap : 1) * sizeof *sel);
+    for (int r = 0; r < R; r++) {
+      if (r > 0 && (double)ns * rec >= 4e9) break;
+      ns += df_store_read_log(store, dec0[r], dec1[r] - dec0[r], sel + ns);
+    }
+    if (df_bench_reads_from_store(&rd, store, sel, ns, e) < 0) {
+      df_log_warn("storage ceiling not measured: %s", e->msg);
+      rd.n = 0;
+    }
+    free(sel);
   }
+  spine_rd srd = {{0}};
+  int sqd = df_engine_spine_reads(en, spine_read_cb, &srd);
+  res->spine_units = sqd > 0;
+  res->spine_qd = sqd;
   df_engine_close(en);
   en = NULL;
-  if (!o->no_ceiling && rd.n > 0 && rec > 0) {
-    /* The store writes a read's trace line and adds its bytes under one
-     * lock, so the i-th successful read in the trace is the one that took
-     * the byte counter from i*rec to (i+1)*rec: the decode reads of repeat r
-     * are exactly the lines [dec0[r]/rec, dec1[r]/rec). Replay those, in
-     * order (up to 4 GB, at least one repeat's). */
-    df_bench_read *sel = df_xmalloc((size_t)rd.n * sizeof *sel);
-    int ns = 0;
-    for (int r = 0; r < R; r++) {
-      long a = (long)(dec0[r] / rec + 0.5), b = (long)(dec1[r] / rec + 0.5);
-      if (r > 0 && (double)ns * rec >= 4e9) break;
-      for (long i = a; i < b && i < rd.n; i++) sel[ns++] = rd.r[i];
-    }
-    free(rd.r);
-    rd.r = sel;
-    rd.n = ns;
+  if (!o->no_ceiling && srd.rd.n > 0) {
+    /* the spine's own drive: its reads replayed through the same engine,
+     * queue depth and emulation, two passes' worth */
+    df_bench_ceiling_opts co = {.io = res->io, .qd = sqd, .emulate = o->engine.store.emulate_drives,
+                                .max_bytes = 2.0 * srd.rd.n * (double)srd.rd.len};
+    if (df_bench_ceiling(&srd.rd, &co, &res->spine_ceiling, e) == 0) res->have_spine_ceiling = 1;
+    else df_log_warn("spine ceiling not measured: %s", e->msg);
   }
+  df_bench_reads_free(&srd.rd);
   if (!o->no_ceiling && rd.n > 0) {
-    df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->emulate};
+    df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->engine.store.emulate_drives};
     if (df_bench_ceiling(&rd, &co, &res->ceiling, e) == 0) res->have_ceiling = 1;
     else df_log_warn("storage ceiling not measured: %s", e->msg);
-    df_bench_fio(&rd, res->queue_depth, res->ceiling.bytes, o->emulate != NULL, &res->fio);
+    df_bench_fio(&rd, res->queue_depth, res->ceiling.bytes, o->engine.store.emulate_drives != NULL, &res->fio);
   }
   df_bench_reads_free(&rd);
 out:
   if (en) df_engine_close(en);
-  unlink(tpath);
   free(ids);
   free(logits);
   free(pm);
@@ -297,8 +316,8 @@ static void print_stat_row(FILE *out, const char *name, const df_bench_phase *p)
 
 static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result *r) {
   fprintf(out, "experts from %s (%d drive%s%s), io %s qd %d%s, cache %ld MB; kernels %s, %d threads\n",
-          r->source, r->ndrives, r->ndrives == 1 ? "" : "s", o->emulate ? ", EMULATED" : "", r->io,
-          r->queue_depth, r->o_direct ? " O_DIRECT" : " (page cache!)", o->cache_mb, r->kernels, r->threads);
+          r->source, r->ndrives, r->ndrives == 1 ? "" : "s", o->engine.store.emulate_drives ? ", EMULATED" : "", r->io,
+          r->queue_depth, r->o_direct ? " O_DIRECT" : " (page cache!)", o->engine.store.cache_mb, r->kernels, r->threads);
   fprintf(out, "prompt %d tokens (%s), %d new tokens, %d repeat%s after a warm-up; median [min..max]\n",
           r->prompt_tokens, o->prefill_chunk > 0 ? "chunked" : "one batch", r->new_tokens, r->repeat,
           r->repeat == 1 ? "" : "s");
@@ -309,7 +328,7 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
   if (r->have_ceiling) {
     fprintf(out, "storage ceiling: the store's I/O engine (%s, qd %d per drive%s) replaying the decode phase's %d expert reads (%.2f GB) in order, no compute: %.3f GB/s%s\n",
             r->io, r->queue_depth, r->ceiling.registered ? ", registered buffers" : "", r->ceiling.reads,
-            r->ceiling.bytes / 1e9, r->ceiling.gbps, o->emulate ? " (EMULATED drives)" : "");
+            r->ceiling.bytes / 1e9, r->ceiling.gbps, o->engine.store.emulate_drives ? " (EMULATED drives)" : "");
     double eff = r->decode.read_gbps.median / r->ceiling.gbps;
     fprintf(out, "storage efficiency (decode expert-read GB/s / ceiling): %.1f%%\n", 100 * eff);
     fprintf(out, "useful storage efficiency (decode GB/s of the experts its tokens needed, %.3f, / ceiling; "
@@ -326,6 +345,24 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
             r->decode.compute_s_per_token.median < read_t ? "I/O-bound" : "compute-bound");
   } else if (!o->no_ceiling) {
     fprintf(out, "storage ceiling: not measured (see the warning above)\n");
+  }
+  if (r->spine_units && r->decode_seconds > 0) {
+    double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
+    double eg = r->decode_bytes / r->decode_seconds / 1e9;
+    fprintf(out, "spine stream (decode): %.1f MB per token, %.3f GB/s from the spine's drive%s\n",
+            r->spine_decode_bytes / (r->new_tokens * (double)r->repeat) / 1e6, sg,
+            o->engine.store.emulate_drives ? " (EMULATED)" : "");
+    if (r->have_spine_ceiling) {
+      fprintf(out, "spine ceiling: its %d reads of %u MiB replayed (%s, qd %d), no compute: %.3f GB/s; "
+                   "spine efficiency %.1f%%\n",
+              r->spine_ceiling.reads, DF_K3_STREAM_CHUNK >> 20, r->io, r->spine_qd, r->spine_ceiling.gbps,
+              100 * sg / r->spine_ceiling.gbps);
+      if (r->have_ceiling)
+        fprintf(out, "total streamed (spine + experts) %.3f GB/s vs the two ceilings together %.3f GB/s: "
+                     "%.1f%% (spine and experts use separate drive queues)\n",
+                sg + eg, r->spine_ceiling.gbps + r->ceiling.gbps,
+                100 * (sg + eg) / (r->spine_ceiling.gbps + r->ceiling.gbps));
+    }
   }
   if (r->fio.ran)
     fprintf(out, "fio (%s, %s, bs %u KiB, iodepth %d, O_DIRECT, %s): %.3f GB/s%s\n", r->fio.engine,
@@ -372,12 +409,12 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
                       r->have_ceiling ? json_real(r->decode.useful_gbps.median / r->ceiling.gbps) : json_null());
   json_object_set_new(j, "prefill_read_amplification", json_real(r->prefill.amplification.median));
   json_object_set_new(j, "fio_gbps", r->fio.ran ? json_real(r->fio.gbps) : json_null());
-  json_object_set_new(j, "emulated", o->emulate ? json_string(o->emulate) : json_null());
+  json_object_set_new(j, "emulated", o->engine.store.emulate_drives ? json_string(o->engine.store.emulate_drives) : json_null());
   json_object_set_new(j, "source", json_string(r->source));
   json_object_set_new(j, "drives", json_integer(r->ndrives));
   json_object_set_new(j, "io", json_string(r->io));
   json_object_set_new(j, "queue_depth", json_integer(r->queue_depth));
-  json_object_set_new(j, "cache_mb", json_integer(o->cache_mb));
+  json_object_set_new(j, "cache_mb", json_integer(o->engine.store.cache_mb));
   json_object_set_new(j, "kernels", json_string(r->kernels));
   json_object_set_new(j, "threads", json_integer(r->threads));
   json_object_set_new(j, "prompt_tokens", json_integer(r->prompt_tokens));
@@ -394,6 +431,17 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
     json_object_set_new(c, "seconds", json_real(r->ceiling.seconds));
     json_object_set_new(c, "registered_buffers", json_boolean(r->ceiling.registered));
     json_object_set_new(j, "ceiling", c);
+  }
+  if (r->spine_units && r->decode_seconds > 0) {
+    json_t *sp = json_object();
+    double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
+    json_object_set_new(sp, "decode_bytes", json_real(r->spine_decode_bytes));
+    json_object_set_new(sp, "decode_gbps", json_real(sg));
+    json_object_set_new(sp, "expert_decode_gbps", json_real(r->decode_bytes / r->decode_seconds / 1e9));
+    json_object_set_new(sp, "ceiling_gbps", r->have_spine_ceiling ? json_real(r->spine_ceiling.gbps) : json_null());
+    json_object_set_new(sp, "efficiency",
+                        r->have_spine_ceiling ? json_real(sg / r->spine_ceiling.gbps) : json_null());
+    json_object_set_new(j, "spine_stream", sp);
   }
   json_t *dr = r->drives_json ? json_loads(r->drives_json, 0, NULL) : NULL;
   json_object_set_new(j, "store_drives", dr ? dr : json_null());
@@ -425,7 +473,7 @@ static int pack_k(const df_bench_mopts *o, char **drives, int k, int quiet, char
   char **dirs = df_xcalloc((size_t)k, sizeof *dirs);
   for (int i = 0; i < k; i++) dirs[i] = df_path_join(drives[i], sub);
   char *mf = df_path_join(dirs[0], "manifest.json");
-  df_pack_opts po = {.model_dir = o->model_dir, .ndrives = k, .drives = (const char *const *)dirs,
+  df_pack_opts po = {.model_dir = o->engine.model_dir, .ndrives = k, .drives = (const char *const *)dirs,
                      .heat_path = "", .manifest_out = mf, .progress = !quiet};
   if (!quiet) fprintf(stderr, "packing the experts onto %d drive%s (%s%s)...\n", k, k == 1 ? "" : "s", dirs[0], k > 1 ? ", ..." : "");
   int rc = df_pack(&po, e);
@@ -444,12 +492,12 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
   int nd = 0;
   if (o->drives) nd = split_list(o->drives, &drives);
   if (o->ladder && nd == 0) {
-    if (!o->emulate)
+    if (!o->engine.store.emulate_drives)
       return df_err_set(e, "--ladder needs --drives D1,D2,... (real drives) or --emulate-drives BW "
-                           "(then 4 emulated drives are packed under %s/bench-drives)", o->model_dir);
+                           "(then 4 emulated drives are packed under %s/bench-drives)", o->engine.model_dir);
     nd = 4;
     drives = df_xcalloc(4, sizeof *drives);
-    char *base = df_path_join(o->model_dir, "bench-drives");
+    char *base = df_path_join(o->engine.model_dir, "bench-drives");
     for (int i = 0; i < 4; i++) {
       char nm[16];
       snprintf(nm, sizeof nm, "d%d", i + 1);
@@ -457,7 +505,7 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
     }
     free(base);
   }
-  if ((o->store || o->no_pack) && nd > 0) {
+  if ((o->engine.store.manifest || o->engine.store.no_pack) && nd > 0) {
     for (int i = 0; i < nd; i++) free(drives[i]);
     free(drives);
     return df_err_set(e, "--drives/--ladder pack the experts themselves: drop --store/--no-pack");
@@ -473,7 +521,7 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
       nres = i;
       break;
     }
-    if (bench_one(o, mf ? mf : o->store, &res[i], e)) {
+    if (bench_one(o, mf ? mf : o->engine.store.manifest, &res[i], e)) {
       free(mf);
       rc = -1;
       nres = i;
@@ -487,7 +535,7 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
   }
   if (rc == 0 && o->ladder && !o->json) {
     fprintf(out, "\ndrive ladder%s: drives, decode s/token, tok/s, expert read GB/s, ceiling GB/s, efficiency, speed-up vs 1 drive\n",
-            o->emulate ? " (EMULATED drives)" : "");
+            o->engine.store.emulate_drives ? " (EMULATED drives)" : "");
     for (int i = 0; i < nres; i++) {
       const df_bench_result *r = &res[i];
       fprintf(out, "%6d %10.4f %8.2f %10.3f %10.3f %9.1f%% %8.2fx\n", k0 + i, r->decode.s_per_token.median,

@@ -5,6 +5,7 @@
 
 #include "bench/bench.h"
 #include "cli/cli.h"
+#include "cli/engine_opts.h"
 
 void df_cmd_bench_help(void) {
   printf(
@@ -28,22 +29,18 @@ void df_cmd_bench_help(void) {
       "amplification; then the storage ceiling: the store's own I/O engine reading the same\n"
       "expert records at the same queue depth with no compute (and fio, when installed), and\n"
       "storage efficiency = decode expert-read throughput / ceiling.\n"
-      "  --model DIR         model directory\n"
       "  --prompt-tokens P   prompt length (default 64)\n"
       "  --new-tokens N      decoded tokens per repeat (default 8)\n"
       "  --prefill-chunk C   positions per prefill batch (default 0 = the whole prompt)\n"
       "  --repeat R          repeats (default 3)\n"
-      "  --cache-mb M        expert RAM cache (default 0: every expert from the drives)\n"
+      "  --cache-mb M        expert RAM cache (bench default 0: every expert from the drives)\n"
       "  --drives LIST       pack the experts onto these directories first (uses deltafin pack)\n"
       "  --ladder            run 1..N of --drives (or 1..4 emulated drives) and print the ladder\n"
-      "  --emulate-drives BW[,LAT]  drive emulation (numbers are labelled EMULATED)\n"
-      "  --io uring|pread    I/O engine;  --prefetch off|gate|prev|auto\n"
-      "  --store FILE        pack manifest;  --no-pack  read the shards\n"
-      "  --threads N         worker threads (default: all cores)\n"
-      "  --kernels auto|scalar\n"
       "  --no-ceiling        skip the storage ceiling measurement\n"
       "  --json              one JSON object (decode_s_per_token, prefill_s_per_token,\n"
-      "                      expert_read_gbps, ceiling_gbps, storage_efficiency, ...)\n");
+      "                      expert_read_gbps, ceiling_gbps, storage_efficiency, ...)\n"
+      "\n");
+  df_cli_engine_help(stdout);
 }
 
 static int opt_val(int argc, char **argv, int *i, const char **val) {
@@ -90,18 +87,21 @@ int df_cmd_bench(int argc, char **argv) {
     return 0;
   }
   if (argc >= 2 && !strcmp(argv[1], "kernels")) return cmd_kernels(argc - 1, argv + 1);
-  df_bench_mopts o = {.prompt_tokens = 64, .new_tokens = 8, .repeat = 3, .cache_mb = 0};
+  df_bench_mopts o = {.prompt_tokens = 64, .new_tokens = 8, .repeat = 3};
+  df_engine_opts_default(&o.engine);
+  o.engine.store.cache_mb = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
     long n;
+    int r = df_cli_engine_opt(&o.engine, "bench", argc, argv, &i);
+    if (r < 0) return 1;
+    if (r > 0) continue;
     if (!strcmp(a, "--json")) o.json = 1;
     else if (!strcmp(a, "--ladder")) o.ladder = 1;
-    else if (!strcmp(a, "--no-pack")) o.no_pack = 1;
     else if (!strcmp(a, "--no-ceiling")) o.no_ceiling = 1;
     else if (!strncmp(a, "--", 2)) {
       if (opt_val(argc, argv, &i, &v)) return 1;
-      if (!strcmp(a, "--model")) o.model_dir = v;
-      else if (!strcmp(a, "--prompt-tokens")) {
+      if (!strcmp(a, "--prompt-tokens")) {
         if (df_cli_int(a, v, 1, 1 << 20, &n)) return 1;
         o.prompt_tokens = (int)n;
       } else if (!strcmp(a, "--new-tokens")) {
@@ -113,27 +113,13 @@ int df_cmd_bench(int argc, char **argv) {
       } else if (!strcmp(a, "--repeat")) {
         if (df_cli_int(a, v, 1, 1000, &n)) return 1;
         o.repeat = (int)n;
-      } else if (!strcmp(a, "--threads")) {
-        if (df_cli_int(a, v, 1, 1024, &n)) return 1;
-        o.threads = (int)n;
-      } else if (!strcmp(a, "--cache-mb")) {
-        if (df_cli_int(a, v, 0, 1L << 30, &n)) return 1;
-        o.cache_mb = n;
       } else if (!strcmp(a, "--drives")) o.drives = v;
-      else if (!strcmp(a, "--emulate-drives")) o.emulate = v;
-      else if (!strcmp(a, "--io")) o.io = v;
-      else if (!strcmp(a, "--prefetch")) o.prefetch = v;
-      else if (!strcmp(a, "--store")) o.store = v;
-      else if (!strcmp(a, "--kernels")) {
-        if (!strcmp(v, "auto")) o.kernels_scalar = 0;
-        else if (!strcmp(v, "scalar")) o.kernels_scalar = 1;
-        else return df_cli_fail("--kernels: '%s' is not auto or scalar", v);
-      } else return df_cli_fail("bench: unknown option '%s' (see deltafin bench --help)", a);
+      else return df_cli_fail("bench: unknown option '%s' (see deltafin bench --help)", a);
     } else {
       return df_cli_fail("bench: unexpected argument '%s' (did you mean 'bench kernels'?)", a);
     }
   }
-  if (!o.model_dir) return df_cli_fail("bench: --model DIR is required (or 'deltafin bench kernels')");
+  if (!o.engine.model_dir) return df_cli_fail("bench: --model DIR is required (or 'deltafin bench kernels')");
   df_err e;
   if (df_bench_model(&o, stdout, &e)) return df_cli_fail("%s", e.msg);
   return 0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "cli/cli.h"
@@ -18,20 +19,26 @@
 
 void df_cmd_inspect_help(void) {
   printf(
-      "usage: deltafin inspect --model DIR [--json] [--quick]\n"
+      "usage: deltafin inspect --model DIR [--json] [--full-scan]\n"
       "\n"
       "Shows DIR as the engine understands it: config.json, tensor counts and\n"
       "bytes (spine bf16/f32, the row-int8 spine copy in DIR/spine-int8/ if\n"
       "present, routed experts, ignored vision tensors), the bytes one decode\n"
       "token reads when nothing is cached, and problems: tensors missing from or\n"
       "unexpected in the K3 roster for this config, wrong shapes or dtypes, expert\n"
-      "records that are not contiguous, and E8M0 scale bytes of 255.\n"
+      "records that are not contiguous, and (with --full-scan) E8M0 scale bytes\n"
+      "of 255. A DIR holding only config.json shows the config and reports the\n"
+      "missing weights.\n"
       "\n"
       "options:\n"
       "  --model DIR   checkpoint directory (config.json + safetensors)\n"
       "  --json        one JSON object on stdout instead of text\n"
-      "  --quick       skip reading every expert scale byte (on a full K3\n"
-      "                checkpoint that scan reads about 28 GB)\n"
+      "  --full-scan   also read every expert scale byte (on the full K3 release\n"
+      "                that is 85 GB, so it is not the default)\n"
+      "  --progress    report the scan's progress on stderr (the default when\n"
+      "                stderr is a terminal)\n"
+      "  --quick       the default (headers, roster and layout only); kept for\n"
+      "                scripts written before --full-scan\n"
       "\n"
       "exit status: 0 no problems, 1 fatal error (one line on stderr),\n"
       "             3 problems found (listed on stdout)\n");
@@ -58,6 +65,7 @@ typedef struct report {
   uint64_t tok_spine, tok_experts;
   df_roster_report roster;
   int scales_scanned;
+  int no_weights; /* config.json only: no index, no model.safetensors */
   char **extra; /* problems found outside the roster check */
   int n_extra;
 } report;
@@ -166,6 +174,13 @@ static void print_text(const report *r) {
   char h1[32], h2[32], h3[32];
   printf("model             %s\n", r->dir);
   df_config_print(&r->cfg, stdout);
+  if (r->no_weights) {
+    printf("\ncheckpoint        no weights (neither model.safetensors.index.json nor "
+           "model.safetensors)\n");
+    printf("\nproblems          %d\n", r->n_extra);
+    for (int i = 0; i < r->n_extra; i++) printf("  %s\n", r->extra[i]);
+    return;
+  }
   printf("\ncheckpoint        %d safetensors file%s, %s\n", r->set.nfiles,
          r->set.nfiles == 1 ? "" : "s", human(r->file_bytes, h1, sizeof h1));
   printf("spine             %ld tensors, %s", r->spine.tensors, human(r->spine.bytes, h1, sizeof h1));
@@ -187,6 +202,9 @@ static void print_text(const report *r) {
          r->expected_records, r->lay.total);
   printf("ignored           %ld tensors (vision_tower.*, mm_projector.*), %s\n",
          r->ignored.tensors, human(r->ignored.bytes, h1, sizeof h1));
+  if (r->set.nskipped)
+    printf("absent            %d vision-only shard%s (not needed: the engine runs the text model)\n",
+           r->set.nskipped, r->set.nskipped == 1 ? "" : "s");
   if (r->other.tensors) printf("other             %ld tensors, %s\n", r->other.tensors,
                                human(r->other.bytes, h1, sizeof h1));
   printf("\none decode token reads (nothing cached):\n");
@@ -200,7 +218,8 @@ static void print_text(const report *r) {
   long np = n_problems(r);
   if (!np) {
     printf("\nproblems          none (%ld roster tensors checked%s)\n", r->roster.n_expected,
-           r->scales_scanned ? ", every expert scale read" : "; --quick: scales not read");
+           r->scales_scanned ? ", every expert scale read"
+                             : "; expert scales not read: --full-scan reads them");
     return;
   }
   const df_roster_report *q = &r->roster;
@@ -244,6 +263,9 @@ static void print_json(const report *r) {
   json_object_set_new(ex, "record_bytes", json_integer((json_int_t)r->lay.total));
   json_object_set_new(o, "experts", ex);
   json_object_set_new(o, "ignored", jtally(&r->ignored));
+  json_t *sk = json_array();
+  for (int i = 0; i < r->set.nskipped; i++) json_array_append_new(sk, json_string(r->set.skipped[i]));
+  json_object_set_new(o, "absent_vision_shards", sk);
   json_object_set_new(o, "other", jtally(&r->other));
   json_object_set_new(
       o, "per_token",
@@ -273,13 +295,30 @@ static void print_json(const report *r) {
   free(s);
 }
 
+/* --full-scan progress on stderr: a line per whole percent, so a log stays
+ * short and a terminal shows it moving. */
+typedef struct scan_progress {
+  uint64_t total;
+  int shown; /* last percent printed, +1 */
+} scan_progress;
+
+static void show_progress(uint64_t done, void *ctx) {
+  scan_progress *p = ctx;
+  int pct = p->total ? (int)(done * 100 / p->total) : 100;
+  if (pct + 1 <= p->shown) return;
+  p->shown = pct + 1;
+  char h1[32], h2[32];
+  fprintf(stderr, "deltafin: inspect: expert scales %3d%% (%s of %s)\n", pct,
+          human(done, h1, sizeof h1), human(p->total, h2, sizeof h2));
+}
+
 int df_cmd_inspect(int argc, char **argv) {
   if (df_cli_wants_help(argc, argv)) {
     df_cmd_inspect_help();
     return 0;
   }
   const char *dir = NULL;
-  int as_json = 0, quick = 0;
+  int as_json = 0, full = 0, progress = isatty(2);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--model")) {
       if (i + 1 >= argc) return df_cli_fail("--model needs a directory");
@@ -287,7 +326,11 @@ int df_cmd_inspect(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--json")) {
       as_json = 1;
     } else if (!strcmp(argv[i], "--quick")) {
-      quick = 1;
+      full = 0;
+    } else if (!strcmp(argv[i], "--full-scan")) {
+      full = 1;
+    } else if (!strcmp(argv[i], "--progress")) {
+      progress = 1;
     } else {
       return df_cli_fail("inspect: unknown argument '%s' (see deltafin inspect --help)", argv[i]);
     }
@@ -304,14 +347,36 @@ int df_cmd_inspect(int argc, char **argv) {
     free(r);
     return df_cli_fail("%s", e.msg);
   }
+  char *ip = df_path_join(dir, DF_ST_INDEX), *sp = df_path_join(dir, DF_ST_SINGLE);
+  r->no_weights = !df_file_exists(ip) && !df_file_exists(sp);
+  free(ip);
+  free(sp);
+  if (r->no_weights) {
+    /* Still worth showing: the config is what the engine would run. */
+    add_extra(r, "no weights: add the safetensors shards and model.safetensors.index.json "
+                 "next to config.json");
+    if (as_json) print_json(r);
+    else print_text(r);
+    fprintf(stderr, "deltafin: inspect: %s has config.json but no weights\n", dir);
+    for (int i = 0; i < r->n_extra; i++) free(r->extra[i]);
+    free(r->extra);
+    free(r);
+    return 3;
+  }
   if (df_st_set_open(&r->set, dir, &e) != 0) {
     free(r);
     return df_cli_fail("%s", e.msg);
   }
   tally_set(r);
   scan_int8(r);
-  r->scales_scanned = !quick;
-  if (df_roster_check(&r->set, &r->cfg, quick ? 0 : DF_ROSTER_SCAN_SCALES, &r->roster, &e) != 0) {
+  r->scales_scanned = full;
+  scan_progress pg = {0};
+  for (int i = 0; full && i < r->set.ntensors; i++)
+    if (df_roster_classify(r->set.all[i]->name) == DF_TC_EXPERT &&
+        ends_with(r->set.all[i]->name, ".weight_scale"))
+      pg.total += r->set.all[i]->nbytes;
+  if (df_roster_check_progress(&r->set, &r->cfg, full ? DF_ROSTER_SCAN_SCALES : 0, &r->roster,
+                               full && progress ? show_progress : NULL, &pg, &e) != 0) {
     df_st_set_close(&r->set);
     free(r);
     return df_cli_fail("%s", e.msg);

@@ -7,6 +7,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/engine_opts.h"
 #include "engine/engine.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -21,7 +22,6 @@ void df_cmd_run_help(void) {
       "stops at <|end_of_msg|>.\n"
       "\n"
       "options:\n"
-      "  --model DIR          model directory (config.json, shards, tokenizer)\n"
       "  --prompt TEXT        prompt text (needs the model's tokenizer)\n"
       "  --prompt-ids LIST    prompt as comma-separated token ids\n"
       "  --chat               chat format: thinking-effort system message, user\n"
@@ -34,26 +34,10 @@ void df_cmd_run_help(void) {
       "  --top-p P            nucleus sampling (with --temperature)\n"
       "  --seed N             sampling seed (default 0)\n"
       "  --prefill-chunk N    prompt positions per batch (default 64; 0 = whole prompt)\n"
-      "  --threads N          worker threads (default: all cores)\n"
-      "  --spine bf16|int8    spine weights as stored (bf16) or the row-int8 copy\n"
-      "                       written by `deltafin convert-spine`\n"
-      "  --kernels auto|scalar  kernel table (scalar = the reference kernels)\n"
       "  --stats              print a timing and I/O summary to stderr\n"
       "  --json               print one JSON object at the end instead of streaming\n"
-      "\n"
-      "expert store:\n"
-      "  --cache-mb N         expert RAM cache budget in MiB\n"
-      "  --store FILE         pack manifest to read experts from\n"
-      "  --no-pack            read experts from the shards even if a pack exists\n"
-      "  --io uring|pread     I/O engine\n"
-      "  --prefetch MODE      off, gate, prev or auto\n"
-      "  --emulate-drives BW[,LAT]  emulate drive bandwidth/latency\n"
-      "  --split-reads MODE   auto (large records over two idle copies), off, always\n"
-      "  --gate-input IN      gate-ahead predictor input: x (default) or x+shared\n"
-      "  --trace FILE         write a per-read trace\n"
-      "  --pin-mb N           keep the hottest experts (by the heat file) resident\n"
-      "  --queue-depth N      reads in flight per drive\n"
-      "  --heat FILE          heat file (default DIR/deltafin.heat; \"\" = none)\n");
+      "\n");
+  df_cli_engine_help(stdout);
 }
 
 static int parse_ids(const char *opt, const char *s, int **ids, int *n) {
@@ -171,18 +155,19 @@ int df_cmd_run(int argc, char **argv) {
   const char *prompt = NULL, *prompt_ids = NULL, *effort_s = "max", *stop_s = NULL;
   int chat = 0, stats = 0, json = 0, no_reasoning = 0;
   long v;
+  int r;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--chat")) chat = 1;
     else if (!strcmp(a, "--stats")) stats = 1;
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--no-reasoning")) no_reasoning = 1;
-    else if (!strcmp(a, "--no-pack")) eo.no_pack = 1;
-    else if (a[0] == '-' && a[1] == '-') {
+    else if ((r = df_cli_engine_opt(&eo, "run", argc, argv, &i)) != 0) {
+      if (r < 0) return 1;
+    } else if (a[0] == '-' && a[1] == '-') {
       if (i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin run --help)", a);
       const char *val = argv[++i];
-      if (!strcmp(a, "--model")) eo.model_dir = val;
-      else if (!strcmp(a, "--prompt")) prompt = val;
+      if (!strcmp(a, "--prompt")) prompt = val;
       else if (!strcmp(a, "--prompt-ids")) prompt_ids = val;
       else if (!strcmp(a, "--effort")) effort_s = val;
       else if (!strcmp(a, "--stop")) stop_s = val;
@@ -192,9 +177,6 @@ int df_cmd_run(int argc, char **argv) {
       } else if (!strcmp(a, "--prefill-chunk")) {
         if (df_cli_int(a, val, 0, 1 << 20, &v)) return 1;
         go.prefill_chunk = (int)v;
-      } else if (!strcmp(a, "--threads")) {
-        if (df_cli_int(a, val, 1, 4096, &v)) return 1;
-        eo.threads = (int)v;
       } else if (!strcmp(a, "--seed")) {
         char *end;
         unsigned long long s = strtoull(val, &end, 10);
@@ -210,38 +192,6 @@ int df_cmd_run(int argc, char **argv) {
           if (!(d > 0 && d <= 1)) return df_cli_fail("--top-p: '%s' is not in (0, 1]", val);
           go.top_p = (float)d;
         }
-      } else if (!strcmp(a, "--spine")) {
-        if (!strcmp(val, "bf16")) eo.spine = DF_SPINE_BF16;
-        else if (!strcmp(val, "int8")) eo.spine = DF_SPINE_INT8;
-        else return df_cli_fail("--spine: '%s' is not bf16 or int8", val);
-      } else if (!strcmp(a, "--kernels")) {
-        if (!strcmp(val, "auto")) eo.kernels_scalar = 0;
-        else if (!strcmp(val, "scalar")) eo.kernels_scalar = 1;
-        else return df_cli_fail("--kernels: '%s' is not auto or scalar", val);
-      } else if (!strcmp(a, "--cache-mb")) {
-        if (df_cli_int(a, val, 0, 1L << 40, &v)) return 1;
-        eo.cache_mb = v;
-      } else if (!strcmp(a, "--store")) eo.store_manifest = val;
-      else if (!strcmp(a, "--io")) eo.io = val;
-      else if (!strcmp(a, "--prefetch")) eo.prefetch = val;
-      else if (!strcmp(a, "--emulate-drives")) eo.emulate_drives = val;
-      else if (!strcmp(a, "--trace")) eo.trace_path = val;
-      else if (!strcmp(a, "--heat")) eo.heat_path = val;
-      else if (!strcmp(a, "--pin-mb")) {
-        if (df_cli_int(a, val, 0, 1L << 40, &v)) return 1;
-        eo.pin_mb = v;
-      } else if (!strcmp(a, "--queue-depth")) {
-        if (df_cli_int(a, val, 1, 4096, &v)) return 1;
-        eo.queue_depth = (int)v;
-      } else if (!strcmp(a, "--split-reads")) {
-        if (!strcmp(val, "auto")) eo.split_reads = 0;
-        else if (!strcmp(val, "off")) eo.split_reads = -1;
-        else if (!strcmp(val, "always")) eo.split_reads = 1;
-        else return df_cli_fail("--split-reads: '%s' is not auto, off or always", val);
-      } else if (!strcmp(a, "--gate-input")) {
-        if (!strcmp(val, "x")) eo.gate_ahead_shared = 0;
-        else if (!strcmp(val, "x+shared")) eo.gate_ahead_shared = 1;
-        else return df_cli_fail("--gate-input: '%s' is not x or x+shared", val);
       }
       else return df_cli_fail("run: unknown option '%s' (see deltafin run --help)", a);
     } else {
@@ -264,6 +214,7 @@ int df_cmd_run(int argc, char **argv) {
 
   df_err e;
   df_engine *en;
+  eo.max_rows = go.prefill_chunk > 0 ? go.prefill_chunk : nids;
   if (df_engine_open(&en, &eo, &e)) {
     free(ids), free(stops);
     return df_cli_fail("%s", e.msg);
@@ -362,6 +313,12 @@ int df_cmd_run(int argc, char **argv) {
     free(ej);
     json_t *store = ev ? json_object_get(ev, "store") : NULL;
     json_object_set(js, "store", store ? store : json_null());
+    json_t *dc = ev ? json_object_get(ev, "decode_compute") : NULL;
+    json_object_set(js, "decode_compute", dc ? dc : json_null());
+    json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
+    json_object_set(js, "plan", plan ? plan : json_null());
+    json_object_set_new(js, "spine_stream_bytes",
+                        json_integer((json_int_t)df_engine_spine_stream_bytes(en)));
     json_decref(ev);
     json_object_set_new(o, "stats", js);
     char *txt = json_dumps(o, JSON_COMPACT);
@@ -382,6 +339,9 @@ int df_cmd_run(int argc, char **argv) {
             nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
             finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
             df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
+    char *pt = df_engine_plan_text(en);
+    fprintf(stderr, "%s", pt);
+    free(pt);
     char *t = df_engine_store_text(en);
     if (t) fprintf(stderr, "%s%s", t, t[0] && t[strlen(t) - 1] != '\n' ? "\n" : "");
     free(t);

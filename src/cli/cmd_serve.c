@@ -7,6 +7,7 @@
 
 #include "base/err.h"
 #include "cli/cli.h"
+#include "cli/engine_opts.h"
 #include "engine/engine.h"
 #include "serve/server.h"
 
@@ -19,7 +20,6 @@ void df_cmd_serve_help(void) {
       "One generation runs at a time; SIGINT/SIGTERM stop the server cleanly.\n"
       "\n"
       "server:\n"
-      "  --model DIR              checkpoint directory (required)\n"
       "  --host ADDR              address to listen on (default 127.0.0.1)\n"
       "  --port N                 TCP port (default 8000; 0 = any free port, logged)\n"
       "  --model-id ID            model id clients send (default: from the checkpoint)\n"
@@ -40,20 +40,10 @@ void df_cmd_serve_help(void) {
       "  --cors ORIGIN            send CORS headers to this browser origin (repeatable;\n"
       "                           '*' = any; default: none)\n"
       "\n"
-      "engine (as for run):\n"
-      "  --threads N              compute threads (default: all cores)\n"
-      "  --spine bf16|int8        dense weights as stored or the row-int8 copy\n"
-      "  --kernels auto|scalar    kernel table (scalar = the reference kernels)\n"
-      "  --store MANIFEST         expert store manifest (default: the model's pack, if any)\n"
-      "  --no-pack                read experts from the checkpoint shards\n"
-      "  --cache-mb N             expert cache size in MiB\n"
-      "  --io uring|pread         expert read path\n"
-      "  --prefetch off|gate|prev|auto\n"
-      "  --emulate-drives SPEC    emulate drives (testing)\n"
-      "  --trace PATH             write a read trace\n"
-      "\n"
       "testing:\n"
-      "  --debug-token-delay-ms N pause after every generated token\n");
+      "  --debug-token-delay-ms N pause after every generated token\n"
+      "\n");
+  df_cli_engine_help(stdout);
 }
 
 int df_cmd_serve(int argc, char **argv) {
@@ -76,10 +66,10 @@ int df_cmd_serve(int argc, char **argv) {
     if (!v) return df_cli_fail("%s needs a value", a); \
     i++; \
   } while (0)
-    if (!strcmp(a, "--model")) {
-      NEED_VAL();
-      eo.model_dir = v;
-    } else if (!strcmp(a, "--host")) {
+    int r = df_cli_engine_opt(&eo, "serve", argc, argv, &i);
+    if (r < 0) return 1;
+    if (r > 0) continue;
+    if (!strcmp(a, "--host")) {
       NEED_VAL();
       so.host = v;
     } else if (!strcmp(a, "--port")) {
@@ -128,45 +118,6 @@ int df_cmd_serve(int argc, char **argv) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 60000, &x)) return 1;
       so.token_delay_ms = (int)x;
-    } else if (!strcmp(a, "--threads")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 4096, &x)) return 1;
-      eo.threads = (int)x;
-    } else if (!strcmp(a, "--spine")) {
-      NEED_VAL();
-      if (!strcmp(v, "bf16")) eo.spine = DF_SPINE_BF16;
-      else if (!strcmp(v, "int8")) eo.spine = DF_SPINE_INT8;
-      else return df_cli_fail("--spine: '%s' is not bf16 or int8", v);
-    } else if (!strcmp(a, "--kernels")) {
-      NEED_VAL();
-      if (!strcmp(v, "auto")) eo.kernels_scalar = 0;
-      else if (!strcmp(v, "scalar")) eo.kernels_scalar = 1;
-      else return df_cli_fail("--kernels: '%s' is not auto or scalar", v);
-    } else if (!strcmp(a, "--store")) {
-      NEED_VAL();
-      eo.store_manifest = v;
-    } else if (!strcmp(a, "--no-pack")) {
-      eo.no_pack = 1;
-    } else if (!strcmp(a, "--cache-mb")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 1L << 40, &x)) return 1;
-      eo.cache_mb = x;
-    } else if (!strcmp(a, "--io")) {
-      NEED_VAL();
-      if (strcmp(v, "uring") && strcmp(v, "pread"))
-        return df_cli_fail("--io: '%s' is not uring or pread", v);
-      eo.io = v;
-    } else if (!strcmp(a, "--prefetch")) {
-      NEED_VAL();
-      if (strcmp(v, "off") && strcmp(v, "gate") && strcmp(v, "prev") && strcmp(v, "auto"))
-        return df_cli_fail("--prefetch: '%s' is not off, gate, prev or auto", v);
-      eo.prefetch = v;
-    } else if (!strcmp(a, "--emulate-drives")) {
-      NEED_VAL();
-      eo.emulate_drives = v;
-    } else if (!strcmp(a, "--trace")) {
-      NEED_VAL();
-      eo.trace_path = v;
     } else {
       return df_cli_fail("serve: unknown option '%s' (see deltafin serve --help)", a);
     }

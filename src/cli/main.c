@@ -22,6 +22,9 @@ static const df_cmd cmds[] = {
     {"doctor", "verify a packed expert store", df_cmd_doctor, df_cmd_doctor_help},
     {"bench", "measure speed against the storage ceiling", df_cmd_bench, df_cmd_bench_help},
     {"trace", "summarise a read trace (trace report FILE)", df_cmd_trace, df_cmd_trace_help},
+    {"setup", "install a model from a Hugging Face endpoint", df_cmd_setup, df_cmd_setup_help},
+    {"warm", "fetch the experts a recorded trace needs (stream installs)", df_cmd_warm,
+     df_cmd_warm_help},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 

@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "engine/sample.h"
 #include "format/config.h"
+#include "store/opts.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct df_engine df_engine;
@@ -18,24 +19,26 @@ typedef struct df_session df_session;
 
 typedef enum { DF_SPINE_BF16 = 0, DF_SPINE_INT8 = 1 } df_spine_kind;
 
+/* What the gate-ahead predictor applies layer L+1's router to. */
+typedef enum {
+  DF_GATE_INPUT_X = 0,        /* layer L's normalised MLP input */
+  DF_GATE_INPUT_X_SHARED = 1, /* L's MLP input plus L's shared-expert output */
+} df_gate_input_kind;
+
+/* Every option of an engine; the CLI fills it with one parser
+ * (cli/engine_opts.h). Zero-initialised fields are defaults except
+ * store.cache_mb (df_engine_opts_default sets -1 = default size). */
 typedef struct df_engine_opts {
   const char *model_dir;
   int threads;              /* <= 0: all cores */
   df_spine_kind spine;      /* bf16 (as stored) or the row-int8 copy */
   int kernels_scalar;       /* force the scalar reference kernels */
-  /* expert store options (issue 4); zero = defaults */
-  const char *store_manifest; /* NULL: use the pack recorded in model_dir if any */
-  int no_pack;
-  long cache_mb;            /* -1 = default */
-  const char *io;           /* "uring" | "pread" | NULL (default) */
-  const char *prefetch;     /* "off" | "gate" | "prev" | "auto" | NULL */
-  const char *emulate_drives;
-  const char *trace_path;
-  long pin_mb;              /* store: keep the hottest experts resident (MiB); 0 = none */
-  int queue_depth;          /* store: reads in flight per drive; <= 0 = default */
-  const char *heat_path;    /* store: heat file; NULL = <model_dir>/deltafin.heat, "" = none */
-  int split_reads;          /* store: 0 auto (large records), -1 never, 1 whenever possible */
-  int gate_ahead_shared;    /* gate-ahead input: 0 = layer L's x, 1 = x + shared-expert output */
+  df_gate_input_kind gate_input;
+  df_store_opts store;      /* the expert store's own options; the engine sets store.model_dir */
+  /* memory plan (issue 11) */
+  uint64_t mem_limit;       /* bytes deltafin may use; 0 = MemAvailable / cgroup limit */
+  int ctx;                  /* positions to admit; <= 0 = planner decides */
+  int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -122,6 +125,22 @@ int df_engine_threads(const df_engine *en);
  * --stats); caller frees. */
 char *df_engine_store_text(df_engine *en);
 char *df_engine_store_describe(df_engine *en);
+/* The engine's expert store, for tools that measure it (the bench's read
+ * log and df_store_locate, store/store.h); owned by the engine. */
+typedef struct df_store df_store;
+df_store *df_engine_store(df_engine *en);
+/* The memory plan: text (for --stats) and JSON object; caller frees. */
+char *df_engine_plan_text(const df_engine *en);
+char *df_engine_plan_json(const df_engine *en);
+/* Spine bytes read from the drives by the spine stream since the engine
+ * opened (0 when the whole spine is resident). */
+uint64_t df_engine_spine_stream_bytes(const df_engine *en);
+/* The reads one pass of the spine stream makes (path, offset, length), for
+ * the bench's spine ceiling; returns the stream's queue depth (0: nothing
+ * streams). */
+int df_engine_spine_reads(const df_engine *en,
+                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void *ud);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 

@@ -265,6 +265,9 @@ typedef struct check_ctx {
   const df_tensor *first;
   uint64_t next;
   int layout_ok;
+  df_roster_progress_fn progress;
+  void *progress_ctx;
+  uint64_t scanned; /* scale bytes read so far */
 } check_ctx;
 
 static int check_cb(const df_roster_item *it, void *vctx) {
@@ -319,15 +322,24 @@ static int check_cb(const df_roster_item *it, void *vctx) {
     df_err e;
     if (df_mxfp4_check_scales(t->data, (size_t)t->nbytes, t->name, &e) != 0)
       problem(r, &r->n_bad_scales, "%s", e.msg);
+    k->scanned += t->nbytes;
+    if (k->progress) k->progress(k->scanned, k->progress_ctx);
   }
   return 0;
 }
 
 int df_roster_check(const df_st_set *s, const df_config *c, int flags, df_roster_report *out,
                     df_err *e) {
+  return df_roster_check_progress(s, c, flags, out, NULL, NULL, e);
+}
+
+int df_roster_check_progress(const df_st_set *s, const df_config *c, int flags,
+                             df_roster_report *out, df_roster_progress_fn progress,
+                             void *progress_ctx, df_err *e) {
   (void)e;
   memset(out, 0, sizeof *out);
-  check_ctx k = {.s = s, .flags = flags, .r = out};
+  check_ctx k = {.s = s, .flags = flags, .r = out, .progress = progress,
+                 .progress_ctx = progress_ctx};
   df_roster_foreach(c, check_cb, &k);
   for (int i = 0; i < s->ntensors; i++) {
     const df_tensor *t = s->all[i];

@@ -72,6 +72,13 @@ typedef struct df_roster_report {
  * returns -1 only when the check itself could not run. */
 int df_roster_check(const df_st_set *s, const df_config *c, int flags, df_roster_report *out,
                     df_err *e);
+/* Like df_roster_check; with DF_ROSTER_SCAN_SCALES, progress (if not NULL) is
+ * called after each scale tensor with the scale bytes read so far (a full K3
+ * checkpoint has about 28 GB of them). */
+typedef void (*df_roster_progress_fn)(uint64_t scanned_bytes, void *ctx);
+int df_roster_check_progress(const df_st_set *s, const df_config *c, int flags,
+                             df_roster_report *out, df_roster_progress_fn progress,
+                             void *progress_ctx, df_err *e);
 void df_roster_report_free(df_roster_report *r);
 
 #endif

@@ -73,6 +73,7 @@ static const char *json_kind(const json_t *v) {
 }
 
 static int want_bool(const json_t *v, const char *param, int *out, df_serve_err *e) {
+  *out = 0; /* defined on every path (gcc -O3 cannot see that BAD returns -1) */
   if (!json_is_boolean(v)) return BAD(e, param, "'%s' must be a boolean, not %s", param, json_kind(v));
   *out = json_is_true(v);
   return 0;

@@ -16,25 +16,10 @@
 #include "base/err.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "store/opts.h"
 
 typedef struct df_store df_store;
 
-typedef struct df_store_opts {
-  const char *model_dir;
-  const char *manifest;     /* explicit pack manifest; NULL = the one recorded in model_dir */
-  int no_pack;              /* read the shards even if a pack exists */
-  long cache_mb;            /* expert RAM cache; -1 default, 0 = only in flight */
-  const char *io;           /* "uring", "pread", or NULL = default */
-  const char *prefetch;     /* off|gate|prev|auto, NULL = default */
-  const char *emulate_drives; /* "BW[,LATENCY]" */
-  const char *trace_path;
-  long pin_mb;              /* keep the hottest experts (by the heat file) resident; 0 = none */
-  int queue_depth;          /* reads in flight per drive; <= 0 = default (8) */
-  const char *heat_path;    /* NULL = <model_dir>/deltafin.heat; "" = no heat file */
-  int split_reads;          /* a record with two readable copies may be read half from each:
-                             * 0 = records >= 1 MiB when both drives are about equally free,
-                             * -1 = never, 1 = whenever possible (tests) */
-} df_store_opts;
 
 /* The manifest `deltafin pack` records in the model folder. */
 #define DF_PACK_MANIFEST_NAME "deltafin-pack.json"
@@ -49,8 +34,11 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
                   const df_store_opts *o, df_err *e);
 void df_store_close(df_store *s);
 
-/* Starts a layer batch: experts[] sorted ascending, unique, n >= 1. */
-int df_store_begin(df_store *s, int layer, const int *experts, int n, df_err *e);
+/* Starts a layer batch: experts[] sorted ascending, unique, n >= 1; rows is
+ * the number of positions of the forward pass the batch belongs to (1 =
+ * decode, > 1 = a prefill chunk: its reads count as prefill reads, and
+ * `auto` prefetch reads nothing speculative for it). */
+int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, df_err *e);
 /* Hands out one ready expert: *idx is its index in experts[], *bytes its
  * record (valid until df_store_end). Returns 1 when it handed one out, 0 when
  * every expert of the batch has been handed out, -1 on error (the message
@@ -66,10 +54,35 @@ void df_store_hint(df_store *s, int layer, const int *experts, int n);
  * skip computing them otherwise. */
 int df_store_wants_hint(const df_store *s);
 
-/* Optional: the number of positions (rows) of the forward pass that the
- * next batches belong to (1 = decode, > 1 = a prefill chunk); only used to
- * report prefill read amplification separately. */
-void df_store_set_rows(df_store *s, int rows);
+/* ---- where records live, and what the store read ----
+ * The one answer to "where is this record and how would you read it", for
+ * tools that replay or check the store's reads (the bench's storage
+ * ceiling) without re-deriving the pack's or the shards' layout. */
+typedef struct df_store_loc {
+  const char *path;  /* the file holding this copy (valid while the store is open) */
+  int file;          /* the store's index of that file (same path, same index) */
+  int drive;         /* the drive it is on (the store's drive index; shards: 0) */
+  uint64_t off;      /* the record's first byte in the file */
+  uint64_t bytes;    /* record bytes */
+  uint64_t read_off; /* the span one whole read of it covers (O_DIRECT aligned) */
+  uint32_t read_len;
+} df_store_loc;
+/* Copies of the record of (layer, expert); 0 when there is no such record. */
+int df_store_copies(const df_store *s, int layer, int expert);
+int df_store_locate(const df_store *s, int layer, int expert, int copy, df_store_loc *out,
+                    df_err *e);
+
+/* One verified record read: which record, from which copy (a split read is
+ * logged as a read of its first part's copy). */
+typedef struct df_store_read {
+  int layer, expert, copy;
+} df_store_read;
+/* Starts (on = 1) or stops logging successful reads in order, in memory. */
+void df_store_log_reads(df_store *s, int on);
+/* Reads logged so far; df_store_read_log copies entries [from, from + max)
+ * and returns how many it copied. */
+size_t df_store_reads_logged(const df_store *s);
+size_t df_store_read_log(const df_store *s, size_t from, size_t max, df_store_read *out);
 
 /* Total routed-expert bytes fetched so far (reads and cache hits are
  * reported separately in the stats JSON). */

@@ -420,7 +420,7 @@ static void test_to_json_roundtrip(void **st) {
   assert_memory_equal(&c, &r, sizeof c);
   /* floats written as the shortest decimal that reads back exactly */
   assert_non_null(strstr(js, "\"rms_norm_eps\": 1e-5"));
-  assert_non_null(strstr(js, "\"situ_beta\": 4.0"));
+  assert_non_null(strstr(js, "\"activation_situ_beta\": 4.0"));
   assert_non_null(strstr(js, "\"architectures\""));
   assert_non_null(strstr(js, "\"ignore\""));
   free(js);
@@ -497,6 +497,210 @@ static void test_long_group_name(void **st) {
   expect_fail(j, "num_bits", NULL);
 }
 
+/* The published moonshotai/Kimi-K3 config.json (tests/fixtures/config/, values
+ * and their sources in the README there): every dimension the engine uses. */
+static char *fixture_path(void) {
+  const char *src = getenv("DF_SRC");
+  if (!src) src = ".";
+  return df_path_join(src, "tests/fixtures/config/kimi-k3-config.json");
+}
+
+static void check_k3_release(const df_config *c) {
+  assert_string_equal(c->model_type, "kimi_k3");
+  assert_int_equal(c->nested, 1);
+  assert_int_equal(c->hidden, 7168);
+  assert_int_equal(c->n_layers, 93);
+  assert_int_equal(c->vocab, 163840);
+  assert_true(c->eps == 1e-5f);
+  assert_int_equal(c->bos_id, 163584);
+  assert_int_equal(c->eos_id, 163586);
+  assert_int_equal(c->pad_id, 163839);
+  assert_int_equal(c->max_pos, 1048576);
+  assert_true(c->situ_beta == 4.0f && c->situ_linear_beta == 25.0f);
+  assert_int_equal(c->attn_res_block, 12);
+  assert_int_equal(c->n_mla, 24);
+  assert_int_equal(c->n_kda, 69);
+  for (int l = 0; l < 93; l++)
+    assert_int_equal(c->layer_kind[l], ((l + 1) % 4 == 0 || l == 92) ? DF_LAYER_MLA : DF_LAYER_KDA);
+  assert_int_equal(c->kda_heads, 96);
+  assert_int_equal(c->kda_head_dim, 128);
+  assert_int_equal(c->kda_conv, 4);
+  assert_true(c->kda_gate_lower_bound == -5.0f);
+  assert_int_equal(c->mla_heads, 96);
+  assert_int_equal(c->q_lora_rank, 1536);
+  assert_int_equal(c->kv_lora_rank, 512);
+  assert_int_equal(c->qk_nope_dim, 128);
+  assert_int_equal(c->qk_rope_dim, 64);
+  assert_int_equal(c->v_head_dim, 128);
+  assert_int_equal(c->first_k_dense, 1);
+  assert_int_equal(c->dense_inter, 33792);
+  assert_int_equal(c->n_experts, 896);
+  assert_int_equal(c->top_k, 16);
+  assert_int_equal(c->n_shared, 2);
+  assert_int_equal(c->moe_inter, 3072);
+  assert_int_equal(c->latent, 3584);
+  assert_int_equal(c->latent_norm, 1);
+  assert_int_equal(c->n_group, 1);
+  assert_int_equal(c->topk_group, 1);
+  assert_int_equal(c->grouped_topk, 1);
+  assert_int_equal(c->norm_topk_prob, 1);
+  assert_true(c->routed_scale == 1.0f);
+  assert_int_equal(c->expert_group, 32);
+}
+
+static void test_release_config(void **st) {
+  (void)st;
+  char *p = fixture_path();
+  df_config c;
+  df_err e = {{0}};
+  if (df_config_load(&c, p, &e) != 0) fail_msg("%s", e.msg);
+  check_k3_release(&c);
+  /* transformers' sampling "top_k" (50) must not be read as the router's top-k */
+  char *buf;
+  size_t len;
+  assert_int_equal(df_file_read(p, &buf, &len, &e), 0);
+  json_t *j = json_loadb(buf, len, 0, NULL);
+  free(buf);
+  assert_non_null(j);
+  json_object_set_new(tc(j), "top_k", json_integer(50));
+  df_config d;
+  if (parse_j(j, &d, &e) != 0) fail_msg("%s", e.msg);
+  assert_int_equal(d.top_k, 16);
+  /* flat: the text_config keys at the root */
+  json_t *f = json_deep_copy(tc(j));
+  if (parse_j(f, &d, &e) != 0) fail_msg("%s", e.msg);
+  assert_int_equal(d.nested, 0);
+  d.nested = 1;
+  memcpy(d.model_type, c.model_type, sizeof d.model_type);
+  assert_memory_equal(&c, &d, sizeof c);
+  json_decref(f);
+  /* the generator's serialisation reads back to the same config */
+  char *js = df_config_to_json(&c);
+  if (df_config_parse(&d, js, strlen(js), &e) != 0) fail_msg("%s", e.msg);
+  assert_memory_equal(&c, &d, sizeof c);
+  free(js);
+  json_decref(j);
+  free(p);
+}
+
+/* Each release spelling and its older alias: either alone gives the same
+ * config; both agreeing is fine; both disagreeing names both. */
+static void test_aliases(void **st) {
+  (void)st;
+  static const char *pairs[][2] = {
+      {"num_experts", "n_routed_experts"},
+      {"num_experts_per_token", "num_experts_per_tok"},
+      {"num_shared_experts", "n_shared_experts"},
+      {"num_expert_group", "n_group"},
+      {"moe_renormalize", "norm_topk_prob"},
+      {"moe_router_activation_func", "scoring_func"},
+      {"activation_situ_beta", "situ_beta"},
+      {"activation_situ_linear_beta", "situ_linear_beta"},
+  };
+  df_config ref, c;
+  df_err e = {{0}};
+  assert_int_equal(df_config_parse(&ref, base_json, strlen(base_json), &e), 0);
+  for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
+    const char *rel = pairs[i][0], *old = pairs[i][1];
+    /* release spelling only */
+    json_t *b = base();
+    json_t *v = json_incref(json_object_get(tc(b), old));
+    json_object_del(tc(b), old);
+    json_object_set(tc(b), rel, v);
+    if (parse_j(b, &c, &e) != 0) fail_msg("%s alone: %s", rel, e.msg);
+    assert_memory_equal(&c, &ref, sizeof c);
+    /* both, equal */
+    json_object_set(tc(b), old, v);
+    if (parse_j(b, &c, &e) != 0) fail_msg("%s and %s equal: %s", rel, old, e.msg);
+    assert_memory_equal(&c, &ref, sizeof c);
+    /* both, different */
+    json_t *other;
+    if (json_is_boolean(v)) other = json_boolean(!json_is_true(v));
+    else if (json_is_string(v)) other = json_string("softmax");
+    else if (json_is_integer(v)) other = json_integer(json_integer_value(v) + 1);
+    else other = json_real(json_number_value(v) * 2);
+    json_object_set_new(tc(b), old, other);
+    json_decref(v);
+    char want[128];
+    snprintf(want, sizeof want, "text_config.%s", rel);
+    char want2[128];
+    snprintf(want2, sizeof want2, "text_config.%s", old);
+    df_config x;
+    char *s = json_dumps(b, 0);
+    int rc = df_config_parse(&x, s, strlen(s), &e);
+    free(s);
+    json_decref(b);
+    if (rc == 0) fail_msg("%s and %s disagree but were accepted", rel, old);
+    if (!strstr(e.msg, want) || !strstr(e.msg, want2) || !strstr(e.msg, "disagree"))
+      fail_msg("message does not name both spellings: %s", e.msg);
+  }
+  /* an integer and the same value as a real agree */
+  json_t *b = base();
+  json_object_set_new(tc(b), "num_experts", json_integer(8));
+  json_object_set_new(tc(b), "n_routed_experts", json_real(8.0));
+  assert_int_equal(parse_j(b, &c, &e), 0);
+  json_decref(b);
+  /* optional release keys are checked when present */
+  b = base();
+  json_object_set_new(tc(b), "moe_layer_freq", json_integer(2));
+  expect_fail(b, "moe_layer_freq", NULL);
+  b = base();
+  json_object_set_new(tc(b), "num_key_value_heads", json_integer(1));
+  expect_fail(b, "num_key_value_heads", NULL);
+  b = base();
+  json_object_set_new(tc(b), "use_grouped_topk", json_string("yes"));
+  expect_fail(b, "use_grouped_topk", "true or false");
+}
+
+/* The generator writes the release's spellings and layout only. */
+static void test_writer_spellings(void **st) {
+  (void)st;
+  df_config c;
+  df_err e = {{0}};
+  assert_int_equal(df_config_parse(&c, base_json, strlen(base_json), &e), 0);
+  char *js = df_config_to_json(&c);
+  json_t *j = json_loads(js, 0, NULL);
+  assert_non_null(j);
+  json_t *t = tc(j);
+  static const char *release[] = {"num_experts", "num_experts_per_token", "num_shared_experts",
+                                  "num_expert_group", "topk_group", "use_grouped_topk",
+                                  "moe_renormalize", "moe_router_activation_func",
+                                  "activation_situ_beta", "activation_situ_linear_beta",
+                                  "quantization_config", "moe_layer_freq", "num_key_value_heads"};
+  static const char *older[] = {"n_routed_experts", "num_experts_per_tok", "n_shared_experts",
+                                "n_group", "norm_topk_prob", "scoring_func", "situ_beta",
+                                "situ_linear_beta"};
+  for (size_t i = 0; i < sizeof release / sizeof *release; i++)
+    if (!json_object_get(t, release[i])) fail_msg("text_config.%s not written", release[i]);
+  for (size_t i = 0; i < sizeof older / sizeof *older; i++)
+    if (json_object_get(t, older[i])) fail_msg("text_config.%s written", older[i]);
+  assert_null(json_object_get(j, "quantization_config"));
+  /* the release's root fields */
+  static const char *root[] = {"architectures", "auto_map", "bos_token_id", "dtype",
+                               "eos_token_id", "ignore_index", "image_placeholder",
+                               "media_placeholder_token_id", "model_type", "pad_token_id",
+                               "text_config", "tie_word_embeddings", "vision_config"};
+  assert_int_equal(json_object_size(j), sizeof root / sizeof *root);
+  for (size_t i = 0; i < sizeof root / sizeof *root; i++)
+    if (!json_object_get(j, root[i])) fail_msg("%s not written", root[i]);
+  /* the same key set as the published file's text_config (values differ) */
+  char *p = fixture_path(), *buf;
+  size_t len;
+  assert_int_equal(df_file_read(p, &buf, &len, &e), 0);
+  json_t *pub = json_loadb(buf, len, 0, NULL);
+  free(buf);
+  free(p);
+  const char *k;
+  json_t *v;
+  json_object_foreach(tc(pub), k, v) if (!json_object_get(t, k))
+      fail_msg("published text_config.%s not written", k);
+  json_object_foreach(t, k, v) if (!json_object_get(tc(pub), k))
+      fail_msg("text_config.%s written but not in the published file", k);
+  json_decref(pub);
+  json_decref(j);
+  free(js);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nested),        cmocka_unit_test(test_flat),
@@ -504,6 +708,8 @@ int main(void) {
       cmocka_unit_test(test_contradictions), cmocka_unit_test(test_bad_json),
       cmocka_unit_test(test_k3_dims),        cmocka_unit_test(test_to_json_roundtrip),
       cmocka_unit_test(test_load_and_print), cmocka_unit_test(test_long_group_name),
+      cmocka_unit_test(test_release_config), cmocka_unit_test(test_aliases),
+      cmocka_unit_test(test_writer_spellings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -572,7 +572,7 @@ static void test_inspect_cli(void **st) {
   d.bad_scale = LP "1.block_sparse_moe.experts.1.w1.weight_scale";
   d.drop = LP "3.self_attn.o_proj.weight";
   write_ckpt(&c, &d);
-  snprintf(args, sizeof args, "--model \"%s\"", dir);
+  snprintf(args, sizeof args, "--model \"%s\" --full-scan", dir); /* scales: not the default */
   rc = run_inspect(args, &out, &err);
   assert_int_equal(rc, 3);
   assert_non_null(strstr(out, d.bad_scale));

@@ -112,7 +112,7 @@ def make_hf_config(KL, c):
         num_hidden_layers=c.n_layers, layer_types=kinds, first_k_dense_replace=c.first_dense,
         num_local_experts=c.n_experts, n_routed_experts=c.n_experts, num_experts_per_tok=c.top_k,
         n_group=1, topk_group=1, norm_topk_prob=True, routed_scaling_factor=c.routed_scale,
-        moe_intermediate_size=c.tc["moe_intermediate_size"], n_shared_experts=c.tc["n_shared_experts"],
+        moe_intermediate_size=c.tc["moe_intermediate_size"], n_shared_experts=c.n_shared,
         intermediate_size=c.tc["intermediate_size"], linear_attn_config=c.tc["linear_attn_config"],
     )
     for k, v in vals.items():

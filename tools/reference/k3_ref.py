@@ -124,6 +124,24 @@ def mxfp4_dequant(packed, scales, group=32):
 
 # ---------------------------------------------------------------- config
 
+def pick(tc, key, alias=None, default=None):
+    """A text_config field in the release's kimi_linear spelling `key`, or its
+    older (DeepSeek / earlier deltafin) spelling `alias`; both present and
+    different is an error naming both, as in the engine's parser."""
+    have, old = key in tc, alias is not None and alias in tc
+    if have and old and tc[key] != tc[alias]:
+        raise ValueError(f"config.json: {key} ({tc[key]!r}) and {alias} ({tc[alias]!r}) "
+                         "are two spellings of one field and disagree")
+    if have:
+        return tc[key]
+    if old:
+        return tc[alias]
+    if default is None:
+        raise KeyError(f"config.json: {key} missing (nor is {alias} given)" if alias
+                       else f"config.json: {key} missing")
+    return default
+
+
 class Config:
     def __init__(self, d):
         with open(os.path.join(d, "config.json")) as f:
@@ -135,8 +153,8 @@ class Config:
         self.n_layers = g("num_hidden_layers")
         self.vocab = g("vocab_size")
         self.eps = float(g("rms_norm_eps"))
-        self.situ_beta = float(g("situ_beta", 4.0))
-        self.situ_lin = float(g("situ_linear_beta", 25.0))
+        self.situ_beta = float(pick(tc, "activation_situ_beta", "situ_beta"))
+        self.situ_lin = float(pick(tc, "activation_situ_linear_beta", "situ_linear_beta"))
         self.block = g("attn_res_block_size")
         la = g("linear_attn_config")
         full = set(la["full_attn_layers"])  # 1-based
@@ -153,17 +171,20 @@ class Config:
         self.vdim = g("v_head_dim")
         self.kv_lora = g("kv_lora_rank")
         self.first_dense = g("first_k_dense_replace")
-        self.n_experts = g("n_routed_experts")
-        self.top_k = g("num_experts_per_tok")
+        self.n_experts = pick(tc, "num_experts", "n_routed_experts")
+        self.top_k = pick(tc, "num_experts_per_token", "num_experts_per_tok")
+        self.n_shared = pick(tc, "num_shared_experts", "n_shared_experts")
         self.latent_norm = g("latent_moe_use_norm", True)
-        self.norm_topk = g("norm_topk_prob", True)
+        self.norm_topk = pick(tc, "moe_renormalize", "norm_topk_prob", True)
         self.routed_scale = float(g("routed_scaling_factor", 1.0))
-        qc = root.get("quantization_config", tc.get("quantization_config"))
+        assert pick(tc, "num_expert_group", "n_group", 1) == 1
+        # the release keeps quantization_config inside text_config
+        qc = tc.get("quantization_config", root.get("quantization_config"))
         self.group = 32
         if qc:
             for grp in qc.get("config_groups", {}).values():
                 self.group = grp["weights"].get("group_size", 32)
-        assert g("scoring_func", "sigmoid") == "sigmoid"
+        assert pick(tc, "moe_router_activation_func", "scoring_func", "sigmoid") == "sigmoid"
         assert g("hidden_act", "situ") == "situ"
 
 

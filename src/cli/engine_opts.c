@@ -1,0 +1,133 @@
+/* One table of engine options: spelling, value, help line and parser. */
+#include "cli/engine_opts.h"
+
+#include <string.h>
+
+#include "cli/cli.h"
+#include "plan/plan.h"
+
+typedef enum {
+  K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
+  K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX
+} opt_key;
+
+typedef struct opt_def {
+  const char *flag;
+  const char *arg; /* value placeholder; NULL = a switch */
+  opt_key key;
+  const char *help;
+} opt_def;
+
+static const opt_def defs[] = {
+    {"--model", "DIR", K_MODEL, "model directory (config.json, shards, tokenizer)"},
+    {"--threads", "N", K_THREADS, "worker threads (default, or 0: all cores)"},
+    {"--spine", "bf16|int8", K_SPINE,
+     "as stored, or the row-int8 copy from `deltafin convert-spine`"},
+    {"--kernels", "auto|scalar", K_KERNELS, "kernel table (scalar = the reference kernels)"},
+    {"--cache-mb", "N", K_CACHE, "expert RAM cache budget in MiB"},
+    {"--store", "FILE", K_STORE, "pack manifest to read experts from (default: the model's pack)"},
+    {"--no-pack", NULL, K_NO_PACK, "read experts from the shards even if a pack exists"},
+    {"--io", "uring|pread", K_IO, "I/O engine"},
+    {"--prefetch", "MODE", K_PREFETCH, "off, gate, prev or auto"},
+    {"--emulate-drives", "BW[,LAT]", K_EMU, "emulate drive bandwidth/latency (figures are EMULATED)"},
+    {"--split-reads", "MODE", K_SPLIT, "auto (large records over two idle copies), off, always"},
+    {"--gate-input", "IN", K_GATE, "gate-ahead predictor input: x (default) or x+shared"},
+    {"--trace", "FILE", K_TRACE, "write a per-read trace"},
+    {"--pin-mb", "N", K_PIN, "keep the hottest experts (by the heat file) resident"},
+    {"--queue-depth", "N", K_QD, "reads in flight per drive (default 8)"},
+    {"--heat", "FILE", K_HEAT, "heat file (default DIR/deltafin.heat; \"\" = none)"},
+    {"--mem-limit", "SIZE", K_MEM,
+     "memory deltafin may use (48G, 512M; default: MemAvailable or the cgroup limit); "
+     "spine layers that do not fit stream from the drives every token"},
+    {"--ctx", "N", K_CTX, "context positions to admit (default: the memory plan's)"},
+};
+#define NDEFS (sizeof defs / sizeof defs[0])
+
+static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
+  long n;
+  switch (k) {
+  case K_MODEL: o->model_dir = v; return 0;
+  case K_THREADS:
+    if (df_cli_int(a, v, 0, 4096, &n)) return -1;
+    o->threads = (int)n;
+    return 0;
+  case K_SPINE:
+    if (!strcmp(v, "bf16")) o->spine = DF_SPINE_BF16;
+    else if (!strcmp(v, "int8")) o->spine = DF_SPINE_INT8;
+    else return df_cli_fail("--spine: '%s' is not bf16 or int8", v), -1;
+    return 0;
+  case K_KERNELS:
+    if (!strcmp(v, "auto")) o->kernels_scalar = 0;
+    else if (!strcmp(v, "scalar")) o->kernels_scalar = 1;
+    else return df_cli_fail("--kernels: '%s' is not auto or scalar", v), -1;
+    return 0;
+  case K_GATE:
+    if (!strcmp(v, "x")) o->gate_input = DF_GATE_INPUT_X;
+    else if (!strcmp(v, "x+shared")) o->gate_input = DF_GATE_INPUT_X_SHARED;
+    else return df_cli_fail("--gate-input: '%s' is not x or x+shared", v), -1;
+    return 0;
+  case K_STORE: o->store.manifest = v; return 0;
+  case K_NO_PACK: o->store.no_pack = 1; return 0;
+  case K_CACHE:
+    if (df_cli_int(a, v, 0, 1L << 40, &n)) return -1;
+    o->store.cache_mb = n;
+    return 0;
+  case K_IO:
+    if (df_store_io_parse(v, &o->store.io))
+      return df_cli_fail("--io: '%s' is not uring or pread", v), -1;
+    return 0;
+  case K_PREFETCH:
+    if (df_store_prefetch_parse(v, &o->store.prefetch))
+      return df_cli_fail("--prefetch: '%s' is not off, gate, prev or auto", v), -1;
+    return 0;
+  case K_SPLIT:
+    if (df_store_split_parse(v, &o->store.split_reads))
+      return df_cli_fail("--split-reads: '%s' is not auto, off or always", v), -1;
+    return 0;
+  case K_EMU: o->store.emulate_drives = v; return 0;
+  case K_TRACE: o->store.trace_path = v; return 0;
+  case K_PIN:
+    if (df_cli_int(a, v, 0, 1L << 40, &n)) return -1;
+    o->store.pin_mb = n;
+    return 0;
+  case K_QD:
+    if (df_cli_int(a, v, 1, 4096, &n)) return -1;
+    o->store.queue_depth = (int)n;
+    return 0;
+  case K_HEAT: o->store.heat_path = v; return 0;
+  case K_MEM:
+    if (df_plan_parse_size(v, &o->mem_limit) || !o->mem_limit)
+      return df_cli_fail("--mem-limit: '%s' is not a size like 48G or 512M", v), -1;
+    return 0;
+  case K_CTX:
+    if (df_cli_int(a, v, 1, 1 << 30, &n)) return -1;
+    o->ctx = (int)n;
+    return 0;
+  }
+  return -1;
+}
+
+int df_cli_engine_opt(df_engine_opts *o, const char *cmd, int argc, char **argv, int *i) {
+  const char *a = argv[*i];
+  for (size_t d = 0; d < NDEFS; d++) {
+    if (strcmp(a, defs[d].flag)) continue;
+    const char *v = NULL;
+    if (defs[d].arg) {
+      if (*i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin %s --help)", a, cmd), -1;
+      v = argv[++*i];
+    }
+    return set(o, defs[d].key, a, v) ? -1 : 1;
+  }
+  return 0;
+}
+
+void df_cli_engine_help(FILE *out) {
+  fprintf(out, "engine and expert store (the same for every command that runs the model):\n");
+  for (size_t d = 0; d < NDEFS; d++) {
+    char lhs[64];
+    snprintf(lhs, sizeof lhs, "%s%s%s", defs[d].flag, defs[d].arg ? " " : "",
+             defs[d].arg ? defs[d].arg : "");
+    if (strlen(lhs) <= 18) fprintf(out, "  %-18s %s\n", lhs, defs[d].help);
+    else fprintf(out, "  %s\n  %-18s %s\n", lhs, "", defs[d].help);
+  }
+}
