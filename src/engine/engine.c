@@ -186,6 +186,48 @@ int df_session_pos(const df_session *s) { return df_k3_state_pos(s->st); }
 
 const float *df_session_logits(const df_session *s) { return s->logits; }
 
+struct df_session_snap {
+  df_k3_state *st;
+  float *logits;
+  int have_logits;
+  size_t bytes;
+};
+
+df_session_snap *df_session_snapshot(const df_session *s) {
+  df_session_snap *p = df_xcalloc(1, sizeof *p);
+  size_t V = (size_t)s->en->cfg.vocab;
+  p->st = df_k3_state_clone(s->st);
+  p->have_logits = s->have_logits;
+  if (s->have_logits) {
+    p->logits = df_xmalloc(sizeof(float) * V);
+    memcpy(p->logits, s->logits, sizeof(float) * V);
+  }
+  p->bytes = df_k3_state_bytes(p->st) + (p->logits ? sizeof(float) * V : 0);
+  return p;
+}
+
+void df_session_restore(df_session *s, const df_session_snap *p) {
+  df_k3_state_copy(s->st, p->st);
+  s->have_logits = p->have_logits;
+  if (p->have_logits)
+    memcpy(s->logits, p->logits, sizeof(float) * (size_t)s->en->cfg.vocab);
+}
+
+void df_session_snap_free(df_session_snap *p) {
+  if (!p) return;
+  df_k3_state_free(p->st);
+  free(p->logits);
+  free(p);
+}
+
+size_t df_session_snap_bytes(const df_session_snap *p) { return p ? p->bytes : 0; }
+
+size_t df_session_state_bytes(const df_session *s) {
+  return df_k3_state_bytes(s->st) + sizeof(float) * (size_t)s->en->cfg.vocab;
+}
+
+int df_session_has_logits(const df_session *s) { return s->have_logits; }
+
 void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
   df_k3_state_set_hook(s->st, fn, ud);
 }
