@@ -22,6 +22,8 @@ static const df_cmd cmds[] = {
     {"doctor", "verify a packed expert store", df_cmd_doctor, df_cmd_doctor_help},
     {"bench", "measure speed against the storage ceiling", df_cmd_bench, df_cmd_bench_help},
     {"trace", "summarise a read trace (trace report FILE)", df_cmd_trace, df_cmd_trace_help},
+    {"plan", "memory plan and a projected decode token for a machine", df_cmd_plan,
+     df_cmd_plan_help},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 

@@ -99,6 +99,26 @@ got=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --mem-limit 16
 grep -q "^plan .*streamed" "$tmp/st" || fail "--stats has no plan: $(cat "$tmp/st")"
 grep -q "^spine    stream:" "$tmp/st" || fail "--stats has no stream line: $(cat "$tmp/st")"
 
+# deltafin plan: full K3 from its config (record size and counts from
+# kimi-k3.md: 92 MoE layers x top-16 x 17,547,264 bytes), and this model
+"$BIN" plan --mem 16G --drives 2x5GB/s --spine bf16 --expert-hit 0 --json >"$tmp/p1"
+jq -e '(.plan.resident | length) + (.plan.streamed | length) == 94
+  and .plan.streamed_units > 0 and .projection.label == "PROJECTION"
+  and .projection.expert_bytes_per_token == 92 * 16 * 17547264
+  and .projection.drive_bytes_per_s == 10000000000
+  and ((.projection.read_s_per_token - (.projection.spine_bytes_per_token
+        + .projection.expert_bytes_per_token) / 1e10) | fabs) < 1e-6' "$tmp/p1" >/dev/null ||
+  fail "plan for full K3: $(cat "$tmp/p1")"
+"$BIN" plan --mem 256G --spine int8 --json | jq -e '.plan.streamed_units == 0' >/dev/null ||
+  fail "full K3 int8 in 256 GB should be all resident"
+if "$BIN" plan --mem 2G --spine bf16 2>"$tmp/e"; then fail "plan accepted 2 GB for full K3"; fi
+grep -q "at least" "$tmp/e" || fail "plan refusal: $(cat "$tmp/e")"
+"$BIN" run --model "$M" --prompt-ids $P --max-new 3 --json >"$tmp/c"
+"$BIN" plan --model "$M" --mem 1600000 --ctx 512 --spine bf16 --compute "$tmp/c" >"$tmp/p2"
+grep -q "^PROJECTION" "$tmp/p2" || fail "plan --model: $(cat "$tmp/p2")"
+grep -q "compute .* s (" "$tmp/p2" || fail "plan --compute: $(cat "$tmp/p2")"
+echo "deltafin plan: full K3 and this model"
+
 # a real memory cgroup (v2 directory or v1 memory controller) when we may make one
 limit=200000000
 v2=$(sed -n 's/^0:://p' /proc/self/cgroup)
