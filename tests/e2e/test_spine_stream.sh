@@ -119,6 +119,12 @@ grep -q "^PROJECTION" "$tmp/p2" || fail "plan --model: $(cat "$tmp/p2")"
 grep -q "compute .* s (" "$tmp/p2" || fail "plan --compute: $(cat "$tmp/p2")"
 echo "deltafin plan: full K3 and this model"
 
+# inspect shows the plan (text and JSON)
+"$BIN" inspect --model "$M" --mem-limit 1600000 >"$tmp/i1"
+grep -q "^plan .*streamed" "$tmp/i1" || fail "inspect has no plan: $(tail -3 "$tmp/i1")"
+"$BIN" inspect --model "$M" --json --mem-limit 1600000 |
+  jq -e '.plan.mem_limit == 1600000 and .plan.streamed_units > 0' >/dev/null || fail "inspect --json plan"
+
 # a real memory cgroup (v2 directory or v1 memory controller) when we may make one
 limit=200000000
 v2=$(sed -n 's/^0:://p' /proc/self/cgroup)
