@@ -89,6 +89,27 @@ for spine in bf16 int8; do
   sweep $spine --cache-mb 1
 done
 
+# convert-spine --out: the int8 copy elsewhere (resumable: a second run keeps
+# every file), read with --spine-dir, resident and streamed
+"$BIN" convert-spine --model "$M" --out "$tmp/i8" -q
+ls -l --time-style=full-iso "$tmp/i8" | grep -v index.json >"$tmp/ls1"
+"$BIN" convert-spine --model "$M" --out "$tmp/i8" -q
+ls -l --time-style=full-iso "$tmp/i8" | grep -v index.json >"$tmp/ls2"
+cmp -s "$tmp/ls1" "$tmp/ls2" || fail "a second convert-spine --out rewrote finished shard files"
+for lim in 0 1600000; do
+  extra=""
+  [ $lim -gt 0 ] && extra="--mem-limit $lim --ctx 512"
+  # shellcheck disable=SC2086
+  got=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --spine int8 \
+    --spine-dir "$tmp/i8" $extra | jq -c .output_ids)
+  [ "$got" = "$ref_int8" ] || fail "int8 from --spine-dir ($extra): $got vs $ref_int8"
+done
+if "$BIN" run --model "$M" --prompt-ids $P --spine int8 --spine-dir "$tmp/nope" 2>"$tmp/e"; then
+  fail "a missing --spine-dir was accepted"
+fi
+grep -q "convert-spine --model .* --out" "$tmp/e" || fail "missing --spine-dir message: $(cat "$tmp/e")"
+echo "convert-spine --out and --spine-dir: same int8 ids, resumable"
+
 # prefill chunks that skip the head: the wrong guess costs bytes, never ids
 got=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --mem-limit 1600000 \
   --prefill-chunk 2 | jq -c .output_ids)
