@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,6 +81,16 @@ static int output_ok(const char *path, uint64_t src_size, const df_tensor **ts, 
   return ok;
 }
 
+/* Converted rows [off, off+len) of t need not stay mapped or cached: with
+ * this, memory stays at a step of rows whatever the shard or tensor size
+ * (whole pages inside the range only; the hints may be ignored). */
+static void drop_pages(int fd, const df_tensor *t, uint64_t off, uint64_t len) {
+  uintptr_t a = ((uintptr_t)t->data + off + 4095) & ~(uintptr_t)4095;
+  uintptr_t b = ((uintptr_t)t->data + off + len) & ~(uintptr_t)4095;
+  if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
+  posix_fadvise(fd, (off_t)(t->offset + off), (off_t)len, POSIX_FADV_DONTNEED);
+}
+
 static int write_shard(const char *out, const char *src_name, uint64_t src_size, int src_fd,
                        const df_tensor **ts, int n, df_pool *pool, df_progress *pr,
                        uint64_t *done, df_err *e) {
@@ -112,10 +123,8 @@ static int write_shard(const char *out, const char *src_name, uint64_t src_size,
       rc = df_st_writer_write(w, q, (size_t)j.nrows * cols, e);
       *done += (uint64_t)j.nrows * cols * 2;
       if (pr) df_progress_update(pr, *done);
+      drop_pages(src_fd, ts[i], (uint64_t)r * cols * 2, (uint64_t)j.nrows * cols * 2);
     }
-    /* converted: its source pages need not stay cached (bounded memory on
-     * shards larger than RAM; only a hint) */
-    posix_fadvise(src_fd, (off_t)ts[i]->offset, (off_t)ts[i]->nbytes, POSIX_FADV_DONTNEED);
     if (!rc) rc = df_st_writer_write(w, scale, sizeof(float) * (size_t)rows, e);
     free(scale), free(tmp), free(q);
     if (rc) goto fail;
