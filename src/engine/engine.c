@@ -125,7 +125,8 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   }
   if (df_st_set_open(&en->set, en->model_dir, e)) goto fail;
   en->set_open = 1;
-  if (df_k3_load(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir, e))
+  if (df_k3_load_from(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir,
+                      o->spine_dir, e))
     goto fail;
   if (plan_memory(en, o, e)) goto fail;
   df_store_opts so = o->store;
