@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -315,6 +316,16 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   if (!o->revision || !*o->revision) return df_err_set(e, "--revision is required (a commit sha or branch)");
   if (!o->model_root) return df_err_set(e, "--model-root DIR is required");
   if (df_mkdir_p(o->model_root, e)) return -1;
+  /* One setup per model root at a time (held until this process exits). */
+  char *lp = df_path_join(o->model_root, ".deltafin-setup.lock");
+  int lfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(lp);
+  if (lfd < 0) return df_err_errno(e, "%s/.deltafin-setup.lock", o->model_root);
+  if (flock(lfd, LOCK_EX | LOCK_NB)) {
+    close(lfd);
+    return df_err_set(e, "%s: another deltafin setup is working on this folder; wait for it",
+                      o->model_root);
+  }
   state s = {0};
   s.root = df_xstrdup(o->model_root);
   snprintf(s.repo, sizeof s.repo, "%s", o->repo);
@@ -475,5 +486,6 @@ out:
   df_hub_info_free(&s.info);
   free(s.info_json);
   free(s.root);
+  close(lfd);
   return rc;
 }

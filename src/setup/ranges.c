@@ -87,7 +87,9 @@ struct df_ranges {
 };
 
 int df_ranges_open(df_ranges **out, const char *path, df_err *e) {
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  /* O_APPEND: another process (run and warm on one install) may append to
+   * the same journal; each batch lands whole, after what is there. */
+  int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return df_err_errno(e, "%s", path);
   char *buf = NULL;
   size_t len = 0;

@@ -142,6 +142,13 @@ rc=0
   --model-root "$T/r6" -q 2>"$T/r6.err" || rc=$?
 [ "$rc" != 0 ] || fail "a missing repository was accepted"
 grep -q "404" "$T/r6.err" && grep -q "check --repo" "$T/r6.err" || fail "404 message: $(cat "$T/r6.err")"
+start_proxy --status '403:/resolve/' --log "$T/p6b.log"
+rc=0
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$PROXY_PORT" \
+  --model-root "$T/r6b" -q 2>"$T/r6b.err" || rc=$?
+stop_proxy
+[ "$rc" != 0 ] || fail "a 403 was accepted"
+grep -q "403" "$T/r6b.err" && grep -q "Request access" "$T/r6b.err" || fail "403 message: $(cat "$T/r6b.err")"
 
 # --- 6: reuse of the hub cache under HF_HOME (downloads are refused) ---
 SNAP="$T/hfhome/hub/models--test-org--K3-tiny/snapshots/$COMMIT"
