@@ -45,6 +45,11 @@ typedef struct df_bench_result {
   df_bench_ceiling_res ceiling;
   df_bench_fio_res fio;
   char *drives_json;
+  /* the spine stream (issue 11): bytes it read in the decode phases, their
+   * time, and its own ceiling (its reads replayed, same engine and drive) */
+  double spine_decode_bytes, decode_seconds;
+  int spine_units, spine_qd, have_spine_ceiling;
+  df_bench_ceiling_res spine_ceiling;
 } df_bench_result;
 
 /* Expert reads to replay: which file (and drive) and where. */

@@ -23,6 +23,7 @@
 #include "bench/bench.h"
 #include "bench/bench_int.h"
 #include "engine/engine.h"
+#include "model/k3.h"
 #include "store/pack.h"
 
 /* ---- store counters ---- */
@@ -129,6 +130,30 @@ static void fill_phase(df_bench_phase *p, double (*v)[NM], int R) {
   free(col);
 }
 
+/* The spine stream's reads of one pass, as reads to replay (full chunks:
+ * every replayed read has the same length, as the ceiling counts). */
+typedef struct spine_rd {
+  df_bench_reads rd;
+} spine_rd;
+
+static void spine_read_cb(void *ud, const char *path, uint64_t off, uint32_t len) {
+  df_bench_reads *rd = &((spine_rd *)ud)->rd;
+  if (len != DF_K3_STREAM_CHUNK) return;
+  int f = 0;
+  while (f < rd->nfiles && strcmp(rd->files[f], path)) f++;
+  if (f == rd->nfiles) {
+    rd->files = df_xrealloc(rd->files, (size_t)(f + 1) * sizeof *rd->files);
+    rd->drive = df_xrealloc(rd->drive, (size_t)(f + 1) * sizeof *rd->drive);
+    rd->files[f] = df_xstrdup(path);
+    rd->drive[f] = 0;
+    rd->nfiles = f + 1;
+  }
+  rd->ndrives = 1;
+  rd->len = len;
+  rd->r = df_xrealloc(rd->r, (size_t)(rd->n + 1) * sizeof *rd->r);
+  rd->r[rd->n++] = (df_bench_read){f, off, len};
+}
+
 /* One configuration: open, warm up, repeat, measure the ceiling. */
 static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_result *res,
                      df_err *e) {
@@ -198,12 +223,15 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     double t1 = df_now();
     take_snap(en, &b);
     dec0[r] = df_store_reads_logged(store);
+    double sp0 = (double)df_engine_spine_stream_bytes(en);
     double t2 = df_now();
     if (decode(s, N, logits, vocab, e)) {
       df_session_free(s);
       goto out;
     }
     double t3 = df_now();
+    res->spine_decode_bytes += (double)df_engine_spine_stream_bytes(en) - sp0;
+    res->decode_seconds += t3 - t2;
     take_snap(en, &d);
     dec1[r] = df_store_reads_logged(store);
     df_session_free(s);
@@ -244,8 +272,21 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     }
     free(sel);
   }
+  spine_rd srd = {{0}};
+  int sqd = df_engine_spine_reads(en, spine_read_cb, &srd);
+  res->spine_units = sqd > 0;
+  res->spine_qd = sqd;
   df_engine_close(en);
   en = NULL;
+  if (!o->no_ceiling && srd.rd.n > 0) {
+    /* the spine's own drive: its reads replayed through the same engine,
+     * queue depth and emulation, two passes' worth */
+    df_bench_ceiling_opts co = {.io = res->io, .qd = sqd, .emulate = o->engine.store.emulate_drives,
+                                .max_bytes = 2.0 * srd.rd.n * (double)srd.rd.len};
+    if (df_bench_ceiling(&srd.rd, &co, &res->spine_ceiling, e) == 0) res->have_spine_ceiling = 1;
+    else df_log_warn("spine ceiling not measured: %s", e->msg);
+  }
+  df_bench_reads_free(&srd.rd);
   if (!o->no_ceiling && rd.n > 0) {
     df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->engine.store.emulate_drives};
     if (df_bench_ceiling(&rd, &co, &res->ceiling, e) == 0) res->have_ceiling = 1;
@@ -304,6 +345,24 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
             r->decode.compute_s_per_token.median < read_t ? "I/O-bound" : "compute-bound");
   } else if (!o->no_ceiling) {
     fprintf(out, "storage ceiling: not measured (see the warning above)\n");
+  }
+  if (r->spine_units && r->decode_seconds > 0) {
+    double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
+    double eg = r->decode_bytes / r->decode_seconds / 1e9;
+    fprintf(out, "spine stream (decode): %.1f MB per token, %.3f GB/s from the spine's drive%s\n",
+            r->spine_decode_bytes / (r->new_tokens * (double)r->repeat) / 1e6, sg,
+            o->engine.store.emulate_drives ? " (EMULATED)" : "");
+    if (r->have_spine_ceiling) {
+      fprintf(out, "spine ceiling: its %d reads of %u MiB replayed (%s, qd %d), no compute: %.3f GB/s; "
+                   "spine efficiency %.1f%%\n",
+              r->spine_ceiling.reads, DF_K3_STREAM_CHUNK >> 20, r->io, r->spine_qd, r->spine_ceiling.gbps,
+              100 * sg / r->spine_ceiling.gbps);
+      if (r->have_ceiling)
+        fprintf(out, "total streamed (spine + experts) %.3f GB/s vs the two ceilings together %.3f GB/s: "
+                     "%.1f%% (spine and experts use separate drive queues)\n",
+                sg + eg, r->spine_ceiling.gbps + r->ceiling.gbps,
+                100 * (sg + eg) / (r->spine_ceiling.gbps + r->ceiling.gbps));
+    }
   }
   if (r->fio.ran)
     fprintf(out, "fio (%s, %s, bs %u KiB, iodepth %d, O_DIRECT, %s): %.3f GB/s%s\n", r->fio.engine,
@@ -372,6 +431,17 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
     json_object_set_new(c, "seconds", json_real(r->ceiling.seconds));
     json_object_set_new(c, "registered_buffers", json_boolean(r->ceiling.registered));
     json_object_set_new(j, "ceiling", c);
+  }
+  if (r->spine_units && r->decode_seconds > 0) {
+    json_t *sp = json_object();
+    double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
+    json_object_set_new(sp, "decode_bytes", json_real(r->spine_decode_bytes));
+    json_object_set_new(sp, "decode_gbps", json_real(sg));
+    json_object_set_new(sp, "expert_decode_gbps", json_real(r->decode_bytes / r->decode_seconds / 1e9));
+    json_object_set_new(sp, "ceiling_gbps", r->have_spine_ceiling ? json_real(r->spine_ceiling.gbps) : json_null());
+    json_object_set_new(sp, "efficiency",
+                        r->have_spine_ceiling ? json_real(sg / r->spine_ceiling.gbps) : json_null());
+    json_object_set_new(j, "spine_stream", sp);
   }
   json_t *dr = r->drives_json ? json_loads(r->drives_json, 0, NULL) : NULL;
   json_object_set_new(j, "store_drives", dr ? dr : json_null());

@@ -23,13 +23,17 @@ void df_cmd_make_model_help(void) {
       "  small      hidden 512, 16 layers, 128 experts top-8; about 300 MB\n"
       "  k3-shaped  K3's real expert shapes (latent 3584, moe_inter 3072, 17,547,264 bytes\n"
       "             each, top-16) on a small trunk; GBs\n"
+      "  k3-trunk   K3's real trunk (hidden 7168, KDA 96x128, MLA, dense 33792, shared\n"
+      "             6144) and vocabulary 163840, --layers N of the release pattern,\n"
+      "             --experts E real-shape experts; ~1.2 GB spine per layer + 4.7 GB\n"
       "\n"
       "options:\n"
-      "  --preset NAME     tiny | small | k3-shaped\n"
+      "  --preset NAME     tiny | small | k3-shaped | k3-trunk\n"
       "  --seed N          weights seed (default 1)\n"
       "  --out DIR         output directory (created)\n"
       "  --moe-layers L    k3-shaped: MoE layers (default 4; one dense layer is added)\n"
-      "  --experts E       k3-shaped: routed experts per layer (default 64, >= 16)\n"
+      "  --experts E       k3-shaped/k3-trunk: routed experts per layer (default 64 / 16, >= 16)\n"
+      "  --layers N        k3-trunk: layers (default 4)\n"
       "  --force           replace a model already in DIR\n"
       "  --dry-run         print the size and config, write nothing\n"
       "  -q, --quiet       no progress bar\n");
@@ -62,6 +66,10 @@ int df_cmd_make_model(int argc, char **argv) {
       if (df_cli_int(a, val, 1, 255, &v)) return 1;
       o.moe_layers = (int)v;
       i++;
+    } else if (!strcmp(a, "--layers") && val) {
+      if (df_cli_int(a, val, 2, 255, &v)) return 1;
+      o.layers = (int)v;
+      i++;
     } else if (!strcmp(a, "--experts") && val) {
       if (df_cli_int(a, val, 1, 65536, &v)) return 1;
       o.experts = (int)v;
@@ -75,13 +83,13 @@ int df_cmd_make_model(int argc, char **argv) {
       quiet = 1;
     } else if (!strncmp(a, "--", 2) && !val &&
                (!strcmp(a, "--preset") || !strcmp(a, "--seed") || !strcmp(a, "--out") ||
-                !strcmp(a, "--moe-layers") || !strcmp(a, "--experts"))) {
+                !strcmp(a, "--moe-layers") || !strcmp(a, "--experts") || !strcmp(a, "--layers"))) {
       return df_cli_fail("%s needs a value", a);
     } else {
       return df_cli_fail("make-model: unknown argument '%s' (see deltafin make-model --help)", a);
     }
   }
-  if (!o.preset) return df_cli_fail("make-model: --preset is required (tiny, small, k3-shaped)");
+  if (!o.preset) return df_cli_fail("make-model: --preset is required (tiny, small, k3-shaped, k3-trunk)");
   if (!o.out_dir && !dry) return df_cli_fail("make-model: --out DIR is required");
   df_err e = {{0}};
   uint64_t bytes;

@@ -214,6 +214,7 @@ int df_cmd_run(int argc, char **argv) {
 
   df_err e;
   df_engine *en;
+  eo.max_rows = go.prefill_chunk > 0 ? go.prefill_chunk : nids;
   if (df_engine_open(&en, &eo, &e)) {
     free(ids), free(stops);
     return df_cli_fail("%s", e.msg);
@@ -312,6 +313,12 @@ int df_cmd_run(int argc, char **argv) {
     free(ej);
     json_t *store = ev ? json_object_get(ev, "store") : NULL;
     json_object_set(js, "store", store ? store : json_null());
+    json_t *dc = ev ? json_object_get(ev, "decode_compute") : NULL;
+    json_object_set(js, "decode_compute", dc ? dc : json_null());
+    json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
+    json_object_set(js, "plan", plan ? plan : json_null());
+    json_object_set_new(js, "spine_stream_bytes",
+                        json_integer((json_int_t)df_engine_spine_stream_bytes(en)));
     json_decref(ev);
     json_object_set_new(o, "stats", js);
     char *txt = json_dumps(o, JSON_COMPACT);
@@ -332,6 +339,9 @@ int df_cmd_run(int argc, char **argv) {
             nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
             finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
             df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
+    char *pt = df_engine_plan_text(en);
+    fprintf(stderr, "%s", pt);
+    free(pt);
     char *t = df_engine_store_text(en);
     if (t) fprintf(stderr, "%s%s", t, t[0] && t[strlen(t) - 1] != '\n' ? "\n" : "");
     free(t);

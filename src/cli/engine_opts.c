@@ -4,10 +4,11 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "plan/plan.h"
 
 typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
-  K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT
+  K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX
 } opt_key;
 
 typedef struct opt_def {
@@ -35,6 +36,10 @@ static const opt_def defs[] = {
     {"--pin-mb", "N", K_PIN, "keep the hottest experts (by the heat file) resident"},
     {"--queue-depth", "N", K_QD, "reads in flight per drive (default 8)"},
     {"--heat", "FILE", K_HEAT, "heat file (default DIR/deltafin.heat; \"\" = none)"},
+    {"--mem-limit", "SIZE", K_MEM,
+     "memory deltafin may use (48G, 512M; default: MemAvailable or the cgroup limit); "
+     "spine layers that do not fit stream from the drives every token"},
+    {"--ctx", "N", K_CTX, "context positions to admit (default: the memory plan's)"},
 };
 #define NDEFS (sizeof defs / sizeof defs[0])
 
@@ -90,6 +95,14 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     o->store.queue_depth = (int)n;
     return 0;
   case K_HEAT: o->store.heat_path = v; return 0;
+  case K_MEM:
+    if (df_plan_parse_size(v, &o->mem_limit) || !o->mem_limit)
+      return df_cli_fail("--mem-limit: '%s' is not a size like 48G or 512M", v), -1;
+    return 0;
+  case K_CTX:
+    if (df_cli_int(a, v, 1, 1 << 30, &n)) return -1;
+    o->ctx = (int)n;
+    return 0;
   }
   return -1;
 }

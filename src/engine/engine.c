@@ -3,11 +3,13 @@
  * logits. Generation is prefill in chunks, then one position at a time. */
 #include "engine/engine.h"
 
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/pool.h"
@@ -29,6 +31,9 @@ struct df_engine {
   df_pool *pool;
   df_kctx kc;
   df_k3_run run;
+  df_plan plan;
+  uint64_t cache_cap; /* min(store default cache, every expert) */
+  char mem_src[128];
 };
 
 struct df_session {
@@ -53,12 +58,49 @@ void df_engine_close(df_engine *en) {
   if (!en) return;
   df_store_close(en->store);
   df_k3_free(en->model);
+  df_plan_free(&en->plan);
   if (en->set_open) df_st_set_close(&en->set);
   if (en->tok) df_tok_free(en->tok);
   df_pool_destroy(en->pool);
   free(en->model_dir);
   free(en->model_id);
   free(en);
+}
+
+/* The store's default expert cache (a quarter of physical memory). */
+static long default_cache_mb(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || psz <= 0) return 4096;
+  return (long)((double)pages * (double)psz / 4 / 1048576.0);
+}
+
+/* Plans memory (plan/plan.h) and starts the spine stream for what the plan
+ * leaves out of memory. */
+static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
+  df_plan_in in;
+  df_k3_plan_input(en->model, &in);
+  if (o->mem_limit) {
+    in.mem_limit = o->mem_limit;
+    snprintf(en->mem_src, sizeof en->mem_src, "--mem-limit");
+  } else if (df_plan_mem_detect(&in.mem_limit, en->mem_src, sizeof en->mem_src, e)) {
+    return -1;
+  }
+  df_expert_layout lay;
+  df_expert_layout_of(&en->cfg, &lay);
+  in.expert_record_bytes = (lay.total + 4095) / 4096 * 4096;
+  in.expert_total_bytes = in.expert_record_bytes * (uint64_t)en->cfg.n_experts *
+                          (uint64_t)(en->cfg.n_layers - en->cfg.first_k_dense);
+  in.cache_req = o->store.cache_mb >= 0 ? (int64_t)o->store.cache_mb << 20 : -1;
+  in.cache_default = (int64_t)default_cache_mb() << 20;
+  en->cache_cap = (uint64_t)in.cache_default < in.expert_total_bytes ? (uint64_t)in.cache_default
+                                                                      : in.expert_total_bytes;
+  in.ctx_req = o->ctx;
+  in.max_rows = o->max_rows > 0 ? o->max_rows : 64;
+  if (df_plan_make(&en->plan, &in, e)) return df_err_prefix(e, "limit from %s: ", en->mem_src);
+  df_k3_stream_opts so = {.io = o->store.io == DF_STORE_IO_PREAD ? "pread" : "uring",
+                          .emulate_drives = o->store.emulate_drives};
+  if (df_k3_apply_plan(en->model, &en->plan, &so, e)) return -1;
+  return 0;
 }
 
 int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
@@ -88,8 +130,12 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->set_open = 1;
   if (df_k3_load(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir, e))
     goto fail;
+  if (plan_memory(en, o, e)) goto fail;
   df_store_opts so = o->store;
   so.model_dir = en->model_dir;
+  /* the plan only ever lowers the store's default cache (when memory is short) */
+  if (!en->plan.cache_given && en->plan.cache_bytes < en->cache_cap)
+    so.cache_mb = (long)(en->plan.cache_bytes >> 20);
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;
   en->pool = df_pool_create(o->threads);
   en->kc.k = df_kern_select(o->kernels_scalar);
@@ -145,7 +191,8 @@ void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
   df_k3_state_set_hook(s->st, fn, ud);
 }
 
-/* want_last = 0 skips the lm_head (a prefill chunk that is not the last). */
+/* want_last = 0 skips the lm_head (a prefill chunk that is not the last).
+ * Returns 0, -1 (error) or DF_K3_CANCELLED. */
 static int forward(df_session *s, const int *ids, int n, int want_last, float *all_logits,
                    df_err *e) {
   int rc = df_k3_forward(&s->en->run, s->st, ids, n, want_last ? s->logits : NULL, all_logits, e);
@@ -155,7 +202,7 @@ static int forward(df_session *s, const int *ids, int n, int want_last, float *a
 
 int df_session_forward(df_session *s, const int *ids, int n, float *logits, float *all_logits,
                        df_err *e) {
-  if (forward(s, ids, n, 1, all_logits, e)) return -1;
+  if (forward(s, ids, n, 1, all_logits, e)) return -1; /* no cancel hook is set here */
   if (logits) memcpy(logits, s->logits, sizeof(float) * (size_t)s->en->cfg.vocab);
   return 0;
 }
@@ -229,17 +276,32 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   if (!st) st = &z;
   memset(st, 0, sizeof *st);
   st->n_prompt = nprompt;
-  st->spine_bytes_per_token = en->model->spine_bytes_per_token;
+  st->spine_bytes_per_token = df_k3_spine_bytes_per_token(en->model);
   *out = NULL;
   *nout = 0;
   uint64_t bytes0 = df_store_bytes_read(en->store);
   int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (nprompt > 0 ? nprompt : 1);
   double t0 = df_now();
-  for (int i = 0; i < nprompt; i += chunk) {
+  df_k3_state_set_cancel(s->st, o->cancel, o->ud);
+  int rc = 0;
+  for (int i = 0; i < nprompt && !rc; i += chunk) {
     int n = nprompt - i < chunk ? nprompt - i : chunk;
-    if (forward(s, prompt + i, n, i + n == nprompt, NULL, e)) return -1;
+    if (o->cancel && o->cancel(o->ud)) rc = DF_K3_CANCELLED;
+    else rc = forward(s, prompt + i, n, i + n == nprompt, NULL, e);
+    if (!rc) {
+      st->n_prefilled += n;
+      if (o->on_prefill) o->on_prefill(o->ud, st->n_prefilled);
+    }
   }
   st->prefill_s = df_now() - t0;
+  if (rc) {
+    df_k3_state_set_cancel(s->st, NULL, NULL);
+    s->have_logits = 0;
+    if (rc < 0) return -1;
+    st->finish = DF_FINISH_CANCEL;
+    st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
+    return 0;
+  }
   if (!s->have_logits) return df_err_set(e, "generate: empty prompt and no earlier context");
   int cap = o->max_new > 0 ? o->max_new : 1;
   int *ids = df_xmalloc(sizeof(int) * (size_t)cap);
@@ -261,17 +323,79 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
       break;
     }
     if (n == o->max_new) break;
-    if (forward(s, &id, 1, 1, NULL, e)) {
+    rc = forward(s, &id, 1, 1, NULL, e);
+    if (rc == DF_K3_CANCELLED) {
+      st->finish = DF_FINISH_CANCEL;
+      break;
+    }
+    if (rc) {
+      df_k3_state_set_cancel(s->st, NULL, NULL);
       free(ids);
       return -1;
     }
   }
+  df_k3_state_set_cancel(s->st, NULL, NULL);
   st->decode_s = df_now() - t1;
   st->n_gen = n;
   st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
   *out = ids;
   *nout = n;
   return 0;
+}
+
+char *df_engine_plan_text(const df_engine *en) {
+  char *t = df_plan_text(&en->plan);
+  df_k3_stream_stats ss;
+  df_k3_stream_stats_get(en->model, &ss);
+  size_t n = strlen(t) + 512;
+  char *o = df_xmalloc(n);
+  int k = snprintf(o, n, "%s", t);
+  if (ss.units)
+    snprintf(o + k, n - (size_t)k,
+             "spine    stream: %d units, %.1f MB read in %" PRIu64 " reads (%s%s%s), waited %.3f s, "
+             "wasted %.1f MB; memory from %s\n",
+             ss.units, ss.bytes / 1e6, ss.reads, ss.io, ss.direct ? ", O_DIRECT" : "",
+             ss.registered ? ", registered buffers" : "", ss.wait_s, ss.wasted / 1e6, en->mem_src);
+  else
+    snprintf(o + k, n - (size_t)k, "spine    all resident; memory from %s\n", en->mem_src);
+  free(t);
+  return o;
+}
+
+char *df_engine_plan_json(const df_engine *en) {
+  char *t = df_plan_json(&en->plan);
+  json_t *o = json_loads(t, 0, NULL);
+  free(t);
+  if (!o) o = json_object();
+  json_object_set_new(o, "memory_source", json_string(en->mem_src));
+  df_k3_stream_stats ss;
+  df_k3_stream_stats_get(en->model, &ss);
+  json_t *st = json_object();
+  json_object_set_new(st, "units", json_integer(ss.units));
+  json_object_set_new(st, "bytes_read", json_integer((json_int_t)ss.bytes));
+  json_object_set_new(st, "weight_bytes", json_integer((json_int_t)ss.weight_bytes));
+  json_object_set_new(st, "reads", json_integer((json_int_t)ss.reads));
+  json_object_set_new(st, "passes", json_integer((json_int_t)ss.passes));
+  json_object_set_new(st, "wasted_bytes", json_integer((json_int_t)ss.wasted));
+  json_object_set_new(st, "wait_s", json_real(ss.wait_s));
+  json_object_set_new(st, "o_direct", json_boolean(ss.direct));
+  json_object_set_new(st, "io", ss.io ? json_string(ss.io) : json_null());
+  json_object_set_new(o, "spine_stream", st);
+  char *r = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return r;
+}
+
+int df_engine_spine_reads(const df_engine *en,
+                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void *ud) {
+  return df_k3_stream_reads(en->model, fn, ud);
+}
+
+uint64_t df_engine_spine_stream_bytes(const df_engine *en) {
+  df_k3_stream_stats ss;
+  df_k3_stream_stats_get(en->model, &ss);
+  return ss.bytes;
 }
 
 char *df_engine_stats_json(df_engine *en) {
@@ -281,9 +405,25 @@ char *df_engine_stats_json(df_engine *en) {
   json_object_set_new(o, "kernels", json_string(en->kc.k->name));
   json_object_set_new(o, "threads", json_integer(df_pool_size(en->pool)));
   json_object_set_new(o, "spine_bytes_per_token",
-                      json_integer((json_int_t)en->model->spine_bytes_per_token));
+                      json_integer((json_int_t)df_k3_spine_bytes_per_token(en->model)));
   json_object_set_new(o, "expert_bytes_read",
                       json_integer((json_int_t)df_store_bytes_read(en->store)));
+  df_k3_compute cp;
+  df_k3_compute_get(en->model, &cp);
+  json_t *cj = json_object();
+  for (int i = 0; i < DF_K3_T_N; i++) {
+    json_t *k = json_object();
+    json_object_set_new(k, "s", json_real(cp.s[i]));
+    json_object_set_new(k, "n", json_integer((json_int_t)cp.n[i]));
+    json_object_set_new(k, "ms_each", json_real(cp.n[i] ? 1e3 * cp.s[i] / (double)cp.n[i] : 0));
+    json_object_set_new(cj, df_k3_compute_names[i], k);
+  }
+  json_object_set_new(cj, "store_wait_s", json_real(cp.store_wait_s));
+  json_object_set_new(o, "decode_compute", cj);
+  char *pj = df_engine_plan_json(en);
+  json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
+  free(pj);
+  json_object_set_new(o, "plan", pv ? pv : json_null());
   char *sj = df_store_stats_json(en->store);
   json_t *sv = sj ? json_loads(sj, 0, NULL) : NULL;
   json_object_set_new(o, "store", sv ? sv : json_string(sj ? sj : ""));

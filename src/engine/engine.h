@@ -34,6 +34,10 @@ typedef struct df_engine_opts {
   int kernels_scalar;       /* force the scalar reference kernels */
   df_gate_input_kind gate_input;
   df_store_opts store;      /* the expert store's own options; the engine sets store.model_dir */
+  /* memory plan (issue 11) */
+  uint64_t mem_limit;       /* bytes deltafin may use; 0 = MemAvailable / cgroup limit */
+  int ctx;                  /* positions to admit; <= 0 = planner decides */
+  int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -78,10 +82,19 @@ typedef struct df_gen_opts {
   /* Called after each new token; return nonzero to cancel. */
   int (*on_token)(void *ud, int id);
   void *ud;
+  /* Polled with ud between prefill chunks and after every layer of every
+   * forward pass (a long prompt's layer can take seconds); nonzero cancels:
+   * df_generate returns 0 with finish DF_FINISH_CANCEL and the ids so far,
+   * and the session must be reset (a pass stopped between layers leaves its
+   * state partly advanced). NULL: never. */
+  int (*cancel)(void *ud);
+  /* Called with ud after each prefill chunk with the prompt positions done. */
+  void (*on_prefill)(void *ud, int done);
 } df_gen_opts;
 
 typedef struct df_gen_stats {
   int n_prompt, n_gen;
+  int n_prefilled; /* prompt positions run through the model (fewer when cancelled) */
   double prefill_s, decode_s;
   uint64_t spine_bytes_per_token;  /* dense weights touched per decode token */
   uint64_t expert_bytes_read;      /* routed-expert bytes fetched in total */
@@ -109,6 +122,18 @@ char *df_engine_store_describe(df_engine *en);
  * log and df_store_locate, store/store.h); owned by the engine. */
 typedef struct df_store df_store;
 df_store *df_engine_store(df_engine *en);
+/* The memory plan: text (for --stats) and JSON object; caller frees. */
+char *df_engine_plan_text(const df_engine *en);
+char *df_engine_plan_json(const df_engine *en);
+/* Spine bytes read from the drives by the spine stream since the engine
+ * opened (0 when the whole spine is resident). */
+uint64_t df_engine_spine_stream_bytes(const df_engine *en);
+/* The reads one pass of the spine stream makes (path, offset, length), for
+ * the bench's spine ceiling; returns the stream's queue depth (0: nothing
+ * streams). */
+int df_engine_spine_reads(const df_engine *en,
+                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void *ud);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 

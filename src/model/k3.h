@@ -22,39 +22,14 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
+#include "plan/plan.h"
 #include "store/store.h"
 
 #define DF_SPINE_INT8_DIR "spine-int8"
 
-typedef struct df_k3_layer {
-  int kind; /* DF_LAYER_KDA / DF_LAYER_MLA */
-  int moe;
-  const float *in_norm, *post_norm, *attn_res_norm, *mlp_res_norm, *attn_res_proj, *mlp_res_proj;
-  /* KDA */
-  df_wmat q, k, v, g, fa, fb, b, o;
-  const float *conv[3]; /* q, k, v: [P][K] */
-  const float *A_log, *dt_bias, *o_norm;
-  /* MLA */
-  df_wmat qa, qb, kva, kvb, mg, mo;
-  const float *qa_norm, *kva_norm;
-  /* dense FFN */
-  df_wmat gate, up, down;
-  /* MoE */
-  df_wmat router, lat_down, lat_up, sh_gate, sh_up, sh_down;
-  const float *router_bias, *lat_norm;
-} df_k3_layer;
-
-typedef struct df_k3 {
-  const df_config *cfg;
-  int int8;
-  df_k3_layer *layers;
-  df_wmat embed, lm_head;
-  const float *final_norm, *out_res_norm, *out_res_proj;
-  df_st_set *int8set; /* owned when int8 */
-  void **owned;       /* fp32 copies of small vectors and realigned tensors */
-  int nowned, capowned;
-  uint64_t spine_bytes_per_token; /* spine weight bytes one decode token reads */
-} df_k3;
+/* The loaded model is opaque (its layout is private to src/model/); the
+ * engine and the tools reach it through the accessors below. */
+typedef struct df_k3 df_k3;
 
 /* Checks every spine tensor (presence, shape, dtype) against the config and
  * maps it; with int8 also DIR/spine-int8/. Messages name the tensor and the
@@ -62,6 +37,62 @@ typedef struct df_k3 {
 int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
                const char *model_dir, df_err *e);
 void df_k3_free(df_k3 *m);
+
+const df_config *df_k3_config(const df_k3 *m);
+int df_k3_is_int8(const df_k3 *m);
+/* Spine weight bytes one decode token reads (every spine tensor once, one
+ * embedding row), whether resident or streamed. */
+uint64_t df_k3_spine_bytes_per_token(const df_k3 *m);
+
+/* The planner's inputs this model supplies (plan/plan.h): units (layers,
+ * then the head) with their weight and read bytes and whether they can
+ * stream, the small always-resident tensors, the embedding row. The arrays
+ * belong to m; the caller fills mem_limit, cache, ctx and rows. */
+void df_k3_plan_input(const df_k3 *m, df_plan_in *in);
+
+/* Applies a plan: non-resident units stream every pass from the shards with
+ * O_DIRECT through the store's I/O engine (store/io.h) into
+ * DF_PLAN_RING_SLOTS buffers, the next unit arriving while one computes;
+ * resident units stay mmapped from the shards (the page cache keeps them:
+ * the plan leaves room for them; zero-copy and shared with other readers of
+ * the checkpoint). */
+typedef struct df_k3_stream_opts {
+  const char *io;             /* "uring" | "pread" | NULL */
+  const char *emulate_drives; /* "BW[,LAT]" for the spine's drive, NULL = none */
+  int queue_depth;            /* reads in flight; <= 0 = 4 */
+} df_k3_stream_opts;
+int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_err *e);
+
+typedef struct df_k3_stream_stats {
+  int units;            /* units streaming */
+  uint64_t bytes;       /* bytes read from the drives (aligned extents) */
+  uint64_t weight_bytes; /* tensor bytes of the units the forward pass used */
+  uint64_t reads, wasted, passes;
+  double wait_s;        /* time the forward pass waited for spine data */
+  int direct, registered;
+  const char *io;
+} df_k3_stream_stats;
+void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
+
+/* The reads one pass of the spine stream makes (every streamed unit's
+ * extents in DF_K3_STREAM_CHUNK pieces, in forward order), for tools that
+ * replay them (the bench's spine ceiling). Returns the queue depth used. */
+#define DF_K3_STREAM_CHUNK (8u << 20)
+typedef void (*df_k3_read_fn)(void *ud, const char *path, uint64_t off, uint32_t len);
+int df_k3_stream_reads(const df_k3 *m, df_k3_read_fn fn, void *ud);
+
+/* Compute time of decode passes (one position) by part, summed since load:
+ * seconds and layer-passes. Waits (spine stream, expert store) are not
+ * compute and are excluded. */
+enum { DF_K3_T_KDA, DF_K3_T_MLA, DF_K3_T_DENSE, DF_K3_T_MOE_TRUNK, DF_K3_T_EXPERTS, DF_K3_T_HEAD,
+       DF_K3_T_N };
+typedef struct df_k3_compute {
+  double s[DF_K3_T_N];
+  uint64_t n[DF_K3_T_N]; /* layer-passes (experts: experts computed) */
+  double store_wait_s;
+} df_k3_compute;
+void df_k3_compute_get(const df_k3 *m, df_k3_compute *out);
+extern const char *const df_k3_compute_names[DF_K3_T_N];
 
 /* True for the spine tensors the int8 spine replaces (see above). */
 int df_k3_int8_eligible(const df_tensor *t);
@@ -82,6 +113,14 @@ int df_k3_state_pos(const df_k3_state *s);
 /* Called after each layer with the T hidden states (the next layer's h). */
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud);
+
+/* Polled after each layer; nonzero stops the pass: df_k3_forward returns
+ * DF_K3_CANCELLED (no error set) with the state partly updated (reset it).
+ * A layer of a long prefill chunk can take seconds, so a chunk is not the
+ * unit of cancellation. NULL removes it. */
+#define DF_K3_CANCELLED 1
+typedef int (*df_k3_cancel_fn)(void *ud);
+void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud);
 
 /* What the gate-ahead predictor feeds layer L+1's router with (only when
  * the store wants hints, see df_store_wants_hint). Decode recall measured on

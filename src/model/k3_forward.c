@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "model/k3.h"
+#include "model/k3_int.h"
+#include "model/router.h"
 
 struct df_k3_state {
   const df_k3 *m;
@@ -31,6 +32,8 @@ struct df_k3_state {
   int cap;          /* positions allocated in each MLA cache */
   df_k3_layer_hook hook;
   void *hook_ud;
+  df_k3_cancel_fn cancel;
+  void *cancel_ud;
 
   /* scratch, sized for Tcap rows and nth threads */
   int Tcap, nth;
@@ -47,6 +50,7 @@ struct df_k3_state {
   float *gx, *gw;             /* gate-ahead: router input rows, one row's weights */
   int *gsel, *glist;          /* gate-ahead: one row's top-k, the union over rows */
   uint8_t *gmark;
+  double moe_excl; /* this MoE layer's expert compute + store wait (decode timing) */
 };
 
 static int nblocks(const df_config *c) {
@@ -123,6 +127,11 @@ void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud) {
   s->hook_ud = ud;
 }
 
+void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud) {
+  s->cancel = fn;
+  s->cancel_ud = ud;
+}
+
 static float *fbuf(size_t n) { return df_xaligned(64, sizeof(float) * (n ? n : 1)); }
 
 /* Per-thread scratch: KDA step (D), MLA (2 x kv_lora_rank + cap scores),
@@ -184,13 +193,17 @@ static int reserve_ctx(df_k3_state *s, int npos, df_err *e) {
   if (npos > c->max_pos)
     return df_err_set(e, "context of %d positions exceeds config max_position_embeddings %ld",
                       npos, c->max_pos);
+  int lim = s->m->ctx_limit > 0 ? s->m->ctx_limit : (int)c->max_pos;
+  if (npos > lim)
+    return df_err_set(e, "context of %d positions exceeds the %d the memory plan admits "
+                      "(raise --ctx or --mem-limit)", npos, lim);
   if (npos <= s->cap || !c->n_mla) {
     if (!c->n_mla) s->cap = npos > s->cap ? npos : s->cap;
     return 0;
   }
   int ncap = s->cap ? s->cap : 64;
   while (ncap < npos) ncap *= 2;
-  if (ncap > c->max_pos) ncap = (int)c->max_pos;
+  if (ncap > lim) ncap = lim;
   size_t w = (size_t)(c->kv_lora_rank + c->qk_rope_dim);
   for (int l = 0; l < c->n_layers; l++)
     if (c->layer_kind[l] == DF_LAYER_MLA) {
@@ -350,9 +363,8 @@ static void kda_head_task(void *ctx, int h, int thread) {
   }
 }
 
-static void kda_layer(const df_k3_run *r, df_k3_state *s, int l, int T) {
+static void kda_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, int l, int T) {
   const df_config *c = r->m->cfg;
-  const df_k3_layer *y = &r->m->layers[l];
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
   df_mm(kc, &y->q, s->xn, T, H, s->kq, P);
@@ -425,9 +437,8 @@ static void mla_task(void *ctx, int task, int thread) {
   }
 }
 
-static void mla_layer(const df_k3_run *r, df_k3_state *s, int l, int T) {
+static void mla_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, int l, int T) {
   const df_config *c = r->m->cfg;
-  const df_k3_layer *y = &r->m->layers[l];
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, Hm = (size_t)c->mla_heads, qr = (size_t)c->q_lora_rank;
   size_t kr = (size_t)c->kv_lora_rank, w = kr + (size_t)c->qk_rope_dim;
@@ -461,36 +472,6 @@ static void gated_ffn(const df_kctx *kc, const df_config *c, const df_wmat *gate
   df_mm(kc, down, g, T, I, out, H);
 }
 
-/* Top-k by biased score, ties to the lower id; then ascending id order. */
-static void route_row(const df_config *c, const float *sc, const float *bias, int *ids,
-                      float *w) {
-  int K = c->top_k, n = 0;
-  float best[K > 0 ? K : 1];
-  for (int e = 0; e < c->n_experts; e++) {
-    float b = sc[e] + bias[e];
-    int at = n;
-    while (at > 0 && best[at - 1] < b) at--;
-    if (at >= K) continue;
-    int last = n < K ? n : K - 1;
-    for (int i = last; i > at; i--) best[i] = best[i - 1], ids[i] = ids[i - 1];
-    best[at] = b;
-    ids[at] = e;
-    if (n < K) n++;
-  }
-  for (int i = 1; i < K; i++)
-    for (int j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
-      int t = ids[j];
-      ids[j] = ids[j - 1];
-      ids[j - 1] = t;
-    }
-  float sum = 0.0f;
-  for (int i = 0; i < K; i++) sum += sc[ids[i]];
-  for (int i = 0; i < K; i++) {
-    float v = c->norm_topk_prob ? sc[ids[i]] / sum : sc[ids[i]];
-    w[i] = v * c->routed_scale;
-  }
-}
-
 /* Gate-ahead prediction: layer l+1's router (sigmoid scores + correction
  * bias, top-k) applied to x, the union over the T rows handed to the store
  * as a hint for l+1. It only moves bytes: l+1 routes on its own input. */
@@ -503,7 +484,7 @@ static void gate_ahead(const df_k3_run *r, df_k3_state *s, int l, int T, const f
   for (int t = 0; t < T; t++) {
     float *sc = s->rl + (size_t)t * E;
     r->kc->k->sigmoid(sc, (int)E);
-    route_row(c, sc, ny->router_bias, s->gsel, s->gw);
+    df_router_select(c, sc, ny->router_bias, s->gsel, s->gw);
     for (size_t i = 0; i < K; i++) s->gmark[s->gsel[i]] = 1;
   }
   int n = 0;
@@ -512,9 +493,9 @@ static void gate_ahead(const df_k3_run *r, df_k3_state *s, int l, int T, const f
   df_store_hint(r->store, l + 1, s->glist, n);
 }
 
-static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e) {
+static int moe_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, int l, int T,
+                     df_err *e) {
   const df_config *c = r->m->cfg;
-  const df_k3_layer *y = &r->m->layers[l];
   const df_kctx *kc = r->kc;
   const df_kern *k = kc->k;
   size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
@@ -525,7 +506,7 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e
   for (int t = 0; t < T; t++) {
     float *sc = s->rl + (size_t)t * E;
     k->sigmoid(sc, (int)E);
-    route_row(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
+    df_router_select(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
   }
   /* group (row, slot) pairs by expert, experts ascending, rows ascending */
   memset(s->ecnt, 0, sizeof(int) * E);
@@ -563,10 +544,15 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e
   /* 5: experts as the store hands them out */
   df_expert_layout lay;
   df_expert_layout_of(c, &lay);
+  double t_exp = 0, t_wait = 0;
+  int n_exp = 0;
   for (;;) {
     int idx;
     const uint8_t *b;
+    double tw = df_now();
     int got = df_store_next(r->store, &idx, &b, e);
+    double tc = df_now();
+    t_wait += tc - tw;
     if (got < 0) {
       df_store_end(r->store);
       return df_err_prefix(e, "layer %d: ", l);
@@ -582,8 +568,17 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, int l, int T, df_err *e
     df_mm_mxfp4(kc, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->eH1, n, Mi, s->eY, Lt);
     for (int i = 0; i < n; i++)
       memcpy(s->ybuf + (size_t)ent[i] * Lt, s->eY + (size_t)i * Lt, sizeof(float) * Lt);
+    t_exp += df_now() - tc;
+    n_exp++;
   }
   df_store_end(r->store);
+  if (T == 1) {
+    df_k3_compute *cp = r->m->comp;
+    cp->s[DF_K3_T_EXPERTS] += t_exp;
+    cp->n[DF_K3_T_EXPERTS] += (uint64_t)n_exp;
+    cp->store_wait_s += t_wait;
+    s->moe_excl = t_exp + t_wait;
+  }
 
   /* 6: fixed order: slots are in ascending expert id */
   for (int t = 0; t < T; t++) {
@@ -627,10 +622,13 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
   reserve_thr(s, df_pool_size(kc->pool));
 
   size_t H = (size_t)c->hidden;
-  for (int t = 0; t < T; t++) df_wmat_row(&m->embed, ids[t], s->h + (size_t)t * H);
+  if (df_k3_embed_rows(m, ids, T, s->h, e)) return -1;
+  int with_head = logits_all || logits_last;
   int nS = 0, pempty = 1;
   for (int l = 0; l < c->n_layers; l++) {
-    const df_k3_layer *y = &m->layers[l];
+    const df_k3_layer *y = df_k3_acquire_layer(m, l, df_k3_next_streamed(m, l, with_head), e);
+    if (!y) return -1;
+    double tl0 = df_now();
     /* 5.1 step 1 */
     const float *xattn = s->h;
     if (nS > 0) {
@@ -650,8 +648,8 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
       pempty = 0;
     }
     /* step 3 */
-    if (y->kind == DF_LAYER_KDA) kda_layer(r, s, l, T);
-    else mla_layer(r, s, l, T);
+    if (y->kind == DF_LAYER_KDA) kda_layer(r, s, y, l, T);
+    else mla_layer(r, s, y, l, T);
     if (pempty) {
       float *tmp = s->p;
       s->p = s->a;
@@ -659,30 +657,55 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
     } else {
       for (size_t i = 0; i < (size_t)T * H; i++) s->p[i] = s->p[i] + s->a[i];
     }
+    double tl1 = df_now();
     /* step 4-5 */
     attn_res(r, s, T, nS, s->p, y->mlp_res_norm, y->mlp_res_proj, s->xin, 0, T);
     rms_rows(k, s->xn, s->xin, y->post_norm, T, (int)H, c->eps);
     if (y->moe) {
-      if (moe_layer(r, s, l, T, e)) return -1;
+      if (moe_layer(r, s, y, l, T, e)) {
+        df_k3_release(m, l);
+        return -1;
+      }
     } else {
       gated_ffn(kc, c, &y->gate, &y->up, &y->down, s->xn, T, s->f1, s->f2, s->ffo);
     }
     for (size_t i = 0; i < (size_t)T * H; i++) s->h[i] = s->p[i] + s->ffo[i];
+    if (T == 1) {
+      double tl2 = df_now();
+      df_k3_compute *cp = m->comp;
+      int ka = y->kind == DF_LAYER_KDA ? DF_K3_T_KDA : DF_K3_T_MLA;
+      int kf = y->moe ? DF_K3_T_MOE_TRUNK : DF_K3_T_DENSE;
+      cp->s[ka] += tl1 - tl0;
+      cp->n[ka]++;
+      cp->s[kf] += tl2 - tl1 - (y->moe ? s->moe_excl : 0);
+      cp->n[kf]++;
+      s->moe_excl = 0;
+    }
+    df_k3_release(m, l);
     if (s->hook) s->hook(s->hook_ud, l, s->h, T, (int)H);
+    if (s->cancel && s->cancel(s->cancel_ud)) return DF_K3_CANCELLED;
   }
   /* output: AR over the snapshots + h, final norm, lm_head */
   int t0 = logits_all ? 0 : T - 1, nt = logits_all ? T : 1;
-  if (logits_all || logits_last) {
+  if (with_head) {
+    const df_wmat *head = df_k3_acquire_head(m, df_k3_next_streamed(m, c->n_layers, 1), e);
+    if (!head) return -1;
+    double th = df_now();
     attn_res(r, s, T, nS, s->h, m->out_res_norm, m->out_res_proj, s->xin, t0, nt);
     rms_rows(k, s->xn + (size_t)t0 * H, s->xin + (size_t)t0 * H, m->final_norm, nt, (int)H,
              c->eps);
     size_t V = (size_t)c->vocab;
     if (logits_all) {
-      df_mm(kc, &m->lm_head, s->xn, T, H, logits_all, V);
+      df_mm(kc, head, s->xn, T, H, logits_all, V);
       if (logits_last) memcpy(logits_last, logits_all + (size_t)(T - 1) * V, sizeof(float) * V);
     } else {
-      df_mm(kc, &m->lm_head, s->xn + (size_t)t0 * H, 1, H, logits_last, V);
+      df_mm(kc, head, s->xn + (size_t)t0 * H, 1, H, logits_last, V);
     }
+    if (T == 1) {
+      m->comp->s[DF_K3_T_HEAD] += df_now() - th;
+      m->comp->n[DF_K3_T_HEAD]++;
+    }
+    df_k3_release(m, c->n_layers);
   }
   s->pos += T;
   return 0;

@@ -13,7 +13,7 @@
 #include "base/util.h"
 #include "format/codec.h"
 #include "format/roster.h"
-#include "model/k3.h"
+#include "model/k3_int.h"
 
 #define PFX "language_model.model."
 
@@ -24,10 +24,13 @@ typedef struct {
   const char *model_dir;
   df_k3 *m;
   df_err *e;
+  int unit;    /* unit the matrices being loaded belong to; -1 = none */
+  char *ubase; /* that unit's view struct */
   char name[320];
 } ld;
 
-static void own(df_k3 *m, void *p) {
+static void own(df_k3 *m, void *p, size_t bytes) {
+  m->owned_bytes += bytes;
   if (m->nowned == m->capowned) {
     m->capowned = m->capowned ? 2 * m->capowned : 64;
     m->owned = df_xrealloc(m->owned, sizeof *m->owned * m->capowned);
@@ -80,8 +83,36 @@ static const void *aligned_data(df_k3 *m, const df_tensor *t, size_t align) {
                align);
   void *p = df_xaligned(64, t->nbytes);
   memcpy(p, t->data, t->nbytes);
-  own(m, p);
+  own(m, p, t->nbytes);
   return p;
+}
+
+/* Small tensors are always copied: they are read every pass, also in layers
+ * whose matrices stream, and a copy never faults on the hot path. */
+static const void *copy_data(df_k3 *m, const df_tensor *t) {
+  void *p = df_xaligned(64, t->nbytes ? t->nbytes : 1);
+  memcpy(p, t->data, t->nbytes);
+  own(m, p, t->nbytes);
+  return p;
+}
+
+/* Records a streamable tensor of the current unit. */
+static void piece(ld *L, const df_tensor *t, int int8set, const void *const *field,
+                  size_t align) {
+  if (L->unit < 0) return;
+  df_k3_unit *u = &L->m->units[L->unit];
+  if (u->npc == u->cappc) {
+    u->cappc = u->cappc ? 2 * u->cappc : 16;
+    u->pc = df_xrealloc(u->pc, sizeof *u->pc * (size_t)u->cappc);
+  }
+  df_k3_piece *pc = &u->pc[u->npc++];
+  pc->file = t->file + (int8set ? L->m->sets[0]->nfiles : 0);
+  pc->off = t->offset;
+  pc->len = t->nbytes;
+  pc->field = (size_t)((const char *)field - L->ubase);
+  pc->boff = 0;
+  u->bytes += t->nbytes;
+  if (t->offset % align) u->misaligned = 1;
 }
 
 /* A bf16 tensor of n values widened once to an owned, aligned fp32 copy. */
@@ -93,7 +124,7 @@ static const float *bf16_copy(ld *L, const df_tensor *t, int64_t n) {
     memcpy(&h, b + 2 * i, 2);
     p[i] = df_bf16_to_f32(h);
   }
-  own(L->m, p);
+  own(L->m, p, sizeof(float) * (size_t)n);
   return p;
 }
 
@@ -101,7 +132,7 @@ static const float *bf16_copy(ld *L, const df_tensor *t, int64_t n) {
 static const float *vec(ld *L, const char *name, df_dtype dt, int64_t n, const char *why) {
   const df_tensor *t = need_in(L->set, L->e, name, dt, 1, &n, why, "");
   if (!t) return NULL;
-  if (dt == DF_DT_F32) return aligned_data(L->m, t, 4);
+  if (dt == DF_DT_F32) return copy_data(L->m, t);
   return bf16_copy(L, t, n);
 }
 
@@ -121,7 +152,20 @@ int df_k3_int8_eligible(const df_tensor *t) {
   return 1;
 }
 
+static int mat_in(ld *L, const char *name, int64_t rows, int64_t cols, const char *why,
+                  df_wmat *w);
+
 static int mat(ld *L, const char *name, int64_t rows, int64_t cols, const char *why, df_wmat *w) {
+  int unit = L->unit;
+  /* the router stays resident: gate-ahead reads layer L+1's during layer L */
+  if (strstr(name, ".block_sparse_moe.gate.")) L->unit = -1;
+  int rc = mat_in(L, name, rows, cols, why, w);
+  L->unit = unit;
+  return rc;
+}
+
+static int mat_in(ld *L, const char *name, int64_t rows, int64_t cols, const char *why,
+                  df_wmat *w) {
   int64_t sh[2] = {rows, cols};
   const df_tensor *t = need_in(L->set, L->e, name, DF_DT_BF16, 2, sh, why, "");
   if (!t) return -1;
@@ -143,11 +187,34 @@ static int mat(ld *L, const char *name, int64_t rows, int64_t cols, const char *
     w->w = q->data;
     w->scale = aligned_data(L->m, s, 4);
     L->m->spine_bytes_per_token += q->nbytes + s->nbytes;
+    piece(L, q, 1, &w->w, 1);
+    piece(L, s, 1, (const void *const *)&w->scale, 4);
   } else {
     w->kind = DF_W_BF16;
     w->w = aligned_data(L->m, t, 2);
     L->m->spine_bytes_per_token += t->nbytes;
+    piece(L, t, 0, &w->w, 2);
   }
+  return 0;
+}
+
+/* Where embedding rows are read from (one pread per position). */
+static int embed_source(ld *L) {
+  df_k3 *m = L->m;
+  const char *name = PFX "embed_tokens.weight";
+  int i8 = m->embed.kind == DF_W_I8;
+  const df_st_set *set = i8 ? L->i8 : L->set;
+  const df_tensor *t = df_st_set_find(set, name);
+  if (!t) return df_err_set(L->e, "missing tensor %s", name);
+  m->emb_fd = set->files[t->file].fd;
+  m->emb_off = t->offset;
+  m->emb_row_bytes = (uint64_t)m->embed.cols * (i8 ? 1 : 2);
+  if (i8) {
+    const df_tensor *s = df_st_set_find(set, PFX "embed_tokens.weight.scale");
+    if (!s) return df_err_set(L->e, "spine-int8: missing tensor %s.scale", name);
+    m->emb_scale_off = s->offset;
+  }
+  m->emb_buf = df_xaligned(64, m->emb_row_bytes + 64);
   return 0;
 }
 
@@ -158,6 +225,8 @@ static int load_layer(ld *L, int l, df_k3_layer *y) {
   int64_t H = c->hidden;
   char p[96];
   snprintf(p, sizeof p, PFX "layers.%d.", l);
+  L->unit = l;
+  L->ubase = (char *)y;
   y->kind = c->layer_kind[l];
   y->moe = l >= c->first_k_dense;
 #define VEC(dst, suffix, dt, n, why)                  \
@@ -194,7 +263,7 @@ static int load_layer(ld *L, int l, df_k3_layer *y) {
           need_in(L->set, L->e, NM("%sself_attn.%s_conv1d.weight", p, cv[i]), DF_DT_F32, 3, sh,
                   "linear_attn_config num_heads x head_dim, 1, short_conv_kernel_size", "");
       if (!t) return -1;
-      y->conv[i] = aligned_data(L->m, t, 4);
+      y->conv[i] = copy_data(L->m, t);
     }
     const df_tensor *a = df_st_set_find(L->set, NM("%sself_attn.A_log", p));
     if (!a) return df_err_set(L->e, "missing tensor %s", L->name);
@@ -204,7 +273,7 @@ static int load_layer(ld *L, int l, df_k3_layer *y) {
       return df_err_set(L->e, "%s: %" PRIu64 " values, fewer than linear_attn_config num_heads %" PRId64
                         " (A_log is per head)", L->name, a->nelem, Hk);
     if (!a->data) return df_err_set(L->e, "%s: data not mapped", L->name);
-    y->A_log = aligned_data(L->m, a, 4);
+    y->A_log = copy_data(L->m, a);
     VEC(y->dt_bias, "self_attn.dt_bias", DF_DT_F32, P, "linear_attn_config num_heads x head_dim");
     VEC(y->o_norm, "self_attn.o_norm.weight", DF_DT_F32, D, "linear_attn_config head_dim");
   } else {
@@ -259,6 +328,12 @@ void df_k3_free(df_k3 *m) {
   for (int i = 0; i < m->nowned; i++) free(m->owned[i]);
   free(m->owned);
   free(m->layers);
+  df_k3_stream_close(m->stream);
+  for (int u = 0; u < m->nunits; u++) free(m->units[u].pc), free(m->units[u].ex);
+  free(m->pl_bytes), free(m->pl_read), free(m->pl_must);
+  free(m->units);
+  free(m->emb_buf);
+  free(m->comp);
   if (m->int8set) {
     df_st_set_close(m->int8set);
     free(m->int8set);
@@ -304,7 +379,13 @@ int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
   df_k3 *m = df_xcalloc(1, sizeof *m);
   m->cfg = c;
   m->int8 = int8;
-  ld L = {.set = set, .c = c, .model_dir = model_dir, .m = m, .e = e};
+  ld L = {.set = set, .c = c, .model_dir = model_dir, .m = m, .e = e, .unit = -1};
+  m->emb_fd = -1;
+  m->sets[0] = set;
+  m->nfiles = set->nfiles;
+  m->nunits = c->n_layers + 1;
+  m->units = df_xcalloc((size_t)m->nunits, sizeof *m->units);
+  m->comp = df_xcalloc(1, sizeof *m->comp);
   if (int8) {
     char *dir = df_path_join(model_dir, DF_SPINE_INT8_DIR);
     char *idx = df_path_join(dir, "model.safetensors.index.json");
@@ -326,13 +407,20 @@ int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
       goto fail;
     }
     L.i8 = m->int8set;
+    m->sets[1] = m->int8set;
+    m->nfiles += m->int8set->nfiles;
   }
   int64_t H = c->hidden, V = c->vocab;
   if (mat(&L, PFX "embed_tokens.weight", V, H, "vocab_size, hidden_size", &m->embed)) goto fail;
   /* one decode token reads one embedding row, not the table */
   m->spine_bytes_per_token -= (uint64_t)(V - 1) * H * (m->embed.kind == DF_W_I8 ? 1 : 2) +
                               (m->embed.kind == DF_W_I8 ? (uint64_t)(V - 1) * 4 : 0);
-  if (mat(&L, "language_model.lm_head.weight", V, H, "vocab_size, hidden_size", &m->lm_head) ||
+  if (embed_source(&L)) goto fail;
+  L.unit = c->n_layers;
+  L.ubase = (char *)&m->lm_head;
+  int hm = mat(&L, "language_model.lm_head.weight", V, H, "vocab_size, hidden_size", &m->lm_head);
+  L.unit = -1;
+  if (hm ||
       !(m->final_norm = vec(&L, PFX "norm.weight", DF_DT_BF16, H, "hidden_size")) ||
       !(m->out_res_norm = vec(&L, PFX "output_attn_res_norm.weight", DF_DT_BF16, H, "hidden_size")) ||
       !(m->out_res_proj = row1(&L, PFX "output_attn_res_proj.weight", H, "hidden_size")))
@@ -341,9 +429,37 @@ int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
   for (int l = 0; l < c->n_layers; l++)
     if (load_layer(&L, l, &m->layers[l])) goto fail;
   if (roster_check(set, c, e)) goto fail;
+  df_k3_units_finish(m);
   *out = m;
   return 0;
 fail:
   df_k3_free(m);
   return -1;
 }
+
+const df_config *df_k3_config(const df_k3 *m) { return m->cfg; }
+int df_k3_is_int8(const df_k3 *m) { return m->int8; }
+uint64_t df_k3_spine_bytes_per_token(const df_k3 *m) { return m->spine_bytes_per_token; }
+
+const char *df_k3_file_path(const df_k3 *m, int f) {
+  int n0 = m->sets[0]->nfiles;
+  return f < n0 ? m->sets[0]->files[f].path : m->sets[1]->files[f - n0].path;
+}
+
+void df_k3_plan_input(const df_k3 *m, df_plan_in *in) {
+  memset(in, 0, sizeof *in);
+  in->cfg = m->cfg;
+  in->nunits = m->nunits;
+  in->unit_bytes = m->pl_bytes;
+  in->unit_read = m->pl_read;
+  in->must_resident = m->pl_must;
+  in->fixed_bytes = m->owned_bytes;
+  for (int l = 0; l < m->cfg->n_layers; l++)
+    if (m->layers[l].moe) in->fixed_bytes += (uint64_t)m->layers[l].router.rows * m->layers[l].router.cols * 2;
+  in->embed_row_bytes = m->emb_row_bytes + (m->embed.kind == DF_W_I8 ? 4 : 0);
+}
+
+const char *const df_k3_compute_names[DF_K3_T_N] = {"kda", "mla", "dense_ffn", "moe_trunk",
+                                                    "routed_expert", "head"};
+
+void df_k3_compute_get(const df_k3 *m, df_k3_compute *out) { *out = *m->comp; }

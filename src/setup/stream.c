@@ -32,6 +32,7 @@ static void accumulate(df_dl_stats *ds, df_setup_report *rep) {
 }
 
 static int read_prefix(const char *path, uint64_t n, uint8_t **out, df_err *e) {
+  *out = NULL; /* defined on every path: gcc -O3 cannot see that errors return nonzero */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return df_err_errno(e, "%s", path);
   uint8_t *b = df_xmalloc(n ? n : 1);

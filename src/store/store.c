@@ -18,6 +18,10 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     dflt.cache_mb = -1;
     o = &dflt;
   }
+  if (!df_store_io_name(o->io) || !df_store_prefetch_name(o->prefetch) ||
+      !df_store_split_name(o->split_reads))
+    return df_err_set(e, "store options out of range (--io %d, --prefetch %d, --split-reads %d)",
+                      (int)o->io, (int)o->prefetch, (int)o->split_reads);
   df_store *s = df_xcalloc(1, sizeof *s);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
@@ -65,12 +69,6 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   /* shard records are not aligned: their buffer holds the head pad too */
   s->slot_bytes = DF_IO_ROUND_UP(s->rec_bytes) + (s->from_pack ? 0 : DF_IO_ALIGN);
 
-  if (!df_store_io_name(o->io) || !df_store_prefetch_name(o->prefetch) ||
-      !df_store_split_name(o->split_reads)) {
-    rc = df_err_set(e, "store options out of range (--io %d, --prefetch %d, --split-reads %d)",
-                    (int)o->io, (int)o->prefetch, (int)o->split_reads);
-    goto fail;
-  }
   s->io_kind = o->io == DF_STORE_IO_PREAD ? DF_IO_PREAD : DF_IO_URING;
   s->queue_depth = o->queue_depth > 0 ? o->queue_depth : DF_STORE_DEFAULT_QD;
   s->split = o->split_reads;

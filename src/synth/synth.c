@@ -65,7 +65,7 @@ double df_rng_uniform(df_rng *r, double a) {
 
 /* ---------------- presets ---------------- */
 
-const char *const df_synth_presets[] = {"tiny", "small", "k3-shaped", NULL};
+const char *const df_synth_presets[] = {"tiny", "small", "k3-shaped", "k3-trunk", NULL};
 
 typedef struct preset {
   const char *name;
@@ -85,6 +85,9 @@ static const preset presets[] = {
     /* K3's real expert shapes (latent 3584, moe_inter 3072, top-16) on a small trunk */
     {"k3-shaped", 1024, 5, 4, 8, 128, 8, 512, 512, 128, 64, 128, 2048, 64, 16, 2, 3072, 3584,
      1048576, 1024ull << 20, 1},
+    /* K3's real trunk and vocabulary; layers and experts set in synth_trunk.c */
+    {"k3-trunk", 7168, 4, 12, 96, 128, 96, 1536, 512, 128, 64, 128, 33792, 16, 16, 2, 3072, 3584,
+     1048576, 4096ull << 20, 1},
 };
 
 static const preset *find_preset(const char *name) {
@@ -106,12 +109,14 @@ static int vocab_ranks(void) {
 
 int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
   const preset *p = find_preset(o->preset ? o->preset : "");
-  if (!p) return df_err_set(e, "unknown preset '%s' (tiny, small, k3-shaped)", o->preset ? o->preset : "");
+  if (!p) return df_err_set(e, "unknown preset '%s' (tiny, small, k3-shaped, k3-trunk)", o->preset ? o->preset : "");
   int layers = p->layers, experts = p->experts;
   if (!strcmp(p->name, "k3-shaped")) {
     if (o->moe_layers) layers = 1 + o->moe_layers;
     if (o->experts) experts = o->experts;
-  } else if (o->moe_layers || o->experts) {
+  } else if (!strcmp(p->name, "k3-trunk")) {
+    if (o->moe_layers) return df_err_set(e, "k3-trunk takes --layers N, not --moe-layers");
+  } else if (o->moe_layers || o->experts || o->layers) {
     return df_err_set(e, "--moe-layers/--experts apply to the k3-shaped preset only");
   }
   if (layers < 2 || layers > DF_MAX_LAYERS)
@@ -168,6 +173,7 @@ int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
   c->grouped_topk = 1; /* as the release: use_grouped_topk true with one group */
   c->routed_scale = 1.0f;
   c->expert_group = 32;
+  if (!strcmp(p->name, "k3-trunk")) return df_synth_trunk_config(o, c, e);
   return 0;
 }
 

@@ -65,10 +65,14 @@ typedef struct df_synth_opts {
   uint64_t seed;
   const char *out_dir;
   int moe_layers;      /* k3-shaped: number of MoE layers (0 = default 4) */
-  int experts;         /* k3-shaped: routed experts per layer (0 = default 64) */
+  int experts;         /* k3-shaped: routed experts per layer (0 = default 64); k3-trunk too */
+  int layers;          /* k3-trunk: layers (0 = default 4) */
   int force;           /* overwrite a directory that already holds a model */
   int progress;        /* draw a progress bar */
 } df_synth_opts;
+
+/* k3-trunk (synth_trunk.c): applies --layers/--experts and K3's vocabulary. */
+int df_synth_trunk_config(const df_synth_opts *o, df_config *c, df_err *e);
 
 /* Names of the presets, NULL-terminated. */
 extern const char *const df_synth_presets[];

@@ -1,0 +1,473 @@
+/* The spine stream: units the plan leaves out of memory are read every pass
+ * from the shards with O_DIRECT, through the store's drive I/O engine
+ * (store/io.h), into DF_PLAN_RING_SLOTS aligned buffers. When the forward
+ * pass takes unit U it names the unit it will take next, whose reads start
+ * at once into the other buffer, so unit U+1's weights arrive while U
+ * computes. A unit's tensors are coalesced into few large aligned extents
+ * (gaps up to GAP_MAX are read along), split into CHUNK-byte requests.
+ *
+ * A buffer's content is used once: after release it counts as empty, so
+ * every pass reads every streamed unit (the bytes the plan says) even when
+ * only one unit streams. A wrong guess of the next unit (a prefill chunk
+ * that skips the head) costs the bytes already read for it, counted as
+ * wasted. Resident units are the mmapped tensors and never pass through
+ * here. The bytes in a buffer are the shard's bytes, so results do not
+ * depend on which units stream. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "model/k3_int.h"
+#include "store/io.h"
+
+#define ALIGN 4096u
+#define GAP_MAX (256u << 10) /* read a gap this small rather than issue another read */
+#define CHUNK DF_K3_STREAM_CHUNK /* bytes per request */
+#define DEFAULT_QD 4
+
+typedef struct sreq {
+  df_io_req req; /* first, so a df_io_req maps back */
+  int slot;
+  uint64_t need; /* bytes the read must return (less than len only at EOF) */
+  struct sreq *next;
+} sreq;
+
+typedef struct sslot {
+  uint8_t *buf;
+  int bidx;
+  int unit;    /* unit loaded or loading; -1 = empty */
+  int pending; /* requests not yet done */
+  int inuse;
+  int err;
+  char errmsg[256];
+  sreq *reqs;
+  union {
+    df_k3_layer layer;
+    df_wmat head;
+  } view;
+} sslot;
+
+struct df_k3_stream {
+  df_k3 *m;
+  df_io *io;
+  df_io_kind kind;
+  int *fds;
+  uint64_t *fsize;
+  int direct;
+  uint64_t slot_bytes;
+  int maxreq, qd;
+  sslot slot[DF_PLAN_RING_SLOTS];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  sreq *qh, *qt;
+  int units;
+  uint64_t bytes;        /* read from the drive */
+  uint64_t weight_bytes; /* tensor bytes of the units the forward pass took */
+  uint64_t reads, wasted, passes;
+  double wait_s;
+};
+
+/* ------------------------------------------------------------ extents */
+
+static int piece_cmp(const void *a, const void *b) {
+  const df_k3_piece *x = a, *y = b;
+  if (x->file != y->file) return x->file < y->file ? -1 : 1;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+void df_k3_units_finish(df_k3 *m) {
+  m->pl_bytes = df_xcalloc((size_t)m->nunits, sizeof *m->pl_bytes);
+  m->pl_read = df_xcalloc((size_t)m->nunits, sizeof *m->pl_read);
+  m->pl_must = df_xcalloc((size_t)m->nunits, 1);
+  for (int u = 0; u < m->nunits; u++) {
+    df_k3_unit *un = &m->units[u];
+    qsort(un->pc, (size_t)un->npc, sizeof *un->pc, piece_cmp);
+    un->ex = df_xcalloc((size_t)(un->npc ? un->npc : 1), sizeof *un->ex);
+    un->nex = 0;
+    uint64_t boff = 0;
+    for (int i = 0; i < un->npc;) {
+      df_k3_piece *p = &un->pc[i];
+      uint64_t start = p->off / ALIGN * ALIGN, end = p->off + p->len;
+      int j = i + 1;
+      while (j < un->npc && un->pc[j].file == p->file && un->pc[j].off <= end + GAP_MAX) {
+        uint64_t e2 = un->pc[j].off + un->pc[j].len;
+        if (e2 > end) end = e2;
+        j++;
+      }
+      end = (end + ALIGN - 1) / ALIGN * ALIGN;
+      df_k3_extent *x = &un->ex[un->nex++];
+      x->file = p->file;
+      x->off = start;
+      x->len = end - start;
+      x->boff = boff;
+      for (int k = i; k < j; k++) un->pc[k].boff = boff + (un->pc[k].off - start);
+      boff += x->len;
+      i = j;
+    }
+    un->read = boff;
+    m->pl_bytes[u] = un->bytes;
+    m->pl_read[u] = un->read;
+    m->pl_must[u] = (uint8_t)un->misaligned;
+    un->resident = 1;
+  }
+}
+
+/* ------------------------------------------------------------ I/O callbacks */
+
+static df_io_req *take_cb(void *ctx, int drive) {
+  (void)drive;
+  df_k3_stream *s = ctx;
+  pthread_mutex_lock(&s->mu);
+  sreq *r = s->qh;
+  if (r) {
+    s->qh = r->next;
+    if (!s->qh) s->qt = NULL;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return r ? &r->req : NULL;
+}
+
+static void done_cb(void *ctx, int drive, df_io_req *req) {
+  (void)drive;
+  df_k3_stream *s = ctx;
+  sreq *r = (sreq *)req;
+  pthread_mutex_lock(&s->mu);
+  sslot *sl = &s->slot[r->slot];
+  if (!sl->err && (req->err || (uint64_t)req->got < r->need)) {
+    sl->err = req->err ? req->err : EIO;
+    snprintf(sl->errmsg, sizeof sl->errmsg, "%s", req->err ? strerror(req->err) : "short read (file truncated?)");
+  }
+  if (req->got > 0) s->bytes += (uint64_t)req->got;
+  s->reads++;
+  sl->pending--;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Queues every read of unit u into slot k. Called with the lock held. */
+static void issue(df_k3_stream *s, int k, int u) {
+  const df_k3_unit *un = &s->m->units[u];
+  sslot *sl = &s->slot[k];
+  sl->unit = u;
+  sl->err = 0;
+  sl->errmsg[0] = 0;
+  int n = 0;
+  for (int i = 0; i < un->nex; i++) {
+    const df_k3_extent *x = &un->ex[i];
+    for (uint64_t o = 0; o < x->len; o += CHUNK) {
+      sreq *r = &sl->reqs[n++];
+      uint64_t len = x->len - o < CHUNK ? x->len - o : CHUNK;
+      uint64_t off = x->off + o, fs = s->fsize[x->file];
+      memset(&r->req, 0, sizeof r->req);
+      r->req.fd = s->fds[x->file];
+      r->req.off = off;
+      r->req.len = (uint32_t)len;
+      r->req.buf = sl->buf + x->boff + o;
+      r->req.buf_index = sl->bidx;
+      r->slot = k;
+      r->need = off >= fs ? 0 : (fs - off < len ? fs - off : len);
+      r->next = NULL;
+      if (s->qt) s->qt->next = r;
+      else s->qh = r;
+      s->qt = r;
+    }
+  }
+  sl->pending = n;
+  df_io_kick(s->io, 0);
+}
+
+/* ------------------------------------------------------------ open/close */
+
+void df_k3_stream_close(df_k3_stream *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    int busy = 0;
+    for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) busy |= s->slot[k].pending > 0;
+    if (!busy) break;
+    pthread_cond_wait(&s->cv, &s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (s->io) df_io_close(s->io);
+  for (int f = 0; s->fds && f < s->m->nfiles; f++)
+    if (s->fds[f] >= 0) close(s->fds[f]);
+  free(s->fds);
+  free(s->fsize);
+  for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) {
+    free(s->slot[k].buf);
+    free(s->slot[k].reqs);
+  }
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+}
+
+static int open_file(df_k3_stream *s, int f, df_err *e) {
+  if (s->fds[f] >= 0) return 0;
+  const char *path = df_k3_file_path(s->m, f);
+  int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0 && errno == EINVAL) {
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && s->direct) {
+      df_log_warn("%s: O_DIRECT is not supported here: spine reads go through the page cache",
+                  path);
+      s->direct = 0;
+    }
+  }
+  if (fd < 0) return df_err_errno(e, "spine stream: %s", path);
+  struct stat st;
+  if (fstat(fd, &st)) {
+    close(fd);
+    return df_err_errno(e, "spine stream: %s", path);
+  }
+  s->fds[f] = fd;
+  s->fsize[f] = (uint64_t)st.st_size;
+  return 0;
+}
+
+int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_err *e) {
+  if (p->nunits != m->nunits) return df_err_set(e, "memory plan: %d units, model has %d", p->nunits, m->nunits);
+  m->ctx_limit = p->ctx;
+  int nstream = 0;
+  for (int u = 0; u < m->nunits; u++) {
+    m->units[u].resident = p->resident[u] || m->units[u].npc == 0;
+    nstream += !m->units[u].resident;
+  }
+  if (!nstream) return 0;
+  df_k3_stream *s = df_xcalloc(1, sizeof *s);
+  s->m = m;
+  s->direct = 1;
+  s->units = nstream;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->fds = df_xmalloc(sizeof(int) * (size_t)m->nfiles);
+  s->fsize = df_xcalloc((size_t)m->nfiles, sizeof *s->fsize);
+  for (int f = 0; f < m->nfiles; f++) s->fds[f] = -1;
+  for (int u = 0; u < m->nunits; u++) {
+    const df_k3_unit *un = &m->units[u];
+    if (un->resident) continue;
+    if (un->read > s->slot_bytes) s->slot_bytes = un->read;
+    int nreq = 0;
+    for (int i = 0; i < un->nex; i++) {
+      nreq += (int)((un->ex[i].len + CHUNK - 1) / CHUNK);
+      if (open_file(s, un->ex[i].file, e)) goto fail;
+    }
+    if (nreq > s->maxreq) s->maxreq = nreq;
+  }
+  s->kind = o && o->io && !strcmp(o->io, "pread") ? DF_IO_PREAD : DF_IO_URING;
+  if (o && o->io && strcmp(o->io, "pread") && strcmp(o->io, "uring")) {
+    df_err_set(e, "--io: '%s' is not uring or pread", o->io);
+    goto fail;
+  }
+  df_io_emu emu = {0};
+  if (o && o->emulate_drives && *o->emulate_drives &&
+      df_io_parse_emu(o->emulate_drives, &emu, e))
+    goto fail;
+  df_io_ops ops = {take_cb, done_cb, s};
+  int qd = o && o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
+  s->qd = qd;
+  if (df_io_open(&s->io, s->kind, 1, qd, &emu, &ops, e)) {
+    if (s->kind != DF_IO_URING) goto fail;
+    df_log_warn("%s; the spine stream falls back to --io pread", e->msg);
+    s->kind = DF_IO_PREAD;
+    if (df_io_open(&s->io, s->kind, 1, qd, &emu, &ops, e)) goto fail;
+  }
+  for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) {
+    sslot *sl = &s->slot[k];
+    sl->buf = df_xaligned(ALIGN, s->slot_bytes);
+    sl->bidx = df_io_register(s->io, sl->buf, s->slot_bytes);
+    sl->unit = -1;
+    sl->reqs = df_xcalloc((size_t)s->maxreq, sizeof *sl->reqs);
+  }
+  /* streamed routers would be read while the previous layer computes
+   * (gate-ahead): they are copied out of the mapping once, here */
+  for (int l = 0; l < m->cfg->n_layers; l++) {
+    df_k3_layer *y = &m->layers[l];
+    if (m->units[l].resident || !y->moe) continue;
+    size_t nb = (size_t)y->router.rows * (size_t)y->router.cols * 2;
+    void *c = df_xaligned(64, nb);
+    memcpy(c, y->router.w, nb);
+    if (m->nowned == m->capowned) {
+      m->capowned = m->capowned ? 2 * m->capowned : 64;
+      m->owned = df_xrealloc(m->owned, sizeof *m->owned * (size_t)m->capowned);
+    }
+    m->owned[m->nowned++] = c;
+    y->router.w = c;
+  }
+  m->stream = s;
+  return 0;
+fail:
+  df_k3_stream_close(s);
+  return -1;
+}
+
+/* ------------------------------------------------------------ acquire/release */
+
+static int find_slot(const df_k3_stream *s, int unit, int not) {
+  for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
+    if (k != not && s->slot[k].unit == unit && !s->slot[k].inuse) return k;
+  return -1;
+}
+
+/* A slot that is not in use, preferring one with no reads in flight. */
+static int free_slot(const df_k3_stream *s, int not) {
+  int any = -1;
+  for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) {
+    if (k == not || s->slot[k].inuse) continue;
+    if (!s->slot[k].pending) return k;
+    if (any < 0) any = k;
+  }
+  return any;
+}
+
+static void *acquire(const df_k3 *m, int unit, int next, df_err *e) {
+  df_k3_stream *s = m->stream;
+  pthread_mutex_lock(&s->mu);
+  int k = find_slot(s, unit, -1);
+  double t0 = df_now();
+  if (k < 0) {
+    k = free_slot(s, -1);
+    if (k < 0) {
+      pthread_mutex_unlock(&s->mu);
+      df_err_set(e, "spine stream: no free buffer for unit %d (internal error)", unit);
+      return NULL;
+    }
+    while (s->slot[k].pending) pthread_cond_wait(&s->cv, &s->mu);
+    if (s->slot[k].unit >= 0) s->wasted += m->units[s->slot[k].unit].read;
+    issue(s, k, unit);
+  }
+  sslot *sl = &s->slot[k];
+  while (sl->pending) pthread_cond_wait(&s->cv, &s->mu);
+  s->wait_s += df_now() - t0;
+  if (sl->err) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", sl->errmsg);
+    sl->unit = -1;
+    pthread_mutex_unlock(&s->mu);
+    const df_k3_unit *un = &m->units[unit];
+    df_err_set(e, "spine stream: %s %d: reading %s: %s", unit < m->cfg->n_layers ? "layer" : "head",
+               unit, un->nex ? df_k3_file_path(m, un->ex[0].file) : "?", msg);
+    return NULL;
+  }
+  sl->inuse = 1;
+  s->weight_bytes += m->units[unit].bytes;
+  if (unit == df_k3_next_streamed(m, -1, 1)) s->passes++;
+  if (next >= 0 && find_slot(s, next, k) < 0) {
+    int j = free_slot(s, k);
+    if (j >= 0 && !s->slot[j].pending) {
+      if (s->slot[j].unit >= 0) s->wasted += m->units[s->slot[j].unit].read;
+      issue(s, j, next);
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  /* the view: the loaded struct with its streamed pointers into the buffer */
+  const df_k3_unit *un = &m->units[unit];
+  char *v = (char *)&sl->view;
+  if (unit < m->cfg->n_layers) memcpy(v, &m->layers[unit], sizeof(df_k3_layer));
+  else memcpy(v, &m->lm_head, sizeof(df_wmat));
+  for (int i = 0; i < un->npc; i++) {
+    const void *ptr = sl->buf + un->pc[i].boff;
+    memcpy(v + un->pc[i].field, &ptr, sizeof ptr);
+  }
+  return v;
+}
+
+const df_k3_layer *df_k3_acquire_layer(const df_k3 *m, int l, int next, df_err *e) {
+  if (m->units[l].resident) return &m->layers[l];
+  return acquire(m, l, next, e);
+}
+
+const df_wmat *df_k3_acquire_head(const df_k3 *m, int next, df_err *e) {
+  int u = m->cfg->n_layers;
+  if (m->units[u].resident) return &m->lm_head;
+  return acquire(m, u, next, e);
+}
+
+void df_k3_release(const df_k3 *m, int unit) {
+  if (m->units[unit].resident) return;
+  df_k3_stream *s = m->stream;
+  pthread_mutex_lock(&s->mu);
+  for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
+    if (s->slot[k].inuse && s->slot[k].unit == unit) {
+      s->slot[k].inuse = 0;
+      s->slot[k].unit = -1; /* used once: the next pass reads it again */
+      break;
+    }
+  pthread_mutex_unlock(&s->mu);
+}
+
+int df_k3_next_streamed(const df_k3 *m, int unit, int with_head) {
+  if (!m->stream) return -1;
+  int nl = m->cfg->n_layers;
+  for (int u = unit + 1; u < nl; u++)
+    if (!m->units[u].resident) return u;
+  if (with_head && unit < nl && !m->units[nl].resident) return nl;
+  /* the next pass: its first streamed layer (whether it computes the head
+   * is not known yet) */
+  for (int u = 0; u < nl; u++)
+    if (!m->units[u].resident) return u;
+  return m->units[nl].resident ? -1 : nl;
+}
+
+/* ------------------------------------------------------------ embedding */
+
+int df_k3_embed_rows(const df_k3 *m, const int *ids, int T, float *out, df_err *e) {
+  size_t H = (size_t)m->cfg->hidden;
+  int i8 = m->embed.kind == DF_W_I8;
+  for (int t = 0; t < T; t++) {
+    uint64_t off = m->emb_off + (uint64_t)ids[t] * m->emb_row_bytes;
+    ssize_t n = pread(m->emb_fd, m->emb_buf, m->emb_row_bytes, (off_t)off);
+    float sc = 0;
+    if (n == (ssize_t)m->emb_row_bytes && i8)
+      n = pread(m->emb_fd, &sc, 4, (off_t)(m->emb_scale_off + (uint64_t)ids[t] * 4)) == 4 ? n : -1;
+    if (n != (ssize_t)m->emb_row_bytes)
+      return df_err_set(e, "embedding row %d: read failed (%s)", ids[t],
+                        n < 0 ? strerror(errno) : "short read");
+    df_wmat w = {.kind = m->embed.kind, .rows = 1, .cols = m->embed.cols, .w = m->emb_buf,
+                 .scale = &sc};
+    df_wmat_row(&w, 0, out + (size_t)t * H);
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ stats */
+
+void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
+  memset(st, 0, sizeof *st);
+  df_k3_stream *s = m->stream;
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  st->units = s->units;
+  st->bytes = s->bytes;
+  st->weight_bytes = s->weight_bytes;
+  st->reads = s->reads;
+  st->wasted = s->wasted;
+  st->passes = s->passes;
+  st->wait_s = s->wait_s;
+  st->direct = s->direct;
+  st->registered = s->slot[0].bidx >= 0;
+  st->io = s->kind == DF_IO_URING ? "uring" : "pread";
+  pthread_mutex_unlock(&s->mu);
+}
+
+int df_k3_stream_reads(const df_k3 *m, df_k3_read_fn fn, void *ud) {
+  if (!m->stream) return 0;
+  for (int u = 0; u < m->nunits; u++) {
+    const df_k3_unit *un = &m->units[u];
+    if (un->resident) continue;
+    for (int i = 0; i < un->nex; i++)
+      for (uint64_t o = 0; o < un->ex[i].len; o += CHUNK) {
+        uint64_t len = un->ex[i].len - o < CHUNK ? un->ex[i].len - o : CHUNK;
+        fn(ud, df_k3_file_path(m, un->ex[i].file), un->ex[i].off + o, (uint32_t)len);
+      }
+  }
+  return m->stream->qd;
+}

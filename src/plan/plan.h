@@ -1,0 +1,85 @@
+/* The memory planner: divides the memory deltafin may use between
+ * per-sequence state, scratch, the spine stream's I/O ring, the resident part
+ * of the spine and the expert cache.
+ *
+ * A "unit" is what streams as one piece: one layer's spine matrices, or the
+ * output head (lm_head). Every spine byte is read every token, so a resident
+ * byte saves exactly one streamed byte per token whichever unit it belongs
+ * to; a cached expert byte saves only what the router happens to pick again
+ * (top_k / n_experts of a layer per token at chance). So the spine is made
+ * resident before the expert cache gets memory (unless the cache size was
+ * given explicitly), and among spine units the planner maximises resident
+ * bytes: largest unit first, ties to the lower unit index. The embedding is
+ * read one row per position and is never resident.
+ *
+ * df_plan_make is a pure function of its inputs (config, unit sizes, memory),
+ * so it is unit-tested; df_plan_mem_detect reads the machine. */
+#ifndef DF_PLAN_PLAN_H
+#define DF_PLAN_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "format/config.h"
+
+#define DF_PLAN_RING_SLOTS 2 /* the unit computing and the next one arriving */
+
+typedef struct df_plan_in {
+  const df_config *cfg;
+  int nunits;                  /* n_layers + 1: layers in order, then the head */
+  const uint64_t *unit_bytes;  /* weight bytes of each unit (resident cost, read per token) */
+  const uint64_t *unit_read;   /* bytes one read of the unit moves (aligned extents: ring slot) */
+  const uint8_t *must_resident; /* NULL or 1 where a unit cannot stream (e.g. misaligned) */
+  uint64_t fixed_bytes;        /* always-resident small tensors (norms, routers, conv, ...) */
+  uint64_t embed_row_bytes;    /* one embedding row (read per position) */
+  uint64_t expert_record_bytes; /* one routed expert's record (its cache slot) */
+  uint64_t expert_total_bytes;  /* every routed expert's slot: no cache ever needs more */
+  uint64_t mem_limit;          /* bytes deltafin may use */
+  int64_t cache_req;           /* expert cache asked for in bytes; < 0 = planner decides */
+  int64_t cache_default;       /* the store's default cache when the planner decides */
+  int ctx_req;                 /* context asked for; <= 0 = min(max_position_embeddings, 8192) */
+  int max_rows;                /* largest batch (prefill chunk), for scratch and experts in flight */
+} df_plan_in;
+
+typedef struct df_plan {
+  uint64_t mem_limit;
+  int ctx;                     /* positions admitted */
+  uint64_t state_bytes;        /* KDA state + MLA latent cache for ctx positions */
+  uint64_t scratch_bytes;      /* activations for max_rows rows, logits */
+  uint64_t fixed_bytes;        /* always-resident small tensors */
+  uint64_t expert_min_bytes;   /* experts one batch holds in flight (the store needs them) */
+  uint64_t ring_bytes;         /* spine stream buffers (0 when nothing streams) */
+  uint64_t ring_slot_bytes;
+  int ring_slots;
+  uint64_t resident_bytes;     /* spine units kept in memory */
+  uint64_t cache_bytes;        /* expert cache beyond the in-flight minimum */
+  uint64_t streamed_per_token; /* spine bytes read from the drives per token */
+  uint64_t embed_row_bytes;
+  int nunits, n_resident, n_streamed;
+  uint8_t *resident;           /* per unit */
+  int cache_given;             /* the cache size came from the caller */
+} df_plan;
+
+/* Fills p; refuses (naming what does not fit and the least memory that
+ * would) when even streaming every unit with no expert cache cannot fit. */
+int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e);
+void df_plan_free(df_plan *p);
+
+/* Bytes of per-sequence state for ctx positions, and scratch for rows. */
+uint64_t df_plan_state_bytes(const df_config *c, int ctx);
+uint64_t df_plan_scratch_bytes(const df_config *c, int rows);
+
+/* Human-readable summary (several lines) and a JSON object text; caller frees. */
+char *df_plan_text(const df_plan *p);
+char *df_plan_json(const df_plan *p);
+
+/* The memory this process may use: MemAvailable, lowered to the cgroup v2
+ * (memory.max of this cgroup and its ancestors, minus what the cgroup already
+ * uses beyond this process) or v1 limit. *why names the source. */
+int df_plan_mem_detect(uint64_t *bytes, char *why, size_t whylen, df_err *e);
+
+/* Parses a size such as 64G, 512M, 1.5GiB, 100000 (bytes). */
+int df_plan_parse_size(const char *s, uint64_t *out);
+
+#endif
