@@ -142,6 +142,13 @@ rc=0
   --model-root "$T/r6" -q 2>"$T/r6.err" || rc=$?
 [ "$rc" != 0 ] || fail "a missing repository was accepted"
 grep -q "404" "$T/r6.err" && grep -q "check --repo" "$T/r6.err" || fail "404 message: $(cat "$T/r6.err")"
+start_proxy --status '403:/resolve/' --log "$T/p6b.log"
+rc=0
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$PROXY_PORT" \
+  --model-root "$T/r6b" -q 2>"$T/r6b.err" || rc=$?
+stop_proxy
+[ "$rc" != 0 ] || fail "a 403 was accepted"
+grep -q "403" "$T/r6b.err" && grep -q "Request access" "$T/r6b.err" || fail "403 message: $(cat "$T/r6b.err")"
 
 # --- 6: reuse of the hub cache under HF_HOME (downloads are refused) ---
 SNAP="$T/hfhome/hub/models--test-org--K3-tiny/snapshots/$COMMIT"
@@ -159,4 +166,26 @@ stop_proxy
 same_files "$T/r7"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["bytes_net"]==0 and r["files_reused"]==8, r' "$T/r7.json" \
   || fail "the hub cache was not reused: $(cat "$T/r7.json")"
+
+# --- 7: a shard holding only vision tensors: header only unless --with-vision ---
+stop_hub
+"$BIN" make-model --preset tiny --seed 5 --out "$T/vsrc" -q >/dev/null 2>&1
+VHDR=$(python3 "$DF_SRC/tests/setup/shardmap.py" add-vision "$T/vsrc")
+rm -rf "$T/hub"
+start_hub "$T/vsrc" "$REPO" "$COMMIT"
+EP="http://127.0.0.1:$HUB_PORT"
+VSHA=$(sha256sum "$T/vsrc/model-vision.safetensors" | cut -c1-64)
+"$BIN" run --model "$T/vsrc" --prompt-ids $IDS --max-new 12 --json >"$T/vref.json" \
+  || fail "the original with a vision shard does not run"
+rm -f "$T/vsrc/deltafin.heat"
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/r8" -q \
+  2>"$T/r8.err" || fail "setup with a vision shard: $(cat "$T/r8.err")"
+VB=$(hub_bytes "^/cdn/$VSHA\$")
+[ "$VB" = "$VHDR" ] || fail "the vision-only shard: $VB bytes fetched, its header is $VHDR"
+"$BIN" run --model "$T/r8" --prompt-ids $IDS --max-new 12 --json >"$T/o8.json" || fail "run without the vision bytes"
+[ "$(ids "$T/o8.json")" = "$(ids "$T/vref.json")" ] || fail "ids without the vision bytes differ"
+"$BIN" setup --full --with-vision --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/r8" -q \
+  2>"$T/r8b.err" || fail "--with-vision: $(cat "$T/r8b.err")"
+cmp -s "$T/vsrc/model-vision.safetensors" "$T/r8/model-vision.safetensors" || fail "--with-vision: shard differs"
+[ ! -f "$T/r8/model-vision.safetensors.ranges" ] || fail "--with-vision left the journal"
 echo "PASS setup full"
