@@ -109,6 +109,9 @@ static json_t *usage_obj(const df_serve_usage *u, df_serve_kind kind) {
   json_object_set_new(o, "prompt_tokens", json_integer(u->prompt));
   json_object_set_new(o, "completion_tokens", json_integer(u->completion));
   json_object_set_new(o, "total_tokens", json_integer(u->prompt + u->completion));
+  json_t *pd = json_object(); /* OpenAI's field for prompt caching */
+  json_object_set_new(pd, "cached_tokens", json_integer(u->cached));
+  json_object_set_new(o, "prompt_tokens_details", pd);
   if (kind == DF_SERVE_CHAT) {
     json_t *d = json_object();
     json_object_set_new(d, "reasoning_tokens", json_integer(u->reasoning));

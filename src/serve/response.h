@@ -20,6 +20,7 @@ typedef struct df_serve_meta {
 
 typedef struct df_serve_usage {
   long prompt, completion, reasoning;
+  long cached; /* prompt tokens taken from a kept state, not prefilled again */
 } df_serve_usage;
 
 /* A fresh random id with the kind's prefix. */

@@ -35,6 +35,13 @@ typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 
 typedef struct srv srv;
 
+#define MAX_KEPT 8
+typedef struct kept {
+  df_session_snap *snap;
+  int *ids, n;
+  unsigned long long used;
+} kept;
+
 /* One generation request. Shared by its connection (the request context and,
  * when streaming, the response) and the generation thread; every field below
  * the line is guarded by srv.mu, refs counts the holders. */
@@ -69,6 +76,9 @@ typedef struct job {
   size_t out_off;
   long n_gen;
   long prefilled;         /* prompt positions run so far */
+  long cached;            /* prompt positions taken from a kept state (choice 0) */
+  int start;              /* the current choice's first prompt position to run */
+  int want_snap;          /* take a snapshot when the prompt is done */
   long prefilled_at_cancel; /* ... when the hang-up or shutdown was first seen (-1: not yet) */
   /* ---- generation thread only until DONE ---- */
   choice *ch;
@@ -101,6 +111,17 @@ struct srv {
   int stopping;
   int streams; /* streamed responses still being sent */
   df_session *sess; /* generation thread only */
+  /* conversation reuse (generation thread only): the ids the live session
+   * covers, and snapshots taken at the end of recent prompts (least
+   * recently used dropped first, within reuse_max_bytes) */
+  int *live_ids, nlive, live_ok;
+  kept snaps[MAX_KEPT];
+  int nsnaps;
+  unsigned long long use_clock;
+  size_t reuse_max_bytes;
+  /* counters for /metrics (guarded by mu) */
+  unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens;
+  double m_prefill_s, m_decode_s;
 
   /* open connections, for the request deadline (watchdog thread) */
   pthread_mutex_t cmu;
@@ -351,11 +372,88 @@ static int gen_cancelled(void *ud) {
   return cancel;
 }
 
+static int prefix_of(const int *a, int na, const int *b, int nb) {
+  return na <= nb && !memcmp(a, b, sizeof(int) * (size_t)na);
+}
+
+/* At the end of the prompt: its state is kept (a later prompt extending it
+ * skips this prefill, and so do the job's further choices), unless it would
+ * take more than --reuse-mb. */
+static void drop_kept(srv *S, int i) {
+  df_session_snap_free(S->snaps[i].snap);
+  free(S->snaps[i].ids);
+  S->snaps[i] = S->snaps[--S->nsnaps];
+}
+
+static size_t kept_bytes(const srv *S) {
+  size_t b = 0;
+  for (int i = 0; i < S->nsnaps; i++) b += df_session_snap_bytes(S->snaps[i].snap);
+  return b;
+}
+
+static void keep_prompt_state(srv *S, job *j) {
+  size_t need = df_session_state_bytes(S->sess);
+  if (need > S->reuse_max_bytes) return;
+  for (int i = 0; i < S->nsnaps; i++)
+    if (S->snaps[i].n == (int)j->nprompt && prefix_of(S->snaps[i].ids, S->snaps[i].n, j->prompt,
+                                                      (int)j->nprompt)) {
+      S->snaps[i].used = ++S->use_clock;
+      return;
+    }
+  while (S->nsnaps && (S->nsnaps == MAX_KEPT || kept_bytes(S) + need > S->reuse_max_bytes)) {
+    int lru = 0;
+    for (int i = 1; i < S->nsnaps; i++)
+      if (S->snaps[i].used < S->snaps[lru].used) lru = i;
+    drop_kept(S, lru);
+  }
+  kept *k = &S->snaps[S->nsnaps++];
+  k->snap = df_session_snapshot(S->sess);
+  k->ids = df_xmalloc(sizeof(int) * (j->nprompt ? j->nprompt : 1));
+  memcpy(k->ids, j->prompt, sizeof(int) * j->nprompt);
+  k->n = (int)j->nprompt;
+  k->used = ++S->use_clock;
+}
+
 static void on_prefill(void *ud, int done) {
   job *j = ud;
-  pthread_mutex_lock(&j->S->mu);
-  j->prefilled = done;
-  pthread_mutex_unlock(&j->S->mu);
+  srv *S = j->S;
+  pthread_mutex_lock(&S->mu);
+  j->prefilled = j->start + done;
+  pthread_mutex_unlock(&S->mu);
+  if (j->want_snap && j->start + done == (int)j->nprompt) keep_prompt_state(S, j);
+}
+
+/* Where a prompt can start: the live session if the prompt extends the ids
+ * it covers, else the kept prompt snapshot if it extends that, else 0 (a
+ * reset). Either way the results are those of a full prefill (the forward
+ * pass is the same for any batch split). Returns the positions skipped. */
+static int reuse_start(srv *S, job *j) {
+  int np = (int)j->nprompt;
+  if (!S->reuse_max_bytes) {
+    df_session_reset(S->sess);
+    return 0;
+  }
+  /* at least one position to run, or logits already there for the last */
+  int live = S->live_ok && S->nlive > 0 && prefix_of(S->live_ids, S->nlive, j->prompt, np) &&
+                     (S->nlive < np || df_session_has_logits(S->sess))
+                 ? S->nlive
+                 : 0;
+  int best = -1;
+  for (int i = 0; i < S->nsnaps; i++) {
+    kept *k = &S->snaps[i];
+    if (k->n > live && (best < 0 || k->n > S->snaps[best].n) && (k->n < np || k->n == np) &&
+        prefix_of(k->ids, k->n, j->prompt, np))
+      best = i;
+  }
+  if (best >= 0) {
+    df_session_restore(S->sess, S->snaps[best].snap);
+    S->snaps[best].used = ++S->use_clock;
+    if (S->snaps[best].n < np || df_session_has_logits(S->sess)) return S->snaps[best].n;
+  } else if (live) {
+    return live;
+  }
+  df_session_reset(S->sess);
+  return 0;
 }
 
 /* Runs the job's choices one after another (n > 1 is sequential: one
@@ -415,23 +513,41 @@ static void run_job(srv *S, job *j) {
                             0, 0, 0);
       publish(j);
     }
-    df_session_reset(S->sess);
+    j->start = reuse_start(S, j);
+    if (ci == 0) j->cached = j->start;
+    j->want_snap = S->reuse_max_bytes && j->start < (int)j->nprompt;
+    S->live_ok = 0; /* until this generation ends cleanly */
     int *ids = NULL, nids = 0;
     memset(&st, 0, sizeof st);
-    rc = df_generate(S->sess, j->prompt, (int)j->nprompt, &go, &ids, &nids, &st, &e);
+    rc = df_generate(S->sess, j->prompt + j->start, (int)j->nprompt - j->start, &go, &ids, &nids,
+                     &st, &e);
+    if (!rc && st.finish != DF_FINISH_CANCEL && S->reuse_max_bytes) {
+      /* the live state covers the prompt and every new id but the last
+       * (which was drawn, not run) */
+      int nl = (int)j->nprompt + (nids > 0 ? nids - 1 : 0);
+      S->live_ids = df_xrealloc(S->live_ids, sizeof(int) * (size_t)(nl ? nl : 1));
+      memcpy(S->live_ids, j->prompt, sizeof(int) * j->nprompt);
+      if (nids > 1) memcpy(S->live_ids + j->nprompt, ids, sizeof(int) * (size_t)(nids - 1));
+      S->nlive = nl;
+      S->live_ok = 1;
+    }
     free(ids);
+    pthread_mutex_lock(&S->mu);
+    S->m_prefill_s += st.prefill_s;
+    S->m_decode_s += st.decode_s;
+    pthread_mutex_unlock(&S->mu);
 
     pthread_mutex_lock(&S->mu);
     gone = peer_gone_locked(j);
     shutdown = j->shutdown;
     long at_cancel = j->prefilled_at_cancel;
     pthread_mutex_unlock(&S->mu);
-    if (!rc && st.finish == DF_FINISH_CANCEL && st.n_prefilled < (int)j->nprompt)
+    if (!rc && st.finish == DF_FINISH_CANCEL && j->start + st.n_prefilled < (int)j->nprompt)
       /* how far past the cancellation the prefill ran, for operators and tests */
       df_log_info("prefill cancelled (%s) at %d of %zu prompt positions, %ld run after the "
                   "cancellation",
-                  shutdown ? "shutdown" : "client gone", st.n_prefilled, j->nprompt,
-                  at_cancel >= 0 ? st.n_prefilled - at_cancel : 0L);
+                  shutdown ? "shutdown" : "client gone", j->start + st.n_prefilled, j->nprompt,
+                  at_cancel >= 0 ? j->start + st.n_prefilled - at_cancel : 0L);
     stopped = j->gt.stopped;
     if (rc || (shutdown && !stopped) || gone) {
       df_gentext_free(&j->gt);
@@ -454,6 +570,10 @@ static void run_job(srv *S, job *j) {
   }
   pthread_mutex_lock(&S->mu);
   if (!rc && !gone && !(shutdown && !stopped)) j->n_gen = total_gen;
+  S->m_requests++;
+  S->m_prompt_tokens += j->nprompt;
+  S->m_cached_tokens += (unsigned long long)j->cached;
+  S->m_gen_tokens += (unsigned long long)j->n_gen;
   pthread_mutex_unlock(&S->mu);
   j->n_reasoning = total_reasoning;
   if (rc) {
@@ -470,7 +590,7 @@ static void run_job(srv *S, job *j) {
     if (j->failed) {
       df_serve_sse_error(&j->frames, &j->err);
     } else if (j->req.include_usage) {
-      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning};
+      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning, j->cached};
       df_serve_sse_usage(&j->frames, &j->meta, &u);
     }
     df_serve_sse_done(&j->frames);
@@ -727,7 +847,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   pthread_mutex_unlock(&S->mu);
   if (j->failed) return reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
-  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning};
+  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning, j->cached};
   df_serve_choice cs[DF_SERVE_MAX_N];
   for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) {
     choice *ch = &j->ch[i];
@@ -1083,6 +1203,7 @@ void df_serve_opts_default(df_serve_opts *o) {
   o->idle_timeout_s = 60;
   o->request_timeout_s = 30;
   o->max_client_conns = 256;
+  o->reuse_mb = 1024;
 }
 
 int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
@@ -1094,6 +1215,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   S.model_id = o->model_id ? o->model_id : df_engine_model_id(en);
   const df_config *cfg = df_engine_config(en);
   S.max_pos = cfg->max_pos;
+  S.reuse_max_bytes = (size_t)o->reuse_mb << 20;
   S.started = (long long)time(NULL);
   S.limits.model_id = S.model_id;
   S.limits.vocab = df_tok_vocab_size(S.tok);
@@ -1209,6 +1331,8 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   pthread_mutex_destroy(&S.cmu);
   freeaddrinfo(ai);
   df_session_free(S.sess);
+  while (S.nsnaps) drop_kept(&S, S.nsnaps - 1);
+  free(S.live_ids);
   df_fifo_free(&S.fifo);
   pthread_cond_destroy(&S.work_cv);
   pthread_mutex_destroy(&S.mu);
