@@ -120,8 +120,10 @@ struct srv {
   unsigned long long use_clock;
   size_t reuse_max_bytes;
   /* counters for /metrics (guarded by mu) */
-  unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens;
+  unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_kept_bytes;
+  int m_kept_states;
   double m_prefill_s, m_decode_s;
+  char *stats_json; /* the engine's statistics after the last job */
 
   /* open connections, for the request deadline (watchdog thread) */
   pthread_mutex_t cmu;
@@ -456,6 +458,19 @@ static int reuse_start(srv *S, job *j) {
   return 0;
 }
 
+/* The engine's counters are the generation thread's to read: it copies them
+ * out after each job for /metrics. */
+static void publish_stats(srv *S) {
+  char *sj = df_engine_stats_json(S->en);
+  size_t kb = kept_bytes(S);
+  pthread_mutex_lock(&S->mu);
+  free(S->stats_json);
+  S->stats_json = sj;
+  S->m_kept_bytes = kb;
+  S->m_kept_states = S->nsnaps;
+  pthread_mutex_unlock(&S->mu);
+}
+
 /* Runs the job's choices one after another (n > 1 is sequential: one
  * session). Choice i > 0 draws with a seed derived from the request's. */
 static void run_job(srv *S, job *j) {
@@ -575,6 +590,7 @@ static void run_job(srv *S, job *j) {
   S->m_cached_tokens += (unsigned long long)j->cached;
   S->m_gen_tokens += (unsigned long long)j->n_gen;
   pthread_mutex_unlock(&S->mu);
+  publish_stats(S);
   j->n_reasoning = total_reasoning;
   if (rc) {
     j->failed = 1;
@@ -859,8 +875,78 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
 
 /* ------------------------------------------------------------ routing */
 
+/* POST /tokenize and /detokenize: the tokenizer is read-only, so this runs
+ * in the connection thread, beside a generation. */
+static enum MHD_Result handle_tokenize(srv *S, struct MHD_Connection *c, conn_ctx *r) {
+  df_serve_err err;
+  const char *body = r->body.p ? r->body.p : "";
+  if (r->too_big) {
+    df_serve_err_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                     "the request body is larger than %zu bytes (--max-request-bytes)",
+                     S->o.max_request_bytes);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  if (r->route == DF_ROUTE_DETOKENIZE) {
+    int *ids;
+    size_t n, len;
+    if (df_serve_parse_detokenize(body, r->body.n, S->limits.vocab, &ids, &n, &err))
+      return reply_err(c, r, &err, NULL, NULL);
+    char *text = df_tok_decode(S->tok, ids, n, &len);
+    free(ids);
+    enum MHD_Result ret = reply_json(c, r, 200, df_serve_content_json(text ? text : "", text ? len : 0));
+    free(text);
+    return ret;
+  }
+  char *text;
+  size_t tlen, nids = 0, cap = 0;
+  int pieces, special, *ids = NULL;
+  if (df_serve_parse_tokenize(body, r->body.n, &text, &tlen, &pieces, &special, &err))
+    return reply_err(c, r, &err, NULL, NULL);
+  df_err e;
+  int rc = special ? df_tok_encode_with_specials(S->tok, text, tlen, &ids, &nids, &cap, &e)
+                   : df_tok_encode(S->tok, text, tlen, &ids, &nids, &cap, &e);
+  free(text);
+  if (rc) {
+    free(ids);
+    df_serve_err_set(&err, 400, "invalid_request_error", NULL, "content",
+                     "the text cannot be encoded: %s", e.msg);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  const uint8_t **pp = NULL;
+  size_t *pl = NULL;
+  if (pieces) {
+    pp = df_xmalloc((nids ? nids : 1) * sizeof *pp);
+    pl = df_xmalloc((nids ? nids : 1) * sizeof *pl);
+    for (size_t i = 0; i < nids; i++) pp[i] = df_tok_piece(S->tok, ids[i], &pl[i]);
+  }
+  enum MHD_Result ret = reply_json(c, r, 200, df_serve_tokens_json(ids, nids, pp, pl));
+  free(pp);
+  free(pl);
+  free(ids);
+  return ret;
+}
+
 static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r) {
   df_serve_err err;
+  if (r->route == DF_ROUTE_METRICS) {
+    df_serve_metrics m;
+    memset(&m, 0, sizeof m);
+    pthread_mutex_lock(&S->mu);
+    m.requests = S->m_requests;
+    m.prompt_tokens = S->m_prompt_tokens;
+    m.cached_tokens = S->m_cached_tokens;
+    m.gen_tokens = S->m_gen_tokens;
+    m.prefill_s = S->m_prefill_s;
+    m.decode_s = S->m_decode_s;
+    m.busy = S->running != NULL;
+    m.queued = S->fifo.n;
+    m.queue_max = S->o.queue;
+    m.kept_bytes = S->m_kept_bytes;
+    m.kept_states = S->m_kept_states;
+    char *text = df_serve_metrics_text(&m, S->stats_json);
+    pthread_mutex_unlock(&S->mu);
+    return reply_body(c, r, 200, text, "text/plain; version=0.0.4", NULL, NULL);
+  }
   if (r->route == DF_ROUTE_MODELS) return reply_json(c, r, 200, df_serve_models_json(S->model_id, S->started));
   if (r->route == DF_ROUTE_MODEL) {
     if (!strcmp(r->arg, S->model_id))
@@ -1016,7 +1102,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                        "Incorrect or missing API key: send 'Authorization: Bearer <key>'");
       return reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
-    if (r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS) {
+    int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS;
+    if (gen || r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE) {
       if (!df_serve_ctype_json(
               MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
         df_serve_err_set(&err, 415, "invalid_request_error", "unsupported_media_type", NULL,
@@ -1034,6 +1121,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
           r->too_big = 1;
           return handle_generation(S, c, r, DF_SERVE_CHAT);
         }
+      }
+      if (!gen) { /* cheap and not queued: answered in this thread */
+        set_complete(S, r, 0);
+        return MHD_YES;
       }
       /* admit before the body is read, parsed or tokenized: a refused
        * request costs nothing but its headers */
@@ -1065,6 +1156,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     df_sbuf_add(&r->body, upload, n);
     return MHD_YES;
   }
+  if (r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE)
+    return handle_tokenize(S, c, r);
   return handle_generation(S, c, r,
                            r->route == DF_ROUTE_CHAT ? DF_SERVE_CHAT : DF_SERVE_COMPLETION);
 }
@@ -1250,6 +1343,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   int have_wd = o->request_timeout_s > 0 && !pthread_create(&wdt, NULL, watchdog, &S);
   df_fifo_init(&S.fifo, df_serve_fifo_cap(o->queue));
   S.sess = df_session_new(en);
+  S.stats_json = df_engine_stats_json(en);
   pthread_t wt;
   if (!S.sess || pthread_create(&wt, NULL, worker, &S)) {
     freeaddrinfo(ai);
@@ -1332,6 +1426,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   freeaddrinfo(ai);
   df_session_free(S.sess);
   while (S.nsnaps) drop_kept(&S, S.nsnaps - 1);
+  free(S.stats_json);
   free(S.live_ids);
   df_fifo_free(&S.fifo);
   pthread_cond_destroy(&S.work_cv);
