@@ -26,6 +26,11 @@ cmake --build build-clang -j "$J"
 cmake -S . -B build-clang-release -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang >/dev/null
 cmake --build build-clang-release -j "$J"
 
+echo "== aarch64 cross build of the kernels (NEON), kernel tests under qemu-user"
+cmake -S tests/cross -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE="$PWD/tests/cross/aarch64-linux-gnu.cmake" >/dev/null
+cmake --build build-aarch64 -j "$J"
+ctest --test-dir build-aarch64 --output-on-failure -j "$J"
+
 echo "== ASan+UBSan unit tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DDF_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$J"

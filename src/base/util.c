@@ -114,6 +114,49 @@ fail:
   return -1;
 }
 
+int df_open_direct(const char *path, int writable, int *direct) {
+  int fl = (writable ? O_RDWR | O_CREAT : O_RDONLY) | O_CLOEXEC;
+  int fd = open(path, fl | O_DIRECT, 0644);
+  if (fd < 0 && errno == EINVAL) {
+    fd = open(path, fl, 0644);
+    if (fd >= 0 && direct) *direct = 0;
+  }
+#ifdef F_NOCACHE
+  if (fd >= 0) fcntl(fd, F_NOCACHE, 1);
+#endif
+  return fd;
+}
+
+int df_pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
+  const char *p = buf;
+  while (n) {
+    ssize_t w = pwrite(fd, p, n, (off_t)off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+    off += (uint64_t)w;
+  }
+  return 0;
+}
+
+int64_t df_pread_all(int fd, void *buf, size_t n, uint64_t off) {
+  char *p = buf;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, p + got, n - got, (off_t)(off + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  return (int64_t)got;
+}
+
 int df_file_exists(const char *path) {
   struct stat st;
   return stat(path, &st) == 0;

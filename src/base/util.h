@@ -19,6 +19,15 @@ char *df_xstrdup(const char *s);
 /* Rounds n up to a multiple of DF_IO_ALIGN. */
 #define DF_IO_ROUND_UP(n) (((n) + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN)
 
+/* Opens path with O_DIRECT (page cache bypassed), or without it where the
+ * filesystem refuses it (EINVAL, e.g. tmpfs): *direct is then cleared
+ * (direct may be NULL). writable: O_RDWR | O_CREAT (0644), else O_RDONLY. */
+int df_open_direct(const char *path, int writable, int *direct);
+/* pwrite/pread of exactly n bytes (EINTR retried): 0 / bytes read (short
+ * only at end of file), -1 with errno on error. */
+int df_pwrite_all(int fd, const void *buf, size_t n, uint64_t off);
+int64_t df_pread_all(int fd, void *buf, size_t n, uint64_t off);
+
 /* Aligned allocation (for O_DIRECT buffers and SIMD); free with free(). */
 void *df_xaligned(size_t align, size_t n);
 

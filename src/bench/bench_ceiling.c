@@ -134,8 +134,7 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
   for (int i = 0; i < rd->nfiles; i++) c.fds[i] = -1;
   for (int i = 0; i < rd->nfiles; i++) {
     if (!rd->files[i]) continue; /* a file none of the replayed reads is in */
-    c.fds[i] = open(rd->files[i], O_RDONLY | O_CLOEXEC | O_DIRECT);
-    if (c.fds[i] < 0 && errno == EINVAL) c.fds[i] = open(rd->files[i], O_RDONLY | O_CLOEXEC);
+    c.fds[i] = df_open_direct(rd->files[i], 0, NULL);
     if (c.fds[i] < 0) {
       df_err_errno(e, "%s", rd->files[i]);
       goto done_fds;

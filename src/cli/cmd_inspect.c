@@ -208,6 +208,9 @@ static void print_text(const report *r) {
          r->expected_records, r->lay.total);
   printf("ignored           %ld tensors (vision_tower.*, mm_projector.*), %s\n",
          r->ignored.tensors, human(r->ignored.bytes, h1, sizeof h1));
+  if (r->set.nskipped)
+    printf("absent            %d vision-only shard%s (not needed: the engine runs the text model)\n",
+           r->set.nskipped, r->set.nskipped == 1 ? "" : "s");
   if (r->other.tensors) printf("other             %ld tensors, %s\n", r->other.tensors,
                                human(r->other.bytes, h1, sizeof h1));
   printf("\none decode token reads (nothing cached):\n");
@@ -266,6 +269,9 @@ static void print_json(const report *r) {
   json_object_set_new(ex, "record_bytes", json_integer((json_int_t)r->lay.total));
   json_object_set_new(o, "experts", ex);
   json_object_set_new(o, "ignored", jtally(&r->ignored));
+  json_t *sk = json_array();
+  for (int i = 0; i < r->set.nskipped; i++) json_array_append_new(sk, json_string(r->set.skipped[i]));
+  json_object_set_new(o, "absent_vision_shards", sk);
   json_object_set_new(o, "other", jtally(&r->other));
   json_object_set_new(
       o, "per_token",

@@ -25,11 +25,20 @@ void df_cmd_serve_help(void) {
       "  --model-id ID            model id clients send (default: from the checkpoint)\n"
       "  --api-key KEY            require 'Authorization: Bearer KEY' (default: env\n"
       "                           DELTAFIN_API_KEY; none if unset)\n"
-      "  --queue N                requests that may wait while one generates (default 0:\n"
-      "                           429 with Retry-After when busy)\n"
+      "  --queue N                requests that may wait while one generates (default 4;\n"
+      "                           0: 429 with Retry-After when busy)\n"
       "  --max-request-bytes N    larger request bodies get 413 (default 1048576)\n"
       "  --idle-timeout S         close connections silent for S seconds (default 60;\n"
       "                           0 = never); generating or queued requests are not idle\n"
+      "  --request-timeout S      a request's headers and body must arrive within S seconds\n"
+      "                           (default 30; 0 = no limit)\n"
+      "  --max-client-connections N  connections one client address may hold (default 256;\n"
+      "                           0 = no limit)\n"
+      "  --allow-host NAME        accept requests whose Host is NAME (repeatable; '*' = any).\n"
+      "                           IP literals, localhost and --host are always accepted;\n"
+      "                           other names are refused (403) against DNS rebinding\n"
+      "  --cors ORIGIN            send CORS headers to this browser origin (repeatable;\n"
+      "                           '*' = any; default: none)\n"
       "\n"
       "testing:\n"
       "  --debug-token-delay-ms N pause after every generated token\n"
@@ -87,6 +96,24 @@ int df_cmd_serve(int argc, char **argv) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 86400, &x)) return 1;
       so.idle_timeout_s = (int)x;
+    } else if (!strcmp(a, "--request-timeout")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 86400, &x)) return 1;
+      so.request_timeout_s = (int)x;
+    } else if (!strcmp(a, "--max-client-connections")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 1000, &x)) return 1;
+      so.max_client_conns = (int)x;
+    } else if (!strcmp(a, "--allow-host")) {
+      NEED_VAL();
+      if (!*v) return df_cli_fail("--allow-host must not be empty");
+      if (so.nallow_hosts == 16) return df_cli_fail("--allow-host: at most 16");
+      so.allow_hosts[so.nallow_hosts++] = v;
+    } else if (!strcmp(a, "--cors")) {
+      NEED_VAL();
+      if (!*v) return df_cli_fail("--cors must not be empty");
+      if (so.ncors == 16) return df_cli_fail("--cors: at most 16");
+      so.cors[so.ncors++] = v;
     } else if (!strcmp(a, "--debug-token-delay-ms")) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 60000, &x)) return 1;

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "store/trace.h"
+#include "trace/report.h"
 
 void df_cmd_trace_help(void) {
   printf(

@@ -78,12 +78,18 @@ typedef struct df_st_set {
   int nfiles;
   const df_tensor **all; /* every tensor of every file, sorted by name */
   int ntensors;
+  char **skipped; /* index shards absent from dir that hold only vision tensors */
+  int nskipped;
 } df_st_set;
 
 /* Opens dir/model.safetensors.index.json (weight_map: name -> shard) and every
  * shard it names, or dir/model.safetensors when there is no index. Checks that
  * each index entry is in the shard it names and that names are unique across
- * shards. */
+ * shards. A shard the index names that is absent from dir and holds only
+ * vision tensors (vision_tower.*, mm_projector.*: the release keeps them in
+ * shards of their own) is not needed by a text-only engine: it is listed in
+ * skipped, its tensors are simply not in the set. Any other missing shard is
+ * an error naming it and one text tensor it holds. */
 int df_st_set_open(df_st_set *s, const char *dir, df_err *e);
 void df_st_set_close(df_st_set *s);
 const df_tensor *df_st_set_find(const df_st_set *s, const char *name);

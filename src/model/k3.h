@@ -119,9 +119,27 @@ void df_k3_state_free(df_k3_state *s);
 void df_k3_state_reset(df_k3_state *s);
 int df_k3_state_pos(const df_k3_state *s);
 
+/* The sequence state alone (position, KDA recurrent states and conv
+ * windows, the MLA latent cache up to the position; AttnRes keeps nothing
+ * across positions): a clone without scratch (a source for copy), a copy of
+ * one state into another of the same model (dst's MLA cache grows as
+ * needed), and the bytes a clone of s takes. Continuing from a copy gives
+ * the same results as continuing the original. */
+df_k3_state *df_k3_state_clone(const df_k3_state *s);
+void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src);
+size_t df_k3_state_bytes(const df_k3_state *s);
+
 /* Called after each layer with the T hidden states (the next layer's h). */
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud);
+
+/* Polled after each layer; nonzero stops the pass: df_k3_forward returns
+ * DF_K3_CANCELLED (no error set) with the state partly updated (reset it).
+ * A layer of a long prefill chunk can take seconds, so a chunk is not the
+ * unit of cancellation. NULL removes it. */
+#define DF_K3_CANCELLED 1
+typedef int (*df_k3_cancel_fn)(void *ud);
+void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud);
 
 /* What the gate-ahead predictor feeds layer L+1's router with (only when
  * the store wants hints, see df_store_wants_hint). Decode recall measured on

@@ -21,6 +21,7 @@
 
 #include "base/util.h"
 #include "model/k3_int.h"
+#include "model/router.h"
 
 struct df_k3_state {
   const df_k3 *m;
@@ -31,6 +32,8 @@ struct df_k3_state {
   int cap;          /* positions allocated in each MLA cache */
   df_k3_layer_hook hook;
   void *hook_ud;
+  df_k3_cancel_fn cancel;
+  void *cancel_ud;
 
   /* scratch, sized for Tcap rows and nth threads */
   int Tcap, nth;
@@ -119,9 +122,76 @@ void df_k3_state_free(df_k3_state *s) {
 
 int df_k3_state_pos(const df_k3_state *s) { return s->pos; }
 
+static int reserve_ctx(df_k3_state *s, int npos, df_err *e);
+
+static size_t kda_s_floats(const df_config *c) {
+  return (size_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim;
+}
+static size_t kda_conv_floats(const df_config *c) {
+  return 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * c->kda_heads * c->kda_head_dim;
+}
+static size_t mla_row_floats(const df_config *c) {
+  return (size_t)(c->kv_lora_rank + c->qk_rope_dim);
+}
+
+size_t df_k3_state_bytes(const df_k3_state *s) {
+  const df_config *c = s->m->cfg;
+  size_t n = 0;
+  for (int l = 0; l < c->n_layers; l++) {
+    if (s->kda_S[l]) n += kda_s_floats(c) + kda_conv_floats(c);
+    if (c->layer_kind[l] == DF_LAYER_MLA) n += (size_t)s->pos * mla_row_floats(c);
+  }
+  return n * sizeof(float);
+}
+
+df_k3_state *df_k3_state_clone(const df_k3_state *s) {
+  const df_config *c = s->m->cfg;
+  df_k3_state *d = df_xcalloc(1, sizeof *d);
+  d->m = s->m;
+  d->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_S);
+  d->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_conv);
+  d->mla = df_xcalloc((size_t)c->n_layers, sizeof *d->mla);
+  for (int l = 0; l < c->n_layers; l++) {
+    if (s->kda_S[l]) {
+      d->kda_S[l] = df_xaligned(64, sizeof(float) * kda_s_floats(c));
+      d->kda_conv[l] = df_xaligned(64, sizeof(float) * kda_conv_floats(c));
+      memcpy(d->kda_S[l], s->kda_S[l], sizeof(float) * kda_s_floats(c));
+      memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(float) * kda_conv_floats(c));
+    }
+    if (c->layer_kind[l] == DF_LAYER_MLA && s->pos > 0) {
+      d->mla[l] = df_xaligned(64, sizeof(float) * (size_t)s->pos * mla_row_floats(c));
+      memcpy(d->mla[l], s->mla[l], sizeof(float) * (size_t)s->pos * mla_row_floats(c));
+    }
+  }
+  d->pos = s->pos;
+  d->cap = c->n_mla ? s->pos : s->cap;
+  return d;
+}
+
+void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src) {
+  const df_config *c = dst->m->cfg;
+  df_err e;
+  dst->pos = 0; /* nothing of dst's cache needs keeping */
+  if (reserve_ctx(dst, src->pos, &e)) return; /* src->pos was valid for src */
+  for (int l = 0; l < c->n_layers; l++) {
+    if (dst->kda_S[l]) {
+      memcpy(dst->kda_S[l], src->kda_S[l], sizeof(float) * kda_s_floats(c));
+      memcpy(dst->kda_conv[l], src->kda_conv[l], sizeof(float) * kda_conv_floats(c));
+    }
+    if (c->layer_kind[l] == DF_LAYER_MLA && src->pos > 0)
+      memcpy(dst->mla[l], src->mla[l], sizeof(float) * (size_t)src->pos * mla_row_floats(c));
+  }
+  dst->pos = src->pos;
+}
+
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud) {
   s->hook = fn;
   s->hook_ud = ud;
+}
+
+void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud) {
+  s->cancel = fn;
+  s->cancel_ud = ud;
 }
 
 static float *fbuf(size_t n) { return df_xaligned(64, sizeof(float) * (n ? n : 1)); }
@@ -464,36 +534,6 @@ static void gated_ffn(const df_kctx *kc, const df_config *c, const df_wmat *gate
   df_mm(kc, down, g, T, I, out, H);
 }
 
-/* Top-k by biased score, ties to the lower id; then ascending id order. */
-static void route_row(const df_config *c, const float *sc, const float *bias, int *ids,
-                      float *w) {
-  int K = c->top_k, n = 0;
-  float best[K > 0 ? K : 1];
-  for (int e = 0; e < c->n_experts; e++) {
-    float b = sc[e] + bias[e];
-    int at = n;
-    while (at > 0 && best[at - 1] < b) at--;
-    if (at >= K) continue;
-    int last = n < K ? n : K - 1;
-    for (int i = last; i > at; i--) best[i] = best[i - 1], ids[i] = ids[i - 1];
-    best[at] = b;
-    ids[at] = e;
-    if (n < K) n++;
-  }
-  for (int i = 1; i < K; i++)
-    for (int j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
-      int t = ids[j];
-      ids[j] = ids[j - 1];
-      ids[j - 1] = t;
-    }
-  float sum = 0.0f;
-  for (int i = 0; i < K; i++) sum += sc[ids[i]];
-  for (int i = 0; i < K; i++) {
-    float v = c->norm_topk_prob ? sc[ids[i]] / sum : sc[ids[i]];
-    w[i] = v * c->routed_scale;
-  }
-}
-
 /* Gate-ahead prediction: layer l+1's router (sigmoid scores + correction
  * bias, top-k) applied to x, the union over the T rows handed to the store
  * as a hint for l+1. It only moves bytes: l+1 routes on its own input. */
@@ -506,7 +546,7 @@ static void gate_ahead(const df_k3_run *r, df_k3_state *s, int l, int T, const f
   for (int t = 0; t < T; t++) {
     float *sc = s->rl + (size_t)t * E;
     r->kc->k->sigmoid(sc, (int)E);
-    route_row(c, sc, ny->router_bias, s->gsel, s->gw);
+    df_router_select(c, sc, ny->router_bias, s->gsel, s->gw);
     for (size_t i = 0; i < K; i++) s->gmark[s->gsel[i]] = 1;
   }
   int n = 0;
@@ -528,7 +568,7 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, i
   for (int t = 0; t < T; t++) {
     float *sc = s->rl + (size_t)t * E;
     k->sigmoid(sc, (int)E);
-    route_row(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
+    df_router_select(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
   }
   /* group (row, slot) pairs by expert, experts ascending, rows ascending */
   memset(s->ecnt, 0, sizeof(int) * E);
@@ -705,6 +745,7 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
     }
     df_k3_release(m, l);
     if (s->hook) s->hook(s->hook_ud, l, s->h, T, (int)H);
+    if (s->cancel && s->cancel(s->cancel_ud)) return DF_K3_CANCELLED;
   }
   /* output: AR over the snapshots + h, final norm, lm_head */
   int t0 = logits_all ? 0 : T - 1, nt = logits_all ? T : 1;

@@ -25,8 +25,44 @@ df_route df_serve_route(const char *method, const char *path, const char **allow
  * insensitive), compared in constant time for a given key length. */
 int df_serve_auth_ok(const char *header, const char *key);
 
-/* One generation runs; up to queue_max wait. 1 if one more may be admitted. */
-int df_serve_admit(int running, int queued, int queue_max);
+/* One generation runs; up to queue_max wait. inflight counts every admitted
+ * generation request that has not finished: running, waiting in the FIFO,
+ * or admitted and still receiving its body (a job pushed but not yet picked
+ * up by the generation thread is one of them). 1 if one more may be
+ * admitted. */
+int df_serve_admit(int inflight, int queue_max);
+
+/* The FIFO capacity that holds every job df_serve_admit lets in for
+ * queue_max: all of them may be queued at once before the generation thread
+ * takes the first. */
+int df_serve_fifo_cap(int queue_max);
+
+/* DNS rebinding guard: 1 if the Host header names this server. IP literals
+ * (a page whose origin is an address is no rebinding), "localhost", the
+ * --host value and the allow list (--allow-host; "*" allows any) pass; the
+ * port is not compared. A missing Host (HTTP/1.0) passes. */
+int df_serve_host_ok(const char *host, const char *listen_host, const char *const *allow,
+                     int nallow);
+
+/* 1 if a Content-Type header value is application/json (any case, with or
+ * without parameters). Browsers send cross-origin POSTs without a preflight
+ * only for text/plain, form and multipart bodies, so requiring JSON makes a
+ * foreign page's request ask first. */
+int df_serve_ctype_json(const char *ct);
+
+/* 1 if origin is one of the --cors origins ("*" matches any). */
+int df_serve_cors_ok(const char *origin, const char *const *list, int n);
+
+/* Request framing: the Content-Length values (n of them) and the
+ * Transfer-Encoding value (NULL if absent). 0 if well formed, else the
+ * status to answer (400: conflicting or malformed lengths, a length with a
+ * transfer coding; 501: a transfer coding other than chunked) with *why. */
+int df_serve_framing(const char *const *cl, int ncl, const char *te, const char **why);
+
+/* Copies in to out (cap bytes, always NUL-terminated) for the access log:
+ * control bytes, DEL, bytes >= 0x80, '"' and '\\' become \xNN, so a request
+ * can neither forge a log line nor put terminal escapes in it. Returns out. */
+char *df_serve_log_escape(char *out, size_t cap, const char *in);
 
 /* FIFO of waiting jobs (bounded ring; removal from the middle keeps order). */
 typedef struct df_fifo {

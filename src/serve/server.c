@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -37,6 +38,16 @@ typedef struct srv srv;
 /* One generation request. Shared by its connection (the request context and,
  * when streaming, the response) and the generation thread; every field below
  * the line is guarded by srv.mu, refs counts the holders. */
+/* One choice's results (generation thread only until the job is DONE). */
+typedef struct choice {
+  df_sbuf reasoning, content; /* non-streamed text */
+  const char *finish;
+  df_serve_lp *lp; /* logprobs of the visible tokens */
+  size_t nlp, caplp;
+  size_t lp_sent, text_sent; /* streams: entries and content bytes sent */
+  long n_gen, n_reasoning;
+} choice;
+
 typedef struct job {
   srv *S;
   df_serve_req req;
@@ -46,16 +57,25 @@ typedef struct job {
   /* ---- guarded by S->mu ---- */
   int refs;
   job_state state;
+  int slot;     /* holds one of S->inflight (released when DONE) */
   int gone;     /* the client went away */
   int shutdown; /* cancelled by server shutdown */
   int peer_fd;  /* dup of the client socket, polled for hang-up; -1 when done */
+  int http11;   /* the client speaks HTTP/1.1 (it must accept 1xx responses) */
+  int fin_seen; /* the client shut its sending side: half-closed or gone, see probe */
+  double next_probe;
   pthread_cond_t cv;
   df_sbuf out; /* SSE bytes not yet handed to MHD */
   size_t out_off;
   long n_gen;
+  long prefilled;         /* prompt positions run so far */
+  long prefilled_at_cancel; /* ... when the hang-up or shutdown was first seen (-1: not yet) */
   /* ---- generation thread only until DONE ---- */
-  df_sbuf reasoning, content; /* non-streamed results */
-  const char *finish;
+  choice *ch;
+  int nch, cur;
+  long n_reasoning;
+  df_sbuf tok_r, tok_c; /* streams: text released by the current token */
+  const char *finish;   /* set when every choice finished */
   int failed;
   df_serve_err err;
   df_gentext gt;
@@ -77,10 +97,26 @@ struct srv {
   pthread_cond_t work_cv;
   df_fifo fifo;
   job *running;
+  int inflight; /* admitted generation requests not finished (df_serve_admit) */
   int stopping;
   int streams; /* streamed responses still being sent */
   df_session *sess; /* generation thread only */
+
+  /* open connections, for the request deadline (watchdog thread) */
+  pthread_mutex_t cmu;
+  pthread_cond_t wd_cv;
+  struct sock_ctx *socks;
+  int wd_stop;
 };
+
+/* Per-connection state (MHD's socket context): when the current request
+ * began and whether all of it has arrived. */
+typedef struct sock_ctx {
+  int fd;
+  double t0;
+  int complete, killed;
+  struct sock_ctx *prev, *next;
+} sock_ctx;
 
 /* Per-request state of a connection (MHD's con_cls). */
 typedef struct conn_ctx {
@@ -91,6 +127,10 @@ typedef struct conn_ctx {
   df_sbuf body;
   size_t received;
   int too_big, responded, status;
+  int slot; /* admitted: holds one of S->inflight until a job takes it over */
+  int http11;
+  char origin[256]; /* an allowed CORS origin, echoed back; "" when none */
+  sock_ctx *sc;
   job *j;
 } conn_ctx;
 
@@ -103,20 +143,83 @@ static void job_unref_locked(job *j) {
   df_serve_req_free(&j->req);
   free(j->prompt);
   df_sbuf_free(&j->out);
-  df_sbuf_free(&j->reasoning);
-  df_sbuf_free(&j->content);
+  for (int i = 0; i < j->nch; i++) {
+    df_sbuf_free(&j->ch[i].reasoning);
+    df_sbuf_free(&j->ch[i].content);
+    free(j->ch[i].lp);
+  }
+  free(j->ch);
+  df_sbuf_free(&j->tok_r);
+  df_sbuf_free(&j->tok_c);
   df_gentext_free(&j->gt);
   df_sbuf_free(&j->frames);
   free(j);
 }
 
+/* Under S->mu: the job leaves the system (ran, left the queue or was
+ * cancelled there) and gives its admission slot back. */
+static void job_finish_locked(srv *S, job *j) {
+  j->state = JOB_DONE;
+  if (j->slot) {
+    j->slot = 0;
+    S->inflight--;
+  }
+}
+
+static void conn_release_slot(srv *S, conn_ctx *r) {
+  pthread_mutex_lock(&S->mu);
+  if (r->slot) {
+    r->slot = 0;
+    S->inflight--;
+  }
+  pthread_mutex_unlock(&S->mu);
+}
+
 /* Under S->mu: has the client hung up? Only a poll: nothing is read. */
+static void note_cancel_locked(job *j) {
+  if (j->prefilled_at_cancel < 0) j->prefilled_at_cancel = j->prefilled;
+}
+
+/* A FIN alone does not say the client left: `nc -N` and others shut their
+ * sending side after the request and wait for the answer. Such a client is
+ * only gone once the socket errs or hangs up, which a closed peer does when
+ * it is sent something (it answers with a reset): see the probes below. An
+ * HTTP/1.0 client cannot be probed, so its FIN counts as leaving. */
 static int peer_gone_locked(job *j) {
   if (j->gone) return 1;
   if (j->peer_fd < 0) return 0;
   struct pollfd p = {.fd = j->peer_fd, .events = POLLRDHUP};
-  if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) j->gone = 1;
+  if (poll(&p, 1, 0) == 1) {
+    if (p.revents & (POLLHUP | POLLERR)) {
+      j->gone = 1;
+    } else if (p.revents & POLLRDHUP) {
+      if (!j->http11) j->gone = 1;
+      else if (!j->fin_seen) j->fin_seen = 1, j->next_probe = 0;
+    }
+    if (j->gone) note_cancel_locked(j);
+  }
   return j->gone;
+}
+
+/* Whether a half-closed client is still there: due every second after its
+ * FIN, sent only where bytes may go out (see the callers). */
+static int probe_due_locked(job *j) {
+  if (!j->fin_seen || j->gone || j->peer_fd < 0) return 0;
+  double now = df_now();
+  if (now < j->next_probe) return 0;
+  j->next_probe = now + 1.0;
+  return 1;
+}
+
+/* Before the response is queued the connection thread owns the socket, and
+ * an interim 1xx response is allowed in front of the final one. */
+static void probe_interim_locked(job *j) {
+  if (!probe_due_locked(j)) return;
+  static const char msg[] = "HTTP/1.1 102 Processing\r\n\r\n";
+  if (send(j->peer_fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    j->gone = 1;
+    note_cancel_locked(j);
+  }
 }
 
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
@@ -138,14 +241,38 @@ static void cond_init_mono(pthread_cond_t *cv) {
 
 /* ------------------------------------------------------ generation side */
 
-/* The gentext sink: text a client may see now. */
+/* The gentext sink: text a client may see now. Streams collect a token's
+ * text and turn it into frames after the token (emit), so that a content
+ * frame carries the log-probabilities of the tokens it covers. */
 static void deliver(void *ud, df_channel ch, const char *text, size_t n) {
   job *j = ud;
+  choice *c = &j->ch[j->cur];
   if (j->req.stream)
-    df_serve_sse_delta(&j->frames, &j->meta, NULL,
-                       ch == DF_CH_REASONING ? "reasoning_content" : "content", text, n, NULL);
+    df_sbuf_add(ch == DF_CH_REASONING ? &j->tok_r : &j->tok_c, text, n);
   else
-    df_sbuf_add(ch == DF_CH_REASONING ? &j->reasoning : &j->content, text, n);
+    df_sbuf_add(ch == DF_CH_REASONING ? &c->reasoning : &c->content, text, n);
+}
+
+/* Streams: the frames for the text released since the last call. at_end
+ * also sends log-probabilities still waiting for text (held back by a stop
+ * matcher or a partial character). */
+static void emit(job *j, int at_end) {
+  choice *c = &j->ch[j->cur];
+  int chat = j->req.kind == DF_SERVE_CHAT;
+  if (j->tok_r.n) {
+    df_serve_sse_delta_lp(&j->frames, &j->meta, j->cur, NULL, "reasoning_content", j->tok_r.p,
+                          j->tok_r.n, NULL, NULL, 0, 0, 0);
+    j->tok_r.n = 0;
+  }
+  size_t pend = c->nlp - c->lp_sent;
+  if (j->tok_c.n || (at_end && pend && j->req.logprobs)) {
+    df_serve_sse_delta_lp(&j->frames, &j->meta, j->cur, NULL, chat ? "content" : NULL,
+                          j->tok_c.p ? j->tok_c.p : "", j->tok_c.n, NULL, c->lp + c->lp_sent,
+                          pend, j->req.logprobs, c->text_sent);
+    c->lp_sent = c->nlp;
+    c->text_sent += j->tok_c.n;
+    j->tok_c.n = 0;
+  }
 }
 
 /* Hands the frames built so far to the connection. */
@@ -160,11 +287,44 @@ static void publish(job *j) {
   j->frames.n = 0;
 }
 
+/* The chosen token's log-probability and the alternatives, from the logits
+ * it was drawn from (the model's distribution, before penalties and
+ * temperature). Only tokens of the visible text count: chat's response
+ * channel (not its reasoning, no special tokens); a completion's every token
+ * but the end of text. */
+static void record_logprob(job *j, int id) {
+  srv *S = j->S;
+  if (j->req.kind == DF_SERVE_CHAT) {
+    if (df_tok_is_special(S->tok, id) || j->gt.last_ch != DF_CH_RESPONSE) return;
+  } else if (id == j->gt.eot_id) {
+    return; /* ends the text, adds none (a completion shows other specials by name) */
+  }
+  choice *c = &j->ch[j->cur];
+  if (c->nlp == c->caplp) {
+    c->caplp = c->caplp ? c->caplp * 2 : 64;
+    c->lp = df_xrealloc(c->lp, c->caplp * sizeof *c->lp);
+  }
+  df_serve_lp *e = &c->lp[c->nlp++];
+  int top[DF_SERVE_MAX_TOP_LOGPROBS];
+  double tlp[DF_SERVE_MAX_TOP_LOGPROBS];
+  int ntop = j->req.top_logprobs;
+  e->lp = df_sample_logprobs(df_session_logits(S->sess), S->limits.vocab, id, ntop, top, tlp);
+  e->p = df_tok_piece(S->tok, id, &e->n);
+  e->ntop = ntop;
+  for (int k = 0; k < ntop; k++) {
+    e->top[k].p = df_tok_piece(S->tok, top[k], &e->top[k].n);
+    e->top[k].lp = tlp[k];
+  }
+}
+
 static int on_token(void *ud, int id) {
   job *j = ud;
   srv *S = j->S;
   if (S->o.token_delay_ms > 0) usleep((useconds_t)S->o.token_delay_ms * 1000u);
+  int was_stopped = j->gt.stopped;
   int stopped = df_gentext_push(&j->gt, id);
+  if (j->req.logprobs && !was_stopped) record_logprob(j, id);
+  if (j->req.stream) emit(j, 0);
   pthread_mutex_lock(&S->mu);
   j->n_gen++;
   if (j->frames.n) {
@@ -180,6 +340,26 @@ static int on_token(void *ud, int id) {
   return cancel || stopped;
 }
 
+/* df_generate's cancel poll: runs after every layer, so a long prefill stops
+ * within a layer of the hang-up or the shutdown. */
+static int gen_cancelled(void *ud) {
+  job *j = ud;
+  srv *S = j->S;
+  pthread_mutex_lock(&S->mu);
+  int cancel = peer_gone_locked(j) || j->shutdown;
+  pthread_mutex_unlock(&S->mu);
+  return cancel;
+}
+
+static void on_prefill(void *ud, int done) {
+  job *j = ud;
+  pthread_mutex_lock(&j->S->mu);
+  j->prefilled = done;
+  pthread_mutex_unlock(&j->S->mu);
+}
+
+/* Runs the job's choices one after another (n > 1 is sequential: one
+ * session). Choice i > 0 draws with a seed derived from the request's. */
 static void run_job(srv *S, job *j) {
   df_gen_opts go;
   df_gen_opts_default(&go);
@@ -191,33 +371,91 @@ static void run_job(srv *S, job *j) {
     go.stop_ids = S->text_stop;
     go.nstop = S->ntext_stop;
   }
-  go.temperature = (float)j->req.temperature;
-  go.top_p = (float)j->req.top_p;
-  go.seed = j->req.seed;
-  if (!j->req.has_seed && getrandom(&go.seed, sizeof go.seed, 0) != (ssize_t)sizeof go.seed)
-    go.seed = (uint64_t)time(NULL);
+  df_sample_opts so;
+  df_sample_opts_default(&so);
+  so.temperature = (float)j->req.temperature;
+  so.top_p = (float)j->req.top_p;
+  so.top_k = j->req.top_k;
+  so.min_p = (float)j->req.min_p;
+  so.repeat_penalty = (float)j->req.repeat_penalty;
+  so.presence_penalty = (float)j->req.presence_penalty;
+  so.frequency_penalty = (float)j->req.frequency_penalty;
+  so.bias = j->req.bias;
+  so.nbias = j->req.nbias;
+  go.temperature = so.temperature;
+  go.top_p = so.top_p;
+  go.sampling = &so;
+  uint64_t seed = j->req.seed;
+  if (!j->req.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+    seed = (uint64_t)time(NULL);
   go.on_token = on_token;
+  go.cancel = gen_cancelled;
+  go.on_prefill = on_prefill;
   go.ud = j;
-  df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1, j->req.stop,
-                  j->req.stop_len, j->req.nstop, deliver, j);
+  j->nch = j->req.n > 0 ? j->req.n : 1;
+  j->ch = df_xcalloc((size_t)j->nch, sizeof *j->ch);
 
-  if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
-    df_serve_sse_delta(&j->frames, &j->meta, "assistant", "content", "", 0, NULL);
-    publish(j);
-  }
-  df_session_reset(S->sess);
-  int *ids = NULL, nids = 0;
   df_gen_stats st;
   memset(&st, 0, sizeof st);
   df_err e;
-  int rc = df_generate(S->sess, j->prompt, (int)j->nprompt, &go, &ids, &nids, &st, &e);
-  free(ids);
+  int rc = 0, gone = 0, shutdown = 0, stopped = 0;
+  long total_gen = 0, total_reasoning = 0;
+  for (int ci = 0; ci < j->nch; ci++) {
+    j->cur = ci;
+    choice *c = &j->ch[ci];
+    go.seed = seed;
+    if (ci > 0) {
+      uint64_t x = seed + (uint64_t)ci;
+      go.seed = df_sample_splitmix(&x);
+    }
+    df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1,
+                    j->req.stop, j->req.stop_len, j->req.nstop, deliver, j);
+    if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
+      df_serve_sse_delta_lp(&j->frames, &j->meta, ci, "assistant", "content", "", 0, NULL, NULL,
+                            0, 0, 0);
+      publish(j);
+    }
+    df_session_reset(S->sess);
+    int *ids = NULL, nids = 0;
+    memset(&st, 0, sizeof st);
+    rc = df_generate(S->sess, j->prompt, (int)j->nprompt, &go, &ids, &nids, &st, &e);
+    free(ids);
 
+    pthread_mutex_lock(&S->mu);
+    gone = peer_gone_locked(j);
+    shutdown = j->shutdown;
+    long at_cancel = j->prefilled_at_cancel;
+    pthread_mutex_unlock(&S->mu);
+    if (!rc && st.finish == DF_FINISH_CANCEL && st.n_prefilled < (int)j->nprompt)
+      /* how far past the cancellation the prefill ran, for operators and tests */
+      df_log_info("prefill cancelled (%s) at %d of %zu prompt positions, %ld run after the "
+                  "cancellation",
+                  shutdown ? "shutdown" : "client gone", st.n_prefilled, j->nprompt,
+                  at_cancel >= 0 ? st.n_prefilled - at_cancel : 0L);
+    stopped = j->gt.stopped;
+    if (rc || (shutdown && !stopped) || gone) {
+      df_gentext_free(&j->gt);
+      memset(&j->gt, 0, sizeof j->gt);
+      break;
+    }
+    df_gentext_finish(&j->gt);
+    if (j->req.stream) emit(j, 1);
+    c->finish = stopped || st.finish == DF_FINISH_STOP ? "stop" : "length";
+    c->n_gen = st.n_gen;
+    c->n_reasoning = j->gt.n_reasoning;
+    total_gen += st.n_gen;
+    total_reasoning += j->gt.n_reasoning;
+    if (j->req.stream)
+      df_serve_sse_delta_lp(&j->frames, &j->meta, ci, NULL, NULL, NULL, 0, c->finish, NULL, 0, 0,
+                            0);
+    publish(j);
+    df_gentext_free(&j->gt);
+    memset(&j->gt, 0, sizeof j->gt);
+  }
   pthread_mutex_lock(&S->mu);
-  int gone = peer_gone_locked(j), shutdown = j->shutdown;
-  if (!rc) j->n_gen = st.n_gen;
+  if (!rc && !gone && !(shutdown && !stopped)) j->n_gen = total_gen;
   pthread_mutex_unlock(&S->mu);
-  int stopped = j->gt.stopped;
+  j->n_reasoning = total_reasoning;
   if (rc) {
     j->failed = 1;
     df_serve_err_set(&j->err, 500, "server_error", NULL, NULL, "generation failed: %s", e.msg);
@@ -226,18 +464,14 @@ static void run_job(srv *S, job *j) {
     df_serve_err_set(&j->err, 503, "server_error", "shutting_down", NULL,
                      "the server is shutting down; the generation was cancelled");
   } else if (!gone) {
-    df_gentext_finish(&j->gt);
-    j->finish = stopped || st.finish == DF_FINISH_STOP ? "stop" : "length";
+    j->finish = j->ch[j->nch - 1].finish;
   }
   if (j->req.stream && !gone) {
     if (j->failed) {
       df_serve_sse_error(&j->frames, &j->err);
-    } else {
-      df_serve_sse_delta(&j->frames, &j->meta, NULL, NULL, NULL, 0, j->finish);
-      if (j->req.include_usage) {
-        df_serve_usage u = {(long)j->nprompt, st.n_gen, j->gt.n_reasoning};
-        df_serve_sse_usage(&j->frames, &j->meta, &u);
-      }
+    } else if (j->req.include_usage) {
+      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning};
+      df_serve_sse_usage(&j->frames, &j->meta, &u);
     }
     df_serve_sse_done(&j->frames);
   }
@@ -257,7 +491,7 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&S->mu);
     run_job(S, j);
     pthread_mutex_lock(&S->mu);
-    j->state = JOB_DONE;
+    job_finish_locked(S, j);
     if (j->peer_fd >= 0) close(j->peer_fd);
     j->peer_fd = -1;
     S->running = NULL;
@@ -270,6 +504,12 @@ static void *worker(void *arg) {
 
 /* ------------------------------------------------------------ replies */
 
+static void add_cors(struct MHD_Response *resp, const conn_ctx *r) {
+  if (!r->origin[0]) return;
+  MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
+  MHD_add_response_header(resp, "Vary", "Origin");
+}
+
 static enum MHD_Result reply_body(struct MHD_Connection *c, conn_ctx *r, int status, char *body,
                                   const char *ctype, const char *hname, const char *hval) {
   struct MHD_Response *resp =
@@ -280,6 +520,7 @@ static enum MHD_Result reply_body(struct MHD_Connection *c, conn_ctx *r, int sta
   }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   if (hname) MHD_add_response_header(resp, hname, hval);
+  add_cors(resp, r);
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
   MHD_destroy_response(resp);
   if (ret == MHD_YES) {
@@ -323,6 +564,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     }
     if (peer_gone_locked(j)) {
       ret = MHD_CONTENT_READER_END_WITH_ERROR;
+      break;
+    }
+    if (max >= 3 && probe_due_locked(j)) {
+      /* between frames: an SSE comment, ignored by clients, makes a closed
+       * peer reset the connection */
+      memcpy(buf, ":\n\n", 3);
+      ret = 3;
       break;
     }
     timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
@@ -376,6 +624,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
                                          df_serve_kind kind) {
   df_serve_err err;
   if (r->too_big) {
+    conn_release_slot(S, r);
     df_serve_err_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
                      "the request body is larger than %zu bytes (--max-request-bytes)",
                      S->o.max_request_bytes);
@@ -384,6 +633,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   job *j = df_xcalloc(1, sizeof *j);
   j->S = S;
   j->peer_fd = -1;
+  j->prefilled_at_cancel = -1;
   cond_init_mono(&j->cv);
   j->refs = 1;
   if (df_serve_parse(kind, r->body.p ? r->body.p : "", r->body.n, &S->limits, &j->req, &err) ||
@@ -392,29 +642,36 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
     pthread_mutex_lock(&S->mu);
     job_unref_locked(j);
     pthread_mutex_unlock(&S->mu);
+    conn_release_slot(S, r);
     return reply_err(c, r, &err, NULL, NULL);
   }
   df_serve_meta_init(&j->meta, kind, S->model_id, (long long)time(NULL));
   j->meta.include_usage = j->req.include_usage;
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci) j->peer_fd = dup(ci->connect_fd);
+  j->http11 = r->http11;
 
   pthread_mutex_lock(&S->mu);
-  if (S->stopping || !df_serve_admit(S->running != NULL, S->fifo.n, S->o.queue)) {
+  /* admitted when the headers arrived (admit_or_refuse); the slot passes to the job */
+  if (S->stopping || !r->slot || df_fifo_push(&S->fifo, j)) {
     int stopping = S->stopping;
     job_unref_locked(j);
+    if (r->slot) {
+      r->slot = 0;
+      S->inflight--;
+    }
     pthread_mutex_unlock(&S->mu);
     if (stopping) {
       df_serve_err_set(&err, 503, "server_error", "shutting_down", NULL,
                        "the server is shutting down");
       return reply_err(c, r, &err, NULL, NULL);
     }
-    df_serve_err_set(&err, 429, "requests", "rate_limit_exceeded", NULL,
-                     "the server is busy with another generation%s; retry later",
-                     S->o.queue ? " and its queue is full" : "");
-    return reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    df_serve_err_set(&err, 500, "server_error", NULL, NULL,
+                     "internal error: an admitted request found the queue full");
+    return reply_err(c, r, &err, NULL, NULL);
   }
-  df_fifo_push(&S->fifo, j);
+  j->slot = 1;
+  r->slot = 0;
   j->refs++; /* the queue's (then the generation thread's) reference */
   r->j = j;
   pthread_cond_signal(&S->work_cv);
@@ -422,12 +679,13 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   while (j->state == JOB_QUEUED) {
     if (peer_gone_locked(j)) {
       if (df_fifo_remove(&S->fifo, j)) {
-        j->state = JOB_DONE;
+        job_finish_locked(S, j);
         job_unref_locked(j);
       }
       pthread_mutex_unlock(&S->mu);
       return MHD_NO;
     }
+    probe_interim_locked(j);
     timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
   }
   if (j->state == JOB_DONE && j->shutdown) {
@@ -449,6 +707,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    add_cors(resp, r);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     if (ret == MHD_YES) {
@@ -462,15 +721,20 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
       pthread_mutex_unlock(&S->mu);
       return MHD_NO;
     }
+    probe_interim_locked(j);
     timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
   }
   pthread_mutex_unlock(&S->mu);
   if (j->failed) return reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
-  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->gt.n_reasoning};
-  return reply_json(c, r, 200,
-                    df_serve_response_json(&j->meta, j->reasoning.p, j->reasoning.n, j->content.p,
-                                           j->content.n, j->finish, &u));
+  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning};
+  df_serve_choice cs[DF_SERVE_MAX_N];
+  for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) {
+    choice *ch = &j->ch[i];
+    cs[i] = (df_serve_choice){ch->reasoning.p, ch->reasoning.n, ch->content.p, ch->content.n,
+                              ch->finish, ch->lp, ch->nlp, j->req.logprobs};
+  }
+  return reply_json(c, r, 200, df_serve_response_choices_json(&j->meta, cs, j->nch, &u));
 }
 
 /* ------------------------------------------------------------ routing */
@@ -493,10 +757,75 @@ static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
   return reply_json(c, r, 200, df_serve_health_json(S->model_id, busy, queued, S->o.queue));
 }
 
+typedef struct framing {
+  const char *cl[8];
+  int ncl;
+  const char *te;
+  int nte;
+} framing;
+
+static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value) {
+  (void)kind;
+  framing *f = cls;
+  if (!value) value = "";
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+    if (f->ncl < 8) f->cl[f->ncl++] = value;
+    else f->cl[1] = "x"; /* more than 8: malformed */
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+    f->te = value;
+    f->nte++;
+  }
+  return MHD_YES;
+}
+
+static void set_complete(srv *S, conn_ctx *r, int complete) {
+  if (!r->sc) return;
+  pthread_mutex_lock(&S->cmu);
+  r->sc->complete = complete;
+  pthread_mutex_unlock(&S->cmu);
+}
+
+static enum MHD_Result reply_preflight(struct MHD_Connection *c, conn_ctx *r) {
+  struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+  if (!resp) return MHD_NO;
+  add_cors(resp, r);
+  MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+  MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+  MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
+  MHD_destroy_response(resp);
+  if (ret == MHD_YES) {
+    r->status = 204;
+    r->responded = 1;
+  }
+  return ret;
+}
+
+static enum MHD_Result admit_or_refuse(srv *S, struct MHD_Connection *c, conn_ctx *r) {
+  df_serve_err err;
+  pthread_mutex_lock(&S->mu);
+  int stopping = S->stopping, ok = !stopping && df_serve_admit(S->inflight, S->o.queue);
+  if (ok) {
+    S->inflight++;
+    r->slot = 1;
+  }
+  pthread_mutex_unlock(&S->mu);
+  if (ok) return MHD_YES;
+  if (stopping) {
+    df_serve_err_set(&err, 503, "server_error", "shutting_down", NULL,
+                     "the server is shutting down");
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  df_serve_err_set(&err, 429, "requests", "rate_limit_exceeded", NULL,
+                   "the server is busy with another generation%s; retry later",
+                   S->o.queue ? " and its queue is full" : "");
+  return reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
-  (void)version;
   srv *S = cls;
   conn_ctx *r = *con_cls;
   df_serve_err err;
@@ -506,6 +835,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     r->t0 = df_now();
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->path, sizeof r->path, "%s", url);
+    r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (ci && ci->client_addr) {
@@ -515,6 +845,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       else if (sa->sa_family == AF_INET6)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer, sizeof r->peer);
     }
+    const union MHD_ConnectionInfo *si =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    r->sc = si ? si->socket_context : NULL;
+    if (r->sc) {
+      pthread_mutex_lock(&S->cmu);
+      r->sc->complete = 1; /* until it turns out a body must still arrive */
+      pthread_mutex_unlock(&S->cmu);
+    }
+    framing fr = {.ncl = 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, collect_framing, &fr);
+    const char *why;
+    int fst = fr.nte > 1 ? 501 : df_serve_framing(fr.cl, fr.ncl, fr.te, &why);
+    if (fr.nte > 1) why = "more than one Transfer-Encoding header";
+    if (fst) {
+      df_serve_err_set(&err, fst, "invalid_request_error", fst == 501 ? "not_implemented" : NULL,
+                       NULL, "the request's framing is refused: %s", why);
+      return reply_err(c, r, &err, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!df_serve_host_ok(host, S->o.host, S->o.allow_hosts, S->o.nallow_hosts)) {
+      df_serve_err_set(&err, 403, "invalid_request_error", "host_not_allowed", NULL,
+                       "the Host header '%.100s' does not name this server (start it with "
+                       "--allow-host NAME to accept that name)",
+                       host);
+      return reply_err(c, r, &err, NULL, NULL);
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (df_serve_cors_ok(origin, S->o.cors, S->o.ncors))
+      snprintf(r->origin, sizeof r->origin, "%s", origin);
+    if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && r->origin[0]) return reply_preflight(c, r);
     const char *allow, *arg;
     r->route = df_serve_route(method, url, &allow, &arg);
     if (arg) snprintf(r->arg, sizeof r->arg, "%s", arg);
@@ -537,6 +897,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
     if (r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS) {
+      if (!df_serve_ctype_json(
+              MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+        df_serve_err_set(&err, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                         "POST bodies must be sent with 'Content-Type: application/json'");
+        return reply_err(c, r, &err, NULL, NULL);
+      }
       /* refuse an oversized body before reading it */
       const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -549,7 +915,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
           return handle_generation(S, c, r, DF_SERVE_CHAT);
         }
       }
-      return MHD_YES;
+      /* admit before the body is read, parsed or tokenized: a refused
+       * request costs nothing but its headers */
+      enum MHD_Result ar = admit_or_refuse(S, c, r);
+      if (!r->responded) set_complete(S, r, 0);
+      return ar;
     }
     return handle_get(S, c, r);
   }
@@ -557,6 +927,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *upload_size = 0;
     return MHD_YES;
   }
+  if (!*upload_size) set_complete(S, r, 1);
   if (*upload_size) {
     size_t n = *upload_size;
     *upload_size = 0;
@@ -585,8 +956,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   conn_ctx *r = *con_cls;
   if (!r) return;
   *con_cls = NULL;
+  conn_release_slot(S, r);
+  if (r->sc) {
+    pthread_mutex_lock(&S->cmu);
+    r->sc->t0 = df_now(); /* a kept-alive connection's next request */
+    r->sc->complete = 0;
+    pthread_mutex_unlock(&S->cmu);
+  }
   long np = 0, ng = 0;
-  int peer_left = 0;
+  int peer_left = 0, shut = 0;
   if (r->j) {
     job *j = r->j;
     pthread_mutex_lock(&S->mu);
@@ -594,9 +972,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
      * cleanly, so MHD reports a normal completion: the job's flag still says
      * the client left. */
     peer_left = j->gone;
+    shut = j->shutdown && (j->state != JOB_DONE || !j->finish);
     if (j->state != JOB_DONE) j->gone = 1;
     if (j->state == JOB_QUEUED && df_fifo_remove(&S->fifo, j)) {
-      j->state = JOB_DONE;
+      job_finish_locked(S, j);
       job_unref_locked(j);
     }
     pthread_cond_broadcast(&j->cv);
@@ -606,13 +985,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     pthread_mutex_unlock(&S->mu);
   }
   /* one write per line, so concurrent requests never interleave */
-  char line[512];
+  char line[1024], epath[sizeof r->path * 4], emethod[sizeof r->method * 4];
   int status = r->status;
   if ((toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || peer_left) &&
       (!r->responded || r->status == 200))
     status = 499; /* the client closed the connection first (nginx's convention) */
+  else if (shut && r->status == 200)
+    status = 503; /* a stream cut short by the shutdown (it ends with an error frame) */
   int n = snprintf(line, sizeof line, "deltafin: %s %s %s %d tokens=%ld+%ld %.3fs\n",
-                   r->peer[0] ? r->peer : "-", r->method, r->path, status, np, ng,
+                   r->peer[0] ? r->peer : "-",
+                   df_serve_log_escape(emethod, sizeof emethod, r->method),
+                   df_serve_log_escape(epath, sizeof epath, r->path), status, np, ng,
                    df_now() - r->t0);
   if (n > 0) {
     ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
@@ -624,13 +1007,82 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 /* -------------------------------------------------------------- run */
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  srv *S = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    sock_ctx *sc = df_xcalloc(1, sizeof *sc);
+    sc->fd = ci ? ci->connect_fd : -1;
+    sc->t0 = df_now();
+    pthread_mutex_lock(&S->cmu);
+    sc->next = S->socks;
+    if (S->socks) S->socks->prev = sc;
+    S->socks = sc;
+    pthread_mutex_unlock(&S->cmu);
+    *socket_context = sc;
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+    sock_ctx *sc = *socket_context;
+    pthread_mutex_lock(&S->cmu);
+    if (sc->prev) sc->prev->next = sc->next;
+    else S->socks = sc->next;
+    if (sc->next) sc->next->prev = sc->prev;
+    pthread_mutex_unlock(&S->cmu);
+    free(sc);
+    *socket_context = NULL;
+  }
+}
+
+/* The request deadline: --idle-timeout only closes silent connections, so a
+ * client trickling a byte a second would hold its thread forever. A request
+ * whose headers and body have not all arrived in time has its socket shut
+ * down, which ends the connection in MHD's thread. */
+static void *watchdog(void *arg) {
+  srv *S = arg;
+  double lim = S->o.request_timeout_s;
+  pthread_mutex_lock(&S->cmu);
+  while (!S->wd_stop) {
+    timed_wait(&S->wd_cv, &S->cmu, 200);
+    double now = df_now();
+    for (sock_ctx *sc = S->socks; sc; sc = sc->next)
+      if (!sc->complete && !sc->killed && sc->fd >= 0 && now - sc->t0 > lim) {
+        sc->killed = 1;
+        shutdown(sc->fd, SHUT_RDWR);
+      }
+  }
+  pthread_mutex_unlock(&S->cmu);
+  return NULL;
+}
+
+/* After the first SIGINT/SIGTERM the shutdown waits for the running
+ * generation to stop; a second one does not wait for anything. */
+static sigset_t stop_sigs; /* SIGINT + SIGTERM; outlives df_serve_run for this thread */
+
+static void *second_signal(void *arg) {
+  (void)arg;
+  double first = df_now();
+  int sig = 0;
+  /* timeout(1) and some supervisors deliver one stop twice within
+   * microseconds (to the process and to its group): only a signal sent
+   * later is a second request */
+  while (sigwait(&stop_sigs, &sig) || df_now() - first < 0.5) {
+  }
+  static const char msg[] = "deltafin: second signal: exiting now\n";
+  ssize_t w = write(2, msg, sizeof msg - 1);
+  (void)w;
+  _exit(128 + sig);
+}
+
 void df_serve_opts_default(df_serve_opts *o) {
   memset(o, 0, sizeof *o);
   o->host = "127.0.0.1";
   o->port = 8000;
-  o->queue = 0;
+  o->queue = 4; /* a second request waits, as llama-server and Ollama do */
   o->max_request_bytes = 1u << 20;
   o->idle_timeout_s = 60;
+  o->request_timeout_s = 30;
+  o->max_client_conns = 256;
 }
 
 int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
@@ -670,7 +1122,11 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
 
   pthread_mutex_init(&S.mu, NULL);
   cond_init_mono(&S.work_cv);
-  df_fifo_init(&S.fifo, o->queue > 0 ? o->queue : 1);
+  pthread_mutex_init(&S.cmu, NULL);
+  cond_init_mono(&S.wd_cv);
+  pthread_t wdt;
+  int have_wd = o->request_timeout_s > 0 && !pthread_create(&wdt, NULL, watchdog, &S);
+  df_fifo_init(&S.fifo, df_serve_fifo_cap(o->queue));
   S.sess = df_session_new(en);
   pthread_t wt;
   if (!S.sess || pthread_create(&wt, NULL, worker, &S)) {
@@ -685,7 +1141,9 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, (uint16_t)o->port, NULL, NULL, on_request, &S, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+      &S, MHD_OPTION_CONNECTION_LIMIT, 1000u, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      (unsigned)o->max_client_conns,
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout_s,
       MHD_OPTION_END);
@@ -703,14 +1161,21 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     int sig = 0;
     while (sigwait(&sigs, &sig)) {
     }
-    df_log_info("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    df_log_info("%s: shutting down (a second signal exits at once)",
+                sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_t st;
+    stop_sigs = sigs;
+    if (!pthread_create(&st, NULL, second_signal, NULL)) pthread_detach(st);
     MHD_socket ls = MHD_quiesce_daemon(d);
     pthread_mutex_lock(&S.mu);
     S.stopping = 1;
-    if (S.running) S.running->shutdown = 1;
+    if (S.running) {
+      S.running->shutdown = 1;
+      note_cancel_locked(S.running);
+    }
     job *j;
     while ((j = df_fifo_pop(&S.fifo))) {
-      j->state = JOB_DONE;
+      job_finish_locked(&S, j);
       j->shutdown = 1;
       pthread_cond_broadcast(&j->cv);
       job_unref_locked(j);
@@ -733,6 +1198,15 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     pthread_mutex_unlock(&S.mu);
     pthread_join(wt, NULL);
   }
+  if (have_wd) {
+    pthread_mutex_lock(&S.cmu);
+    S.wd_stop = 1;
+    pthread_cond_broadcast(&S.wd_cv);
+    pthread_mutex_unlock(&S.cmu);
+    pthread_join(wdt, NULL);
+  }
+  pthread_cond_destroy(&S.wd_cv);
+  pthread_mutex_destroy(&S.cmu);
   freeaddrinfo(ai);
   df_session_free(S.sess);
   df_fifo_free(&S.fifo);

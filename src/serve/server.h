@@ -19,6 +19,14 @@ typedef struct df_serve_opts {
   int idle_timeout_s;       /* a connection silent this long is closed (0: never); a
                                request being generated or waiting its turn is not idle */
   int token_delay_ms;       /* testing aid: pause after each generated token */
+  int request_timeout_s;    /* a request's headers and body must all arrive within this
+                               (a client trickling bytes is not idle); 0: no limit */
+  int max_client_conns;     /* connections one client address may hold; 0: no limit */
+  const char *allow_hosts[16]; /* Host names accepted besides IP literals, localhost and
+                                  --host ("*": any) */
+  int nallow_hosts;
+  const char *cors[16];     /* origins that get CORS headers ("*": any); none: no CORS */
+  int ncors;
 } df_serve_opts;
 
 void df_serve_opts_default(df_serve_opts *o);

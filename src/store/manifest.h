@@ -20,10 +20,11 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/util.h"
 
 #define DF_MF_MAX_COPIES 4
 #define DF_MF_MAX_DRIVES 64
-#define DF_MF_ALIGN 4096
+#define DF_MF_ALIGN ((int)DF_IO_ALIGN) /* the one alignment (base/util.h) */
 
 typedef struct df_mf_copy {
   int drive;

@@ -15,19 +15,6 @@
 #include "store/source.h"
 #include "store/store_int.h"
 
-static int open_direct(const char *path, int *direct) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-  if (fd < 0 && errno == EINVAL) {
-    /* e.g. tmpfs: correct, but the page cache is not bypassed */
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) *direct = 0;
-  }
-#ifdef F_NOCACHE
-  if (fd >= 0) fcntl(fd, F_NOCACHE, 1);
-#endif
-  return fd;
-}
-
 /* The O_DIRECT offset/length granularity of an open file (statx DIOALIGN
  * where the kernel reports it, else the page size the pack aligns to). */
 static uint32_t dio_align_of(int fd) {
@@ -82,7 +69,7 @@ int df_store_open_pack(df_store *s, const df_st_set *set, const char *mpath, df_
     char *p = df_manifest_file_path(&m, i);
     s->drive[i].path = df_xstrdup(m.drives[i].path);
     s->drive[i].rate = m.drives[i].bandwidth > 0 ? m.drives[i].bandwidth : 2e9;
-    s->fds[i] = open_direct(p, &s->o_direct);
+    s->fds[i] = df_open_direct(p, 0, &s->o_direct);
     s->file_paths[i] = df_xstrdup(p);
     struct stat st;
     if (s->fds[i] < 0) {
@@ -147,7 +134,7 @@ int df_store_open_shards(df_store *s, const df_st_set *set, df_err *e) {
   for (int i = 0; i < set->nfiles; i++) s->fds[i] = -1;
   for (int i = 0; i < set->nfiles; i++) {
     const char *p = df_st_set_file_path(set, i);
-    s->fds[i] = open_direct(p, &s->o_direct);
+    s->fds[i] = df_open_direct(p, 0, &s->o_direct);
     s->file_paths[i] = df_xstrdup(p);
     if (s->fds[i] < 0) {
       free(loc);
@@ -159,11 +146,20 @@ int df_store_open_shards(df_store *s, const df_st_set *set, df_err *e) {
     s->recs[k].c[0] = (copyloc){0, loc[k].file, s->fds[loc[k].file], loc[k].off, 0};
   }
   free(loc);
+  /* a stream install: records already fetched carry the checksum their
+   * reads are verified against */
+  if (df_src_remote_open(&s->remote, set, e)) return -1;
+  for (size_t k = 0; s->remote && k < s->nkeys; k++) {
+    copyloc *c = &s->recs[k].c[0];
+    df_src_remote_local(s->remote, c->file, c->off, s->rec_bytes, &c->xxh);
+  }
   return 0;
 }
 
 
 void df_store_close_files(df_store *s) {
+  df_src_remote_close(s->remote);
+  s->remote = NULL;
   for (int i = 0; i < s->n_fds; i++) {
     if (s->fds[i] >= 0) close(s->fds[i]);
     if (s->file_paths) free(s->file_paths[i]);

@@ -88,6 +88,11 @@ int df_sched_enqueue(df_store *s, entry *e, int demand) {
   }
   if (best < 0) return -1;
   const copyloc *ca = &r->c[best];
+  uint64_t unused;
+  /* a stream install's record that was not fetched: the shard holds a hole
+   * there, never read it (demand reads fetch first; prefetches are skipped) */
+  if (s->remote && !df_src_remote_local(s->remote, ca->file, ca->off, s->rec_bytes, &unused))
+    return -1;
   e->tried |= (uint8_t)(1u << best);
   /* split point m (record bytes from the best copy), 0 = no split */
   uint64_t m = 0, g = DF_IO_ALIGN;
@@ -230,7 +235,10 @@ static void finish_entry(df_store *s, entry *e) {
   if (!fault && !s->closing) {
     pthread_mutex_unlock(&s->mu);
     const uint8_t *b = e->slot.buf + e->head_pad;
-    if (s->from_pack && XXH3_64bits(b, s->rec_bytes) != s->recs[e->key].c[e->parts[0].copy].xxh)
+    uint64_t want = s->recs[e->key].c[e->parts[0].copy].xxh;
+    /* pack records always carry a checksum; shard records of a stream
+     * install carry the one recorded when they were fetched */
+    if ((s->from_pack || want) && XXH3_64bits(b, s->rec_bytes) != want)
       fault = DF_FAULT_CHECKSUM;
     else if (!s->from_pack && df_src_check_scales(&s->lay, b))
       fault = DF_FAULT_SCALE_NAN;

@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "base/util.h"
+#include "setup/fetcher.h"
 
 static const char *part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
                                    "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};
@@ -81,4 +82,59 @@ int df_src_check_scales(const df_expert_layout *l, const uint8_t *rec) {
   if (memchr(rec + l->w2s, 255, l->w3p - l->w2s)) return -1;
   if (memchr(rec + l->w3s, 255, l->total - l->w3s)) return -1;
   return 0;
+}
+
+/* ---- stream installs ---- */
+
+struct df_src_remote {
+  df_fetcher *f;
+};
+
+int df_src_remote_open(df_src_remote **out, const df_st_set *set, df_err *e) {
+  *out = NULL;
+  df_fetcher *f;
+  int rc = df_fetcher_open(&f, set->dir, set, e);
+  if (rc <= 0) return rc;
+  df_src_remote *r = df_xcalloc(1, sizeof *r);
+  r->f = f;
+  *out = r;
+  return 0;
+}
+
+void df_src_remote_close(df_src_remote *r) {
+  if (!r) return;
+  df_fetcher_close(r->f);
+  free(r);
+}
+
+int df_src_remote_local(df_src_remote *r, int file, uint64_t off, uint64_t len, uint64_t *xxh) {
+  return df_fetcher_local(r->f, file, off, len, xxh);
+}
+
+int df_src_remote_ensure(df_src_remote *r, df_src_need *need, int n, df_err *e) {
+  df_fetch_req *q = df_xmalloc((size_t)(n ? n : 1) * sizeof *q);
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (!df_fetcher_local(r->f, need[i].file, need[i].off, need[i].len, &need[i].xxh))
+      q[m++] = (df_fetch_req){need[i].file, need[i].off, need[i].len, need[i].layer, need[i].expert};
+  int rc = m ? df_fetcher_fetch(r->f, q, m, e) : 0;
+  free(q);
+  for (int i = 0; !rc && i < n; i++)
+    if (!df_fetcher_local(r->f, need[i].file, need[i].off, need[i].len, &need[i].xxh))
+      rc = df_err_set(e, "layer %d expert %d: not local after its fetch", need[i].layer,
+                      need[i].expert);
+  return rc;
+}
+
+char *df_src_remote_stats_json(df_src_remote *r) {
+  df_fetcher_stats st;
+  df_fetcher_get_stats(r->f, &st);
+  char buf[512];
+  snprintf(buf, sizeof buf,
+           "{\"records_fetched\":%llu,\"bytes_fetched\":%llu,\"http_requests\":%llu,"
+           "\"http_retries\":%llu,\"wait_seconds\":%.6f,\"shards_partial\":%d}",
+           (unsigned long long)st.records, (unsigned long long)st.bytes,
+           (unsigned long long)st.requests, (unsigned long long)st.retries, st.wait_s,
+           st.shards_partial);
+  return df_xstrdup(buf);
 }

@@ -24,4 +24,30 @@ int df_src_fingerprint(const df_st_set *set, uint64_t *out, df_err *e);
 /* 0 if the three scale tensors of a record hold no E8M0 NaN (255). */
 int df_src_check_scales(const df_expert_layout *lay, const uint8_t *rec);
 
+/* ---- stream installs: the one hook between the store and the network ----
+ * In a stream install (`deltafin setup --stream`) some records' bytes are
+ * not local yet; the fetcher (setup/fetcher.h) gets them by range request
+ * into the sparse shards. The store asks here before it reads a record. */
+typedef struct df_src_remote df_src_remote;
+
+/* 0 with *out = NULL when every record of the set is local (no stream
+ * install, or one whose shards are complete), 0 with *out set, or -1. */
+int df_src_remote_open(df_src_remote **out, const df_st_set *set, df_err *e);
+void df_src_remote_close(df_src_remote *r);
+
+typedef struct df_src_need {
+  int file, layer, expert;
+  uint64_t off, len;
+  uint64_t xxh; /* out: the xxh3-64 the record's bytes must have, 0 = nothing to check */
+} df_src_need;
+
+/* This record's bytes are not local: ask the fetcher. Makes every needed
+ * record local, fetching the missing ones (blocking), and fills their xxh.
+ * -1 with e naming the expert that could not be fetched. */
+int df_src_remote_ensure(df_src_remote *r, df_src_need *need, int n, df_err *e);
+/* 1 if the record is local (no fetch), *xxh as above. */
+int df_src_remote_local(df_src_remote *r, int file, uint64_t off, uint64_t len, uint64_t *xxh);
+/* Network statistics as a JSON object text (caller frees). */
+char *df_src_remote_stats_json(df_src_remote *r);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/source.h"
 #include "store/store_int.h"
 
 static const char *pred_name[NPRED] = {"gate", "prev"};
@@ -114,6 +115,15 @@ char *df_store_stats_json(const df_store *s) {
   json_object_set_new(o, "retries", json_integer((json_int_t)s->retries));
   json_object_set_new(o, "checksum_errors", json_integer((json_int_t)s->checksum_errors));
   json_object_set_new(o, "read_errors", json_integer((json_int_t)s->read_errors));
+  /* a stream install's network fetches, apart from the local reads above */
+  json_t *net = NULL;
+  if (s->remote) {
+    char *nj = df_src_remote_stats_json(s->remote);
+    net = json_loads(nj, 0, NULL);
+    free(nj);
+    if (net) json_object_set_new(net, "store_wait_seconds", json_real(s->net_wait));
+  }
+  json_object_set_new(o, "network", net ? net : json_null());
   pthread_mutex_unlock(&m->mu);
   char *j = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(o);
@@ -139,6 +149,18 @@ char *df_store_stats_text(const df_store *s) {
      (double)s->bytes_read / 1e6, (double)s->bytes_demand / 1e6, (double)s->pf_used / 1e6,
      (double)s->pf_wasted / 1e6, s->requests ? 100.0 * (double)s->hits / (double)s->requests : 0.0,
      (unsigned long long)s->hits, (unsigned long long)s->requests, s->wait_total);
+  if (s->remote) {
+    char *nj = df_src_remote_stats_json(s->remote);
+    json_t *net = json_loads(nj, 0, NULL);
+    free(nj);
+    AP("network (stream install): %lld experts fetched, %.1f MB in %lld HTTP requests (%lld "
+       "retries); waited %.3f s on the network, apart from the local reads\n",
+       (long long)json_integer_value(json_object_get(net, "records_fetched")),
+       (double)json_integer_value(json_object_get(net, "bytes_fetched")) / 1e6,
+       (long long)json_integer_value(json_object_get(net, "http_requests")),
+       (long long)json_integer_value(json_object_get(net, "http_retries")), s->net_wait);
+    json_decref(net);
+  }
   AP("prefill read amplification %.2f; %llu reads split over two copies\n", amp(s),
      (unsigned long long)s->split_reads);
   for (int i = 0; i < s->ndrives; i++) {

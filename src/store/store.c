@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "store/source.h"
 #include "store/store_int.h"
 
 int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
@@ -17,6 +18,10 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     dflt.cache_mb = -1;
     o = &dflt;
   }
+  if (!df_store_io_name(o->io) || !df_store_prefetch_name(o->prefetch) ||
+      !df_store_split_name(o->split_reads))
+    return df_err_set(e, "store options out of range (--io %d, --prefetch %d, --split-reads %d)",
+                      (int)o->io, (int)o->prefetch, (int)o->split_reads);
   df_store *s = df_xcalloc(1, sizeof *s);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
@@ -64,12 +69,6 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   /* shard records are not aligned: their buffer holds the head pad too */
   s->slot_bytes = DF_IO_ROUND_UP(s->rec_bytes) + (s->from_pack ? 0 : DF_IO_ALIGN);
 
-  if (!df_store_io_name(o->io) || !df_store_prefetch_name(o->prefetch) ||
-      !df_store_split_name(o->split_reads)) {
-    rc = df_err_set(e, "store options out of range (--io %d, --prefetch %d, --split-reads %d)",
-                    (int)o->io, (int)o->prefetch, (int)o->split_reads);
-    goto fail;
-  }
   s->io_kind = o->io == DF_STORE_IO_PREAD ? DF_IO_PREAD : DF_IO_URING;
   s->queue_depth = o->queue_depth > 0 ? o->queue_depth : DF_STORE_DEFAULT_QD;
   s->split = o->split_reads;
@@ -168,6 +167,29 @@ void df_store_close(df_store *s) {
   free(s);
 }
 
+/* Stream install: the batch's records that are not local are fetched now,
+ * before any read of them is queued (the store's lock is not held: other
+ * threads keep reading local records meanwhile). */
+static int df_store_fetch_remote(df_store *s, int layer, const int *experts, int n, df_err *e) {
+  df_src_need *need = df_xmalloc((size_t)n * sizeof *need);
+  int li = layer - s->first_layer;
+  for (int i = 0; i < n; i++) {
+    const copyloc *c = &s->recs[(size_t)li * (size_t)s->n_experts + (size_t)experts[i]].c[0];
+    need[i] = (df_src_need){c->file, layer, experts[i], c->off, s->rec_bytes, 0};
+  }
+  double t0 = df_now();
+  int rc = df_src_remote_ensure(s->remote, need, n, e);
+  pthread_mutex_lock(&s->mu);
+  s->net_wait += df_now() - t0;
+  for (int i = 0; !rc && i < n; i++) {
+    copyloc *c = &s->recs[(size_t)li * (size_t)s->n_experts + (size_t)experts[i]].c[0];
+    if (!c->xxh) c->xxh = need[i].xxh; /* 0 -> its checksum, before its first read */
+  }
+  pthread_mutex_unlock(&s->mu);
+  free(need);
+  return rc;
+}
+
 int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, df_err *e) {
   if (!s->nkeys || layer < s->first_layer || layer >= s->cfg->n_layers)
     return df_err_set(e, "store: layer %d has no routed experts", layer);
@@ -175,6 +197,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, 
   for (int i = 0; i < n; i++)
     if (experts[i] < 0 || experts[i] >= s->n_experts || (i && experts[i] <= experts[i - 1]))
       return df_err_set(e, "store: layer %d: expert list not sorted/unique/in range", layer);
+  if (s->remote && df_store_fetch_remote(s, layer, experts, n, e)) return -1;
   pthread_mutex_lock(&s->mu);
   if (s->batch_n) {
     pthread_mutex_unlock(&s->mu);

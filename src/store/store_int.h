@@ -164,6 +164,8 @@ struct df_store {
   int ndrives;
   dstate *drive;
   rec *recs;            /* by key */
+  struct df_src_remote *remote; /* stream install: records fetched on demand (source.h); NULL = all local */
+  double net_wait;      /* time df_store_begin waited on network fetches */
 
   /* ---- I/O (sched.c) ---- */
   df_io *io;

@@ -3,7 +3,8 @@
  *   {"k":"read","t":s,"layer":L,"expert":E,"drive":D,"bytes":B,"demand":0|1,"wait":s,"service":s,"ok":0|1}
  *   {"k":"sample","t":s,"drive":D,"bytes":B,"reads":N,"inflight":N,"queued":N}   (cumulative bytes/reads)
  *   {"k":"batch","t":s,"layer":L,"n":N,"wait":s}    (time the model waited on this layer batch)
- * Times are seconds since the store opened. `deltafin trace report` reads it. */
+ * Times are seconds since the store opened. `deltafin trace report` reads it
+ * (src/trace/report.h). */
 #ifndef DF_STORE_TRACE_H
 #define DF_STORE_TRACE_H
 
@@ -22,8 +23,5 @@ void df_trace_sample(df_trace *t, double ts, int drive, uint64_t bytes, uint64_t
                      int inflight, int queued);
 void df_trace_batch(df_trace *t, double ts, int layer, int n, double wait);
 void df_trace_close(df_trace *t);
-
-/* The report: text summary to out; SVG chart to svg_path when not NULL. */
-int df_trace_report(const char *path, FILE *out, const char *svg_path, df_err *e);
 
 #endif

@@ -44,6 +44,7 @@ for g in "$SRC"/tests/fixtures/golden/*.json; do
   compare "$g" "$tmp/out.json" "$(basename "$g")"
   count=$((count + 1))
 done
+[ "$count" -gt 0 ] || fail "no golden files in $SRC/tests/fixtures/golden (a test that compares nothing must not pass)"
 echo "$count goldens compared"
 
 # live reference on the small preset

@@ -18,6 +18,7 @@
  * 2.4e-5 at layer 7 (of 8). The tolerances leave >= 3x headroom at the
  * worst layer and ~9x on the logits. */
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <setjmp.h>
@@ -228,6 +229,7 @@ static void test_goldens(void **st) {
   char *gdir = df_path_join(src, "tests/fixtures/golden");
   DIR *d = opendir(gdir);
   int n = 0;
+  if (!d) fail_msg("%s: cannot open the golden folder (%s)", gdir, strerror(errno));
   if (d) {
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -268,6 +270,8 @@ static void test_goldens(void **st) {
     }
     closedir(d);
   }
+  /* no golden compared is a failure, never a silent pass */
+  if (n == 0) fail_msg("%s: no golden files (*.json) found; regenerate them (see its README.md)", gdir);
   printf("[ golden ] %d golden files compared from %s\n", n, gdir);
   free(gdir);
 }

@@ -275,6 +275,7 @@ static void test_select(void **st) {
 
 int main(int argc, char **argv) {
   (void)argc;
+  (void)argv; /* used only on x86 (the no-VBMI re-run) */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_select), FOR_TABLE(test_dense), FOR_TABLE(test_mxfp4),
       FOR_TABLE(test_gemv_t),        FOR_TABLE(test_vectors), FOR_TABLE(test_kda),

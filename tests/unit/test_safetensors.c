@@ -597,8 +597,55 @@ static void test_set_sharded(void **st) {
   df_st_set_close(&s);
 }
 
+/* The release keeps vision_tower.* / mm_projector.* in shards of their own; a
+ * download without them must open, one without a text shard must not. */
+static void test_set_vision_optional(void **st) {
+  (void)st;
+  static const spec vis[] = {{"vision_tower.blocks.0.w", DF_DT_BF16, 2, {4, 8}},
+                             {"mm_projector.proj.0.weight", DF_DT_BF16, 1, {8}}};
+  char *p = path_in("s-1.safetensors");
+  write_file(p, shard_a, 2, 0, 0);
+  free(p);
+  char *pv = path_in("s-2.safetensors");
+  write_file(pv, vis, 2, 0, 0);
+  const char *idx =
+      "{\"weight_map\":{\"m.layers.0.a\":\"s-1.safetensors\",\"m.layers.0.b\":\"s-1.safetensors\","
+      "\"vision_tower.blocks.0.w\":\"s-2.safetensors\",\"mm_projector.proj.0.weight\":"
+      "\"s-2.safetensors\"}}";
+  write_index(idx);
+  df_st_set s;
+  df_err e = {{0}};
+  if (df_st_set_open(&s, dir, &e) != 0) fail_msg("%s", e.msg);
+  assert_int_equal(s.nfiles, 2);
+  assert_int_equal(s.ntensors, 4);
+  assert_int_equal(s.nskipped, 0);
+  df_st_set_close(&s);
+  unlink(pv);
+  if (df_st_set_open(&s, dir, &e) != 0) fail_msg("vision shard absent: %s", e.msg);
+  assert_int_equal(s.nfiles, 1);
+  assert_int_equal(s.ntensors, 2);
+  assert_int_equal(s.nskipped, 1);
+  assert_string_equal(s.skipped[0], "s-2.safetensors");
+  assert_non_null(df_st_set_find(&s, "m.layers.0.b"));
+  assert_null(df_st_set_find(&s, "vision_tower.blocks.0.w"));
+  df_st_set_close(&s);
+  /* a missing shard that also holds a text tensor is an error naming both */
+  write_index(
+      "{\"weight_map\":{\"m.layers.0.a\":\"s-1.safetensors\",\"m.layers.0.b\":\"s-1.safetensors\","
+      "\"vision_tower.blocks.0.w\":\"s-2.safetensors\",\"m.norm\":\"s-2.safetensors\"}}");
+  set_reject("s-2.safetensors", "m.norm");
+  /* and a text shard alone missing, too */
+  p = path_in("s-1.safetensors");
+  unlink(p);
+  free(p);
+  write_index(idx);
+  set_reject("s-1.safetensors", "m.layers.0.");
+  free(pv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_set_vision_optional, setup, teardown),
       cmocka_unit_test_setup_teardown(test_roundtrip_every_dtype, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_many, setup, teardown),
       cmocka_unit_test_setup_teardown(test_writer_failures_leave_nothing, setup, teardown),

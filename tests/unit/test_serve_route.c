@@ -67,15 +67,30 @@ static void test_auth(void **st) {
 static void test_admit(void **st) {
   (void)st;
   /* no queue: one at a time */
-  assert_true(df_serve_admit(0, 0, 0));
-  assert_false(df_serve_admit(1, 0, 0));
-  /* a queue of 2: running + 2 waiting */
-  assert_true(df_serve_admit(1, 0, 2));
-  assert_true(df_serve_admit(1, 1, 2));
-  assert_false(df_serve_admit(1, 2, 2));
-  /* a job pushed but not yet picked up counts */
-  assert_false(df_serve_admit(0, 1, 0));
-  assert_true(df_serve_admit(0, 1, 1));
+  assert_true(df_serve_admit(0, 0));
+  assert_false(df_serve_admit(1, 0));
+  /* a queue of 2: one running + 2 waiting */
+  assert_true(df_serve_admit(1, 2));
+  assert_true(df_serve_admit(2, 2));
+  assert_false(df_serve_admit(3, 2));
+}
+
+/* A burst at an idle server: every admitted job is pushed before the
+ * generation thread pops the first, so the FIFO must hold all of them. */
+static void test_admit_burst_fits_fifo(void **st) {
+  (void)st;
+  for (int q = 0; q <= 5; q++) {
+    df_fifo f;
+    df_fifo_init(&f, df_serve_fifo_cap(q));
+    int x[8], inflight = 0;
+    while (df_serve_admit(inflight, q)) {
+      assert_int_equal(df_fifo_push(&f, &x[inflight]), 0);
+      inflight++;
+    }
+    assert_int_equal(inflight, q + 1);
+    assert_int_equal(f.n, q + 1);
+    df_fifo_free(&f);
+  }
 }
 
 static void test_fifo(void **st) {
@@ -112,12 +127,88 @@ static void test_fifo(void **st) {
   df_fifo_free(&g);
 }
 
+static void test_log_escape(void **st) {
+  (void)st;
+  char b[64];
+  assert_string_equal(df_serve_log_escape(b, sizeof b, "/v1/models"), "/v1/models");
+  assert_string_equal(df_serve_log_escape(b, sizeof b, "/x\nGET / 200\x1b[2J"),
+                      "/x\\x0aGET / 200\\x1b[2J");
+  assert_string_equal(df_serve_log_escape(b, sizeof b, "a\"b\\c\x7f\xc3\xa9"),
+                      "a\\x22b\\x5cc\\x7f\\xc3\\xa9");
+  /* truncation never splits an escape */
+  char t[6];
+  assert_string_equal(df_serve_log_escape(t, sizeof t, "ab\ncd"), "ab");
+}
+
+static void test_host(void **st) {
+  (void)st;
+  const char *none[1] = {NULL};
+  assert_true(df_serve_host_ok(NULL, "127.0.0.1", none, 0));
+  assert_true(df_serve_host_ok("127.0.0.1:8000", "127.0.0.1", none, 0));
+  assert_true(df_serve_host_ok("10.1.2.3", "0.0.0.0", none, 0));
+  assert_true(df_serve_host_ok("[::1]:8000", "::1", none, 0));
+  assert_true(df_serve_host_ok("LocalHost:8000", "127.0.0.1", none, 0));
+  assert_true(df_serve_host_ok("localhost.", "127.0.0.1", none, 0));
+  assert_false(df_serve_host_ok("evil.example:8000", "127.0.0.1", none, 0));
+  assert_false(df_serve_host_ok("localhost.evil.example", "127.0.0.1", none, 0));
+  assert_false(df_serve_host_ok("127.0.0.1.evil.example", "127.0.0.1", none, 0));
+  assert_false(df_serve_host_ok("[evil]:80", "127.0.0.1", none, 0));
+  assert_false(df_serve_host_ok("127.0.0.1:80x", "127.0.0.1", none, 0));
+  assert_false(df_serve_host_ok("", "127.0.0.1", none, 0));
+  assert_true(df_serve_host_ok("box.lan:8000", "box.lan", none, 0));
+  const char *allow[] = {"gpu.example", "*"};
+  assert_true(df_serve_host_ok("GPU.example:8000", "127.0.0.1", allow, 1));
+  assert_false(df_serve_host_ok("cpu.example:8000", "127.0.0.1", allow, 1));
+  assert_true(df_serve_host_ok("cpu.example:8000", "127.0.0.1", allow, 2));
+}
+
+static void test_ctype_cors(void **st) {
+  (void)st;
+  assert_true(df_serve_ctype_json("application/json"));
+  assert_true(df_serve_ctype_json("Application/JSON; charset=utf-8"));
+  assert_false(df_serve_ctype_json(NULL));
+  assert_false(df_serve_ctype_json("text/plain"));
+  assert_false(df_serve_ctype_json("application/x-www-form-urlencoded"));
+  assert_false(df_serve_ctype_json("application/jsonp"));
+  assert_false(df_serve_ctype_json("multipart/form-data; boundary=x"));
+  const char *o[] = {"http://app.example:3000"};
+  assert_true(df_serve_cors_ok("http://app.example:3000", o, 1));
+  assert_false(df_serve_cors_ok("http://evil.example", o, 1));
+  assert_false(df_serve_cors_ok(NULL, o, 1));
+  assert_false(df_serve_cors_ok("http://app.example:3000", o, 0));
+  const char *any[] = {"*"};
+  assert_true(df_serve_cors_ok("http://evil.example", any, 1));
+}
+
+static void test_framing(void **st) {
+  (void)st;
+  const char *why;
+  const char *one[] = {"48"}, *same[] = {"48", " 48"}, *diff[] = {"48", "49"},
+             *list[] = {"48, 48"}, *neg[] = {"-1"};
+  assert_int_equal(df_serve_framing(one, 0, NULL, &why), 0);
+  assert_int_equal(df_serve_framing(one, 1, NULL, &why), 0);
+  assert_int_equal(df_serve_framing(same, 2, NULL, &why), 0);
+  assert_int_equal(df_serve_framing(diff, 2, NULL, &why), 400);
+  assert_non_null(why);
+  assert_int_equal(df_serve_framing(list, 1, NULL, &why), 400);
+  assert_int_equal(df_serve_framing(neg, 1, NULL, &why), 400);
+  assert_int_equal(df_serve_framing(one, 1, "chunked", &why), 400);
+  assert_int_equal(df_serve_framing(one, 0, "Chunked ", &why), 0);
+  assert_int_equal(df_serve_framing(one, 0, "gzip", &why), 501);
+  assert_int_equal(df_serve_framing(one, 0, "gzip, chunked", &why), 501);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_routes),
       cmocka_unit_test(test_auth),
       cmocka_unit_test(test_admit),
+      cmocka_unit_test(test_admit_burst_fits_fifo),
       cmocka_unit_test(test_fifo),
+      cmocka_unit_test(test_log_escape),
+      cmocka_unit_test(test_host),
+      cmocka_unit_test(test_ctype_cors),
+      cmocka_unit_test(test_framing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -613,6 +613,145 @@ static void test_bad_options(void **st) {
   df_store_close(s);
 }
 
+/* One batch of experts [lo, hi) of layer l, read through; returns 0. */
+static int batch(df_store *s, int l, int lo, int hi) {
+  int ex[256], idx;
+  const uint8_t *b;
+  df_err e;
+  for (int i = lo; i < hi; i++) ex[i - lo] = i;
+  if (df_store_begin(s, l, ex, hi - lo, 1, &e)) fail_msg("%s", e.msg);
+  int r;
+  while ((r = df_store_next(s, &idx, &b, &e)) == 1) {
+  }
+  if (r < 0) fail_msg("%s", e.msg);
+  df_store_end(s);
+  return 0;
+}
+
+static double stat_of(df_store *s, const char *k, const char *sub) {
+  char *js = df_store_stats_json(s);
+  json_t *o = json_loads(js, 0, NULL);
+  free(js);
+  json_t *v = sub ? json_object_get(json_object_get(o, sub), k) : json_object_get(o, k);
+  double d = json_number_value(v);
+  json_decref(o);
+  return d;
+}
+
+/* The cache through the store (its eviction policy is evict.c's, unit-tested
+ * in test_evict): the experts of two layers used twice stay resident through
+ * a burst of one-off experts of five other layers that overfills the cache;
+ * the cache then holds exactly its budget. */
+static void test_cache_keeps_the_hot_set(void **st) {
+  (void)st;
+  int first = cfg.first_k_dense, ne = cfg.n_experts;
+  if (cfg.n_layers - first < 7 || ne > 256) {
+    print_message("note: model too small for the cache test\n");
+    return;
+  }
+  /* a shard record's buffer: the record rounded up to 4 KiB, plus a page for
+   * its unaligned start */
+  long slot = (long)((lay.total + 4095) / 4096 * 4096 + 4096);
+  long cap = (1L << 20) / slot; /* records in a 1 MiB cache */
+  int hot = 2 * ne, burst = 5 * ne;
+  if (!(hot < cap && hot + burst > cap)) {
+    print_message("note: %ld-record cache does not fit the test\n", cap);
+    return;
+  }
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 1, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
+  df_store *s;
+  df_err e;
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  for (int pass = 0; pass < 2; pass++)
+    for (int l = first; l < first + 2; l++) batch(s, l, 0, ne);
+  assert_true(stat_of(s, "cache_hits", NULL) == hot);
+  for (int l = first + 2; l < first + 7; l++) batch(s, l, 0, ne);
+  assert_true(stat_of(s, "resident_bytes", "cache") == (double)cap * (double)lay.total);
+  assert_true(stat_of(s, "evictions", "cache") == hot + burst - cap);
+  double h0 = stat_of(s, "cache_hits", NULL);
+  for (int l = first; l < first + 2; l++) batch(s, l, 0, ne);
+  double kept = stat_of(s, "cache_hits", NULL) - h0;
+  if (kept != hot) fail_msg("%.0f of the %d hot experts were kept", kept, hot);
+  df_store_close(s);
+}
+
+/* df_store_locate: every copy of every record, read from the file and span
+ * it names, holds the expert's bytes in the shards; the read log names the
+ * records a run read, in order, from copies that exist. */
+static void check_locate(const df_store_opts *o, int want_copies) {
+  df_store *s;
+  df_err e;
+  if (df_store_open(&s, &set, &cfg, o, &e)) fail_msg("%s", e.msg);
+  uint8_t *buf = malloc(lay.total + 2 * 4096);
+  int multi = 0;
+  for (int l = cfg.first_k_dense; l < cfg.n_layers; l++)
+    for (int x = 0; x < cfg.n_experts; x++) {
+      int nc = df_store_copies(s, l, x);
+      assert_true(nc >= 1);
+      multi |= nc > 1;
+      for (int c = 0; c < nc; c++) {
+        df_store_loc loc;
+        assert_int_equal(df_store_locate(s, l, x, c, &loc, &e), 0);
+        assert_int_equal(loc.bytes, lay.total);
+        assert_true(loc.read_off % 4096 == 0 && loc.read_len % 4096 == 0);
+        assert_true(loc.read_off <= loc.off && loc.off + loc.bytes <= loc.read_off + loc.read_len);
+        FILE *f = fopen(loc.path, "rb");
+        assert_non_null(f);
+        assert_int_equal(fseeko(f, (off_t)loc.off, SEEK_SET), 0);
+        assert_int_equal(fread(buf, 1, lay.total, f), lay.total);
+        fclose(f);
+        if (memcmp(buf, ref_bytes(l, x), lay.total))
+          fail_msg("layer %d expert %d copy %d: %s at %llu is not the expert", l, x, c, loc.path,
+                   (unsigned long long)loc.off);
+      }
+      df_store_loc loc;
+      assert_int_equal(df_store_locate(s, l, x, nc, &loc, &e), -1);
+    }
+  if (want_copies > 1) assert_true(multi);
+  df_store_loc loc;
+  assert_int_equal(df_store_locate(s, cfg.n_layers, 0, 0, &loc, &e), -1);
+  assert_int_equal(df_store_copies(s, cfg.first_k_dense, cfg.n_experts), 0);
+  /* the read log: off until asked */
+  int ex[3] = {0, 1, 2};
+  assert_int_equal(df_store_begin(s, cfg.first_k_dense, ex, 3, 1, &e), 0);
+  int idx, r;
+  const uint8_t *b;
+  while ((r = df_store_next(s, &idx, &b, &e)) == 1) {
+  }
+  df_store_end(s);
+  assert_int_equal(df_store_reads_logged(s), 0);
+  df_store_log_reads(s, 1);
+  int ex2[2] = {3, 5};
+  assert_int_equal(df_store_begin(s, cfg.first_k_dense + 1, ex2, 2, 1, &e), 0);
+  while ((r = df_store_next(s, &idx, &b, &e)) == 1) {
+  }
+  df_store_end(s);
+  assert_int_equal(df_store_reads_logged(s), 2);
+  df_store_read log[4];
+  assert_int_equal(df_store_read_log(s, 0, 4, log), 2);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(log[i].layer, cfg.first_k_dense + 1);
+    assert_true(log[i].expert == 3 || log[i].expert == 5);
+    assert_true(log[i].copy >= 0 && log[i].copy < df_store_copies(s, log[i].layer, log[i].expert));
+  }
+  assert_true(log[0].expert != log[1].expert);
+  assert_int_equal(df_store_read_log(s, 1, 4, log), 1);
+  assert_int_equal(df_store_read_log(s, 2, 4, log), 0);
+  free(buf);
+  df_store_close(s);
+}
+
+static void test_locate_and_read_log(void **st) {
+  (void)st;
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 0, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
+  check_locate(&o, 1);
+  make_pack("loc", 2, 100, NULL);
+  char *mp = manifest_of("loc");
+  df_store_opts p = {.model_dir = model, .manifest = mp, .cache_mb = 0, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
+  check_locate(&p, 2);
+  free(mp);
+}
+
 /* Runs `passes` decode-like passes where layer l needs experts {0..k-1} and
  * the hint for l+1 is `hint` (k experts); returns the stats. */
 static json_t *hinted_run(const char *pf, int right, int passes) {
@@ -686,6 +825,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_manifest_strict),
       cmocka_unit_test(test_bad_options),
+      cmocka_unit_test(test_cache_keeps_the_hot_set),
+      cmocka_unit_test(test_locate_and_read_log),
       cmocka_unit_test(test_shards_all_configs),
       cmocka_unit_test(test_packs_all_configs),
       cmocka_unit_test(test_placement),

@@ -1,0 +1,154 @@
+/* deltafin setup: install a model from a Hugging Face endpoint. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "cli/cli.h"
+#include "setup/install.h"
+#include "store/io.h"
+
+void df_cmd_setup_help(void) {
+  printf(
+      "usage: deltafin setup (--full | --stream) --repo OWNER/NAME --revision REV\n"
+      "                      --model-root DIR [options]\n"
+      "\n"
+      "Installs a model from a Hugging Face endpoint (HF_ENDPOINT, default\n"
+      "https://huggingface.co; HF_TOKEN or the hub's token file for private or gated\n"
+      "repositories: sent as a Bearer header, never logged or written).\n"
+      "A branch or tag is resolved to its commit once and recorded in\n"
+      "DIR/" DF_SETUP_STATE "; every file is checked against the hub's sha256\n"
+      "(git blob id for small files). Safe to interrupt at any point: run the same\n"
+      "command again to continue.\n"
+      "\n"
+      "  --full     download every file, then convert the spine (--spine int8) and\n"
+      "             pack the experts (--drives); fully offline afterwards. On a\n"
+      "             stream install it downloads only what is still missing.\n"
+      "  --stream   download config, tokenizer, index, shard headers and the spine\n"
+      "             only; run and serve fetch each routed expert by range request\n"
+      "             the first time the router needs it and keep it locally.\n"
+      "\n"
+      "options:\n"
+      "  --repo OWNER/NAME     repository id\n"
+      "  --revision REV        commit sha (recommended) or branch/tag\n"
+      "  --endpoint URL        instead of HF_ENDPOINT\n"
+      "  --model-root DIR      where the model goes (created)\n"
+      "  --from DIR            reuse verified files from a local folder (the hub cache\n"
+      "                        under HF_HOME is always looked at)\n"
+      "  --drives D1,D2,...    pack the experts onto these directories (--full)\n"
+      "  --replicas-hot PCT    second copy of the hottest PCT%% of experts\n"
+      "  --pack-max-rate RATE  pack writes at most RATE (e.g. 200MB/s)\n"
+      "  --spine int8          also write the row-int8 spine (--full)\n"
+      "  --connections N       parallel connections (default 4)\n"
+      "  --chunk-kb N          bytes per range request, in KiB (default 16384)\n"
+      "  --retries N           retries per request (default 8)\n"
+      "  --retry-wait-ms N     first backoff (default 200, doubling up to 5 s)\n"
+      "  --stall-s N           abort and retry a transfer stalled this long (default 30)\n"
+      "  --threads N           spine conversion threads\n"
+      "  --with-vision         also download shards that hold only vision tensors\n"
+      "                        (by default only their header: the text model never\n"
+      "                        reads them)\n"
+      "  --no-space-check      skip the free-space check\n"
+      "  --json                print a JSON report on stdout\n"
+      "  -q, --quiet           no progress output\n");
+}
+
+int df_cmd_setup(int argc, char **argv) {
+  df_setup_opts o = {0};
+  o.progress = 1;
+  int full = 0, stream = 0, json = 0;
+  const char *drives = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long n;
+    if (!strcmp(a, "--full")) full = 1;
+    else if (!strcmp(a, "--stream")) stream = 1;
+    else if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--no-space-check")) o.no_space_check = 1;
+    else if (!strcmp(a, "--with-vision")) o.with_vision = 1;
+    else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) df_log_verbose = 0, o.progress = 0;
+    else if (!v) return df_cli_fail("setup: unknown or incomplete option '%s' (see --help)", a);
+    else if (!strcmp(a, "--repo")) o.repo = v, i++;
+    else if (!strcmp(a, "--revision")) o.revision = v, i++;
+    else if (!strcmp(a, "--endpoint")) o.endpoint = v, i++;
+    else if (!strcmp(a, "--model-root")) o.model_root = v, i++;
+    else if (!strcmp(a, "--from")) o.from_dir = v, i++;
+    else if (!strcmp(a, "--drives")) drives = v, i++;
+    else if (!strcmp(a, "--spine")) {
+      if (strcmp(v, "int8") && strcmp(v, "bf16"))
+        return df_cli_fail("--spine: '%s' is not int8 or bf16", v);
+      o.spine = strcmp(v, "int8") ? NULL : "int8";
+      i++;
+    } else if (!strcmp(a, "--replicas-hot")) {
+      char *end;
+      o.replicas_hot = strtod(v, &end);
+      if (*end || !(o.replicas_hot >= 0 && o.replicas_hot <= 100))
+        return df_cli_fail("--replicas-hot: '%s' is not a percentage in [0, 100]", v);
+      i++;
+    } else if (!strcmp(a, "--pack-max-rate")) {
+      if (df_io_parse_rate(v, &o.pack_max_rate))
+        return df_cli_fail("--pack-max-rate: '%s' is not like 200MB/s", v);
+      i++;
+    } else if (!strcmp(a, "--connections")) {
+      if (df_cli_int(a, v, 1, 64, &n)) return 1;
+      o.connections = (int)n, i++;
+    } else if (!strcmp(a, "--chunk-kb")) {
+      if (df_cli_int(a, v, 4, 1 << 22, &n)) return 1;
+      o.chunk = (uint64_t)n << 10, i++;
+    } else if (!strcmp(a, "--retries")) {
+      if (df_cli_int(a, v, 1, 1000, &n)) return 1;
+      o.retries = (int)n, i++;
+    } else if (!strcmp(a, "--retry-wait-ms")) {
+      if (df_cli_int(a, v, 1, 60000, &n)) return 1;
+      o.backoff_s = (double)n / 1000.0, i++;
+    } else if (!strcmp(a, "--stall-s")) {
+      if (df_cli_int(a, v, 1, 3600, &n)) return 1;
+      o.stall_s = n, i++;
+    } else if (!strcmp(a, "--threads")) {
+      if (df_cli_int(a, v, 1, 4096, &n)) return 1;
+      o.threads = (int)n, i++;
+    } else return df_cli_fail("setup: unknown option '%s' (see deltafin setup --help)", a);
+  }
+  if (full == stream) return df_cli_fail("setup: give exactly one of --full or --stream");
+  if (!o.repo) return df_cli_fail("setup: --repo OWNER/NAME is required");
+  if (!o.revision) return df_cli_fail("setup: --revision REV is required (a commit sha pins it)");
+  if (!o.model_root) return df_cli_fail("setup: --model-root DIR is required");
+  o.stream = stream;
+  char *dl = NULL;
+  const char *paths[64];
+  if (drives) {
+    if (stream) return df_cli_fail("setup: --drives packs experts and needs --full");
+    dl = df_xstrdup(drives);
+    for (char *t = strtok(dl, ","); t; t = strtok(NULL, ",")) {
+      if (o.ndrives == 64) return free(dl), df_cli_fail("setup: at most 64 drives");
+      paths[o.ndrives++] = t;
+    }
+    if (!o.ndrives) return free(dl), df_cli_fail("setup: --drives has no path");
+    o.drives = paths;
+  }
+  if (stream && o.spine) {
+    free(dl);
+    return df_cli_fail("setup: --spine int8 converts a complete spine and needs --full");
+  }
+  df_setup_report r;
+  df_err e;
+  int rc = df_setup_run(&o, &r, &e);
+  free(dl);
+  if (rc) return df_cli_fail("setup: %s", e.msg);
+  if (json)
+    printf("{\"mode\":\"%s\",\"files\":%d,\"files_downloaded\":%d,\"files_reused\":%d,"
+           "\"bytes_net\":%llu,\"bytes_reused\":%llu,\"bytes_present\":%llu,\"requests\":%llu,"
+           "\"retries\":%llu,\"seconds\":%.3f}\n",
+           stream ? "stream" : "full", r.files_total, r.files_downloaded, r.files_reused,
+           (unsigned long long)r.bytes_net, (unsigned long long)r.bytes_reused,
+           (unsigned long long)r.bytes_present, (unsigned long long)r.requests,
+           (unsigned long long)r.retries, r.seconds);
+  fprintf(stderr,
+          "deltafin: setup %s done in %s: %.1f MB downloaded (%llu requests, %llu retries), "
+          "%.1f MB reused, %.1f MB already verified\n",
+          stream ? "--stream" : "--full", o.model_root, (double)r.bytes_net / 1e6,
+          (unsigned long long)r.requests, (unsigned long long)r.retries,
+          (double)r.bytes_reused / 1e6, (double)r.bytes_present / 1e6);
+  return 0;
+}

@@ -1,0 +1,325 @@
+#include "setup/download.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "base/log.h"
+#include "base/util.h"
+
+char *df_dl_journal_path(const char *dest, int in_place) {
+  size_t n = strlen(dest) + 16;
+  char *p = df_xmalloc(n);
+  snprintf(p, n, "%s%s", dest, in_place ? ".ranges" : ".part.ranges");
+  return p;
+}
+
+static char *data_path(const df_dl_item *it) {
+  if (it->in_place) return df_xstrdup(it->dest);
+  size_t n = strlen(it->dest) + 8;
+  char *p = df_xmalloc(n);
+  snprintf(p, n, "%s.part", it->dest);
+  return p;
+}
+
+typedef struct fstate {
+  const df_dl_item *it;
+  char *data, *jpath;
+  int fd;
+  df_ranges *rj;
+  int pending;
+} fstate;
+
+typedef struct job {
+  int file;
+  uint64_t b, e;
+} job;
+
+typedef struct run {
+  const df_dl_opts *o;
+  fstate *fs;
+  int nfs;
+  job *jobs;
+  int njobs, next;
+  pthread_mutex_t mu;
+  int stop;
+  df_err err;
+  _Atomic uint64_t bytes;
+  _Atomic int running;
+  int completed;
+  df_http_stats hs;
+} run;
+
+static void fail(run *r, const df_err *e) {
+  pthread_mutex_lock(&r->mu);
+  if (!r->stop) r->err = *e;
+  r->stop = 1;
+  pthread_mutex_unlock(&r->mu);
+}
+
+static int fsync_dir_of(const char *path) {
+  char *d = df_xstrdup(path);
+  int fd = open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  free(d);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+/* The file is fully present: verify, rename, drop the journal. */
+static int finalize(run *r, fstate *f, df_err *e) {
+  const df_dl_item *it = f->it;
+  if (fdatasync(f->fd)) return df_err_errno(e, "syncing %s", f->data);
+  if (df_hub_verify_file(f->data, it->file, e)) {
+    /* The bytes are wrong although every range arrived as asked: the source
+     * serves something else than what the hub records. Keep nothing. */
+    unlink(f->data);
+    unlink(f->jpath);
+    return df_err_prefix(e,
+                         "%s: downloaded file failed verification and was removed (a corrupt "
+                         "mirror, proxy or disk?); run setup again to fetch it anew: ",
+                         it->file->name);
+  }
+  if (!it->in_place && rename(f->data, it->dest))
+    return df_err_errno(e, "renaming %s to %s", f->data, it->dest);
+  fsync_dir_of(it->dest);
+  /* The journal goes last: a kill before this leaves a complete, verified
+   * file with a stale journal, which the next run verifies and removes. */
+  if (unlink(f->jpath) && errno != ENOENT) return df_err_errno(e, "removing %s", f->jpath);
+  pthread_mutex_lock(&r->mu);
+  r->completed++;
+  pthread_mutex_unlock(&r->mu);
+  return 0;
+}
+
+typedef struct sinkctx {
+  run *r;
+  int fd;
+  const char *path;
+  XXH3_state_t *h;
+} sinkctx;
+
+static int sink_write(void *ud, uint64_t off, const void *data, size_t n, df_err *e) {
+  sinkctx *s = ud;
+  const char *p = data;
+  size_t left = n;
+  while (left) {
+    ssize_t w = pwrite(s->fd, p, left, (off_t)off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return df_err_errno(e, "writing %s", s->path);
+    }
+    p += w;
+    off += (uint64_t)w;
+    left -= (size_t)w;
+  }
+  XXH3_64bits_update(s->h, data, n);
+  atomic_fetch_add(&s->r->bytes, n);
+  return 0;
+}
+
+static void *worker(void *arg) {
+  run *r = arg;
+  df_http *h = df_http_new(&r->o->http);
+  XXH3_state_t *xs = XXH3_createState();
+  df_err e;
+  for (;;) {
+    pthread_mutex_lock(&r->mu);
+    if (r->stop || r->next >= r->njobs) {
+      pthread_mutex_unlock(&r->mu);
+      break;
+    }
+    job j = r->jobs[r->next++];
+    pthread_mutex_unlock(&r->mu);
+    fstate *f = &r->fs[j.file];
+    XXH3_64bits_reset(xs);
+    sinkctx sc = {r, f->fd, f->data, xs};
+    if (df_http_get_range(h, f->it->url, j.b, j.e - j.b, (int64_t)f->it->file->size, sink_write,
+                          &sc, &e)) {
+      df_err_prefix(&e, "%s: ", f->it->file->name);
+      fail(r, &e);
+      break;
+    }
+    if (fdatasync(f->fd)) {
+      df_err_errno(&e, "syncing %s", f->data);
+      fail(r, &e);
+      break;
+    }
+    if (df_ranges_add(f->rj, j.b, j.e, XXH3_64bits_digest(xs), &e)) {
+      fail(r, &e);
+      break;
+    }
+    pthread_mutex_lock(&r->mu);
+    int last = --f->pending == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last && df_ranges_covered(f->rj, 0, f->it->file->size) && finalize(r, f, &e)) {
+      fail(r, &e);
+      break;
+    }
+  }
+  df_http_stats hs;
+  df_http_get_stats(h, &hs);
+  pthread_mutex_lock(&r->mu);
+  r->hs.requests += hs.requests;
+  r->hs.retries += hs.retries;
+  r->hs.bytes += hs.bytes;
+  pthread_mutex_unlock(&r->mu);
+  XXH3_freeState(xs);
+  df_http_free(h);
+  atomic_fetch_sub(&r->running, 1);
+  return NULL;
+}
+
+static void gaps(df_ranges *rj, uint64_t b, uint64_t e, void (*fn)(void *, uint64_t, uint64_t),
+                 void *ud) {
+  df_ranges_gaps(rj, b, e, fn, ud);
+}
+
+typedef struct addctx {
+  run *r;
+  int file;
+  uint64_t chunk;
+  uint64_t total;
+} addctx;
+
+static void add_gap(void *ud, uint64_t b, uint64_t e) {
+  addctx *a = ud;
+  run *r = a->r;
+  for (uint64_t x = b; x < e; x += a->chunk) {
+    uint64_t y = x + a->chunk < e ? x + a->chunk : e;
+    r->jobs = df_xrealloc(r->jobs, (size_t)(r->njobs + 1) * sizeof *r->jobs);
+    r->jobs[r->njobs++] = (job){a->file, x, y};
+    r->fs[a->file].pending++;
+    a->total += y - x;
+  }
+}
+
+static void count_gap(void *ud, uint64_t b, uint64_t e) { *(uint64_t *)ud += e - b; }
+
+int df_dl_missing(const df_dl_item *it, uint64_t *missing, df_err *e) {
+  *missing = 0;
+  char *d = data_path(it), *jp = df_dl_journal_path(it->dest, it->in_place);
+  struct stat st;
+  int have_data = stat(d, &st) == 0, have_j = stat(jp, &st) == 0;
+  int rc = 0;
+  if (!have_data || !have_j) {
+    if (it->want)
+      for (int i = 0; i < it->nwant; i++) *missing += it->want[i].end - it->want[i].begin;
+    else *missing = it->file->size;
+  } else {
+    df_ranges *rj;
+    if (df_ranges_open(&rj, jp, e)) rc = -1;
+    else {
+      if (it->want)
+        for (int i = 0; i < it->nwant; i++) gaps(rj, it->want[i].begin, it->want[i].end, count_gap, missing);
+      else gaps(rj, 0, it->file->size, count_gap, missing);
+      df_ranges_close(rj);
+    }
+  }
+  free(d);
+  free(jp);
+  return rc;
+}
+
+static int open_file(run *r, int i, const df_dl_item *it, df_err *e) {
+  fstate *f = &r->fs[i];
+  f->it = it;
+  f->data = data_path(it);
+  f->jpath = df_dl_journal_path(it->dest, it->in_place);
+  struct stat st;
+  /* Data without a journal cannot be trusted (it may be a partial write
+   * from a run that died before creating the journal): start it over. */
+  if (stat(f->jpath, &st) && stat(f->data, &st) == 0 && !it->in_place) unlink(f->data);
+  f->fd = open(f->data, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (f->fd < 0) return df_err_errno(e, "%s", f->data);
+  if (fstat(f->fd, &st)) return df_err_errno(e, "%s", f->data);
+  if ((uint64_t)st.st_size != it->file->size && ftruncate(f->fd, (off_t)it->file->size))
+    return df_err_errno(e, "sizing %s to %llu bytes", f->data,
+                        (unsigned long long)it->file->size);
+  if (df_ranges_open(&f->rj, f->jpath, e)) return -1;
+  return 0;
+}
+
+int df_dl_run(const df_dl_item *items, int n, const df_dl_opts *o, df_dl_stats *st, df_err *e) {
+  memset(st, 0, sizeof *st);
+  double t0 = df_now();
+  run r = {.o = o};
+  pthread_mutex_init(&r.mu, NULL);
+  r.fs = df_xcalloc((size_t)(n ? n : 1), sizeof *r.fs);
+  r.nfs = n;
+  for (int i = 0; i < n; i++) r.fs[i].fd = -1;
+  int rc = -1;
+  uint64_t chunk = o->chunk ? o->chunk : 16u << 20;
+  uint64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    if (open_file(&r, i, &items[i], e)) goto out;
+    addctx a = {&r, i, chunk, 0};
+    if (items[i].want)
+      for (int k = 0; k < items[i].nwant; k++)
+        gaps(r.fs[i].rj, items[i].want[k].begin, items[i].want[k].end, add_gap, &a);
+    else gaps(r.fs[i].rj, 0, items[i].file->size, add_gap, &a);
+    total += a.total;
+    /* Complete already (killed between the last chunk and the rename). */
+    if (!r.fs[i].pending && df_ranges_covered(r.fs[i].rj, 0, items[i].file->size) &&
+        finalize(&r, &r.fs[i], e))
+      goto out;
+  }
+  st->bytes_wanted = total;
+  int nw = o->connections > 0 ? o->connections : 4;
+  if (nw > r.njobs) nw = r.njobs;
+  pthread_t *th = df_xcalloc((size_t)(nw ? nw : 1), sizeof *th);
+  atomic_store(&r.running, nw);
+  for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, worker, &r);
+  df_progress pr;
+  char label[160];
+  snprintf(label, sizeof label, "%s", o->step ? o->step : "download");
+  df_progress_begin(&pr, label, total);
+  if (!o->progress) pr.tty = 0;
+  while (atomic_load(&r.running) > 0) {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    if (o->progress) {
+      uint64_t b = atomic_load(&r.bytes);
+      snprintf(label, sizeof label, "%s %.1f/%.1f MB", o->step ? o->step : "download",
+               (double)b / 1e6, (double)total / 1e6);
+      df_progress_update(&pr, b < total ? b : total);
+    }
+  }
+  for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
+  free(th);
+  if (o->progress && total) {
+    snprintf(label, sizeof label, "%s %.1f MB", o->step ? o->step : "download", (double)total / 1e6);
+    df_progress_end(&pr);
+  }
+  if (r.stop) {
+    *e = r.err;
+    goto out;
+  }
+  rc = 0;
+out:
+  st->bytes_net = atomic_load(&r.bytes);
+  st->requests = r.hs.requests;
+  st->retries = r.hs.retries;
+  st->files_completed = r.completed;
+  st->seconds = df_now() - t0;
+  for (int i = 0; i < n; i++) {
+    if (r.fs[i].fd >= 0) close(r.fs[i].fd);
+    df_ranges_close(r.fs[i].rj);
+    free(r.fs[i].data);
+    free(r.fs[i].jpath);
+  }
+  free(r.fs);
+  free(r.jobs);
+  pthread_mutex_destroy(&r.mu);
+  return rc;
+}

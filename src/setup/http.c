@@ -1,0 +1,396 @@
+#include "setup/http.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+
+struct df_http {
+  CURL *curl;
+  struct curl_slist *hdrs;
+  df_http_cfg cfg;
+  char what[200];
+  df_http_stats st;
+  unsigned seed;
+};
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void global_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+void df_http_global_init(void) { pthread_once(&g_once, global_init_once); }
+
+df_http *df_http_new(const df_http_cfg *cfg) {
+  df_http_global_init();
+  df_http *h = df_xcalloc(1, sizeof *h);
+  h->cfg = *cfg;
+  if (h->cfg.retries <= 0) h->cfg.retries = 8;
+  if (h->cfg.backoff_s <= 0) h->cfg.backoff_s = 0.2;
+  if (h->cfg.stall_s <= 0) h->cfg.stall_s = 30;
+  snprintf(h->what, sizeof h->what, "%s", cfg->what ? cfg->what : "the repository");
+  h->cfg.what = h->what;
+  h->curl = curl_easy_init();
+  if (!h->curl) abort();
+  if (cfg->token && *cfg->token) {
+    /* The header lives only in this list; curl does not send it to another
+     * host after a redirect (CURLOPT_UNRESTRICTED_AUTH stays off). */
+    size_t n = strlen(cfg->token) + 32;
+    char *line = df_xmalloc(n);
+    snprintf(line, n, "Authorization: Bearer %s", cfg->token);
+    h->hdrs = curl_slist_append(NULL, line);
+    memset(line, 0, n);
+    free(line);
+    h->cfg.token = NULL; /* not kept anywhere else */
+  }
+  h->seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)h;
+  return h;
+}
+
+void df_http_free(df_http *h) {
+  if (!h) return;
+  curl_easy_cleanup(h->curl);
+  curl_slist_free_all(h->hdrs);
+  free(h);
+}
+
+void df_http_get_stats(const df_http *h, df_http_stats *out) { *out = h->st; }
+
+/* ---- Content-Range ---- */
+
+static int parse_u64(const char **p, const char *end, uint64_t *out) {
+  const char *s = *p;
+  if (s >= end || !isdigit((unsigned char)*s)) return -1;
+  uint64_t v = 0;
+  while (s < end && isdigit((unsigned char)*s)) {
+    unsigned d = (unsigned)(*s - '0');
+    if (v > (UINT64_MAX - d) / 10) return -1;
+    v = v * 10 + d;
+    s++;
+  }
+  *p = s;
+  *out = v;
+  return 0;
+}
+
+int df_http_parse_content_range(const char *s, size_t n, uint64_t *first, uint64_t *last,
+                                uint64_t *total) {
+  const char *p = s, *end = s + n;
+  while (p < end && (*p == ' ' || *p == '\t')) p++;
+  while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+    end--;
+  if (end - p < 6 || strncasecmp(p, "bytes ", 6)) return -1;
+  p += 6;
+  uint64_t a, b, t;
+  if (parse_u64(&p, end, &a) || p >= end || *p++ != '-' || parse_u64(&p, end, &b) || p >= end ||
+      *p++ != '/' || parse_u64(&p, end, &t) || p != end)
+    return -1;
+  if (a > b || b >= t) return -1;
+  *first = a;
+  *last = b;
+  *total = t;
+  return 0;
+}
+
+/* ---- one transfer ---- */
+
+enum { AB_NONE, AB_SINK, AB_STATUS, AB_RANGE, AB_LONG };
+
+typedef struct xfer {
+  df_http *h;
+  int range;                  /* range mode */
+  uint64_t first, len;        /* wanted range (this attempt) */
+  int64_t total;
+  df_http_sink sink;
+  void *ud;
+  uint64_t got;               /* body bytes accepted this attempt */
+  char *doc;                  /* document mode buffer */
+  size_t doc_len, doc_cap, doc_max;
+  int checked;                /* the response's status/range were checked */
+  int abort;
+  char why[300];
+  df_err sink_err;
+  char cr[128];               /* Content-Range of the current response */
+  int have_cr;
+  df_http_meta *meta;
+} xfer;
+
+static void copy_hval(char *dst, size_t cap, const char *v, size_t n) {
+  while (n && (*v == ' ' || *v == '\t')) v++, n--;
+  while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ')) n--;
+  if (n && v[0] == '"' && n >= 2 && v[n - 1] == '"') v++, n -= 2;
+  if (n >= cap) n = cap - 1;
+  memcpy(dst, v, n);
+  dst[n] = 0;
+}
+
+static int hname(const char *line, size_t n, const char *name, const char **val, size_t *vlen) {
+  size_t k = strlen(name);
+  if (n <= k || strncasecmp(line, name, k) || line[k] != ':') return 0;
+  *val = line + k + 1;
+  *vlen = n - k - 1;
+  return 1;
+}
+
+static size_t on_header(char *buf, size_t sz, size_t nitems, void *ud) {
+  xfer *x = ud;
+  size_t n = sz * nitems;
+  const char *v;
+  size_t vl;
+  if (n >= 5 && !strncmp(buf, "HTTP/", 5)) { /* a new response along the redirect chain */
+    x->have_cr = 0;
+    x->cr[0] = 0;
+  } else if (hname(buf, n, "content-range", &v, &vl)) {
+    copy_hval(x->cr, sizeof x->cr, v, vl);
+    x->have_cr = 1;
+  } else if (x->meta && hname(buf, n, "x-repo-commit", &v, &vl)) {
+    copy_hval(x->meta->repo_commit, sizeof x->meta->repo_commit, v, vl);
+  } else if (x->meta && hname(buf, n, "x-linked-etag", &v, &vl)) {
+    copy_hval(x->meta->linked_etag, sizeof x->meta->linked_etag, v, vl);
+  } else if (x->meta && hname(buf, n, "x-linked-size", &v, &vl)) {
+    char tmp[32];
+    copy_hval(tmp, sizeof tmp, v, vl);
+    char *end;
+    long long s = strtoll(tmp, &end, 10);
+    if (*tmp && !*end && s >= 0) x->meta->linked_size = s;
+  }
+  return n;
+}
+
+static int check_response(xfer *x) {
+  long code = 0;
+  curl_easy_getinfo(x->h->curl, CURLINFO_RESPONSE_CODE, &code);
+  if (code >= 300) return 1; /* an error body: swallowed, status handled after the transfer */
+  if (!x->range) {
+    if (code != 200) {
+      snprintf(x->why, sizeof x->why, "status %ld, expected 200", code);
+      x->abort = AB_STATUS;
+      return -1;
+    }
+    return 0;
+  }
+  if (code != 206) {
+    snprintf(x->why, sizeof x->why,
+             "status %ld to a range request, expected exactly 206 (the server or a proxy "
+             "ignored the Range header)",
+             code);
+    x->abort = AB_STATUS;
+    return -1;
+  }
+  uint64_t a, b, t;
+  if (!x->have_cr || df_http_parse_content_range(x->cr, strlen(x->cr), &a, &b, &t)) {
+    snprintf(x->why, sizeof x->why, "206 with %s Content-Range '%.60s'",
+             x->have_cr ? "an unparsable" : "no", x->cr);
+    x->abort = AB_RANGE;
+    return -1;
+  }
+  if (a != x->first || b != x->first + x->len - 1 || (x->total >= 0 && t != (uint64_t)x->total)) {
+    snprintf(x->why, sizeof x->why,
+             "Content-Range 'bytes %llu-%llu/%llu', asked for bytes %llu-%llu of %lld",
+             (unsigned long long)a, (unsigned long long)b, (unsigned long long)t,
+             (unsigned long long)x->first, (unsigned long long)(x->first + x->len - 1),
+             (long long)x->total);
+    x->abort = AB_RANGE;
+    return -1;
+  }
+  return 0;
+}
+
+static size_t on_body(char *buf, size_t sz, size_t nitems, void *ud) {
+  xfer *x = ud;
+  size_t n = sz * nitems;
+  if (!x->checked) {
+    int r = check_response(x);
+    if (r < 0) return 0;
+    x->checked = r == 0 ? 1 : 2;
+  }
+  if (x->checked == 2) return n; /* error body */
+  if (!x->range) {
+    if (x->doc_len + n > x->doc_max) {
+      snprintf(x->why, sizeof x->why, "document larger than %zu bytes", x->doc_max);
+      x->abort = AB_LONG;
+      return 0;
+    }
+    if (x->doc_len + n + 1 > x->doc_cap) {
+      x->doc_cap = (x->doc_len + n + 1) * 2;
+      x->doc = df_xrealloc(x->doc, x->doc_cap);
+    }
+    memcpy(x->doc + x->doc_len, buf, n);
+    x->doc_len += n;
+    x->h->st.bytes += n;
+    return n;
+  }
+  if (x->got + n > x->len) {
+    snprintf(x->why, sizeof x->why, "body longer than the %llu bytes asked for",
+             (unsigned long long)x->len);
+    x->abort = AB_LONG;
+    return 0;
+  }
+  if (x->sink(x->ud, x->first + x->got, buf, n, &x->sink_err)) {
+    x->abort = AB_SINK;
+    return 0;
+  }
+  x->got += n;
+  x->h->st.bytes += n;
+  return n;
+}
+
+static void setup_handle(df_http *h, const char *url, xfer *x, char *errbuf) {
+  CURL *c = h->curl;
+  curl_easy_reset(c);
+  curl_easy_setopt(c, CURLOPT_URL, url);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(c, CURLOPT_USERAGENT, "deltafin/" DF_VERSION);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 20L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, h->cfg.stall_s);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
+  if (h->hdrs) curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->hdrs);
+}
+
+/* 1 = retry, 0 = fatal; fills e with the message either way. */
+static int classify_status(df_http *h, long code, const char *url, df_err *e) {
+  switch (code) {
+  case 401:
+    df_err_set(e,
+               "%s: 401 Unauthorized: the endpoint wants a token for %s. Set HF_TOKEN to an "
+               "access token that can read it (and accept the model's terms on its page if it "
+               "is gated), or check HF_ENDPOINT",
+               url, h->what);
+    return 0;
+  case 403:
+    df_err_set(e,
+               "%s: 403 Forbidden: the token in HF_TOKEN may not read %s. Request access on the "
+               "model's page or use a token with read permission for this repository",
+               url, h->what);
+    return 0;
+  case 404:
+    df_err_set(e,
+               "%s: 404 Not Found: check --repo (%s), --revision and HF_ENDPOINT; a private "
+               "repository also answers 404 without a valid HF_TOKEN",
+               url, h->what);
+    return 0;
+  case 416:
+    df_err_set(e,
+               "%s: 416 Range Not Satisfiable: the file on the server is smaller than the model "
+               "info says; the revision may have changed (pin --revision to a commit)",
+               url);
+    return 0;
+  default:
+    break;
+  }
+  df_err_set(e, "%s: HTTP status %ld", url, code);
+  return code == 408 || code == 429 || code >= 500;
+}
+
+static void backoff(df_http *h, int attempt) {
+  double s = h->cfg.backoff_s;
+  for (int i = 0; i < attempt && s < 5.0; i++) s *= 2;
+  if (s > 5.0) s = 5.0;
+  s *= 0.75 + 0.5 * (double)rand_r(&h->seed) / (double)RAND_MAX; /* jitter: spread reconnects */
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* One attempt. Returns 0 done, 1 retryable failure, -1 fatal; e set on failure. */
+static int attempt(df_http *h, const char *url, xfer *x, df_err *e) {
+  char errbuf[CURL_ERROR_SIZE] = "";
+  char range[64];
+  setup_handle(h, url, x, errbuf);
+  if (x->range) {
+    snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)x->first,
+             (unsigned long long)(x->first + x->len - 1));
+    curl_easy_setopt(h->curl, CURLOPT_RANGE, range);
+  }
+  h->st.requests++;
+  CURLcode rc = curl_easy_perform(h->curl);
+  long code = 0;
+  curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
+  if (x->meta) x->meta->status = code;
+  if (x->abort == AB_SINK) {
+    *e = x->sink_err;
+    return -1;
+  }
+  if (x->abort) {
+    df_err_set(e, "%s: %s", url, x->why);
+    return 1;
+  }
+  if (code >= 300 && (rc == CURLE_OK || rc == CURLE_PARTIAL_FILE)) {
+    return classify_status(h, code, url, e) ? 1 : -1;
+  }
+  if (rc != CURLE_OK) {
+    df_err_set(e, "%s: %s%s%s", url, curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf);
+    /* Everything curl reports here is about the connection or the transfer
+     * (resets, timeouts, refused connections, short bodies): worth retrying,
+     * except a URL curl cannot even use. */
+    return rc == CURLE_URL_MALFORMAT || rc == CURLE_UNSUPPORTED_PROTOCOL ? -1 : 1;
+  }
+  if (x->range && x->got != x->len) {
+    if (!x->checked) return check_response(x) < 0 ? (df_err_set(e, "%s: %s", url, x->why), 1) : 1;
+    df_err_set(e, "%s: short body: %llu of %llu bytes", url, (unsigned long long)x->got,
+               (unsigned long long)x->len);
+    return 1;
+  }
+  if (!x->range && !x->checked && code != 200) {
+    df_err_set(e, "%s: status %ld, expected 200", url, code);
+    return 1;
+  }
+  return 0;
+}
+
+int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t *len,
+                df_http_meta *meta, df_err *e) {
+  for (int a = 0;; a++) {
+    xfer x = {.h = h, .doc_max = max_len, .meta = meta};
+    if (meta) {
+      memset(meta, 0, sizeof *meta);
+      meta->linked_size = -1;
+    }
+    int r = attempt(h, url, &x, e);
+    if (r == 0) {
+      if (!x.doc) x.doc = df_xmalloc(1);
+      x.doc[x.doc_len] = 0;
+      *body = x.doc;
+      *len = x.doc_len;
+      return 0;
+    }
+    free(x.doc);
+    if (r < 0 || a >= h->cfg.retries) {
+      if (r > 0) df_err_prefix(e, "giving up after %d attempts: ", a + 1);
+      return -1;
+    }
+    h->st.retries++;
+    backoff(h, a);
+  }
+}
+
+int df_http_get_range(df_http *h, const char *url, uint64_t off, uint64_t len, int64_t total,
+                      df_http_sink sink, void *ud, df_err *e) {
+  uint64_t done = 0;
+  int fails = 0;
+  while (done < len) {
+    xfer x = {.h = h, .range = 1, .first = off + done, .len = len - done, .total = total,
+              .sink = sink, .ud = ud};
+    int r = attempt(h, url, &x, e);
+    done += x.got;
+    if (r == 0) break;
+    if (r < 0) return -1;
+    /* Progress resets the failure count: a long transfer over a flaky link
+     * keeps going as long as each attempt moves it forward. */
+    if (x.got) fails = 0;
+    if (fails >= h->cfg.retries) return df_err_prefix(e, "giving up after %d attempts: ", fails + 1);
+    h->st.retries++;
+    backoff(h, fails++);
+  }
+  return 0;
+}

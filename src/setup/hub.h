@@ -1,0 +1,66 @@
+/* The Hugging Face Hub protocol as the hub's own tools use it.
+ *
+ * - Endpoint: HF_ENDPOINT, default https://huggingface.co.
+ * - Model info: GET {endpoint}/api/models/{repo}/revision/{rev}?blobs=true
+ *   gives "sha" (the commit the revision resolves to) and "siblings": one
+ *   {rfilename, size, blobId, lfs?: {sha256, size, pointerSize}} per file.
+ *   LFS files are checked by sha256; plain git files by their blob id
+ *   (sha1 of "blob <size>\0" + content).
+ * - Files: GET {endpoint}/{repo}/resolve/{commit}/{file}, usually a redirect
+ *   (to a CDN for LFS files) carrying X-Repo-Commit, X-Linked-Etag and
+ *   X-Linked-Size.
+ * - Local cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub;
+ *   models--{owner}--{name}/snapshots/{commit}/{file}. */
+#ifndef DF_SETUP_HUB_H
+#define DF_SETUP_HUB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+#define DF_HUB_DEFAULT_ENDPOINT "https://huggingface.co"
+
+typedef struct df_hub_file {
+  char *name;          /* rfilename (relative, validated) */
+  uint64_t size;
+  int lfs;             /* 1: sha256 is the LFS oid */
+  char sha256[65];     /* hex, LFS files */
+  char blob_id[41];    /* hex git blob sha1, "" when absent */
+} df_hub_file;
+
+typedef struct df_hub_info {
+  char commit[41];
+  df_hub_file *files;
+  int nfiles;
+} df_hub_info;
+
+/* Parses a model-info document (strict; label names it in errors). */
+int df_hub_info_parse(const char *json, size_t len, const char *label, df_hub_info *out,
+                      df_err *e);
+void df_hub_info_free(df_hub_info *i);
+const df_hub_file *df_hub_info_find(const df_hub_info *i, const char *name);
+
+/* 1 if s is 40 lowercase hex digits (a commit sha). */
+int df_hub_is_commit(const char *s);
+/* A repo id "owner/name": one slash, [A-Za-z0-9._-], no "..". */
+int df_hub_repo_valid(const char *repo);
+/* A relative file name that is safe to create under a folder. */
+int df_hub_name_valid(const char *name);
+
+/* URLs (fresh strings). The revision and file are percent-encoded. */
+char *df_hub_info_url(const char *endpoint, const char *repo, const char *rev);
+char *df_hub_file_url(const char *endpoint, const char *repo, const char *commit,
+                      const char *file);
+/* HF_ENDPOINT or the default, without a trailing slash (fresh string). */
+char *df_hub_endpoint(const char *override);
+/* The snapshot folder of repo@commit in the local hub cache (may not exist). */
+char *df_hub_cache_snapshot(const char *repo, const char *commit);
+
+/* Checksums as the hub records them (hex into out). */
+int df_hub_sha256_file(const char *path, char out[65], df_err *e);
+int df_hub_git_blob_id_file(const char *path, char out[41], df_err *e);
+/* Verifies a local file against its sibling entry (size, then sha256 or blob id). */
+int df_hub_verify_file(const char *path, const df_hub_file *f, df_err *e);
+
+#endif

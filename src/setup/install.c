@@ -1,0 +1,583 @@
+#include "setup/install.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "format/safetensors.h"
+#include "model/k3.h"
+#include "setup/download.h"
+#include "setup/http.h"
+#include "setup/hub.h"
+#include "setup/stream.h"
+#include "store/pack.h"
+
+char *df_setup_token(void) {
+  const char *t = getenv("HF_TOKEN");
+  if (t && *t) return df_xstrdup(t);
+  char *path = NULL;
+  const char *tp = getenv("HF_TOKEN_PATH"), *home = getenv("HF_HOME"), *h = getenv("HOME");
+  if (tp && *tp) path = df_xstrdup(tp);
+  else if (home && *home) path = df_path_join(home, "token");
+  else if (h && *h) path = df_path_join(h, ".cache/huggingface/token");
+  if (!path) return NULL;
+  char *buf = NULL;
+  size_t len = 0;
+  df_err e;
+  int rc = df_file_read(path, &buf, &len, &e);
+  free(path);
+  if (rc) return NULL;
+  while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ')) buf[--len] = 0;
+  if (!len) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+/* ---- which files an install needs ---- */
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Root-level files only: the weights, config, tokenizer and its code.
+ * Figures, docs and sub-folders are not needed to run the model. */
+static int wanted(const char *name) {
+  if (strchr(name, '/')) return 0;
+  static const char *skip[] = {".md", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".gitattributes"};
+  for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
+    if (ends_with(name, skip[i])) return 0;
+  return 1;
+}
+
+static int is_shard(const char *name) { return ends_with(name, ".safetensors"); }
+
+/* ---- state ---- */
+
+typedef struct state {
+  char *root;
+  char repo[256], revision[256], commit[41];
+  df_hub_info info;
+  char *info_json;
+  size_t info_len;
+} state;
+
+static int write_state(state *s, const char *endpoint, int stream, df_err *e) {
+  json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "format", "deltafin-setup/1", "repo", s->repo,
+                        "revision", s->revision, "commit", s->commit, "endpoint", endpoint,
+                        "mode", stream ? "stream" : "full");
+  char *txt = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
+  json_decref(o);
+  char *p = df_path_join(s->root, DF_SETUP_STATE);
+  size_t n = strlen(txt);
+  txt = df_xrealloc(txt, n + 2);
+  txt[n] = '\n';
+  int rc = df_file_write_atomic(p, txt, n + 1, e);
+  free(txt);
+  free(p);
+  return rc;
+}
+
+/* Reads the recorded state when it is for the same repo and revision (so a
+ * branch is resolved once, when the install starts). 1 = loaded, 0 = none,
+ * -1 = error (another model is being installed here). */
+static int load_state(state *s, const char *repo, const char *revision, df_err *e) {
+  char *p = df_path_join(s->root, DF_SETUP_STATE);
+  if (!df_file_exists(p)) {
+    free(p);
+    return 0;
+  }
+  json_error_t je;
+  json_t *o = json_load_file(p, 0, &je);
+  if (!o) {
+    df_err_set(e, "%s: not JSON (%s); remove it to start the install again", p, je.text);
+    free(p);
+    return -1;
+  }
+  const char *r = json_string_value(json_object_get(o, "repo"));
+  const char *v = json_string_value(json_object_get(o, "revision"));
+  const char *c = json_string_value(json_object_get(o, "commit"));
+  int rc = -1;
+  if (!r || !v || !df_hub_is_commit(c)) {
+    df_err_set(e, "%s: fields repo, revision and commit are required; remove it to start again", p);
+  } else if (strcmp(r, repo)) {
+    df_err_set(e, "%s: this folder holds an install of %s, not %s; use another --model-root", p, r,
+               repo);
+  } else if (strcmp(v, revision) && strcmp(c, revision)) {
+    df_err_set(e,
+               "%s: this folder holds %s at revision %s (commit %s), not %s; use another "
+               "--model-root, or remove the folder to install the new revision",
+               p, r, v, c, revision);
+  } else {
+    snprintf(s->commit, sizeof s->commit, "%s", c);
+    rc = 1;
+  }
+  json_decref(o);
+  free(p);
+  if (rc != 1) return rc;
+  char *ip = df_path_join(s->root, DF_SETUP_INFO);
+  rc = df_file_read(ip, &s->info_json, &s->info_len, e);
+  if (!rc) rc = df_hub_info_parse(s->info_json, s->info_len, ip, &s->info, e);
+  if (!rc && strcmp(s->info.commit, s->commit))
+    rc = df_err_set(e, "%s: commit %s differs from %s's %s; remove both to start again", ip,
+                    s->info.commit, DF_SETUP_STATE, s->commit);
+  free(ip);
+  return rc ? -1 : 1;
+}
+
+/* ---- verified-file journal: a cache of hashing work, never trusted for
+ * a file whose size, mtime or inode changed ---- */
+
+typedef struct vstamp {
+  uint64_t size, ino;
+  long long mt_s, mt_ns;
+} vstamp;
+
+static int stamp_of(const char *path, vstamp *v) {
+  struct stat st;
+  if (stat(path, &st)) return -1;
+  v->size = (uint64_t)st.st_size;
+  v->ino = (uint64_t)st.st_ino;
+  v->mt_s = (long long)st.st_mtim.tv_sec;
+  v->mt_ns = (long long)st.st_mtim.tv_nsec;
+  return 0;
+}
+
+static int verified_has(const char *root, const char *name, const char *path) {
+  vstamp now;
+  if (stamp_of(path, &now)) return 0;
+  char *p = df_path_join(root, DF_SETUP_VERIFIED), *buf = NULL;
+  size_t len = 0;
+  df_err e;
+  int found = 0;
+  if (!df_file_read(p, &buf, &len, &e)) {
+    char want[600];
+    int n = snprintf(want, sizeof want, "%s\t%llu\t%lld.%09lld\t%llu\n", name,
+                     (unsigned long long)now.size, now.mt_s, now.mt_ns, (unsigned long long)now.ino);
+    for (char *line = buf; line && *line;) {
+      char *nl = strchr(line, '\n');
+      if (!nl) break;
+      if ((size_t)(nl + 1 - line) == (size_t)n && !memcmp(line, want, (size_t)n)) found = 1;
+      line = nl + 1;
+    }
+    free(buf);
+  }
+  free(p);
+  return found;
+}
+
+static int verified_add(const char *root, const char *name, const char *path, df_err *e) {
+  vstamp v;
+  if (stamp_of(path, &v)) return df_err_errno(e, "%s", path);
+  char *p = df_path_join(root, DF_SETUP_VERIFIED);
+  int fd = open(p, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    df_err_errno(e, "%s", p);
+    free(p);
+    return -1;
+  }
+  char line[600];
+  int n = snprintf(line, sizeof line, "%s\t%llu\t%lld.%09lld\t%llu\n", name,
+                   (unsigned long long)v.size, v.mt_s, v.mt_ns, (unsigned long long)v.ino);
+  int rc = 0;
+  if (write(fd, line, (size_t)n) != n || fdatasync(fd)) rc = df_err_errno(e, "appending to %s", p);
+  close(fd);
+  free(p);
+  return rc;
+}
+
+/* ---- local reuse ---- */
+
+static int copy_in(const char *src, const char *dest, df_err *e) {
+  size_t n = strlen(dest) + 16;
+  char *tmp = df_xmalloc(n);
+  snprintf(tmp, n, "%s.copy.tmp", dest);
+  unlink(tmp);
+  /* A hard link costs nothing and the bytes are verified; the hub cache's
+   * snapshot entries are symlinks to blobs, so follow them. */
+  if (linkat(AT_FDCWD, src, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) == 0) {
+    int rc = rename(tmp, dest) ? df_err_errno(e, "renaming %s", tmp) : 0;
+    free(tmp);
+    return rc;
+  }
+  int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = 0;
+  if (in < 0) rc = df_err_errno(e, "%s", src);
+  else if ((out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+    rc = df_err_errno(e, "%s", tmp);
+  char *buf = df_xmalloc(4u << 20);
+  while (!rc) {
+    ssize_t r = read(in, buf, 4u << 20);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) rc = df_err_errno(e, "reading %s", src);
+    if (r <= 0) break;
+    if (write(out, buf, (size_t)r) != r) rc = df_err_errno(e, "writing %s", tmp);
+  }
+  free(buf);
+  if (!rc && fsync(out)) rc = df_err_errno(e, "syncing %s", tmp);
+  if (in >= 0) close(in);
+  if (out >= 0) close(out);
+  if (!rc && rename(tmp, dest)) rc = df_err_errno(e, "renaming %s", tmp);
+  if (rc) unlink(tmp);
+  free(tmp);
+  return rc;
+}
+
+/* Looks for a verified copy of f in the local folder or the hub cache. */
+static int try_reuse(const df_setup_opts *o, const state *s, const df_hub_file *f, const char *dest,
+                     int *reused, df_err *e) {
+  *reused = 0;
+  char *cands[2] = {NULL, NULL};
+  if (o->from_dir) cands[0] = df_path_join(o->from_dir, f->name);
+  char *snap = df_hub_cache_snapshot(s->repo, s->commit);
+  cands[1] = df_path_join(snap, f->name);
+  free(snap);
+  int rc = 0;
+  for (int i = 0; i < 2 && !*reused; i++) {
+    struct stat st;
+    if (!cands[i] || stat(cands[i], &st) || (uint64_t)st.st_size != f->size) continue;
+    df_err ve;
+    if (df_hub_verify_file(cands[i], f, &ve)) {
+      df_log_warn("not reusing %s: %s", cands[i], ve.msg);
+      continue;
+    }
+    if (copy_in(cands[i], dest, e)) {
+      rc = -1;
+      break;
+    }
+    df_log_info("reused %s (verified)", cands[i]);
+    *reused = 1;
+  }
+  free(cands[0]);
+  free(cands[1]);
+  return rc;
+}
+
+/* ---- disk space ---- */
+
+static int space_check(const char *dir, uint64_t need, const char *what, df_err *e) {
+  struct statvfs v;
+  if (statvfs(dir, &v)) return df_err_errno(e, "statvfs %s", dir);
+  uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+  uint64_t margin = need / 50 + (64u << 20); /* filesystems misbehave when full */
+  if (avail < need + margin)
+    return df_err_set(e,
+                      "%s: %.2f GB free, %s needs %.2f GB (plus a %.2f GB margin); free space or "
+                      "choose another folder (--no-space-check skips this check)",
+                      dir, (double)avail / 1e9, what, (double)need / 1e9, (double)margin / 1e9);
+  return 0;
+}
+
+/* ---- vision-only shards ---- */
+
+static int is_vision_tensor(const char *name) {
+  return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "mm_projector.", 13);
+}
+
+/* vis[i] = 1 when the index maps only vision tensors to shard i. */
+static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *vis, df_err *e) {
+  char *ip = df_path_join(root, "model.safetensors.index.json");
+  if (!df_file_exists(ip)) {
+    free(ip);
+    return 0;
+  }
+  json_error_t je;
+  json_t *o = json_load_file(ip, 0, &je);
+  if (!o) {
+    df_err_set(e, "%s: %s", ip, je.text);
+    free(ip);
+    return -1;
+  }
+  free(ip);
+  const json_t *wm = json_object_get(o, "weight_map");
+  int *any = df_xcalloc((size_t)(n ? n : 1), sizeof *any), *other = df_xcalloc((size_t)(n ? n : 1), sizeof *other);
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)wm, k, v) {
+    const char *file = json_string_value(v);
+    if (!file) continue;
+    for (int i = 0; i < n; i++)
+      if (!strcmp(file, sh[i].file->name)) {
+        any[i] = 1;
+        if (!is_vision_tensor(k)) other[i] = 1;
+      }
+  }
+  for (int i = 0; i < n; i++) vis[i] = any[i] && !other[i];
+  free(any);
+  free(other);
+  json_decref(o);
+  return 0;
+}
+
+/* ---- the install ---- */
+
+static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_err *e) {
+  char *tok = df_setup_token();
+  df_http_cfg hc = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
+                    .stall_s = o->stall_s, .what = o->repo};
+  df_http *h = df_http_new(&hc);
+  if (tok) {
+    memset(tok, 0, strlen(tok));
+    free(tok);
+  }
+  char *url = df_hub_info_url(endpoint, o->repo, o->revision);
+  df_http_meta m;
+  int rc = df_http_get(h, url, 64u << 20, &s->info_json, &s->info_len, &m, e);
+  df_http_free(h);
+  if (!rc) rc = df_hub_info_parse(s->info_json, s->info_len, url, &s->info, e);
+  if (!rc && df_hub_is_commit(o->revision) && strcmp(s->info.commit, o->revision))
+    rc = df_err_set(e, "%s: the endpoint answered commit %s for revision %s", url, s->info.commit,
+                    o->revision);
+  free(url);
+  if (rc) return -1;
+  snprintf(s->commit, sizeof s->commit, "%s", s->info.commit);
+  if (strcmp(s->commit, o->revision))
+    df_log_info("revision %s is commit %s (recorded; reruns use it)", o->revision, s->commit);
+  char *ip = df_path_join(s->root, DF_SETUP_INFO);
+  rc = df_file_write_atomic(ip, s->info_json, s->info_len, e);
+  free(ip);
+  return rc;
+}
+
+int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
+  memset(rep, 0, sizeof *rep);
+  double t0 = df_now();
+  if (!df_hub_repo_valid(o->repo))
+    return df_err_set(e, "--repo '%s' is not a repository id like owner/name", o->repo ? o->repo : "");
+  if (!o->revision || !*o->revision) return df_err_set(e, "--revision is required (a commit sha or branch)");
+  if (!o->model_root) return df_err_set(e, "--model-root DIR is required");
+  if (df_mkdir_p(o->model_root, e)) return -1;
+  /* One setup per model root at a time (held until this process exits). */
+  char *lp = df_path_join(o->model_root, ".deltafin-setup.lock");
+  int lfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(lp);
+  if (lfd < 0) return df_err_errno(e, "%s/.deltafin-setup.lock", o->model_root);
+  if (flock(lfd, LOCK_EX | LOCK_NB)) {
+    close(lfd);
+    return df_err_set(e, "%s: another deltafin setup is working on this folder; wait for it",
+                      o->model_root);
+  }
+  state s = {0};
+  s.root = df_xstrdup(o->model_root);
+  snprintf(s.repo, sizeof s.repo, "%s", o->repo);
+  snprintf(s.revision, sizeof s.revision, "%s", o->revision);
+  char *endpoint = df_hub_endpoint(o->endpoint);
+  df_dl_item *items = NULL;
+  char **dests = NULL, **urls = NULL;
+  df_stream_plan *plan = NULL;
+  int rc = -1, nitems = 0;
+  int ls = load_state(&s, o->repo, o->revision, e);
+  if (ls < 0) goto out;
+  if (ls == 0 && fetch_info(o, &s, endpoint, e)) goto out;
+  if (write_state(&s, endpoint, o->stream, e)) goto out;
+
+  int nf = s.info.nfiles;
+  items = df_xcalloc((size_t)nf + 1, sizeof *items);
+  dests = df_xcalloc((size_t)nf + 1, sizeof *dests);
+  urls = df_xcalloc((size_t)nf + 1, sizeof *urls);
+  uint64_t need = 0;
+  /* Small files first (config, tokenizer, index): a stream install needs the
+   * index before it can plan the shards. */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < nf; i++) {
+      const df_hub_file *f = &s.info.files[i];
+      if (!wanted(f->name) || is_shard(f->name) != pass) continue;
+      rep->files_total++;
+      char *dest = df_path_join(s.root, f->name);
+      char *rj = df_dl_journal_path(dest, 1);
+      int partial_inplace = df_file_exists(rj);
+      free(rj);
+      if (!partial_inplace && df_file_exists(dest)) {
+        if (verified_has(s.root, f->name, dest)) {
+          rep->bytes_present += f->size;
+          free(dest);
+          continue;
+        }
+        df_err ve;
+        if (df_hub_verify_file(dest, f, &ve) == 0) {
+          if (verified_add(s.root, f->name, dest, e)) goto out_dest;
+          rep->bytes_present += f->size;
+          free(dest);
+          continue;
+        }
+        df_log_warn("replacing %s: %s", dest, ve.msg);
+        unlink(dest);
+      }
+      if (!partial_inplace) {
+        int reused;
+        if (try_reuse(o, &s, f, dest, &reused, e)) goto out_dest;
+        if (reused) {
+          if (verified_add(s.root, f->name, dest, e)) goto out_dest;
+          rep->files_reused++;
+          rep->bytes_reused += f->size;
+          free(dest);
+          continue;
+        }
+      }
+      df_dl_item *it = &items[nitems];
+      it->file = f;
+      it->dest = dests[nitems] = dest;
+      it->url = urls[nitems] = df_hub_file_url(endpoint, s.repo, s.commit, f->name);
+      /* A shard a stream install started stays in place: what it fetched is
+       * kept, only the gaps are downloaded. */
+      it->in_place = partial_inplace || (o->stream && is_shard(f->name));
+      uint64_t miss;
+      if (df_dl_missing(it, &miss, e)) goto out;
+      need += miss;
+      nitems++;
+      continue;
+    out_dest:
+      free(dest);
+      goto out;
+    }
+
+  char *tok = df_setup_token();
+  df_dl_opts dl = {.http = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
+                            .stall_s = o->stall_s, .what = s.repo},
+                   .connections = o->connections, .chunk = o->chunk, .progress = o->progress,
+                   .step = "download"};
+  df_dl_stats ds = {0};
+  if (o->stream) {
+    /* Small files completely; shards: headers, then the spine ranges. */
+    int nsmall = 0;
+    while (nsmall < nitems && !is_shard(items[nsmall].file->name)) nsmall++;
+    if (!o->no_space_check) {
+      uint64_t small = 0;
+      for (int i = 0; i < nsmall; i++) small += items[i].file->size;
+      if (space_check(s.root, small, "the small files", e)) goto out_tok;
+    }
+    if (nsmall && df_dl_run(items, nsmall, &dl, &ds, e)) goto out_tok;
+    rep->bytes_net += ds.bytes_net;
+    rep->requests += ds.requests;
+    rep->retries += ds.retries;
+    rep->files_downloaded += ds.files_completed;
+    for (int i = 0; i < nsmall; i++)
+      if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
+    if (df_stream_plan_build(&plan, s.root, &s.info, items + nsmall, nitems - nsmall, &dl, rep, e))
+      goto out_tok;
+    if (!o->no_space_check &&
+        space_check(s.root, df_stream_plan_missing(plan), "the spine of a stream install", e))
+      goto out_tok;
+    if (df_stream_plan_fetch(plan, &dl, rep, e)) goto out_tok;
+    df_log_info("stream install ready: %.1f MB of spine and headers local; experts are fetched "
+                "when first needed",
+                (double)df_stream_plan_local_bytes(plan) / 1e6);
+  } else {
+    /* Small files first: the index says which shards hold only vision tensors. */
+    int nsmall = 0;
+    while (nsmall < nitems && !is_shard(items[nsmall].file->name)) nsmall++;
+    if (nsmall && df_dl_run(items, nsmall, &dl, &ds, e)) goto out_tok;
+    rep->bytes_net += ds.bytes_net;
+    rep->requests += ds.requests;
+    rep->retries += ds.retries;
+    rep->files_downloaded += ds.files_completed;
+    for (int i = 0; i < nsmall; i++)
+      if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
+    int nsh = nitems - nsmall;
+    int *vis = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *vis);
+    if (!o->with_vision && nsh && mark_vision_only(s.root, items + nsmall, nsh, vis, e)) {
+      free(vis);
+      goto out_tok;
+    }
+    /* text shards to the front, vision-only ones (header only) behind */
+    df_dl_item *text = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *text);
+    df_dl_item *visi = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *visi);
+    int nt = 0, nv = 0;
+    uint64_t vis_bytes = 0;
+    for (int i = 0; i < nsh; i++) {
+      if (vis[i]) {
+        visi[nv] = items[nsmall + i];
+        visi[nv++].in_place = 1;
+        vis_bytes += items[nsmall + i].file->size;
+      } else {
+        text[nt++] = items[nsmall + i];
+      }
+    }
+    free(vis);
+    int ok = 1;
+    if (!o->no_space_check) {
+      uint64_t want = 0;
+      for (int i = 0; i < nt; i++) {
+        uint64_t m;
+        if (df_dl_missing(&text[i], &m, e)) ok = 0;
+        want += m;
+      }
+      uint64_t spine = o->spine ? want / 4 : 0; /* the int8 copy: half the bf16 spine, a fraction of it all */
+      if (ok && space_check(s.root, want + spine, "the download", e)) ok = 0;
+    }
+    if (ok && nt && df_dl_run(text, nt, &dl, &ds, e)) ok = 0;
+    if (ok) {
+      rep->bytes_net += ds.bytes_net;
+      rep->requests += ds.requests;
+      rep->retries += ds.retries;
+      rep->files_downloaded += ds.files_completed;
+    }
+    for (int i = 0; ok && i < nt; i++)
+      if (verified_add(s.root, text[i].file->name, text[i].dest, e)) ok = 0;
+    if (ok && nv) {
+      if (df_stream_plan_build(&plan, s.root, &s.info, visi, nv, &dl, rep, e) ||
+          df_stream_plan_fetch(plan, &dl, rep, e))
+        ok = 0;
+      else
+        df_log_info("%d shard%s holding only vision tensors (%.2f GB) kept as header only; "
+                    "--with-vision downloads %s",
+                    nv, nv == 1 ? "" : "s", (double)vis_bytes / 1e9, nv == 1 ? "it" : "them");
+    }
+    free(text);
+    free(visi);
+    if (!ok) goto out_tok;
+    if (o->spine && !strcmp(o->spine, "int8")) {
+      df_log_info("converting the spine to row-int8");
+      if (df_k3_convert_spine(s.root, o->threads, 0, e)) goto out_tok;
+    }
+    if (o->ndrives > 0) {
+      if (!o->no_space_check) {
+        uint64_t experts = 0;
+        for (int i = 0; i < s.info.nfiles; i++)
+          if (is_shard(s.info.files[i].name)) experts += s.info.files[i].size;
+        uint64_t per = (uint64_t)((double)experts * (1.0 + o->replicas_hot / 100.0) / o->ndrives);
+        for (int d = 0; d < o->ndrives; d++) {
+          if (df_mkdir_p(o->drives[d], e)) goto out_tok;
+          if (space_check(o->drives[d], per, "its share of the expert pack", e)) goto out_tok;
+        }
+      }
+      df_pack_opts po = {.model_dir = s.root, .ndrives = o->ndrives, .drives = o->drives,
+                         .replicas_hot = o->replicas_hot, .progress = o->progress,
+                         .max_rate = o->pack_max_rate};
+      df_log_info("packing experts onto %d drive%s", o->ndrives, o->ndrives == 1 ? "" : "s");
+      if (df_pack(&po, e)) goto out_tok;
+    }
+  }
+  rc = 0;
+out_tok:
+  if (tok) {
+    memset(tok, 0, strlen(tok));
+    free(tok);
+  }
+out:
+  rep->seconds = df_now() - t0;
+  df_stream_plan_free(plan);
+  for (int i = 0; i < nitems; i++) {
+    free(dests[i]);
+    free(urls[i]);
+  }
+  free(items);
+  free(dests);
+  free(urls);
+  free(endpoint);
+  df_hub_info_free(&s.info);
+  free(s.info_json);
+  free(s.root);
+  close(lfd);
+  return rc;
+}

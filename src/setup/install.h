@@ -1,0 +1,65 @@
+/* `deltafin setup`: install a model from a Hugging Face endpoint.
+ *
+ * The model root records what it is installing (deltafin-setup.json: repo,
+ * revision as asked, the commit it resolved to, once; and the model-info
+ * document, deltafin-setup.info.json, which lists every file with its size
+ * and checksum), and which files it has verified (deltafin-setup.verified:
+ * name, size, mtime, inode), so a rerun after a kill at any point continues
+ * where it stopped and never hashes a verified file twice.
+ *
+ * Full: every file is fetched (shards that hold only vision tensors, which a
+ * text-only engine never reads, get their header only unless with_vision) (or reused from a local folder or the hub's
+ * cache) and verified; then the spine is converted (optional) and the
+ * experts packed onto the drives (optional); each step is resumable.
+ * Stream: config, tokenizer, index, each shard's header and the spine
+ * tensors are fetched into sparse shards at their true offsets; experts are
+ * fetched on demand by the stream fetcher (fetcher.h). */
+#ifndef DF_SETUP_INSTALL_H
+#define DF_SETUP_INSTALL_H
+
+#include <stdint.h>
+
+#include "base/err.h"
+
+#define DF_SETUP_STATE "deltafin-setup.json"
+#define DF_SETUP_INFO "deltafin-setup.info.json"
+#define DF_SETUP_VERIFIED "deltafin-setup.verified"
+
+typedef struct df_setup_opts {
+  const char *repo;
+  const char *revision;    /* commit sha or branch/tag */
+  const char *endpoint;    /* NULL: HF_ENDPOINT or the public hub */
+  const char *model_root;
+  const char *from_dir;    /* a local folder with (some of) the files, or NULL */
+  int ndrives;
+  const char *const *drives;
+  double replicas_hot;
+  double pack_max_rate;    /* bytes/s written by the pack step at most; 0 = no limit */
+  const char *spine;       /* NULL or "int8" */
+  int stream;
+  int connections;
+  uint64_t chunk;
+  int retries;
+  double backoff_s;
+  long stall_s;
+  int threads;             /* spine conversion */
+  int progress;
+  int no_space_check;
+  int with_vision;         /* --full: also download shards that hold only vision tensors */
+} df_setup_opts;
+
+typedef struct df_setup_report {
+  uint64_t bytes_net, bytes_reused, bytes_present;
+  int files_total, files_downloaded, files_reused;
+  uint64_t requests, retries;
+  double seconds;
+} df_setup_report;
+
+int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e);
+
+/* The token the hub tools would use: HF_TOKEN, else the token file
+ * ($HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token); NULL if none.
+ * Caller frees (and should clear it). */
+char *df_setup_token(void);
+
+#endif

@@ -1,0 +1,123 @@
+/* `deltafin doctor`: every copy of every record of a pack read back
+ * (O_DIRECT) and checked against the manifest's xxh3 (see pack.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "format/safetensors.h"
+#include "store/manifest.h"
+#include "store/pack.h"
+#include "store/source.h"
+#include "store/store.h"
+
+int df_doctor(const char *model_dir, const char *manifest, FILE *out, int progress,
+              df_doctor_report *rep, df_err *e) {
+  memset(rep, 0, sizeof *rep);
+  char *mpath = manifest ? df_xstrdup(manifest) : df_path_join(model_dir, DF_PACK_MANIFEST_NAME);
+  if (!df_file_exists(mpath)) {
+    df_err_set(e, "doctor: %s: no pack manifest (run deltafin pack --model %s --drives ...)", mpath,
+               model_dir);
+    free(mpath);
+    return -1;
+  }
+  df_manifest m;
+  if (df_manifest_load(&m, mpath, e)) {
+    free(mpath);
+    return -1;
+  }
+  int rc = 0;
+  df_st_set set;
+  memset(&set, 0, sizeof set);
+  if (df_st_set_open(&set, model_dir, e) == 0) {
+    uint64_t fp;
+    if (df_src_fingerprint(&set, &fp, e) == 0 && fp != m.fingerprint)
+      fprintf(out, "STALE the pack was made from other checkpoint files than %s; re-run deltafin pack\n",
+              model_dir);
+    df_st_set_close(&set);
+  } else {
+    fprintf(out, "note: cannot open the checkpoint (%s); checking the pack alone\n", e->msg);
+  }
+  int *fd = df_xmalloc((size_t)m.ndrives * sizeof *fd);
+  uint64_t *size = df_xcalloc((size_t)m.ndrives, sizeof *size);
+  for (int d = 0; d < m.ndrives; d++) {
+    char *p = df_manifest_file_path(&m, d);
+    fd[d] = df_open_direct(p, 0, NULL);
+    struct stat st;
+    if (fd[d] < 0) fprintf(out, "MISSING drive %d: %s: %s\n", d, p, strerror(errno));
+    else if (fstat(fd[d], &st) == 0) {
+      size[d] = (uint64_t)st.st_size;
+      if (size[d] < m.drives[d].bytes)
+        fprintf(out, "TRUNCATED drive %d: %s is %" PRIu64 " bytes, the manifest says %" PRIu64 "\n",
+                d, p, size[d], m.drives[d].bytes);
+    }
+    free(p);
+  }
+  uint64_t padded = (m.record_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN;
+  uint8_t *buf = df_xaligned(DF_IO_ALIGN, (size_t)padded);
+  uint64_t total = 0;
+  for (int k = 0; k < m.nrecs; k++) total += (uint64_t)m.recs[k].ncopies * m.record_bytes;
+  df_progress pr;
+  df_progress_begin(&pr, "doctor", total);
+  if (!progress) pr.tty = 0;
+  uint64_t seen = 0;
+  rep->records = (uint64_t)m.nrecs;
+  for (int k = 0; k < m.nrecs; k++) {
+    const df_mf_record *r = &m.recs[k];
+    int good = 0;
+    for (int c = 0; c < r->ncopies; c++) {
+      const df_mf_copy *cp = &r->copies[c];
+      rep->copies++;
+      seen += m.record_bytes;
+      if (fd[cp->drive] < 0) {
+        rep->missing++;
+        continue;
+      }
+      int64_t got = df_pread_all(fd[cp->drive], buf, (size_t)padded, cp->offset);
+      if (got < (int64_t)m.record_bytes) {
+        rep->missing++;
+        fprintf(out, "MISSING layer %d expert %d copy %d: drive %d offset %" PRIu64 ": %s\n",
+                r->layer, r->expert, c, cp->drive, cp->offset,
+                got < 0 ? strerror(errno) : "past the end of the file");
+        continue;
+      }
+      if (XXH3_64bits(buf, m.record_bytes) != cp->xxh3) {
+        rep->corrupt++;
+        fprintf(out, "CORRUPT layer %d expert %d copy %d: drive %d (%s) offset %" PRIu64
+                     ": checksum mismatch\n",
+                r->layer, r->expert, c, cp->drive, m.drives[cp->drive].path, cp->offset);
+        continue;
+      }
+      rep->ok++;
+      good++;
+    }
+    if (!good) {
+      rep->lost++;
+      fprintf(out, "LOST layer %d expert %d: no good copy\n", r->layer, r->expert);
+    }
+    df_progress_update(&pr, seen);
+  }
+  df_progress_end(&pr);
+  fprintf(out,
+          "%s: %" PRIu64 " experts, %" PRIu64 " copies on %d drive%s: %" PRIu64 " ok, %" PRIu64
+          " corrupt, %" PRIu64 " missing; %s\n",
+          mpath, rep->records, rep->copies, m.ndrives, m.ndrives == 1 ? "" : "s", rep->ok,
+          rep->corrupt, rep->missing,
+          rep->lost ? "SOME EXPERTS HAVE NO GOOD COPY: re-run deltafin pack"
+                    : rep->corrupt || rep->missing ? "every expert still has a good copy"
+                                                   : "all good");
+  for (int d = 0; d < m.ndrives; d++)
+    if (fd[d] >= 0) close(fd[d]);
+  free(fd);
+  free(size);
+  free(buf);
+  free(mpath);
+  df_manifest_free(&m);
+  return rc;
+}

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""A small fault-injecting HTTP proxy for the setup tests (stdlib only).
+
+Forwards GET requests to an upstream server (nginx serving the hub layout)
+without following redirects, and damages responses on purpose:
+
+  --p-reset P      reset the connection (RST) midway through the body
+  --p-short P      send a short body, then close cleanly
+  --p-badrange P   answer a range with a Content-Range shifted by one byte
+  --p-500 P        answer 500 Internal Server Error
+  --status CODE:REGEX   always answer CODE for paths matching REGEX (401, 404, ...)
+  --require-token T     answer 401 unless "Authorization: Bearer T" is sent
+  --rate BYTES/S   throttle all bodies together (an emulated link)
+  --latency-ms N   wait N ms before each response (an emulated round trip)
+  --only REGEX     faults only on paths matching REGEX (default: /cdn/)
+
+Faults are drawn from a seeded generator, one draw per request. Every request
+is logged to --log as: path range status bytes_sent fault auth(yes/no).
+"""
+import argparse
+import http.client
+import http.server
+import random
+import re
+import socket
+import struct
+import sys
+import threading
+import time
+
+
+class Bucket:
+    """A token bucket shared by every connection: the emulated link."""
+
+    def __init__(self, rate):
+        self.rate = rate
+        self.lock = threading.Lock()
+        self.t = time.monotonic()
+        self.tokens = 0.0
+
+    def take(self, n):
+        if self.rate <= 0:
+            return
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.tokens + (now - self.t) * self.rate, self.rate * 0.05)
+            self.t = now
+            self.tokens -= n
+            wait = -self.tokens / self.rate if self.tokens < 0 else 0
+        if wait > 0:
+            time.sleep(wait)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--listen", type=int, required=True)
+    ap.add_argument("--upstream", type=int, required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--p-reset", type=float, default=0)
+    ap.add_argument("--p-short", type=float, default=0)
+    ap.add_argument("--p-badrange", type=float, default=0)
+    ap.add_argument("--p-500", type=float, default=0)
+    ap.add_argument("--status", action="append", default=[])
+    ap.add_argument("--require-token")
+    ap.add_argument("--rate", type=float, default=0)
+    ap.add_argument("--latency-ms", type=float, default=0)
+    ap.add_argument("--only", default="/cdn/")
+    ap.add_argument("--log")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    rng_lock = threading.Lock()
+    log_lock = threading.Lock()
+    logf = open(a.log, "a", buffering=1) if a.log else None
+    statuses = [(int(s.split(":", 1)[0]), re.compile(s.split(":", 1)[1])) for s in a.status]
+    only = re.compile(a.only)
+    bucket = Bucket(a.rate)
+
+    def draw():
+        with rng_lock:
+            x = rng.random()
+        for name, p in (("reset", a.p_reset), ("short", a.p_short), ("badrange", a.p_badrange),
+                        ("500", a.p_500)):
+            if x < p:
+                return name
+            x -= p
+        return ""
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self):
+            super().setup()
+            # headers go out in several small writes: without this, Nagle and
+            # delayed ACKs add ~40 ms to every response
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def log_message(self, *args):
+            pass
+
+        def record(self, status, sent, fault):
+            if logf:
+                auth = "yes" if self.headers.get("Authorization") else "no"
+                with log_lock:
+                    logf.write("%s %s %d %d %s %s\n" % (self.path, self.headers.get("Range", "-"),
+                                                        status, sent, fault or "-", auth))
+
+        def plain(self, code, msg):
+            body = (msg + "\n").encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            self.record(code, len(body), "status")
+
+        def do_GET(self):
+            if a.latency_ms:
+                time.sleep(a.latency_ms / 1000.0)
+            for code, rx in statuses:
+                if rx.search(self.path):
+                    return self.plain(code, "injected %d" % code)
+            if a.require_token and self.headers.get("Authorization") != "Bearer " + a.require_token:
+                return self.plain(401, "Invalid credentials in Authorization header")
+            fault = draw() if only.search(self.path) else ""
+            if fault == "500":
+                return self.plain(500, "injected server error")
+            up = http.client.HTTPConnection("127.0.0.1", a.upstream, timeout=30)
+            hdrs = {}
+            if "Range" in self.headers:
+                hdrs["Range"] = self.headers["Range"]
+            up.request("GET", self.path, headers=hdrs)
+            r = up.getresponse()
+            body = r.read()
+            up.close()
+            self.send_response(r.status)
+            for k, v in r.getheaders():
+                kl = k.lower()
+                if kl in ("connection", "keep-alive", "transfer-encoding", "server", "date"):
+                    continue
+                if kl == "content-range" and fault == "badrange":
+                    m = re.match(r"bytes (\d+)-(\d+)/(\d+)", v)
+                    if m:
+                        b, e, t = int(m.group(1)), int(m.group(2)), int(m.group(3))
+                        v = "bytes %d-%d/%d" % (b + 1, min(e + 1, t - 1), t)
+                self.send_header(k, v)
+            self.end_headers()
+            n = len(body)
+            if fault in ("reset", "short") and n > 1:
+                n = max(1, n // 2)
+            sent = 0
+            step = 16384
+            try:
+                while sent < n:
+                    k = min(step, n - sent)
+                    bucket.take(k)
+                    self.wfile.write(body[sent:sent + k])
+                    sent += k
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.record(r.status, sent, fault)
+            if fault == "reset":
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.close_connection = True
+            elif fault == "short":
+                self.close_connection = True
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", a.listen), H)
+    srv.daemon_threads = True
+    srv.handle_error = lambda request, addr: None  # clients hanging up mid-body are expected
+    sys.stderr.write("faultproxy: 127.0.0.1:%d -> 127.0.0.1:%d\n" % (a.listen, a.upstream))
+    sys.stderr.flush()
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

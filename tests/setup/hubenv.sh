@@ -1,0 +1,54 @@
+# Sourced by the setup e2e tests: a loopback "hub" (nginx serving a generated
+# checkpoint in the hub's URL layout) and the fault-injecting proxy in front.
+# Needs: T (a temp dir), DF_SRC. Sets HUB_PORT, PROXY_PORT after start_*.
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || {
+  echo "FAIL: nginx is not installed (scripts/install-deps.sh installs it)" >&2; exit 1; }
+NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
+HUB_PIDS=""
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() { # port
+  for _ in $(seq 1 100); do
+    python3 -c 'import socket,sys; s=socket.create_connection(("127.0.0.1",int(sys.argv[1])),0.2)' "$1" \
+      2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "FAIL: nothing listens on 127.0.0.1:$1" >&2; return 1
+}
+
+start_hub() { # model-dir repo commit
+  HUB_PORT=$(free_port)
+  python3 "$DF_SRC/tests/setup/hubgen.py" --model "$1" --repo "$2" --commit "$3" --out "$T/hub" \
+    --port "$HUB_PORT"
+  "$NGINX" -c "$T/hub/nginx.conf" -p "$T/hub" -e "$T/hub/logs/error.log" &
+  HUB_PIDS="$HUB_PIDS $!"
+  wait_port "$HUB_PORT"
+}
+
+start_proxy() { # faultproxy options...
+  PROXY_PORT=$(free_port)
+  python3 "$DF_SRC/tests/setup/faultproxy.py" --listen "$PROXY_PORT" --upstream "$HUB_PORT" "$@" \
+    2>>"$T/proxy.err" &
+  PROXY_PID=$!
+  HUB_PIDS="$HUB_PIDS $PROXY_PID"
+  wait_port "$PROXY_PORT"
+}
+
+stop_proxy() {
+  kill "$PROXY_PID" 2>/dev/null || true
+  wait "$PROXY_PID" 2>/dev/null || true
+}
+
+stop_hub() {
+  for p in $HUB_PIDS; do kill "$p" 2>/dev/null || true; done
+  for p in $HUB_PIDS; do wait "$p" 2>/dev/null || true; done
+  HUB_PIDS=""
+}
+
+# Sum of body bytes nginx sent for paths matching a regex (its access log).
+hub_bytes() { # regex
+  awk -v rx="$1" '$2 ~ rx { s += $4 } END { print s + 0 }' "$T/hub/logs/access.log"
+}

@@ -1,0 +1,233 @@
+/* setup's parsers and bookkeeping against independent references:
+ * Content-Range parsing, the model-info document (shapes the hub returns
+ * with ?blobs=true), the present-ranges journal (torn tails after a kill,
+ * damage elsewhere, gaps), hub URLs and cache paths, and the two checksums
+ * the hub records (sha256 of LFS files, git blob sha1 of plain files; the
+ * expected values come from sha256sum / `git hash-object`, computed once
+ * outside deltafin). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/util.h"
+#include "setup/http.h"
+#include "setup/hub.h"
+#include "setup/ranges.h"
+
+static void content_range(void **st) {
+  (void)st;
+  uint64_t a, b, t;
+  const char *ok = "bytes 0-99/1000";
+  assert_int_equal(df_http_parse_content_range(ok, strlen(ok), &a, &b, &t), 0);
+  assert_true(a == 0 && b == 99 && t == 1000);
+  const char *ws = "  bytes 17547264-35094527/1560936091448\r\n";
+  assert_int_equal(df_http_parse_content_range(ws, strlen(ws), &a, &b, &t), 0);
+  assert_true(a == 17547264 && b == 35094527 && t == 1560936091448ull);
+  const char *bad[] = {"bytes 5-4/10",  "bytes 0-10/10", "bytes */10",  "bytes 0-9/*", "bytes 0-9",
+                       "byte 0-9/10",   "bytes -9/10",   "bytes 0-9/1x", "bytes 0- 9/10",
+                       "bytes 99999999999999999999-1/2", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(df_http_parse_content_range(bad[i], strlen(bad[i]), &a, &b, &t), -1);
+}
+
+static const char *INFO =
+    "{\"_id\":\"x\",\"id\":\"o/n\",\"sha\":\"0123456789abcdef0123456789abcdef01234567\","
+    "\"siblings\":[{\"rfilename\":\"config.json\",\"size\":12,"
+    "\"blobId\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},"
+    "{\"rfilename\":\"model-00001-of-00002.safetensors\",\"size\":4966706312,"
+    "\"blobId\":\"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\",\"lfs\":{\"sha256\":"
+    "\"0d4887bdb6270107862a94f0873819fb69bcc61a8b1fac69e2a095861971219f\",\"size\":4966706312,"
+    "\"pointerSize\":135}}]}";
+
+static void model_info(void **st) {
+  (void)st;
+  df_hub_info i;
+  df_err e;
+  assert_int_equal(df_hub_info_parse(INFO, strlen(INFO), "info", &i, &e), 0);
+  assert_string_equal(i.commit, "0123456789abcdef0123456789abcdef01234567");
+  assert_int_equal(i.nfiles, 2);
+  const df_hub_file *f = df_hub_info_find(&i, "model-00001-of-00002.safetensors");
+  assert_non_null(f);
+  assert_true(f->lfs && f->size == 4966706312ull);
+  assert_string_equal(f->sha256, "0d4887bdb6270107862a94f0873819fb69bcc61a8b1fac69e2a095861971219f");
+  assert_false(df_hub_info_find(&i, "config.json")->lfs);
+  df_hub_info_free(&i);
+  struct {
+    const char *json, *needle;
+  } bad[] = {
+      {"{\"sha\":\"xyz\",\"siblings\":[]}", "'sha'"},
+      {"{\"sha\":\"0123456789abcdef0123456789abcdef01234567\"}", "siblings"},
+      {"{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":[{\"rfilename\":\"a\"}]}",
+       "blobs=true"},
+      {"{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":[{\"rfilename\":\"../etc/x\","
+       "\"size\":1,\"blobId\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}]}",
+       "safe relative path"},
+      {"{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":[{\"rfilename\":\"a\","
+       "\"size\":1,\"lfs\":{\"sha256\":\"00\",\"size\":1}}]}",
+       "64 hex"},
+      {"{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":[{\"rfilename\":\"a\","
+       "\"size\":2,\"lfs\":{\"sha256\":"
+       "\"0d4887bdb6270107862a94f0873819fb69bcc61a8b1fac69e2a095861971219f\",\"size\":1}}]}",
+       "differs"},
+      {"{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":[{\"rfilename\":\"a\","
+       "\"size\":2}]}",
+       "cannot verify"},
+      {"{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":[{\"rfilename\":\"a\","
+       "\"size\":1,\"blobId\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"},{\"rfilename\":\"a\","
+       "\"size\":1,\"blobId\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}]}",
+       "twice"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    assert_int_equal(df_hub_info_parse(bad[k].json, strlen(bad[k].json), "info", &i, &e), -1);
+    if (!strstr(e.msg, bad[k].needle)) fail_msg("case %zu: '%s' lacks '%s'", k, e.msg, bad[k].needle);
+  }
+}
+
+static void names_and_urls(void **st) {
+  (void)st;
+  assert_true(df_hub_repo_valid("moonshotai/Kimi-K3"));
+  assert_false(df_hub_repo_valid("moonshotai"));
+  assert_false(df_hub_repo_valid("a/b/c"));
+  assert_false(df_hub_repo_valid("../b"));
+  assert_true(df_hub_name_valid("model-00001-of-000096.safetensors"));
+  assert_true(df_hub_name_valid("sub/dir/file.json"));
+  assert_false(df_hub_name_valid("/etc/passwd"));
+  assert_false(df_hub_name_valid("a/../b"));
+  assert_false(df_hub_name_valid("a//b"));
+  assert_false(df_hub_name_valid("."));
+  char *u = df_hub_info_url("https://huggingface.co", "moonshotai/Kimi-K3", "refs/pr/1");
+  assert_string_equal(u, "https://huggingface.co/api/models/moonshotai/Kimi-K3/revision/refs%2Fpr%2F1?blobs=true");
+  free(u);
+  u = df_hub_file_url("http://127.0.0.1:8", "o/n", "0123456789abcdef0123456789abcdef01234567", "a b/c.json");
+  assert_string_equal(u, "http://127.0.0.1:8/o/n/resolve/0123456789abcdef0123456789abcdef01234567/a%20b/c.json");
+  free(u);
+  setenv("HF_ENDPOINT", "https://mirror.example/", 1);
+  u = df_hub_endpoint(NULL);
+  assert_string_equal(u, "https://mirror.example");
+  free(u);
+  u = df_hub_endpoint("http://x");
+  assert_string_equal(u, "http://x");
+  free(u);
+  unsetenv("HF_HUB_CACHE");
+  setenv("HF_HOME", "/data/hf", 1);
+  u = df_hub_cache_snapshot("moonshotai/Kimi-K3", "0123456789abcdef0123456789abcdef01234567");
+  assert_string_equal(u, "/data/hf/hub/models--moonshotai--Kimi-K3/snapshots/0123456789abcdef0123456789abcdef01234567");
+  free(u);
+  setenv("HF_HUB_CACHE", "/c", 1);
+  u = df_hub_cache_snapshot("o/n", "0123456789abcdef0123456789abcdef01234567");
+  assert_string_equal(u, "/c/models--o--n/snapshots/0123456789abcdef0123456789abcdef01234567");
+  free(u);
+}
+
+static void checksums(void **st) {
+  (void)st;
+  char path[] = "/tmp/df_test_setup_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "hello world\n", 12), 12);
+  close(fd);
+  char h[65], g[41];
+  df_err e;
+  assert_int_equal(df_hub_sha256_file(path, h, &e), 0);
+  /* printf 'hello world\n' | sha256sum */
+  assert_string_equal(h, "a948904f2f0f479b8f8197694b30184b0d2ed1c1cd2a1ec0fb85d299a192a447");
+  assert_int_equal(df_hub_git_blob_id_file(path, g, &e), 0);
+  /* printf 'hello world\n' | git hash-object --stdin */
+  assert_string_equal(g, "3b18e512dba79e4c8300dd08aeb37f8e728b8dad");
+  df_hub_file f = {.name = "x", .size = 12};
+  memcpy(f.blob_id, g, 41);
+  assert_int_equal(df_hub_verify_file(path, &f, &e), 0);
+  f.blob_id[0] = f.blob_id[0] == 'a' ? 'b' : 'a';
+  assert_int_equal(df_hub_verify_file(path, &f, &e), -1);
+  assert_non_null(strstr(e.msg, "blob id"));
+  f.size = 13;
+  assert_int_equal(df_hub_verify_file(path, &f, &e), -1);
+  assert_non_null(strstr(e.msg, "13"));
+  unlink(path);
+}
+
+static void gap_collect(void *ud, uint64_t b, uint64_t e) {
+  uint64_t *v = ud;
+  v[1 + 2 * v[0]] = b;
+  v[2 + 2 * v[0]] = e;
+  v[0]++;
+}
+
+static void ranges_journal(void **st) {
+  (void)st;
+  char dir[] = "/tmp/df_test_ranges_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char *p = df_path_join(dir, "x.ranges");
+  df_ranges *r;
+  df_err e;
+  assert_int_equal(df_ranges_open(&r, p, &e), 0);
+  assert_int_equal(df_ranges_add(r, 100, 200, 0x1111, &e), 0);
+  assert_int_equal(df_ranges_add(r, 0, 50, 0x2222, &e), 0);
+  assert_int_equal(df_ranges_add(r, 200, 300, 0x3333, &e), 0);
+  assert_true(df_ranges_covered(r, 100, 300));
+  assert_false(df_ranges_covered(r, 40, 120));
+  assert_true(df_ranges_bytes(r) == 250);
+  uint64_t h = 0;
+  assert_int_equal(df_ranges_lookup(r, 200, 300, &h), 0);
+  assert_true(h == 0x3333);
+  assert_int_equal(df_ranges_lookup(r, 200, 299, &h), -1);
+  uint64_t g[16] = {0};
+  df_ranges_gaps(r, 0, 400, gap_collect, g);
+  assert_true(g[0] == 2 && g[1] == 50 && g[2] == 100 && g[3] == 300 && g[4] == 400);
+  df_ranges_close(r);
+  /* a kill during an append leaves a torn last line: dropped and truncated */
+  FILE *f = fopen(p, "a");
+  fputs("R 000000000000012c 00000", f);
+  fclose(f);
+  assert_int_equal(df_ranges_open(&r, p, &e), 0);
+  assert_int_equal(df_ranges_count(r), 3);
+  assert_int_equal(df_ranges_add(r, 300, 310, 0x4444, &e), 0);
+  df_ranges_close(r);
+  assert_int_equal(df_ranges_open(&r, p, &e), 0);
+  assert_int_equal(df_ranges_count(r), 4);
+  df_ranges_close(r);
+  /* damage in an earlier line is an error, never silently skipped */
+  char *buf;
+  size_t len;
+  assert_int_equal(df_file_read(p, &buf, &len, &e), 0);
+  buf[10] ^= 1;
+  df_range *v;
+  int n;
+  size_t good;
+  assert_int_equal(df_ranges_parse(buf, len, "j", &v, &n, &good, &e), -1);
+  assert_non_null(strstr(e.msg, "line 1"));
+  buf[10] ^= 1;
+  assert_int_equal(df_ranges_parse(buf, len, "j", &v, &n, &good, &e), 0);
+  assert_int_equal(n, 4);
+  assert_true(good == len);
+  free(v);
+  /* one line's text, formatted independently */
+  df_range x = {0x10, 0x20, 0xabcdef};
+  char line[80];
+  int ll = df_ranges_format(line, &x);
+  assert_int_equal(ll, 62);
+  assert_memory_equal(line, "R 0000000000000010 0000000000000020 0000000000abcdef ", 53);
+  assert_int_equal(df_ranges_parse(line, (size_t)ll, "j", &v, &n, &good, &e), 0);
+  assert_true(n == 1 && v[0].begin == 0x10 && v[0].end == 0x20 && v[0].hash == 0xabcdef);
+  free(v);
+  free(buf);
+  unlink(p);
+  free(p);
+  rmdir(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(content_range), cmocka_unit_test(model_info),
+      cmocka_unit_test(names_and_urls), cmocka_unit_test(checksums),
+      cmocka_unit_test(ranges_journal),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
