@@ -237,16 +237,27 @@ static int open_file(run *r, int i, const df_dl_item *it, df_err *e) {
   f->data = data_path(it);
   f->jpath = df_dl_journal_path(it->dest, it->in_place);
   struct stat st;
-  /* Data without a journal cannot be trusted (it may be a partial write
-   * from a run that died before creating the journal): start it over. */
-  if (stat(f->jpath, &st) && stat(f->data, &st) == 0 && !it->in_place) unlink(f->data);
+  /* The invariants a kill at any point must keep: partial data never
+   * exists without its journal (a shard at its final name without a journal
+   * is complete and verified, and readers trust it), so the journal is
+   * created before the data and removed after it; a journal whose data is
+   * gone or of the wrong size describes nothing: start that file over. */
+  int have_data = stat(f->data, &st) == 0;
+  if (have_data && (uint64_t)st.st_size != it->file->size) {
+    unlink(f->data); /* data first: a journal alone is harmless, data alone is not */
+    have_data = 0;
+  }
+  if (!have_data) unlink(f->jpath);
+  else if (stat(f->jpath, &st) && !it->in_place) {
+    unlink(f->data); /* a .part without its journal may hold anything */
+    have_data = 0;
+  }
+  if (df_ranges_open(&f->rj, f->jpath, e)) return -1;
   f->fd = open(f->data, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (f->fd < 0) return df_err_errno(e, "%s", f->data);
-  if (fstat(f->fd, &st)) return df_err_errno(e, "%s", f->data);
-  if ((uint64_t)st.st_size != it->file->size && ftruncate(f->fd, (off_t)it->file->size))
+  if (!have_data && ftruncate(f->fd, (off_t)it->file->size))
     return df_err_errno(e, "sizing %s to %llu bytes", f->data,
                         (unsigned long long)it->file->size);
-  if (df_ranges_open(&f->rj, f->jpath, e)) return -1;
   return 0;
 }
 

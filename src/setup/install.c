@@ -398,6 +398,10 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       int partial_inplace = df_file_exists(rj);
       free(rj);
       if (!partial_inplace && df_file_exists(dest)) {
+        /* a kill between a download's rename and its journal's removal */
+        char *pj = df_dl_journal_path(dest, 0);
+        unlink(pj);
+        free(pj);
         if (verified_has(s.root, f->name, dest)) {
           rep->bytes_present += f->size;
           free(dest);
