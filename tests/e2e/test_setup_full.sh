@@ -167,6 +167,26 @@ same_files "$T/r7"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["bytes_net"]==0 and r["files_reused"]==8, r' "$T/r7.json" \
   || fail "the hub cache was not reused: $(cat "$T/r7.json")"
 
+# --- 6b: the free-space check refuses before downloading anything ---
+# (the served model info claims one more, 1 PB file: no disk here has room)
+python3 - "$T/hub/www/api/$COMMIT.json" <<'EOF2'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["siblings"].append({"rfilename": "model-huge.safetensors", "size": 10**15,
+                      "lfs": {"sha256": "ab" * 32, "size": 10**15, "pointerSize": 135}})
+json.dump(d, open(sys.argv[1] + ".huge", "w"))
+EOF2
+cp "$T/hub/www/api/$COMMIT.json" "$T/info.keep"
+cp "$T/hub/www/api/$COMMIT.json.huge" "$T/hub/www/api/$COMMIT.json"
+: >"$T/hub/logs/access.log"
+rc=0
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/r9" -q \
+  2>"$T/r9.err" || rc=$?
+cp "$T/info.keep" "$T/hub/www/api/$COMMIT.json"
+[ "$rc" != 0 ] || fail "a 1 PB install passed the free-space check"
+grep -q "GB free" "$T/r9.err" && grep -q "needs" "$T/r9.err" || fail "space message: $(cat "$T/r9.err")"
+[ "$(hub_bytes '^/cdn/')" = 0 ] || fail "shards were downloaded before the space check refused"
+
 # --- 7: a shard holding only vision tensors: header only unless --with-vision ---
 stop_hub
 "$BIN" make-model --preset tiny --seed 5 --out "$T/vsrc" -q >/dev/null 2>&1
