@@ -162,10 +162,22 @@ start_proxy --status '404:/resolve/' --log "$T/p6.log"
 HF_HOME="$T/hfhome" "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" \
   --endpoint "http://127.0.0.1:$PROXY_PORT" --model-root "$T/r7" -q --json >"$T/r7.json" 2>"$T/r7.err" \
   || fail "setup from the hub cache: $(cat "$T/r7.err")"
-stop_proxy
 same_files "$T/r7"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["bytes_net"]==0 and r["files_reused"]==8, r' "$T/r7.json" \
   || fail "the hub cache was not reused: $(cat "$T/r7.json")"
+# --from a local folder, one file of it damaged: that one is downloaded, the rest reused
+cp -r "$T/src" "$T/local"
+printf 'x' | dd of="$T/local/model-00003-of-000003.safetensors" bs=1 seek=1000 conv=notrunc 2>/dev/null
+stop_proxy
+start_proxy --log "$T/p7.log"
+env -u HF_HOME HOME="$T/nohome" "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --from "$T/local" \
+  --endpoint "http://127.0.0.1:$PROXY_PORT" --model-root "$T/r7b" -q --json >"$T/r7b.json" 2>"$T/r7b.err" \
+  || fail "setup --from: $(cat "$T/r7b.err")"
+stop_proxy
+same_files "$T/r7b"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["files_reused"]==7 and r["files_downloaded"]==1, r' "$T/r7b.json" \
+  || fail "--from reuse: $(cat "$T/r7b.json")"
+grep -q "model-00003-of-000003.safetensors" "$T/r7b.err" || fail "the damaged local file was not reported: $(cat "$T/r7b.err")"
 
 # --- 6b: the free-space check refuses before downloading anything ---
 # (the served model info claims one more, 1 PB file: no disk here has room)
