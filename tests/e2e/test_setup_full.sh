@@ -13,7 +13,7 @@ BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
 T=$(mktemp -d /tmp/df_e2e_setup.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; rm -rf "$T"' EXIT
+trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 REPO=test-org/K3-tiny

@@ -92,6 +92,26 @@ $MAP check-present "$T/s4" "$T/src" "$T/topn" || fail "warm fetched other expert
 "$BIN" run --model "$T/s4" --prompt-ids $IDS2 --max-new 10 --json >"$T/o4.json"
 [ "$(ids "$T/o4.json")" = "$(ids "$T/ref2.json")" ] || fail "ids after warm differ"
 
+# --- 4b: serve from a stream install fetches on demand too ---
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s4b" -q 2>/dev/null
+SP=$(free_port)
+"$BIN" serve --model "$T/s4b" --port "$SP" >"$T/serve.out" 2>"$T/serve.err" &
+SERVE=$!
+HUB_PIDS="$HUB_PIDS $SERVE"
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$SP/health" >/dev/null 2>&1 && break; sleep 0.1; done
+MID=$(curl -sf "http://127.0.0.1:$SP/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])') \
+  || fail "serve from a stream install did not start: $(cat "$T/serve.err")"
+curl -sf "http://127.0.0.1:$SP/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\":\"$MID\",\"prompt\":[$IDS2],\"max_tokens\":10}" >"$T/serve.json" \
+  || fail "completion from a stream install failed: $(cat "$T/serve.err")"
+kill "$SERVE"; wait "$SERVE" 2>/dev/null || true
+python3 -c '
+import json, sys
+got = json.load(open(sys.argv[1]))["choices"][0]["text"]
+want = json.load(open(sys.argv[2]))["text"]
+assert got == want, (got, want)' "$T/serve.json" "$T/ref2.json" || fail "served text differs from the original run"
+[ "$($MAP count-present "$T/s4b" "$T/src")" -gt 0 ] || fail "serve fetched no expert"
+
 # --- 5: kill -9 during --stream and during run-time fetches, then rerun ---
 start_proxy --rate 600000 --log "$T/p5.log"
 EPS="http://127.0.0.1:$PROXY_PORT"
