@@ -1,9 +1,11 @@
 /* libFuzzer target: what `deltafin serve` does with an untrusted request
  * before any model work. Input: one selector byte (bit 0: chat or
  * completions), then an optional first line "METHOD PATH AUTH\n" when bit 1
- * is set, then the body bytes. Routing, the API-key check, body validation
- * and the context check must never crash, leak or read out of bounds, and an
- * accepted request must be internally consistent. */
+ * is set, then the body bytes. Routing, the API-key check, the header
+ * checks (Host, Content-Type, CORS origin, framing, log escaping: the line's
+ * fields stand in for header values), body validation and the context check
+ * must never crash, leak or read out of bounds, and an accepted request must
+ * be internally consistent. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,6 +29,19 @@ static void check_request_line(const char *line, size_t n) {
   df_route r = df_serve_route(buf, path, &allow, &arg);
   if ((r == DF_ROUTE_NOT_FOUND) != (allow == NULL)) abort();
   if ((r == DF_ROUTE_MODEL) != (arg != NULL)) abort();
+  const char *allow_list[] = {"a.example"};
+  df_serve_host_ok(path, "127.0.0.1", allow_list, 1);
+  df_serve_ctype_json(path);
+  df_serve_cors_ok(path, allow_list, 1);
+  const char *cl[2] = {buf, path}, *why;
+  int st = df_serve_framing(cl, auth ? 2 : 1, auth, &why);
+  if (st && st != 400 && st != 501) abort();
+  if (st && !why) abort();
+  char esc[64];
+  df_serve_log_escape(esc, sizeof esc, path);
+  for (const char *q = esc; *q; q++)
+    if ((unsigned char)*q < 0x20 || (unsigned char)*q >= 0x7f) abort();
+  if (strlen(esc) >= sizeof esc) abort();
   if (auth && df_serve_auth_ok(auth, "k")) {
     /* accepted: the scheme is Bearer and the token is exactly the key */
     if (strncasecmp(auth, "bearer ", 7)) abort();
@@ -62,9 +77,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= lim.vocab) abort();
     if (r.nstop < 0 || r.nstop > DF_SERVE_MAX_STOP) abort();
     if (!(r.temperature >= 0 && r.temperature <= 2) || !(r.top_p >= 0 && r.top_p <= 1)) abort();
+    if (r.n < 1 || r.n > DF_SERVE_MAX_N) abort();
+    if (r.top_logprobs < 0 || r.top_logprobs > DF_SERVE_MAX_TOP_LOGPROBS) abort();
+    for (int i = 0; i < r.nbias; i++)
+      if (r.bias[i].id < 0 || r.bias[i].id >= lim.vocab) abort();
     df_serve_check_context(&r, (long)n, 4096, &e);
     df_serve_req_free(&r);
-  } else if (e.status != 400 || !e.type || !e.msg[0]) {
+  } else if ((e.status != 400 && e.status != 404) || !e.type || !e.msg[0]) {
     abort();
   }
   return 0;

@@ -10,6 +10,8 @@
 static const df_cmd cmds[] = {
     {"tokenize", "encode text (or a chat) to token ids", df_cmd_tokenize, df_cmd_tokenize_help},
     {"detokenize", "decode token ids to text", df_cmd_detokenize, df_cmd_detokenize_help},
+    {"template", "show the prompt text and ids a conversation renders to", df_cmd_template,
+     df_cmd_template_help},
     {"inspect", "show a checkpoint as the engine understands it", df_cmd_inspect,
      df_cmd_inspect_help},
     {"make-model", "generate a K3-layout checkpoint from a seed", df_cmd_make_model,
@@ -25,6 +27,8 @@ static const df_cmd cmds[] = {
     {"setup", "install a model from a Hugging Face endpoint", df_cmd_setup, df_cmd_setup_help},
     {"warm", "fetch the experts a recorded trace needs (stream installs)", df_cmd_warm,
      df_cmd_warm_help},
+    {"plan", "memory plan and a projected decode token for a machine", df_cmd_plan,
+     df_cmd_plan_help},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 

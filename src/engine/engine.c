@@ -41,10 +41,7 @@ struct df_session {
   df_k3_state *st;
   float *logits; /* last position's logits */
   int have_logits;
-  struct cand {
-    float p;
-    int id;
-  } *cand; /* sampling scratch, vocab entries */
+  df_sampler *sampler;
 };
 
 void df_engine_opts_default(df_engine_opts *o) {
@@ -128,7 +125,8 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   }
   if (df_st_set_open(&en->set, en->model_dir, e)) goto fail;
   en->set_open = 1;
-  if (df_k3_load(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir, e))
+  if (df_k3_load_from(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir,
+                      o->spine_dir, e))
     goto fail;
   if (plan_memory(en, o, e)) goto fail;
   df_store_opts so = o->store;
@@ -176,7 +174,7 @@ void df_session_free(df_session *s) {
   if (!s) return;
   df_k3_state_free(s->st);
   free(s->logits);
-  free(s->cand);
+  df_sampler_free(s->sampler);
   free(s);
 }
 
@@ -186,6 +184,50 @@ void df_session_reset(df_session *s) {
 }
 
 int df_session_pos(const df_session *s) { return df_k3_state_pos(s->st); }
+
+const float *df_session_logits(const df_session *s) { return s->logits; }
+
+struct df_session_snap {
+  df_k3_state *st;
+  float *logits;
+  int have_logits;
+  size_t bytes;
+};
+
+df_session_snap *df_session_snapshot(const df_session *s) {
+  df_session_snap *p = df_xcalloc(1, sizeof *p);
+  size_t V = (size_t)s->en->cfg.vocab;
+  p->st = df_k3_state_clone(s->st);
+  p->have_logits = s->have_logits;
+  if (s->have_logits) {
+    p->logits = df_xmalloc(sizeof(float) * V);
+    memcpy(p->logits, s->logits, sizeof(float) * V);
+  }
+  p->bytes = df_k3_state_bytes(p->st) + (p->logits ? sizeof(float) * V : 0);
+  return p;
+}
+
+void df_session_restore(df_session *s, const df_session_snap *p) {
+  df_k3_state_copy(s->st, p->st);
+  s->have_logits = p->have_logits;
+  if (p->have_logits)
+    memcpy(s->logits, p->logits, sizeof(float) * (size_t)s->en->cfg.vocab);
+}
+
+void df_session_snap_free(df_session_snap *p) {
+  if (!p) return;
+  df_k3_state_free(p->st);
+  free(p->logits);
+  free(p);
+}
+
+size_t df_session_snap_bytes(const df_session_snap *p) { return p ? p->bytes : 0; }
+
+size_t df_session_state_bytes(const df_session *s) {
+  return df_k3_state_bytes(s->st) + sizeof(float) * (size_t)s->en->cfg.vocab;
+}
+
+int df_session_has_logits(const df_session *s) { return s->have_logits; }
 
 void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
   df_k3_state_set_hook(s->st, fn, ud);
@@ -215,57 +257,6 @@ void df_gen_opts_default(df_gen_opts *o) {
   o->prefill_chunk = 64;
   o->temperature = 0.0f;
   o->top_p = 1.0f;
-}
-
-static uint64_t splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* Greedy: the highest logit, ties to the lower id. */
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
-static int cand_cmp(const void *a, const void *b) {
-  const struct cand *x = a, *y = b;
-  if (x->p != y->p) return x->p > y->p ? -1 : 1;
-  return x->id - y->id;
-}
-
-static int sample(df_session *s, const float *lg, int V, float temp, float top_p, uint64_t *rng) {
-  if (!(temp > 0)) return argmax(lg, V);
-  if (!s->cand) s->cand = df_xmalloc(sizeof *s->cand * (size_t)V);
-  float mx = lg[argmax(lg, V)];
-  double sum = 0;
-  for (int i = 0; i < V; i++) {
-    double p = exp(((double)lg[i] - mx) / temp);
-    s->cand[i].p = (float)p;
-    s->cand[i].id = i;
-    sum += p;
-  }
-  int n = V;
-  if (top_p > 0 && top_p < 1) {
-    qsort(s->cand, (size_t)V, sizeof *s->cand, cand_cmp);
-    double acc = 0;
-    for (n = 0; n < V;) {
-      acc += s->cand[n++].p / sum;
-      if (acc >= top_p) break;
-    }
-    sum = 0;
-    for (int i = 0; i < n; i++) sum += s->cand[i].p;
-  }
-  double u = (double)(splitmix(rng) >> 11) * 0x1p-53 * sum, acc = 0;
-  for (int i = 0; i < n; i++) {
-    acc += s->cand[i].p;
-    if (u < acc) return s->cand[i].id;
-  }
-  return s->cand[n - 1].id;
 }
 
 int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts *o, int **out,
@@ -306,12 +297,29 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   int cap = o->max_new > 0 ? o->max_new : 1;
   int *ids = df_xmalloc(sizeof(int) * (size_t)cap);
   uint64_t rng = o->seed;
+  df_sample_opts so;
+  if (o->sampling) {
+    so = *o->sampling;
+  } else {
+    df_sample_opts_default(&so);
+    so.temperature = o->temperature;
+    so.top_p = o->top_p;
+  }
+  if (!s->sampler) s->sampler = df_sampler_new(V);
+  /* the context the penalties look at: the prompt, then each new id */
+  int *ctx = NULL, nctx = 0;
+  if (df_sample_has_penalties(&so)) {
+    ctx = df_xmalloc(sizeof(int) * ((size_t)nprompt + (size_t)cap));
+    memcpy(ctx, prompt, sizeof(int) * (size_t)nprompt);
+    nctx = nprompt;
+  }
   st->finish = DF_FINISH_LENGTH;
   double t1 = df_now();
   int n = 0;
   while (n < o->max_new) {
-    int id = sample(s, s->logits, V, o->temperature, o->top_p, &rng);
+    int id = df_sample_pick(s->sampler, s->logits, &so, ctx, nctx, n, &rng);
     ids[n++] = id;
+    if (ctx) ctx[nctx++] = id;
     if (o->on_token && o->on_token(o->ud, id)) {
       st->finish = DF_FINISH_CANCEL;
       break;
@@ -330,11 +338,13 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
     }
     if (rc) {
       df_k3_state_set_cancel(s->st, NULL, NULL);
+      free(ctx);
       free(ids);
       return -1;
     }
   }
   df_k3_state_set_cancel(s->st, NULL, NULL);
+  free(ctx);
   st->decode_s = df_now() - t1;
   st->n_gen = n;
   st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;

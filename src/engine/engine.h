@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/sample.h"
 #include "format/config.h"
 #include "store/opts.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +39,7 @@ typedef struct df_engine_opts {
   uint64_t mem_limit;       /* bytes deltafin may use; 0 = MemAvailable / cgroup limit */
   int ctx;                  /* positions to admit; <= 0 = planner decides */
   int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
+  const char *spine_dir;    /* the row-int8 spine's folder; NULL = <model_dir>/spine-int8 */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -53,6 +55,25 @@ df_session *df_session_new(df_engine *en);
 void df_session_free(df_session *s);
 void df_session_reset(df_session *s);
 int df_session_pos(const df_session *s);
+/* Keeping a sequence for later (conversation reuse): a snapshot copies the
+ * session's state (see df_k3_state_clone) and its last logits; restoring it
+ * puts the session exactly where it was, so a prompt that extends the
+ * snapshot's ids needs only its new part prefilled, with the same results
+ * as a full prefill. df_session_state_bytes: what a snapshot of s would
+ * take now. */
+typedef struct df_session_snap df_session_snap;
+df_session_snap *df_session_snapshot(const df_session *s);
+void df_session_restore(df_session *s, const df_session_snap *snap);
+void df_session_snap_free(df_session_snap *snap);
+size_t df_session_snap_bytes(const df_session_snap *snap);
+size_t df_session_state_bytes(const df_session *s);
+/* 1 if the session holds the logits of its last position (a generation may
+ * continue with an empty prompt). */
+int df_session_has_logits(const df_session *s);
+
+/* The logits of the last position run (vocab floats): inside on_token, the
+ * distribution the token was drawn from. */
+const float *df_session_logits(const df_session *s);
 
 /* Runs n positions through the model as one batch (n = 1 decode, n > 1 a
  * prefill chunk). If logits != NULL it receives the logits of the LAST
@@ -79,6 +100,9 @@ typedef struct df_gen_opts {
   float temperature;  /* 0 = greedy (exact) */
   float top_p;        /* 1 = off */
   uint64_t seed;
+  /* The full sampling policy (engine/sample.h); NULL: temperature and top_p
+   * above, nothing else. */
+  const df_sample_opts *sampling;
   /* Called after each new token; return nonzero to cancel. */
   int (*on_token)(void *ud, int id);
   void *ud;

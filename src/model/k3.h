@@ -36,6 +36,9 @@ typedef struct df_k3 df_k3;
  * config field it contradicts. */
 int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
                const char *model_dir, df_err *e);
+/* The same with the row-int8 spine read from int8_dir (NULL = DIR/spine-int8). */
+int df_k3_load_from(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
+                    const char *model_dir, const char *int8_dir, df_err *e);
 void df_k3_free(df_k3 *m);
 
 const df_config *df_k3_config(const df_k3 *m);
@@ -101,6 +104,12 @@ int df_k3_int8_eligible(const df_tensor *t);
  * eligible tensors as `<name>` I8 [rows, cols] + `<name>.scale` F32 [rows],
  * then an index); resumable per shard, every file written atomically. */
 int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e);
+/* The same into out_dir (NULL = DIR/spine-int8), e.g. when the model folder
+ * is read-only or on another drive; progress on stderr when progress != 0.
+ * Memory stays bounded whatever the shard size: rows are converted in steps
+ * and the source's pages are dropped from the page cache once converted. */
+int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threads, int force,
+                           int progress, df_err *e);
 
 /* ---- per-sequence state and the forward pass ---- */
 typedef struct df_k3_state df_k3_state;
@@ -109,6 +118,16 @@ df_k3_state *df_k3_state_new(const df_k3 *m);
 void df_k3_state_free(df_k3_state *s);
 void df_k3_state_reset(df_k3_state *s);
 int df_k3_state_pos(const df_k3_state *s);
+
+/* The sequence state alone (position, KDA recurrent states and conv
+ * windows, the MLA latent cache up to the position; AttnRes keeps nothing
+ * across positions): a clone without scratch (a source for copy), a copy of
+ * one state into another of the same model (dst's MLA cache grows as
+ * needed), and the bytes a clone of s takes. Continuing from a copy gives
+ * the same results as continuing the original. */
+df_k3_state *df_k3_state_clone(const df_k3_state *s);
+void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src);
+size_t df_k3_state_bytes(const df_k3_state *s);
 
 /* Called after each layer with the T hidden states (the next layer's h). */
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);

@@ -122,6 +122,68 @@ void df_k3_state_free(df_k3_state *s) {
 
 int df_k3_state_pos(const df_k3_state *s) { return s->pos; }
 
+static int reserve_ctx(df_k3_state *s, int npos, df_err *e);
+
+static size_t kda_s_floats(const df_config *c) {
+  return (size_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim;
+}
+static size_t kda_conv_floats(const df_config *c) {
+  return 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * c->kda_heads * c->kda_head_dim;
+}
+static size_t mla_row_floats(const df_config *c) {
+  return (size_t)(c->kv_lora_rank + c->qk_rope_dim);
+}
+
+size_t df_k3_state_bytes(const df_k3_state *s) {
+  const df_config *c = s->m->cfg;
+  size_t n = 0;
+  for (int l = 0; l < c->n_layers; l++) {
+    if (s->kda_S[l]) n += kda_s_floats(c) + kda_conv_floats(c);
+    if (c->layer_kind[l] == DF_LAYER_MLA) n += (size_t)s->pos * mla_row_floats(c);
+  }
+  return n * sizeof(float);
+}
+
+df_k3_state *df_k3_state_clone(const df_k3_state *s) {
+  const df_config *c = s->m->cfg;
+  df_k3_state *d = df_xcalloc(1, sizeof *d);
+  d->m = s->m;
+  d->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_S);
+  d->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_conv);
+  d->mla = df_xcalloc((size_t)c->n_layers, sizeof *d->mla);
+  for (int l = 0; l < c->n_layers; l++) {
+    if (s->kda_S[l]) {
+      d->kda_S[l] = df_xaligned(64, sizeof(float) * kda_s_floats(c));
+      d->kda_conv[l] = df_xaligned(64, sizeof(float) * kda_conv_floats(c));
+      memcpy(d->kda_S[l], s->kda_S[l], sizeof(float) * kda_s_floats(c));
+      memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(float) * kda_conv_floats(c));
+    }
+    if (c->layer_kind[l] == DF_LAYER_MLA && s->pos > 0) {
+      d->mla[l] = df_xaligned(64, sizeof(float) * (size_t)s->pos * mla_row_floats(c));
+      memcpy(d->mla[l], s->mla[l], sizeof(float) * (size_t)s->pos * mla_row_floats(c));
+    }
+  }
+  d->pos = s->pos;
+  d->cap = c->n_mla ? s->pos : s->cap;
+  return d;
+}
+
+void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src) {
+  const df_config *c = dst->m->cfg;
+  df_err e;
+  dst->pos = 0; /* nothing of dst's cache needs keeping */
+  if (reserve_ctx(dst, src->pos, &e)) return; /* src->pos was valid for src */
+  for (int l = 0; l < c->n_layers; l++) {
+    if (dst->kda_S[l]) {
+      memcpy(dst->kda_S[l], src->kda_S[l], sizeof(float) * kda_s_floats(c));
+      memcpy(dst->kda_conv[l], src->kda_conv[l], sizeof(float) * kda_conv_floats(c));
+    }
+    if (c->layer_kind[l] == DF_LAYER_MLA && src->pos > 0)
+      memcpy(dst->mla[l], src->mla[l], sizeof(float) * (size_t)src->pos * mla_row_floats(c));
+  }
+  dst->pos = src->pos;
+}
+
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud) {
   s->hook = fn;
   s->hook_ud = ud;

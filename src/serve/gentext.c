@@ -55,6 +55,7 @@ int df_gentext_push(df_gentext *g, int id) {
   } else if (id != g->eot_id) {
     n = df_tok_stream_push(&g->ts, id, buf, sizeof buf);
   }
+  g->last_ch = ch;
   if (n > 0) text_in(g, ch, buf, (size_t)n);
   return g->stopped;
 }

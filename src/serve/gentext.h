@@ -28,6 +28,7 @@ typedef struct df_gentext {
   int stopped;      /* a stop sequence was found: nothing more is released */
   int resp_started; /* the response channel has begun */
   long n_reasoning; /* ids that fell in the reasoning channel */
+  df_channel last_ch; /* the channel of the last id pushed */
   df_gentext_sink sink;
   void *ud;
 } df_gentext;

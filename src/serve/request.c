@@ -52,6 +52,7 @@ void df_serve_req_free(df_serve_req *r) {
   free(r->owned);
   free(r->msgs);
   free(r->prompt_ids);
+  free(r->bias);
   memset(r, 0, sizeof *r);
 }
 
@@ -137,7 +138,8 @@ static int message_content(df_serve_req *r, const json_t *c, size_t i, char **ou
     const char *k;
     json_t *v;
     json_object_foreach(part, k, v) {
-      if (!strcmp(k, "type")) continue;
+      /* a prompt-caching hint (Anthropic-style clients): caching is by prefix here */
+      if (!strcmp(k, "type") || !strcmp(k, "cache_control")) continue;
       snprintf(p, sizeof p, "messages[%zu].content[%zu].%s", i, j, k);
       if (strcmp(k, "text")) return BAD(e, p, "unrecognized field '%s' in a text part", k);
       if (want_str(v, p, e)) return -1;
@@ -200,10 +202,11 @@ static int parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
       if (!strcmp(k, "content")) {
         content = v;
       } else if (!strcmp(k, "name")) {
-        if (cm->role != DF_ROLE_TOOL)
-          return unsupported(p, "the K3 chat format has no participant names", e);
+        /* the K3 chat format has no participant names: a tool message's name
+         * is its tool, on others it is accepted and not rendered */
+        if (json_is_null(v)) continue;
         if (want_str(v, p, e)) return -1;
-        name = v;
+        if (cm->role == DF_ROLE_TOOL) name = v;
       } else if (!strcmp(k, "tool_call_id")) {
         if (cm->role != DF_ROLE_TOOL) return BAD(e, p, "'%s' belongs on tool messages only", p);
         if (want_str(v, p, e)) return -1;
@@ -220,6 +223,14 @@ static int parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
       } else if (!strcmp(k, "function_call") || !strcmp(k, "refusal") || !strcmp(k, "audio")) {
         if (json_is_null(v)) continue;
         return unsupported(p, "only text messages are supported", e);
+      } else if (!strcmp(k, "parsed")) {
+        /* the SDK's .parse() result, sent back with the history */
+        if (json_is_null(v) || cm->role == DF_ROLE_ASSISTANT) continue;
+        return BAD(e, p, "'%s' belongs on assistant messages only", p);
+      } else if (!strcmp(k, "annotations")) {
+        /* output metadata (url citations) the SDK round-trips: nothing to render */
+        if (json_is_null(v) || json_is_array(v)) continue;
+        return BAD(e, p, "'%s' must be an array, not %s", p, json_kind(v));
       } else {
         return BAD(e, p, "unrecognized field '%s' in a message", k);
       }
@@ -288,6 +299,42 @@ static int parse_prompt(df_serve_req *r, const json_t *v, const df_serve_limits 
 }
 
 /* ---- small groups ---- */
+
+int df_serve_effort(const char *s, df_effort *out) {
+  if (!strcmp(s, "none") || !strcmp(s, "minimal")) {
+    *out = DF_EFFORT_LOW;
+    return 0;
+  }
+  if (!strcmp(s, "xhigh")) {
+    *out = DF_EFFORT_MAX;
+    return 0;
+  }
+  return df_effort_parse(s, out) ? -1 : 0;
+}
+
+static int parse_logit_bias(df_serve_req *r, const json_t *v, const df_serve_limits *lim,
+                            df_serve_err *e) {
+  if (!json_is_object(v)) return BAD(e, "logit_bias", "'logit_bias' must be an object, not %s", json_kind(v));
+  size_t n = json_object_size(v);
+  if (n > 1024) return BAD(e, "logit_bias", "'logit_bias' has more than 1024 entries");
+  r->bias = n ? df_xmalloc(n * sizeof *r->bias) : NULL;
+  const char *k;
+  json_t *x;
+  char p[160];
+  json_object_foreach((json_t *)v, k, x) {
+    snprintf(p, sizeof p, "logit_bias.%.40s", k);
+    char *end;
+    long id = strtol(k, &end, 10);
+    if (!*k || *end || id < 0 || id >= lim->vocab)
+      return BAD(e, p, "logit_bias keys must be token ids in [0, %d)", lim->vocab);
+    double b;
+    if (want_num(x, p, -100, 100, &b, e)) return -1;
+    r->bias[r->nbias].id = (int)id;
+    r->bias[r->nbias].bias = (float)b;
+    r->nbias++;
+  }
+  return 0;
+}
 
 static int parse_stop(df_serve_req *r, const json_t *v, df_serve_err *e) {
   const json_t *one[1] = {v};
@@ -358,21 +405,10 @@ static int parse_metadata(const json_t *v, df_serve_err *e) {
 /* A field that is accepted only at the value meaning "off". */
 static int only_default(const char *k, const json_t *v, df_serve_err *e) {
   if (json_is_null(v)) return 0;
-  if (!strcmp(k, "n") || !strcmp(k, "best_of")) {
+  if (!strcmp(k, "best_of")) {
     long long x;
     if (want_int(v, k, 1, 128, &x, e)) return -1;
-    if (x != 1) return unsupported(k, "one choice per request (the engine runs one sequence)", e);
-    return 0;
-  }
-  if (!strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty")) {
-    double x;
-    if (want_num(v, k, -2, 2, &x, e)) return -1;
-    if (x != 0) return unsupported(k, "penalties would change the exact distribution", e);
-    return 0;
-  }
-  if (!strcmp(k, "logit_bias")) {
-    if (!json_is_object(v)) return BAD(e, k, "'logit_bias' must be an object, not %s", json_kind(v));
-    if (json_object_size(v)) return unsupported(k, "logit biases are not applied", e);
+    if (x != 1) return unsupported(k, "best-of ranking is not implemented (use n)", e);
     return 0;
   }
   if (!strcmp(k, "echo") || !strcmp(k, "store")) {
@@ -417,17 +453,14 @@ static int only_default(const char *k, const json_t *v, df_serve_err *e) {
       return 0;
     return unsupported(k, "one tier: \"auto\" or \"default\"", e);
   }
-  /* logprobs, top_logprobs, audio, prediction, web_search_options, verbosity */
-  if (!strcmp(k, "logprobs") && json_is_false(v)) return 0;
-  if (!strcmp(k, "top_logprobs") && json_is_integer(v) && json_integer_value(v) == 0) return 0;
+  /* audio, prediction, web_search_options, verbosity */
   return unsupported(k, "only the default (off) is implemented", e);
 }
 
 static int is_only_default(df_serve_kind kind, const char *k) {
-  static const char *const common[] = {"n", "presence_penalty", "frequency_penalty", "logit_bias",
-                                       "logprobs", NULL};
+  static const char *const common[] = {NULL};
   static const char *const chat[] = {"tools", "tool_choice", "parallel_tool_calls", "functions",
-                                     "function_call", "response_format", "top_logprobs", "store",
+                                     "function_call", "response_format", "store",
                                      "modalities", "audio", "prediction", "web_search_options",
                                      "service_tier", "verbosity", NULL};
   static const char *const compl[] = {"echo", "suffix", "best_of", NULL};
@@ -440,9 +473,12 @@ static int is_only_default(df_serve_kind kind, const char *k) {
 
 static int is_known(df_serve_kind kind, const char *k) {
   static const char *const common[] = {"max_tokens", "stream", "stream_options", "temperature",
-                                       "top_p", "seed", "stop", "user", "metadata", NULL};
+                                       "top_p", "seed", "stop", "user", "metadata", "n",
+                                       "presence_penalty", "frequency_penalty", "logit_bias",
+                                       "logprobs", "top_k", "min_p", "repeat_penalty", NULL};
   static const char *const chat[] = {"max_completion_tokens", "reasoning_effort",
-                                     "safety_identifier", "prompt_cache_key", NULL};
+                                     "safety_identifier", "prompt_cache_key", "top_logprobs",
+                                     NULL};
   for (const char *const *p = common; *p; p++)
     if (!strcmp(*p, k)) return 1;
   if (kind == DF_SERVE_CHAT)
@@ -457,6 +493,8 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
   out->kind = kind;
   out->max_tokens = -1;
   out->top_p = 1;
+  out->repeat_penalty = 1;
+  out->n = 1;
   out->effort = DF_EFFORT_MAX;
   if (!df_utf8_valid(body, len)) {
     BAD(err, NULL, "the request body is not valid UTF-8");
@@ -469,7 +507,7 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
         je.column);
     return -1;
   }
-  int rc = -1;
+  int rc = -1, has_top = 0;
   long long mt = -1, mct = -1;
   const json_t *messages = NULL, *prompt = NULL, *model = NULL, *stream_options = NULL;
   const char *k;
@@ -498,8 +536,11 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "reasoning_effort")) {
       if (want_str(v, k, err)) goto done;
       const char *s = json_string_value(v);
-      if (df_effort_parse(s, &out->effort)) {
-        BAD(err, k, "'reasoning_effort' '%s' is not supported (low, medium, high, max)", s);
+      if (df_serve_effort(s, &out->effort)) {
+        BAD(err, k,
+            "'reasoning_effort' '%s' is not supported (none, minimal, low, medium, high, xhigh, "
+            "max)",
+            s);
         goto done;
       }
     } else if (!strcmp(k, "temperature")) {
@@ -513,6 +554,39 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
       out->seed = (uint64_t)s;
     } else if (!strcmp(k, "stop")) {
       if (parse_stop(out, v, err)) goto done;
+    } else if (!strcmp(k, "n")) {
+      long long x;
+      if (want_int(v, k, 1, DF_SERVE_MAX_N, &x, err)) goto done;
+      out->n = (int)x;
+    } else if (!strcmp(k, "top_k")) {
+      long long x; /* llama.cpp: <= 0 is off */
+      if (want_int(v, k, -1, 1 << 30, &x, err)) goto done;
+      out->top_k = x > 0 ? (int)x : 0;
+    } else if (!strcmp(k, "min_p")) {
+      if (want_num(v, k, 0, 1, &out->min_p, err)) goto done;
+    } else if (!strcmp(k, "repeat_penalty")) {
+      if (want_num(v, k, 0, 10, &out->repeat_penalty, err)) goto done;
+      if (out->repeat_penalty == 0) out->repeat_penalty = 1; /* Ollama: 0 is off */
+    } else if (!strcmp(k, "presence_penalty")) {
+      if (want_num(v, k, -2, 2, &out->presence_penalty, err)) goto done;
+    } else if (!strcmp(k, "frequency_penalty")) {
+      if (want_num(v, k, -2, 2, &out->frequency_penalty, err)) goto done;
+    } else if (!strcmp(k, "logit_bias")) {
+      if (parse_logit_bias(out, v, lim, err)) goto done;
+    } else if (!strcmp(k, "logprobs")) {
+      if (kind == DF_SERVE_CHAT) {
+        if (want_bool(v, k, &out->logprobs, err)) goto done;
+      } else { /* legacy completions: the number of alternatives */
+        long long x;
+        if (want_int(v, k, 0, DF_SERVE_MAX_TOP_LOGPROBS, &x, err)) goto done;
+        out->logprobs = 1;
+        out->top_logprobs = (int)x;
+      }
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "top_logprobs")) {
+      long long x;
+      if (want_int(v, k, 0, DF_SERVE_MAX_TOP_LOGPROBS, &x, err)) goto done;
+      out->top_logprobs = (int)x;
+      has_top = 1;
     } else if (!strcmp(k, "user") ||
                (kind == DF_SERVE_CHAT &&
                 (!strcmp(k, "safety_identifier") || !strcmp(k, "prompt_cache_key")))) {
@@ -533,7 +607,8 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
   }
   if (want_str(model, "model", err)) goto done;
   if (lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
-    df_serve_err_set(err, 400, "invalid_request_error", "model_not_found", "model",
+    /* 404 as OpenAI answers an unknown model */
+    df_serve_err_set(err, 404, "invalid_request_error", "model_not_found", "model",
                      "The model '%.200s' is not served here (this server serves '%.200s')",
                      json_string_value(model), lim->model_id);
     goto done;
@@ -563,6 +638,10 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
   } else if (mt >= 0) {
     out->max_tokens = (long)mt;
     out->max_tokens_param = "max_tokens";
+  }
+  if (has_top && out->top_logprobs > 0 && !out->logprobs) {
+    BAD(err, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+    goto done;
   }
   if (stream_options && !json_is_null(stream_options)) {
     if (!out->stream) {

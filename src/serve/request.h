@@ -9,9 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/sample.h"
 #include "tokenizer/chat.h"
 
-#define DF_SERVE_MAX_STOP 4     /* OpenAI's limit on stop sequences */
+#define DF_SERVE_MAX_STOP 16    /* OpenAI allows 4; llama.cpp-style clients send more */
+#define DF_SERVE_MAX_N 16       /* choices per request (generated one after another) */
+#define DF_SERVE_MAX_TOP_LOGPROBS 20
 #define DF_SERVE_MAX_STOP_LEN 256
 
 typedef enum { DF_SERVE_CHAT = 0, DF_SERVE_COMPLETION = 1 } df_serve_kind;
@@ -58,10 +61,25 @@ typedef struct df_serve_req {
   char *stop[DF_SERVE_MAX_STOP];
   size_t stop_len[DF_SERVE_MAX_STOP];
   int nstop;
+  /* sampling extensions (llama.cpp / Ollama / OpenAI penalties), off by default */
+  int top_k;              /* 0 = off */
+  double min_p;           /* 0 = off */
+  double repeat_penalty;  /* 1 = off */
+  double presence_penalty, frequency_penalty;
+  df_sample_bias *bias;   /* logit_bias */
+  int nbias;
+  int n;                  /* choices (1 by default) */
+  int logprobs;           /* return the chosen tokens' log-probabilities */
+  int top_logprobs;       /* and this many alternatives per token */
   /* internal: every string above lives here */
   char **owned;
   size_t nowned, capowned;
 } df_serve_req;
+
+/* The release's efforts for what OpenAI's SDK allows in reasoning_effort:
+ * none and minimal -> low (K3 always reasons; low is its least), low, medium,
+ * high as named, xhigh and max -> max. -1 for anything else. */
+int df_serve_effort(const char *s, df_effort *out);
 
 /* Parses and validates body (len bytes, not necessarily NUL-terminated).
  * Returns 0 with *out filled (free with df_serve_req_free), or -1 with *err

@@ -117,12 +117,65 @@ static json_t *usage_obj(const df_serve_usage *u, df_serve_kind kind) {
   return o;
 }
 
-void df_serve_sse_delta(df_sbuf *out, const df_serve_meta *m, const char *role, const char *field,
-                        const char *text, size_t len, const char *finish) {
+static json_t *bytes_arr(const uint8_t *p, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(p[i]));
+  return a;
+}
+
+/* chat: {"content":[...],"refusal":null}; completions: the legacy columns */
+static json_t *lp_obj(df_serve_kind kind, const df_serve_lp *lp, size_t nlp, size_t text_offset) {
+  json_t *o = json_object();
+  if (kind == DF_SERVE_CHAT) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < nlp; i++) {
+      json_t *e = json_object();
+      json_object_set_new(e, "token", jstr((const char *)lp[i].p, lp[i].n));
+      json_object_set_new(e, "logprob", json_real(lp[i].lp));
+      json_object_set_new(e, "bytes", bytes_arr(lp[i].p, lp[i].n));
+      json_t *top = json_array();
+      for (int k = 0; k < lp[i].ntop; k++) {
+        json_t *t = json_object();
+        json_object_set_new(t, "token", jstr((const char *)lp[i].top[k].p, lp[i].top[k].n));
+        json_object_set_new(t, "logprob", json_real(lp[i].top[k].lp));
+        json_object_set_new(t, "bytes", bytes_arr(lp[i].top[k].p, lp[i].top[k].n));
+        json_array_append_new(top, t);
+      }
+      json_object_set_new(e, "top_logprobs", top);
+      json_array_append_new(arr, e);
+    }
+    json_object_set_new(o, "content", arr);
+    json_object_set_new(o, "refusal", json_null());
+    return o;
+  }
+  json_t *tokens = json_array(), *tlp = json_array(), *top = json_array(), *off = json_array();
+  for (size_t i = 0; i < nlp; i++) {
+    json_array_append_new(tokens, jstr((const char *)lp[i].p, lp[i].n));
+    json_array_append_new(tlp, json_real(lp[i].lp));
+    json_t *d = json_object();
+    for (int k = 0; k < lp[i].ntop; k++) {
+      json_t *key = jstr((const char *)lp[i].top[k].p, lp[i].top[k].n);
+      json_object_set_new(d, json_string_value(key), json_real(lp[i].top[k].lp));
+      json_decref(key);
+    }
+    json_array_append_new(top, d);
+    json_array_append_new(off, json_integer((json_int_t)text_offset));
+    text_offset += lp[i].n;
+  }
+  json_object_set_new(o, "tokens", tokens);
+  json_object_set_new(o, "token_logprobs", tlp);
+  json_object_set_new(o, "top_logprobs", top);
+  json_object_set_new(o, "text_offset", off);
+  return o;
+}
+
+void df_serve_sse_delta_lp(df_sbuf *out, const df_serve_meta *m, int index, const char *role,
+                           const char *field, const char *text, size_t len, const char *finish,
+                           const df_serve_lp *lp, size_t nlp, int want_lp, size_t text_offset) {
   int chat = m->kind == DF_SERVE_CHAT;
   json_t *o = head(m, chat ? "chat.completion.chunk" : "text_completion");
   json_t *c = json_object();
-  json_object_set_new(c, "index", json_integer(0));
+  json_object_set_new(c, "index", json_integer(index));
   if (chat) {
     json_t *d = json_object();
     if (role) json_object_set_new(d, "role", json_string(role));
@@ -131,13 +184,19 @@ void df_serve_sse_delta(df_sbuf *out, const df_serve_meta *m, const char *role, 
   } else {
     json_object_set_new(c, "text", jstr(text, text ? len : 0));
   }
-  json_object_set_new(c, "logprobs", json_null());
+  json_object_set_new(c, "logprobs",
+                      want_lp && nlp ? lp_obj(m->kind, lp, nlp, text_offset) : json_null());
   json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
   json_t *arr = json_array();
   json_array_append_new(arr, c);
   json_object_set_new(o, "choices", arr);
   if (m->include_usage) json_object_set_new(o, "usage", json_null());
   add_frame(out, o);
+}
+
+void df_serve_sse_delta(df_sbuf *out, const df_serve_meta *m, const char *role, const char *field,
+                        const char *text, size_t len, const char *finish) {
+  df_serve_sse_delta_lp(out, m, 0, role, field, text, len, finish, NULL, 0, 0, 0);
 }
 
 void df_serve_sse_usage(df_sbuf *out, const df_serve_meta *m, const df_serve_usage *u) {
@@ -151,29 +210,38 @@ void df_serve_sse_error(df_sbuf *out, const df_serve_err *e) { add_frame(out, er
 
 void df_serve_sse_done(df_sbuf *out) { df_sbuf_addstr(out, "data: [DONE]\n\n"); }
 
-char *df_serve_response_json(const df_serve_meta *m, const char *reasoning, size_t nreasoning,
-                             const char *content, size_t ncontent, const char *finish,
-                             const df_serve_usage *u) {
+char *df_serve_response_choices_json(const df_serve_meta *m, const df_serve_choice *ch, int n,
+                                     const df_serve_usage *u) {
   int chat = m->kind == DF_SERVE_CHAT;
   json_t *o = head(m, chat ? "chat.completion" : "text_completion");
-  json_t *c = json_object();
-  json_object_set_new(c, "index", json_integer(0));
-  if (chat) {
-    json_t *msg = json_object();
-    json_object_set_new(msg, "role", json_string("assistant"));
-    json_object_set_new(msg, "content", jstr(content, ncontent));
-    json_object_set_new(msg, "reasoning_content", jstr(reasoning, nreasoning));
-    json_object_set_new(c, "message", msg);
-  } else {
-    json_object_set_new(c, "text", jstr(content, ncontent));
-  }
-  json_object_set_new(c, "logprobs", json_null());
-  json_object_set_new(c, "finish_reason", json_string(finish));
   json_t *arr = json_array();
-  json_array_append_new(arr, c);
+  for (int i = 0; i < n; i++) {
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(i));
+    if (chat) {
+      json_t *msg = json_object();
+      json_object_set_new(msg, "role", json_string("assistant"));
+      json_object_set_new(msg, "content", jstr(ch[i].content, ch[i].ncontent));
+      json_object_set_new(msg, "reasoning_content", jstr(ch[i].reasoning, ch[i].nreasoning));
+      json_object_set_new(c, "message", msg);
+    } else {
+      json_object_set_new(c, "text", jstr(ch[i].content, ch[i].ncontent));
+    }
+    json_object_set_new(c, "logprobs",
+                        ch[i].logprobs ? lp_obj(m->kind, ch[i].lp, ch[i].nlp, 0) : json_null());
+    json_object_set_new(c, "finish_reason", json_string(ch[i].finish));
+    json_array_append_new(arr, c);
+  }
   json_object_set_new(o, "choices", arr);
   json_object_set_new(o, "usage", usage_obj(u, m->kind));
   return dump(o);
+}
+
+char *df_serve_response_json(const df_serve_meta *m, const char *reasoning, size_t nreasoning,
+                             const char *content, size_t ncontent, const char *finish,
+                             const df_serve_usage *u) {
+  df_serve_choice c = {reasoning, nreasoning, content, ncontent, finish, NULL, 0, 0};
+  return df_serve_response_choices_json(m, &c, 1, u);
 }
 
 static json_t *model_obj(const char *id, long long created) {

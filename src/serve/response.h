@@ -5,6 +5,7 @@
 #define DF_SERVE_RESPONSE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "serve/request.h"
 #include "serve/stop.h"
@@ -41,6 +42,45 @@ void df_serve_sse_done(df_sbuf *out);
 char *df_serve_response_json(const df_serve_meta *m, const char *reasoning, size_t nreasoning,
                              const char *content, size_t ncontent, const char *finish,
                              const df_serve_usage *u);
+
+/* Log-probabilities of one generated token (the bytes point into the
+ * tokenizer: a token may hold part of a UTF-8 character). */
+typedef struct df_serve_lp_alt {
+  const uint8_t *p;
+  size_t n;
+  double lp;
+} df_serve_lp_alt;
+typedef struct df_serve_lp {
+  const uint8_t *p;
+  size_t n;
+  double lp;
+  int ntop;
+  df_serve_lp_alt top[DF_SERVE_MAX_TOP_LOGPROBS];
+} df_serve_lp;
+
+/* One choice of a response. logprobs: they were asked for, so the choice
+ * carries an object (chat: {"content":[...],"refusal":null}; completions:
+ * {"tokens","token_logprobs","top_logprobs","text_offset"}) instead of null. */
+typedef struct df_serve_choice {
+  const char *reasoning;
+  size_t nreasoning;
+  const char *content;
+  size_t ncontent;
+  const char *finish;
+  const df_serve_lp *lp;
+  size_t nlp;
+  int logprobs;
+} df_serve_choice;
+
+char *df_serve_response_choices_json(const df_serve_meta *m, const df_serve_choice *c, int n,
+                                     const df_serve_usage *u);
+
+/* A streamed delta of choice index, with the log-probabilities of the
+ * tokens it covers (want_lp: asked for; text_offset: completions' offset of
+ * the first of them in the choice's text). */
+void df_serve_sse_delta_lp(df_sbuf *out, const df_serve_meta *m, int index, const char *role,
+                           const char *field, const char *text, size_t len, const char *finish,
+                           const df_serve_lp *lp, size_t nlp, int want_lp, size_t text_offset);
 
 char *df_serve_models_json(const char *model_id, long long created);
 char *df_serve_model_json(const char *model_id, long long created);

@@ -38,6 +38,16 @@ typedef struct srv srv;
 /* One generation request. Shared by its connection (the request context and,
  * when streaming, the response) and the generation thread; every field below
  * the line is guarded by srv.mu, refs counts the holders. */
+/* One choice's results (generation thread only until the job is DONE). */
+typedef struct choice {
+  df_sbuf reasoning, content; /* non-streamed text */
+  const char *finish;
+  df_serve_lp *lp; /* logprobs of the visible tokens */
+  size_t nlp, caplp;
+  size_t lp_sent, text_sent; /* streams: entries and content bytes sent */
+  long n_gen, n_reasoning;
+} choice;
+
 typedef struct job {
   srv *S;
   df_serve_req req;
@@ -61,8 +71,11 @@ typedef struct job {
   long prefilled;         /* prompt positions run so far */
   long prefilled_at_cancel; /* ... when the hang-up or shutdown was first seen (-1: not yet) */
   /* ---- generation thread only until DONE ---- */
-  df_sbuf reasoning, content; /* non-streamed results */
-  const char *finish;
+  choice *ch;
+  int nch, cur;
+  long n_reasoning;
+  df_sbuf tok_r, tok_c; /* streams: text released by the current token */
+  const char *finish;   /* set when every choice finished */
   int failed;
   df_serve_err err;
   df_gentext gt;
@@ -130,8 +143,14 @@ static void job_unref_locked(job *j) {
   df_serve_req_free(&j->req);
   free(j->prompt);
   df_sbuf_free(&j->out);
-  df_sbuf_free(&j->reasoning);
-  df_sbuf_free(&j->content);
+  for (int i = 0; i < j->nch; i++) {
+    df_sbuf_free(&j->ch[i].reasoning);
+    df_sbuf_free(&j->ch[i].content);
+    free(j->ch[i].lp);
+  }
+  free(j->ch);
+  df_sbuf_free(&j->tok_r);
+  df_sbuf_free(&j->tok_c);
   df_gentext_free(&j->gt);
   df_sbuf_free(&j->frames);
   free(j);
@@ -222,14 +241,38 @@ static void cond_init_mono(pthread_cond_t *cv) {
 
 /* ------------------------------------------------------ generation side */
 
-/* The gentext sink: text a client may see now. */
+/* The gentext sink: text a client may see now. Streams collect a token's
+ * text and turn it into frames after the token (emit), so that a content
+ * frame carries the log-probabilities of the tokens it covers. */
 static void deliver(void *ud, df_channel ch, const char *text, size_t n) {
   job *j = ud;
+  choice *c = &j->ch[j->cur];
   if (j->req.stream)
-    df_serve_sse_delta(&j->frames, &j->meta, NULL,
-                       ch == DF_CH_REASONING ? "reasoning_content" : "content", text, n, NULL);
+    df_sbuf_add(ch == DF_CH_REASONING ? &j->tok_r : &j->tok_c, text, n);
   else
-    df_sbuf_add(ch == DF_CH_REASONING ? &j->reasoning : &j->content, text, n);
+    df_sbuf_add(ch == DF_CH_REASONING ? &c->reasoning : &c->content, text, n);
+}
+
+/* Streams: the frames for the text released since the last call. at_end
+ * also sends log-probabilities still waiting for text (held back by a stop
+ * matcher or a partial character). */
+static void emit(job *j, int at_end) {
+  choice *c = &j->ch[j->cur];
+  int chat = j->req.kind == DF_SERVE_CHAT;
+  if (j->tok_r.n) {
+    df_serve_sse_delta_lp(&j->frames, &j->meta, j->cur, NULL, "reasoning_content", j->tok_r.p,
+                          j->tok_r.n, NULL, NULL, 0, 0, 0);
+    j->tok_r.n = 0;
+  }
+  size_t pend = c->nlp - c->lp_sent;
+  if (j->tok_c.n || (at_end && pend && j->req.logprobs)) {
+    df_serve_sse_delta_lp(&j->frames, &j->meta, j->cur, NULL, chat ? "content" : NULL,
+                          j->tok_c.p ? j->tok_c.p : "", j->tok_c.n, NULL, c->lp + c->lp_sent,
+                          pend, j->req.logprobs, c->text_sent);
+    c->lp_sent = c->nlp;
+    c->text_sent += j->tok_c.n;
+    j->tok_c.n = 0;
+  }
 }
 
 /* Hands the frames built so far to the connection. */
@@ -244,11 +287,44 @@ static void publish(job *j) {
   j->frames.n = 0;
 }
 
+/* The chosen token's log-probability and the alternatives, from the logits
+ * it was drawn from (the model's distribution, before penalties and
+ * temperature). Only tokens of the visible text count: chat's response
+ * channel (not its reasoning, no special tokens); a completion's every token
+ * but the end of text. */
+static void record_logprob(job *j, int id) {
+  srv *S = j->S;
+  if (j->req.kind == DF_SERVE_CHAT) {
+    if (df_tok_is_special(S->tok, id) || j->gt.last_ch != DF_CH_RESPONSE) return;
+  } else if (id == j->gt.eot_id) {
+    return; /* ends the text, adds none (a completion shows other specials by name) */
+  }
+  choice *c = &j->ch[j->cur];
+  if (c->nlp == c->caplp) {
+    c->caplp = c->caplp ? c->caplp * 2 : 64;
+    c->lp = df_xrealloc(c->lp, c->caplp * sizeof *c->lp);
+  }
+  df_serve_lp *e = &c->lp[c->nlp++];
+  int top[DF_SERVE_MAX_TOP_LOGPROBS];
+  double tlp[DF_SERVE_MAX_TOP_LOGPROBS];
+  int ntop = j->req.top_logprobs;
+  e->lp = df_sample_logprobs(df_session_logits(S->sess), S->limits.vocab, id, ntop, top, tlp);
+  e->p = df_tok_piece(S->tok, id, &e->n);
+  e->ntop = ntop;
+  for (int k = 0; k < ntop; k++) {
+    e->top[k].p = df_tok_piece(S->tok, top[k], &e->top[k].n);
+    e->top[k].lp = tlp[k];
+  }
+}
+
 static int on_token(void *ud, int id) {
   job *j = ud;
   srv *S = j->S;
   if (S->o.token_delay_ms > 0) usleep((useconds_t)S->o.token_delay_ms * 1000u);
+  int was_stopped = j->gt.stopped;
   int stopped = df_gentext_push(&j->gt, id);
+  if (j->req.logprobs && !was_stopped) record_logprob(j, id);
+  if (j->req.stream) emit(j, 0);
   pthread_mutex_lock(&S->mu);
   j->n_gen++;
   if (j->frames.n) {
@@ -282,6 +358,8 @@ static void on_prefill(void *ud, int done) {
   pthread_mutex_unlock(&j->S->mu);
 }
 
+/* Runs the job's choices one after another (n > 1 is sequential: one
+ * session). Choice i > 0 draws with a seed derived from the request's. */
 static void run_job(srv *S, job *j) {
   df_gen_opts go;
   df_gen_opts_default(&go);
@@ -293,42 +371,91 @@ static void run_job(srv *S, job *j) {
     go.stop_ids = S->text_stop;
     go.nstop = S->ntext_stop;
   }
-  go.temperature = (float)j->req.temperature;
-  go.top_p = (float)j->req.top_p;
-  go.seed = j->req.seed;
-  if (!j->req.has_seed && getrandom(&go.seed, sizeof go.seed, 0) != (ssize_t)sizeof go.seed)
-    go.seed = (uint64_t)time(NULL);
+  df_sample_opts so;
+  df_sample_opts_default(&so);
+  so.temperature = (float)j->req.temperature;
+  so.top_p = (float)j->req.top_p;
+  so.top_k = j->req.top_k;
+  so.min_p = (float)j->req.min_p;
+  so.repeat_penalty = (float)j->req.repeat_penalty;
+  so.presence_penalty = (float)j->req.presence_penalty;
+  so.frequency_penalty = (float)j->req.frequency_penalty;
+  so.bias = j->req.bias;
+  so.nbias = j->req.nbias;
+  go.temperature = so.temperature;
+  go.top_p = so.top_p;
+  go.sampling = &so;
+  uint64_t seed = j->req.seed;
+  if (!j->req.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+    seed = (uint64_t)time(NULL);
   go.on_token = on_token;
   go.cancel = gen_cancelled;
   go.on_prefill = on_prefill;
   go.ud = j;
-  df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1, j->req.stop,
-                  j->req.stop_len, j->req.nstop, deliver, j);
+  j->nch = j->req.n > 0 ? j->req.n : 1;
+  j->ch = df_xcalloc((size_t)j->nch, sizeof *j->ch);
 
-  if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
-    df_serve_sse_delta(&j->frames, &j->meta, "assistant", "content", "", 0, NULL);
-    publish(j);
-  }
-  df_session_reset(S->sess);
-  int *ids = NULL, nids = 0;
   df_gen_stats st;
   memset(&st, 0, sizeof st);
   df_err e;
-  int rc = df_generate(S->sess, j->prompt, (int)j->nprompt, &go, &ids, &nids, &st, &e);
-  free(ids);
+  int rc = 0, gone = 0, shutdown = 0, stopped = 0;
+  long total_gen = 0, total_reasoning = 0;
+  for (int ci = 0; ci < j->nch; ci++) {
+    j->cur = ci;
+    choice *c = &j->ch[ci];
+    go.seed = seed;
+    if (ci > 0) {
+      uint64_t x = seed + (uint64_t)ci;
+      go.seed = df_sample_splitmix(&x);
+    }
+    df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1,
+                    j->req.stop, j->req.stop_len, j->req.nstop, deliver, j);
+    if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
+      df_serve_sse_delta_lp(&j->frames, &j->meta, ci, "assistant", "content", "", 0, NULL, NULL,
+                            0, 0, 0);
+      publish(j);
+    }
+    df_session_reset(S->sess);
+    int *ids = NULL, nids = 0;
+    memset(&st, 0, sizeof st);
+    rc = df_generate(S->sess, j->prompt, (int)j->nprompt, &go, &ids, &nids, &st, &e);
+    free(ids);
 
+    pthread_mutex_lock(&S->mu);
+    gone = peer_gone_locked(j);
+    shutdown = j->shutdown;
+    long at_cancel = j->prefilled_at_cancel;
+    pthread_mutex_unlock(&S->mu);
+    if (!rc && st.finish == DF_FINISH_CANCEL && st.n_prefilled < (int)j->nprompt)
+      /* how far past the cancellation the prefill ran, for operators and tests */
+      df_log_info("prefill cancelled (%s) at %d of %zu prompt positions, %ld run after the "
+                  "cancellation",
+                  shutdown ? "shutdown" : "client gone", st.n_prefilled, j->nprompt,
+                  at_cancel >= 0 ? st.n_prefilled - at_cancel : 0L);
+    stopped = j->gt.stopped;
+    if (rc || (shutdown && !stopped) || gone) {
+      df_gentext_free(&j->gt);
+      memset(&j->gt, 0, sizeof j->gt);
+      break;
+    }
+    df_gentext_finish(&j->gt);
+    if (j->req.stream) emit(j, 1);
+    c->finish = stopped || st.finish == DF_FINISH_STOP ? "stop" : "length";
+    c->n_gen = st.n_gen;
+    c->n_reasoning = j->gt.n_reasoning;
+    total_gen += st.n_gen;
+    total_reasoning += j->gt.n_reasoning;
+    if (j->req.stream)
+      df_serve_sse_delta_lp(&j->frames, &j->meta, ci, NULL, NULL, NULL, 0, c->finish, NULL, 0, 0,
+                            0);
+    publish(j);
+    df_gentext_free(&j->gt);
+    memset(&j->gt, 0, sizeof j->gt);
+  }
   pthread_mutex_lock(&S->mu);
-  int gone = peer_gone_locked(j), shutdown = j->shutdown;
-  if (!rc) j->n_gen = st.n_gen;
-  long at_cancel = j->prefilled_at_cancel;
+  if (!rc && !gone && !(shutdown && !stopped)) j->n_gen = total_gen;
   pthread_mutex_unlock(&S->mu);
-  if (!rc && st.finish == DF_FINISH_CANCEL && st.n_prefilled < (int)j->nprompt)
-    /* how far past the cancellation the prefill ran, for operators and tests */
-    df_log_info("prefill cancelled (%s) at %d of %zu prompt positions, %ld run after the "
-                "cancellation",
-                shutdown ? "shutdown" : "client gone", st.n_prefilled, j->nprompt,
-                at_cancel >= 0 ? st.n_prefilled - at_cancel : 0L);
-  int stopped = j->gt.stopped;
+  j->n_reasoning = total_reasoning;
   if (rc) {
     j->failed = 1;
     df_serve_err_set(&j->err, 500, "server_error", NULL, NULL, "generation failed: %s", e.msg);
@@ -337,18 +464,14 @@ static void run_job(srv *S, job *j) {
     df_serve_err_set(&j->err, 503, "server_error", "shutting_down", NULL,
                      "the server is shutting down; the generation was cancelled");
   } else if (!gone) {
-    df_gentext_finish(&j->gt);
-    j->finish = stopped || st.finish == DF_FINISH_STOP ? "stop" : "length";
+    j->finish = j->ch[j->nch - 1].finish;
   }
   if (j->req.stream && !gone) {
     if (j->failed) {
       df_serve_sse_error(&j->frames, &j->err);
-    } else {
-      df_serve_sse_delta(&j->frames, &j->meta, NULL, NULL, NULL, 0, j->finish);
-      if (j->req.include_usage) {
-        df_serve_usage u = {(long)j->nprompt, st.n_gen, j->gt.n_reasoning};
-        df_serve_sse_usage(&j->frames, &j->meta, &u);
-      }
+    } else if (j->req.include_usage) {
+      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning};
+      df_serve_sse_usage(&j->frames, &j->meta, &u);
     }
     df_serve_sse_done(&j->frames);
   }
@@ -604,10 +727,14 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   pthread_mutex_unlock(&S->mu);
   if (j->failed) return reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
-  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->gt.n_reasoning};
-  return reply_json(c, r, 200,
-                    df_serve_response_json(&j->meta, j->reasoning.p, j->reasoning.n, j->content.p,
-                                           j->content.n, j->finish, &u));
+  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning};
+  df_serve_choice cs[DF_SERVE_MAX_N];
+  for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) {
+    choice *ch = &j->ch[i];
+    cs[i] = (df_serve_choice){ch->reasoning.p, ch->reasoning.n, ch->content.p, ch->content.n,
+                              ch->finish, ch->lp, ch->nlp, j->req.logprobs};
+  }
+  return reply_json(c, r, 200, df_serve_response_choices_json(&j->meta, cs, j->nch, &u));
 }
 
 /* ------------------------------------------------------------ routing */
@@ -951,7 +1078,7 @@ void df_serve_opts_default(df_serve_opts *o) {
   memset(o, 0, sizeof *o);
   o->host = "127.0.0.1";
   o->port = 8000;
-  o->queue = 0;
+  o->queue = 4; /* a second request waits, as llama-server and Ollama do */
   o->max_request_bytes = 1u << 20;
   o->idle_timeout_s = 60;
   o->request_timeout_s = 30;

@@ -135,14 +135,16 @@ bad /v1/chat/completions '{"model":"k3-tiny",' null
 bad /v1/chat/completions '[]' null
 bad /v1/chat/completions '' null
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"frobnicate\":1}" frobnicate
-bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"n\":2}" n
-bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"logprobs\":true}" logprobs
+bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"n\":17}" n
+bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"logprobs\":\"yes\"}" logprobs
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}" tools
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"max_tokens\":\"5\"}" max_tokens
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"temperature\":3}" temperature
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"reasoning_effort\":\"extreme\"}" reasoning_effort
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"stop\":[\"\"]}" stop
-bad /v1/chat/completions "{\"model\":\"gpt-4o\",$CHAT}" model model_not_found
+# an unknown model is 404, as OpenAI answers
+s=$(req "$T/b" POST "$U/v1/chat/completions" -d "{\"model\":\"gpt-4o\",$CHAT}")
+check_error "$T/b" "$s" 404 model model_not_found
 bad /v1/chat/completions '{"model":"k3-tiny"}' messages
 bad /v1/chat/completions '{"model":"k3-tiny","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}' 'messages[0].content[0].type'
 bad /v1/chat/completions '{"model":"k3-tiny","messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}]}]}' 'messages[1].content[0].type'
@@ -166,7 +168,7 @@ python3 -c 'import sys; n=int(sys.argv[1]); print("{\"model\":\"k3-tiny\",\"mess
 s=$(req "$T/b" POST "$U/v1/chat/completions" --data-binary @"$T/long.json")
 check_error "$T/b" "$s" 400 messages context_length_exceeded
 grep -q "$MAXPOS" "$T/b" || fail "the context error does not name the limit"
-pass "400 with param for invalid JSON/UTF-8, unknown fields, types, ranges, n, logprobs, tools, images, audio, model, context"
+pass "400 with param for invalid JSON/UTF-8, unknown fields, types, ranges, n, logprobs, tools, images, audio, context; 404 for an unknown model"
 
 # ---- 404 / 405
 s=$(req "$T/b" GET "$U/v1/nothing-here")

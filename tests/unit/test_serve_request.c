@@ -41,7 +41,6 @@ static const bad_case bad[] = {
     {DF_SERVE_CHAT, "{" MSG "}", "model", NULL},
     {DF_SERVE_CHAT, "{\"model\":null," MSG "}", "model", NULL},
     {DF_SERVE_CHAT, "{\"model\":7," MSG "}", "model", NULL},
-    {DF_SERVE_CHAT, "{\"model\":\"gpt-4o\"," MSG "}", "model", "model_not_found"},
     {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\"}", "messages", NULL},
     {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[]}", "messages", NULL},
     {DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":\"hi\"}", "messages", NULL},
@@ -84,7 +83,7 @@ static const bad_case bad[] = {
     {DF_SERVE_CHAT, CHAT(",\"top_p\":-1"), "top_p", NULL},
     {DF_SERVE_CHAT, CHAT(",\"seed\":1.5"), "seed", NULL},
     {DF_SERVE_CHAT, CHAT(",\"seed\":\"1\""), "seed", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"reasoning_effort\":\"minimal\""), "reasoning_effort", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"reasoning_effort\":\"extreme\""), "reasoning_effort", NULL},
     {DF_SERVE_CHAT, CHAT(",\"reasoning_effort\":3"), "reasoning_effort", NULL},
     {DF_SERVE_CHAT, CHAT(",\"user\":5"), "user", NULL},
     {DF_SERVE_CHAT, CHAT(",\"metadata\":\"x\""), "metadata", NULL},
@@ -93,15 +92,21 @@ static const bad_case bad[] = {
     {DF_SERVE_CHAT, CHAT(",\"stop\":\"\""), "stop", NULL},
     {DF_SERVE_CHAT, CHAT(",\"stop\":5"), "stop", NULL},
     {DF_SERVE_CHAT, CHAT(",\"stop\":[\"a\",5]"), "stop", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]"), "stop", NULL},
+    {DF_SERVE_CHAT,
+     CHAT(",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\","
+          "\"n\",\"o\",\"p\",\"q\"]"),
+     "stop", NULL},
     /* features the engine cannot honour */
-    {DF_SERVE_CHAT, CHAT(",\"n\":2"), "n", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"n\":17"), "n", NULL},
     {DF_SERVE_CHAT, CHAT(",\"n\":0"), "n", NULL},
-    {DF_SERVE_COMPLETION, COMPL(",\"n\":3"), "n", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"n\":1.5"), "n", NULL},
     {DF_SERVE_COMPLETION, COMPL(",\"best_of\":2"), "best_of", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"logprobs\":true"), "logprobs", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"top_logprobs\":2"), "top_logprobs", NULL},
-    {DF_SERVE_COMPLETION, COMPL(",\"logprobs\":2"), "logprobs", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"logprobs\":1"), "logprobs", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"top_logprobs\":2"), "top_logprobs", NULL}, /* without logprobs */
+    {DF_SERVE_CHAT, CHAT(",\"logprobs\":true,\"top_logprobs\":21"), "top_logprobs", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"logprobs\":21"), "logprobs", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"logprobs\":true"), "logprobs", NULL},
+    {DF_SERVE_COMPLETION, COMPL(",\"top_logprobs\":2"), "top_logprobs", NULL},
     {DF_SERVE_COMPLETION, COMPL(",\"echo\":true"), "echo", NULL},
     {DF_SERVE_COMPLETION, COMPL(",\"suffix\":\"end\""), "suffix", NULL},
     {DF_SERVE_CHAT,
@@ -111,9 +116,15 @@ static const bad_case bad[] = {
     {DF_SERVE_CHAT, CHAT(",\"functions\":[{\"name\":\"f\"}]"), "functions", NULL},
     {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), "response_format",
      NULL},
-    {DF_SERVE_CHAT, CHAT(",\"presence_penalty\":0.5"), "presence_penalty", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"frequency_penalty\":-1"), "frequency_penalty", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"logit_bias\":{\"5\":10}"), "logit_bias", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"presence_penalty\":2.5"), "presence_penalty", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"frequency_penalty\":-3"), "frequency_penalty", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"logit_bias\":{\"x\":10}"), "logit_bias.x", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"logit_bias\":{\"5\":101}"), "logit_bias.5", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"logit_bias\":{\"100000\":1}"), "logit_bias.100000", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"logit_bias\":[]"), "logit_bias", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"top_k\":1.5"), "top_k", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"min_p\":1.5"), "min_p", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"repeat_penalty\":-1"), "repeat_penalty", NULL},
     {DF_SERVE_CHAT, CHAT(",\"modalities\":[\"text\",\"audio\"]"), "modalities", NULL},
     {DF_SERVE_CHAT, CHAT(",\"audio\":{\"voice\":\"alloy\",\"format\":\"wav\"}"), "audio", NULL},
     {DF_SERVE_CHAT, CHAT(",\"store\":true"), "store", NULL},
@@ -162,8 +173,15 @@ static const bad_case bad[] = {
      "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":[5]}]}",
      "messages[0].content[0]", NULL},
     {DF_SERVE_CHAT,
-     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":\"bob\"}]}",
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}",
      "messages[0].name", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"parsed\":{}}]}",
+     "messages[0].parsed", NULL},
+    {DF_SERVE_CHAT,
+     "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"assistant\",\"content\":\"a\","
+     "\"annotations\":5}]}",
+     "messages[0].annotations", NULL},
     {DF_SERVE_CHAT,
      "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"colour\":1}]}",
      "messages[0].colour", NULL},
@@ -207,6 +225,17 @@ static void test_bad_requests(void **st) {
     assert_string_equal(e.type, "invalid_request_error");
     assert_true(strlen(e.msg) > 0);
   }
+}
+
+static void test_unknown_model_404(void **st) {
+  (void)st;
+  const char *body = "{\"model\":\"gpt-4o\"," MSG "}";
+  df_serve_req r;
+  df_serve_err e;
+  assert_int_equal(df_serve_parse(DF_SERVE_CHAT, body, strlen(body), &lim, &r, &e), -1);
+  assert_int_equal(e.status, 404);
+  assert_string_equal(e.code, "model_not_found");
+  assert_string_equal(e.param, "model");
 }
 
 static df_serve_req ok(df_serve_kind kind, const char *body) {
@@ -394,6 +423,62 @@ static void test_embedded_nul(void **st) {
   df_serve_req_free(&r);
 }
 
+/* What the SDKs and llama.cpp / Ollama clients send, honoured. */
+static void test_client_extensions(void **st) {
+  (void)st;
+  const char *body =
+      "{\"model\":\"k3-tiny\",\"messages\":["
+      "{\"role\":\"system\",\"content\":\"s\",\"name\":\"boss\"},"
+      "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"q\","
+      "\"cache_control\":{\"type\":\"ephemeral\"}}],\"name\":\"ann\"},"
+      "{\"role\":\"assistant\",\"content\":\"a\",\"parsed\":null,\"annotations\":[],"
+      "\"refusal\":null,\"audio\":null,\"function_call\":null,\"tool_calls\":null},"
+      "{\"role\":\"user\",\"content\":\"again\"}],"
+      "\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\"],\"reasoning_effort\":\"minimal\","
+      "\"top_k\":40,\"min_p\":0.05,\"repeat_penalty\":1.1,\"presence_penalty\":0.5,"
+      "\"frequency_penalty\":-1,\"logit_bias\":{\"5\":10,\"7\":-100},\"n\":3,"
+      "\"logprobs\":true,\"top_logprobs\":4}";
+  df_serve_req r = ok(DF_SERVE_CHAT, body);
+  assert_int_equal(r.nmsgs, 4);
+  assert_int_equal(r.msgs[1].content_len, 1);
+  assert_int_equal(r.nstop, 6);
+  assert_int_equal(r.effort, DF_EFFORT_LOW);
+  assert_int_equal(r.top_k, 40);
+  assert_true(r.min_p == 0.05);
+  assert_true(r.repeat_penalty == 1.1);
+  assert_true(r.presence_penalty == 0.5 && r.frequency_penalty == -1);
+  assert_int_equal(r.nbias, 2);
+  int seen5 = 0, seen7 = 0;
+  for (int i = 0; i < r.nbias; i++) {
+    if (r.bias[i].id == 5 && r.bias[i].bias == 10.0f) seen5 = 1;
+    if (r.bias[i].id == 7 && r.bias[i].bias == -100.0f) seen7 = 1;
+  }
+  assert_true(seen5 && seen7);
+  assert_int_equal(r.n, 3);
+  assert_int_equal(r.logprobs, 1);
+  assert_int_equal(r.top_logprobs, 4);
+  df_serve_req_free(&r);
+  /* efforts the SDK types allow */
+  static const char *const names[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+  static const df_effort want[] = {DF_EFFORT_LOW,  DF_EFFORT_LOW, DF_EFFORT_LOW, DF_EFFORT_MEDIUM,
+                                   DF_EFFORT_HIGH, DF_EFFORT_MAX, DF_EFFORT_MAX};
+  for (int i = 0; i < 7; i++) {
+    df_effort e;
+    assert_int_equal(df_serve_effort(names[i], &e), 0);
+    assert_int_equal(e, want[i]);
+  }
+  /* completions: logprobs is the number of alternatives; top_k -1 is off */
+  r = ok(DF_SERVE_COMPLETION, COMPL(",\"logprobs\":3,\"top_k\":-1"));
+  assert_int_equal(r.logprobs, 1);
+  assert_int_equal(r.top_logprobs, 3);
+  assert_int_equal(r.top_k, 0);
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_COMPLETION, COMPL(",\"logprobs\":0"));
+  assert_int_equal(r.logprobs, 1);
+  assert_int_equal(r.top_logprobs, 0);
+  df_serve_req_free(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_requests),       cmocka_unit_test(test_chat_defaults),
@@ -401,6 +486,7 @@ int main(void) {
       cmocka_unit_test(test_effort_values),      cmocka_unit_test(test_completion_prompts),
       cmocka_unit_test(test_model_check_optional), cmocka_unit_test(test_context_limit),
       cmocka_unit_test(test_embedded_nul),
+      cmocka_unit_test(test_unknown_model_404),  cmocka_unit_test(test_client_extensions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,9 @@
 /* The engine support the server relies on, on a generated tiny model:
  * cancellation polled between prefill chunks and between layers (a long
- * prompt stops within a layer), and a cancelled session that is reset gives
- * the same ids as a fresh one. */
+ * prompt stops within a layer), a cancelled session that is reset gives
+ * the same ids as a fresh one, and conversation reuse: continuing a kept
+ * session or a restored snapshot with only the new part of a prompt gives
+ * the ids of a fresh session prefilling all of it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,9 +151,78 @@ static void test_cancel_prefill(void **st) {
   df_session_free(s);
 }
 
+static void greedy(df_session *s, const int *p, int n, int max_new, int **out, int *nout,
+                   df_gen_stats *gs) {
+  df_gen_opts go;
+  df_gen_opts_default(&go);
+  go.max_new = max_new;
+  go.prefill_chunk = 8;
+  df_err e;
+  if (df_generate(s, p, n, &go, out, nout, gs, &e)) fail_msg("generate: %s", e.msg);
+}
+
+static void test_reuse(void **st) {
+  (void)st;
+  int A[NP];
+  prompt_ids(A, NP);
+  df_session *s = df_session_new(en);
+  int *g1, n1;
+  df_gen_stats gs;
+  greedy(s, A, NP, 6, &g1, &n1, &gs);
+  assert_int_equal(n1, 6);
+  /* the live session covers A and the first 5 ids (the 6th was not run) */
+  assert_int_equal(df_session_pos(s), NP + 5);
+  df_session_snap *snap = df_session_snapshot(s);
+  assert_true(df_session_snap_bytes(snap) > 0);
+  assert_true(df_session_snap_bytes(snap) <= df_session_state_bytes(s));
+
+  /* the next turn: A, the reply so far, 7 new ids */
+  int B[NP + 5 + 7];
+  memcpy(B, A, sizeof A);
+  memcpy(B + NP, g1, sizeof(int) * 5);
+  for (int i = 0; i < 7; i++) B[NP + 5 + i] = 300 + i;
+  int nb = NP + 5 + 7;
+  df_session *fresh = df_session_new(en);
+  int *ref, nref;
+  greedy(fresh, B, nb, 8, &ref, &nref, &gs);
+  assert_int_equal(gs.n_prefilled, nb);
+
+  int *out, nout;
+  greedy(s, B + NP + 5, 7, 8, &out, &nout, &gs); /* keep and extend */
+  assert_int_equal(gs.n_prefilled, 7);
+  assert_int_equal(nout, nref);
+  assert_memory_equal(out, ref, sizeof(int) * (size_t)nref);
+  free(out);
+
+  /* a snapshot restored into a session that ran something else */
+  df_session_reset(fresh);
+  greedy(fresh, A + 3, 20, 4, &out, &nout, &gs);
+  free(out);
+  df_session_restore(fresh, snap);
+  assert_int_equal(df_session_pos(fresh), NP + 5);
+  greedy(fresh, B + NP + 5, 7, 8, &out, &nout, &gs);
+  assert_int_equal(gs.n_prefilled, 7);
+  assert_memory_equal(out, ref, sizeof(int) * (size_t)nref);
+  free(out);
+  /* nothing new: the snapshot's logits give the 6th id of the first reply */
+  df_session_restore(fresh, snap);
+  assert_true(df_session_has_logits(fresh));
+  greedy(fresh, NULL, 0, 1, &out, &nout, &gs);
+  assert_int_equal(nout, 1);
+  assert_int_equal(out[0], g1[5]);
+  free(out);
+
+  df_session_snap_free(snap);
+  free(ref);
+  free(g1);
+  df_session_free(fresh);
+  df_session_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cancel_prefill),
+      cmocka_unit_test(test_reuse),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

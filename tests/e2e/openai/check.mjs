@@ -248,15 +248,105 @@ for (const [prompt, n] of textPrompts) {
   ok('seeded sampling equals run --temperature --top-p --seed');
 }
 
+// ---- n > 1 runs the choices one after another: choice 0 is the seeded run,
+// the others draw with derived seeds; greedy choices are all the same
+{
+  const prompt = 'The capital of France is';
+  const ref = runText(prompt, 40, ['--temperature', '1.3', '--top-p', '0.95', '--seed', '1234']);
+  const r = await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 40, temperature: 1.3, top_p: 0.95, seed: 1234, n: 3 });
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(r.choices[0].text, ref.text);
+  assert.ok(r.choices[1].text !== ref.text || r.choices[2].text !== ref.text, 'the other choices draw anew');
+  const greedy = runText(prompt, 12);
+  const g = await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 12, n: 2 });
+  assert.equal(g.choices[0].text, greedy.text);
+  assert.equal(g.choices[1].text, greedy.text);
+  assert.equal(g.usage.completion_tokens, 2 * greedy.output_ids.length);
+  // top_k 1 leaves only the best token: sampling at any temperature is greedy
+  const k1 = await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 12, temperature: 1.5, seed: 9, top_k: 1 });
+  assert.equal(k1.choices[0].text, greedy.text);
+  ok('n > 1 (seeded choice 0 equals run), greedy choices equal, top_k 1 is greedy');
+}
+
+// ---- logprobs: the chosen token is the best alternative when greedy; the
+// tokens spell the text
+{
+  const prompt = 'Once upon a time';
+  const greedy = runText(prompt, 10);
+  const r = await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 10, logprobs: 3 });
+  const lp = r.choices[0].logprobs;
+  assert.equal(r.choices[0].text, greedy.text);
+  assert.equal(lp.tokens.join(''), r.choices[0].text);
+  assert.equal(lp.token_logprobs.length, lp.tokens.length);
+  for (let i = 0; i < lp.tokens.length; i++) {
+    assert.ok(lp.token_logprobs[i] <= 0);
+    // keyed by text: two tokens that print alike (a lone byte shown as U+FFFD) share a key
+    const top = Object.entries(lp.top_logprobs[i]);
+    assert.ok(top.length >= 1 && top.length <= 3);
+    const best = top.reduce((a, b) => (b[1] > a[1] ? b : a));
+    assert.ok(best[1] >= lp.token_logprobs[i] - 1e-9);
+    if (top.length === 3) {
+      assert.equal(best[0], lp.tokens[i], 'greedy picks the most likely token');
+      assert.ok(Math.abs(best[1] - lp.token_logprobs[i]) < 1e-9);
+    }
+    assert.ok(top.reduce((a, t) => a + Math.exp(t[1]), 0) <= 1 + 1e-9);
+  }
+  if (lp.tokens.length > 1) assert.equal(lp.text_offset[1], lp.text_offset[0] + lp.tokens[0].length);
+  const c = await client.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 8, logprobs: true, top_logprobs: 2 });
+  assert.ok(Array.isArray(c.choices[0].logprobs.content));
+  for (const e of c.choices[0].logprobs.content) {
+    assert.equal(e.top_logprobs.length, 2);
+    assert.equal(e.top_logprobs[0].logprob, e.logprob);
+    assert.ok(Array.isArray(e.bytes) && e.bytes.length >= 1);
+  }
+  // streamed logprobs cover the same tokens as the whole response
+  const st = await client.completions.create({ model: MODEL_ID, prompt, max_tokens: 10, logprobs: 3, stream: true });
+  const toks = [];
+  let text = '';
+  for await (const ch of st) {
+    text += ch.choices[0].text;
+    if (ch.choices[0].logprobs) toks.push(...ch.choices[0].logprobs.tokens);
+  }
+  assert.equal(text, r.choices[0].text);
+  assert.deepEqual(toks, lp.tokens);
+  ok('logprobs (completions, chat, streamed): greedy ids are the top alternative, tokens spell the text');
+}
+
+// ---- what the SDK round-trips and other clients send is accepted
+{
+  const r = await client.chat.completions.create({
+    model: MODEL_ID,
+    messages: [
+      { role: 'system', content: 'be brief', name: 'boss' },
+      { role: 'user', content: [{ type: 'text', text: 'hi', cache_control: { type: 'ephemeral' } }], name: 'ann' },
+      { role: 'assistant', content: 'hello', parsed: null, annotations: [], refusal: null },
+      { role: 'user', content: 'again' },
+    ],
+    max_tokens: 4,
+    stop: ['1', '2', '3', '4', '5', '6'],
+    reasoning_effort: 'minimal',
+    top_k: 40,
+    min_p: 0.05,
+    repeat_penalty: 1.1,
+    presence_penalty: 0.5,
+    frequency_penalty: 0.2,
+    temperature: 0.7,
+    seed: 5,
+  });
+  assert.equal(r.choices.length, 1);
+  ok('name, parsed, annotations, cache_control, 6 stops, reasoning_effort minimal, llama.cpp sampling fields');
+}
+
 // ---- errors surface as the client's typed errors with the server's param
 {
   await assert.rejects(
-    client.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: 'x' }], n: 2 }),
+    client.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: 'x' }], n: 17 }),
     (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'n',
   );
   await assert.rejects(
     client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'x' }] }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === 'model' && e.code === 'model_not_found',
+    (e) => e instanceof OpenAI.NotFoundError && e.param === 'model' && e.code === 'model_not_found',
   );
   await assert.rejects(
     client.completions.create({ model: MODEL_ID, prompt: 'x', max_tokens: 1_000_000 }),
