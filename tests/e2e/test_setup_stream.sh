@@ -92,6 +92,14 @@ $MAP check-present "$T/s4" "$T/src" "$T/topn" || fail "warm fetched other expert
 "$BIN" run --model "$T/s4" --prompt-ids $IDS2 --max-new 10 --json >"$T/o4.json"
 [ "$(ids "$T/o4.json")" = "$(ids "$T/ref2.json")" ] || fail "ids after warm differ"
 
+# --- 4a: --pin-mb on a stream install fetches the pinned experts (it asks for them) ---
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s4a" -q 2>/dev/null
+cp "$T/orig/deltafin.heat" "$T/s4a/deltafin.heat"
+"$BIN" run --model "$T/s4a" --prompt-ids $IDS --max-new 10 --pin-mb 1 --json >"$T/o4a.json" 2>"$T/o4a.err" \
+  || fail "--pin-mb on a stream install: $(cat "$T/o4a.err")"
+[ "$(ids "$T/o4a.json")" = "$(ids "$T/ref.json")" ] || fail "--pin-mb stream ids differ"
+[ "$(net "$T/o4a.json" records_fetched)" -gt 0 ] || fail "--pin-mb fetched nothing"
+
 # --- 4b: serve from a stream install fetches on demand too ---
 "$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s4b" -q 2>/dev/null
 SP=$(free_port)
