@@ -75,8 +75,13 @@ $MAP damage-fetched "$T/s3" "$T/src" >"$T/dmg" || fail "no fetched record to dam
 rc=0
 "$BIN" run --model "$T/s3" --prompt-ids $IDS --max-new 10 --cache-mb 0 >"$T/o3" 2>"$T/o3.err" || rc=$?
 [ "$rc" != 0 ] || fail "a damaged fetched record was used"
-grep -q "checksum" "$T/o3.err" || fail "damaged record message: $(cat "$T/o3.err")"
+grep -q "checksum" "$T/o3.err" && grep -q "setup --full" "$T/o3.err" || fail "damaged record message: $(cat "$T/o3.err")"
 [ -z "$(tr -d ' \n' <"$T/o3")" ] || fail "tokens printed from a damaged record: $(cat "$T/o3")"
+# the advice works: one setup --full refetches the damaged record and completes the shards
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s3" -q \
+  2>"$T/s3f.err" || fail "setup --full did not repair the damaged record: $(cat "$T/s3f.err")"
+grep -q "damaged on the local disk" "$T/s3f.err" || fail "the repair did not report the damage: $(cat "$T/s3f.err")"
+for f in "$T"/src/*; do cmp -s "$f" "$T/s3/$(basename "$f")" || fail "$(basename "$f") differs after the repair"; done
 
 # --- 4: warm --fetch N fetches exactly the N most used missing experts ---
 "$BIN" run --model "$T/orig" --prompt-ids $IDS2 --max-new 10 --prefetch off --cache-mb 0 \
