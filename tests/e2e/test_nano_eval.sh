@@ -72,3 +72,11 @@ for cfg in "--threads 1" "--threads 2 --cache-mb 1 --prefetch gate" "--store $TM
   [ "$ids" = "$gbase" ] || { echo "FAIL run with $cfg: $ids, expected $gbase"; exit 1; }
 done
 echo "ok   run gives the same 24 ids for every configuration"
+
+# bad input: clear errors naming what is wrong, exit 1
+if "$DF_BIN" eval --model "$TMP/m" --file "$TMP/missing.txt" 2>"$TMP/err"; then echo "FAIL eval of a missing file succeeded"; exit 1; fi
+grep -q "missing.txt" "$TMP/err" || { echo "FAIL the error does not name the file: $(cat "$TMP/err")"; exit 1; }
+printf 'a' > "$TMP/one.txt"
+if "$DF_BIN" eval --model "$TMP/m" --file "$TMP/one.txt" 2>"$TMP/err"; then echo "FAIL eval of 1 token succeeded"; exit 1; fi
+grep -q "nothing to score" "$TMP/err" || { echo "FAIL: $(cat "$TMP/err")"; exit 1; }
+echo "ok   eval refuses a missing file and a text of one token"
