@@ -273,11 +273,38 @@ static int pack_open_model(pack_job *j, df_err *e) {
   return rc;
 }
 
+/* Creates a drive's folder, but only its last component: a mistyped or
+ * unmounted drive path (/mnt/nvmme0/df) must fail here rather than fill
+ * whatever file system holds its parent's parent. */
+int df_pack_make_drive_dir(const char *path, df_err *e) {
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return df_err_set(e, "pack: drive %s is not a directory", path);
+    return 0;
+  }
+  char *parent = df_xstrdup(path);
+  size_t n = strlen(parent);
+  while (n > 1 && parent[n - 1] == '/') parent[--n] = 0; /* "d0/" */
+  char *slash = strrchr(parent, '/');
+  if (slash) *(slash == parent ? slash + 1 : slash) = 0;
+  else strcpy(parent, ".");
+  int rc = 0;
+  if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+    rc = df_err_set(e,
+                    "pack: drive %s: its parent folder %s does not exist (is the drive mounted? "
+                    "pack creates only the last folder of each --drives path)",
+                    path, parent);
+  else if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    rc = df_err_errno(e, "pack: drive %s: mkdir", path);
+  free(parent);
+  return rc;
+}
+
 /* Drive folders created, made absolute, each given once. */
 static int pack_resolve_drives(pack_job *j, df_err *e) {
   const df_pack_opts *o = j->o;
   for (int d = 0; d < o->ndrives; d++) {
-    if (df_mkdir_p(o->drives[d], e)) return -1;
+    if (df_pack_make_drive_dir(o->drives[d], e)) return -1;
     char rp[PATH_MAX];
     if (!realpath(o->drives[d], rp)) return df_err_errno(e, "pack: drive %s", o->drives[d]);
     j->dabs[d] = df_xstrdup(rp);

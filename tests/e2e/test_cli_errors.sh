@@ -61,5 +61,15 @@ expect_fail "plan --compute without decode_compute" "no stats.decode_compute" \
 expect_fail "bench kernels --only no match" "--only: no kernel name contains 'no-such-kernel'.*mxfp4" \
   "$DF_BIN" bench kernels --only no-such-kernel --threads 1 --tables scalar --pool-mb 16 --min-time 0.01
 
+# pack --drives: a drive path whose parent does not exist (a typo, an
+# unmounted drive) is refused, and nothing is created; an existing parent is fine
+"$DF_BIN" make-model --preset tiny --seed 1 --out "$T/m" -q >/dev/null || fail "make-model tiny"
+expect_fail "pack --drives without parent" "drive $T/nomount/df: its parent folder $T/nomount does not exist" \
+  "$DF_BIN" pack --model "$T/m" --drives "$T/nomount/df" -q
+[ -e "$T/nomount" ] && fail "pack created $T/nomount"
+[ -e "$T/m/deltafin-pack.json" ] && fail "pack left a manifest after failing"
+"$DF_BIN" pack --model "$T/m" --drives "$T/d0/" -q >/dev/null 2>"$T/err" || fail "pack --drives d0/: $(cat "$T/err")"
+[ -f "$T/m/deltafin-pack.json" ] || fail "pack --drives d0/ wrote no manifest"
+
 [ "$fails" -eq 0 ] || exit 1
 echo "cli errors ok"
