@@ -32,7 +32,7 @@ void df_cmd_eval_help(void) {
       "  --model DIR          model directory (config.json, shards, tiktoken.model)\n"
       "  --file PATH          text to score\n"
       "  --window N           tokens per window (default 128)\n"
-      "  --max-tokens N       score only the first N tokens of the text (default all)\n"
+      "  --max-tokens N       score only the first N tokens of the text (default 0 = all)\n"
       "  --prefill-chunk N    positions per forward batch (default 64)\n"
       "  --ids-out FILE       write the scored ids, comma-separated, to FILE\n"
       "  --json               one JSON object instead of text\n"

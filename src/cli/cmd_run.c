@@ -35,7 +35,8 @@ void df_cmd_run_help(void) {
       "  --max-new N          new tokens at most (default 256)\n"
       "  --stop LIST          extra stop ids, comma-separated\n"
       "  --temperature T      sample with temperature T (default 0 = greedy, exact)\n"
-      "  --top-p P            nucleus sampling (with --temperature)\n"
+      "  --top-p P            nucleus sampling, P in (0, 1] (default 1 = off; needs\n"
+      "                       --temperature > 0)\n"
       "  --seed N             sampling seed (default 0)\n"
       "  --prefill-chunk N    prompt positions per batch (default 64; 0 = whole prompt)\n"
       "  --stats              print a timing and I/O summary to stderr\n"
@@ -213,6 +214,11 @@ int df_cmd_run(int argc, char **argv) {
   if (!df_chat_effort_valid(effort_s))
     return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)",
                        effort_s);
+  /* greedy decoding (the default) never looks at top-p: accepting it alone
+   * would silently give a different decoding than the user asked for */
+  if (go.top_p < 1 && !(go.temperature > 0))
+    return df_cli_fail("--top-p needs --temperature T > 0 (the default, temperature 0, is greedy "
+                       "and ignores top-p)");
   int *ids = NULL, nids = 0, *stops = NULL, nstops = 0;
   if (prompt_ids && parse_ids("--prompt-ids", prompt_ids, &ids, &nids)) return 1;
   if (stop_s && parse_ids("--stop", stop_s, &stops, &nstops)) {

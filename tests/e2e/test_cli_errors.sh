@@ -71,5 +71,11 @@ expect_fail "pack --drives without parent" "drive $T/nomount/df: its parent fold
 "$DF_BIN" pack --model "$T/m" --drives "$T/d0/" -q >/dev/null 2>"$T/err" || fail "pack --drives d0/: $(cat "$T/err")"
 [ -f "$T/m/deltafin-pack.json" ] || fail "pack --drives d0/ wrote no manifest"
 
+# run --top-p without --temperature: greedy would ignore it, so it is refused
+expect_fail "run --top-p alone" "--top-p needs --temperature" \
+  "$DF_BIN" run --model "$T/m" --prompt-ids 1,2 --max-new 2 --top-p 0.5
+"$DF_BIN" run --model "$T/m" --prompt-ids 1,2 --max-new 2 --top-p 0.5 --temperature 1 --seed 7 --json \
+  >"$T/s.json" 2>"$T/err" || fail "run --top-p --temperature: $(cat "$T/err")"
+
 [ "$fails" -eq 0 ] || exit 1
 echo "cli errors ok"
