@@ -62,6 +62,7 @@ void df_serve_req_free(df_serve_req *r) {
   free(r->msgs);
   free(r->prompt_ids);
   free(r->bias);
+  df_jg_free(r->grammar);
   memset(r, 0, sizeof *r);
 }
 
@@ -207,6 +208,33 @@ static int parse_calls(df_serve_req *r, df_chat_msg *cm, const json_t *v, size_t
   }
   cm->calls = calls;
   cm->ncalls = n;
+  r->use_render = 1;
+  return 0;
+}
+
+/* text; json_object (any object); json_schema {name, schema, strict,
+ * description}: constrained decoding (serve/jsongram.h) */
+static int parse_response_format(df_serve_req *r, const json_t *v, df_serve_err *e) {
+  json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+  const char *ts = t && json_is_string(t) ? json_string_value(t) : "";
+  if (!strcmp(ts, "text")) return 0;
+  if (!strcmp(ts, "json_object")) {
+    r->grammar = df_jg_object();
+    r->use_render = 1;
+    return 0;
+  }
+  if (strcmp(ts, "json_schema"))
+    return BAD(e, "response_format.type", "'response_format.type' must be text, json_object or json_schema");
+  json_t *js = json_object_get(v, "json_schema");
+  json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+  if (!schema)
+    return BAD(e, "response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+  char *text = json_dumps(schema, JSON_COMPACT);
+  char why[256] = "";
+  r->grammar = text ? df_jg_schema(text, strlen(text), why, sizeof why) : NULL;
+  free(text);
+  if (!r->grammar)
+    return unsupported("response_format.json_schema.schema", why[0] ? why : "unreadable", e);
   r->use_render = 1;
   return 0;
 }
@@ -504,12 +532,7 @@ static int only_default(const char *k, const json_t *v, df_serve_err *e) {
     int b;
     return want_bool(v, k, &b, e); /* meaningless without tools: any boolean is honoured */
   }
-  if (!strcmp(k, "response_format")) {
-    json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-    if (t && json_is_string(t) && !strcmp(json_string_value(t), "text") && json_object_size(v) == 1)
-      return 0;
-    return unsupported(k, "only {\"type\":\"text\"}", e);
-  }
+
   if (!strcmp(k, "modalities")) {
     if (json_is_array(v) && json_array_size(v) == 1 &&
         json_is_string(json_array_get(v, 0)) &&
@@ -628,6 +651,8 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
       out->seed = (uint64_t)s;
     } else if (!strcmp(k, "stop")) {
       if (parse_stop(out, v, err)) goto done;
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "response_format")) {
+      if (parse_response_format(out, v, err)) goto done;
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tools")) {
       if (parse_tools(out, v, err)) goto done;
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tool_choice")) {
@@ -727,6 +752,10 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
   } else if (mt >= 0) {
     out->max_tokens = (long)mt;
     out->max_tokens_param = "max_tokens";
+  }
+  if (out->grammar && (out->tools_json || out->nstop || out->logprobs)) {
+    unsupported("response_format", "structured output together with tools, stop or logprobs", err);
+    goto done;
   }
   if (out->tools_json && out->nstop) {
     unsupported("stop", "stop sequences together with tools", err);

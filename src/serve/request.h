@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/sample.h"
+#include "serve/jsongram.h"
 #include "tokenizer/chat.h"
 
 #define DF_SERVE_MAX_STOP 16    /* OpenAI allows 4; llama.cpp-style clients send more */
@@ -75,7 +76,8 @@ typedef struct df_serve_req {
   char *tools_json;       /* the request's tools array, compact JSON; NULL: none */
   size_t tools_len;
   df_tool_choice tool_choice;
-  int use_render;         /* tools, or tool calls in the history */
+  int use_render;         /* tools, tool calls in the history, or structured output */
+  df_jg *grammar;         /* response_format json_object / json_schema: the constraint */
   int logprobs;           /* return the chosen tokens' log-probabilities */
   int top_logprobs;       /* and this many alternatives per token */
   /* internal: every string above lives here */

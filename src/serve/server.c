@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -98,6 +99,7 @@ typedef struct job {
   int tok_reasoning;  /* the current token gave reasoning text (cp) */
   long n_reasoning_tok;
   int forced_k; /* --debug-output-ids: the next one */
+  df_jm jm;     /* structured output: where the reply is in the grammar */
   df_sbuf frames; /* SSE frames built for the current token */
 } job;
 
@@ -407,6 +409,11 @@ static int on_token(void *ud, int id) {
     id = S->o.forced_ids[j->forced_k < S->o.nforced ? j->forced_k : S->o.nforced - 1];
     forced_end = ++j->forced_k >= S->o.nforced;
   }
+  if (j->req.grammar && !df_tok_is_special(S->tok, id)) {
+    size_t pn;
+    const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+    df_jm_feed(&j->jm, pp, pn);
+  }
   if (j->cp) {
     j->tok_reasoning = 0;
     df_chat_parser_push(j->cp, id, on_chat_event, j);
@@ -415,6 +422,7 @@ static int on_token(void *ud, int id) {
   int was_stopped = j->gt.stopped;
   /* tools: the message ends at <|end_of_msg|> as the parser sees it */
   int stopped = j->cp ? df_chat_parser_ended(j->cp) : df_gentext_push(&j->gt, id);
+  if (j->cp && stopped) j->gt.stopped = 1; /* the message is complete: finish "stop" */
   if (j->req.logprobs && !was_stopped && !j->cp) record_logprob(j, id);
   if (j->req.stream) emit(j, 0);
   pthread_mutex_lock(&S->mu);
@@ -430,6 +438,24 @@ static int on_token(void *ud, int id) {
   pthread_mutex_unlock(&S->mu);
   j->frames.n = 0;
   return cancel || stopped || forced_end;
+}
+
+/* Structured output: every token whose bytes would leave the reply no longer
+ * a prefix of an accepted document is masked; specials are masked but for
+ * the end of the message once the document is complete (and then only it). */
+static void grammar_mask(void *ud, float *lg) {
+  job *j = ud;
+  srv *S = j->S;
+  int V = S->limits.vocab;
+  for (int id = 0; id < V; id++) {
+    if (df_tok_is_special(S->tok, id)) {
+      if (!(j->jm.done && id == S->chat_stop[0])) lg[id] = -INFINITY;
+      continue;
+    }
+    size_t pn;
+    const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+    if (j->jm.done || !pn || !df_jm_accepts(&j->jm, pp, pn)) lg[id] = -INFINITY;
+  }
 }
 
 /* df_generate's cancel poll: runs after every layer, so a long prefill stops
@@ -571,6 +597,7 @@ static void run_job(srv *S, job *j) {
   if (!j->req.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
     seed = (uint64_t)time(NULL);
   go.on_token = on_token;
+  if (j->req.grammar) go.mask = grammar_mask;
   go.cancel = gen_cancelled;
   go.on_prefill = on_prefill;
   go.ud = j;
@@ -593,8 +620,9 @@ static void run_job(srv *S, job *j) {
     df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1,
                     j->req.stop, j->req.stop_len, j->req.nstop, deliver, j);
     j->forced_k = 0;
-    if (j->req.tools_json) {
-      j->cp = df_chat_parser_new(S->tok, 1);
+    if (j->req.grammar) df_jm_init(&j->jm, j->req.grammar);
+    if (j->req.tools_json || j->req.grammar) {
+      j->cp = df_chat_parser_new(S->tok, j->req.grammar ? 0 : 1);
       j->n_reasoning_tok = 0;
     }
     if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
@@ -836,7 +864,9 @@ static int encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
      * and max: medium is taken as high. */
     static const char *const eff[] = {"low", "high", "high", "max"};
     df_chat_opts o = df_chat_opts_default();
-    o.thinking = 1;
+    /* structured output: instruct mode, the reply opens with the response
+     * (the constraint covers the whole reply) */
+    o.thinking = q->grammar ? 0 : 1;
     o.effort = eff[q->effort];
     o.tool_choice = q->tool_choice;
     o.tools_json = q->tools_json;

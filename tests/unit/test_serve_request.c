@@ -120,8 +120,15 @@ static const bad_case bad[] = {
      CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"stop\":[\"x\"]"),
      "stop", NULL},
     {DF_SERVE_CHAT, CHAT(",\"functions\":[{\"name\":\"f\"}]"), "functions", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), "response_format",
-     NULL},
+    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"yaml\"}"), "response_format.type", NULL},
+    {DF_SERVE_CHAT,
+     CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
+          "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/x\"}}}}}"),
+     "response_format.json_schema.schema", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"),
+     "response_format.json_schema.schema", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"},\"stop\":[\"x\"]"),
+     "response_format", NULL},
     {DF_SERVE_CHAT, CHAT(",\"presence_penalty\":2.5"), "presence_penalty", NULL},
     {DF_SERVE_CHAT, CHAT(",\"frequency_penalty\":-3"), "frequency_penalty", NULL},
     {DF_SERVE_CHAT, CHAT(",\"logit_bias\":{\"x\":10}"), "logit_bias.x", NULL},
@@ -504,6 +511,10 @@ static void test_tools(void **st) {
   assert_string_equal(r.msgs[1].calls[0].id, "c1");
   assert_string_equal(r.msgs[1].calls[0].arguments, "{\"city\":\"Oslo\"}");
   assert_string_equal(r.msgs[2].tool_call_id, "c1");
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"));
+  assert_non_null(r.grammar);
+  assert_true(r.use_render);
   df_serve_req_free(&r);
   r = ok(DF_SERVE_CHAT, CHAT(",\"tools\":[]"));
   assert_false(r.use_render);
