@@ -133,6 +133,7 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
   int rc = -1;
   for (int i = 0; i < rd->nfiles; i++) c.fds[i] = -1;
   for (int i = 0; i < rd->nfiles; i++) {
+    if (!rd->files[i]) continue; /* a file none of the replayed reads is in */
     c.fds[i] = df_open_direct(rd->files[i], 0, NULL);
     if (c.fds[i] < 0) {
       df_err_errno(e, "%s", rd->files[i]);

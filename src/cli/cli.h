@@ -15,6 +15,7 @@ typedef struct df_cmd {
 
 DF_CMD_DECL(tokenize)
 DF_CMD_DECL(detokenize)
+DF_CMD_DECL(template)
 DF_CMD_DECL(inspect)
 DF_CMD_DECL(make_model)
 DF_CMD_DECL(run)
@@ -26,6 +27,8 @@ DF_CMD_DECL(bench)
 DF_CMD_DECL(trace)
 DF_CMD_DECL(setup)
 DF_CMD_DECL(warm)
+DF_CMD_DECL(plan)
+DF_CMD_DECL(eval)
 
 /* Prints "deltafin: <msg>" on stderr and returns 1 (the exit status). */
 int df_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -15,6 +15,8 @@
 #include "format/config.h"
 #include "format/roster.h"
 #include "format/safetensors.h"
+#include "cli/inspect_plan.h"
+#include "plan/plan.h"
 #include "store/store.h"
 
 void df_cmd_inspect_help(void) {
@@ -33,6 +35,8 @@ void df_cmd_inspect_help(void) {
       "options:\n"
       "  --model DIR   checkpoint directory (config.json + safetensors)\n"
       "  --json        one JSON object on stdout instead of text\n"
+      "  --mem-limit SIZE  plan memory for SIZE instead of this machine's (the\n"
+      "                memory plan, bf16 spine, is printed last)\n"
       "  --full-scan   also read every expert scale byte (on the full K3 release\n"
       "                that is 85 GB, so it is not the default)\n"
       "  --progress    report the scan's progress on stderr (the default when\n"
@@ -50,6 +54,8 @@ typedef struct tally {
 } tally;
 
 typedef struct report {
+  json_t *plan_json; /* the memory plan (inspect_plan.c), NULL = none */
+  char *plan_text;
   const char *dir;
   df_config cfg;
   df_st_set set;
@@ -289,6 +295,7 @@ static void print_json(const report *r) {
   json_object_set_new(pr, "lines_truncated", json_boolean(q->n_problems > q->n_lines));
   json_object_set_new(o, "problems", pr);
   json_object_set_new(o, "scales_scanned", json_boolean(r->scales_scanned));
+  if (r->plan_json) json_object_set(o, "plan", r->plan_json);
   char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
   json_decref(o);
   if (s) puts(s);
@@ -319,10 +326,15 @@ int df_cmd_inspect(int argc, char **argv) {
   }
   const char *dir = NULL;
   int as_json = 0, full = 0, progress = isatty(2);
+  uint64_t mem_limit = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--model")) {
       if (i + 1 >= argc) return df_cli_fail("--model needs a directory");
       dir = argv[++i];
+    } else if (!strcmp(argv[i], "--mem-limit")) {
+      if (i + 1 >= argc || df_plan_parse_size(argv[i + 1], &mem_limit) || !mem_limit)
+        return df_cli_fail("--mem-limit needs a size like 48G or 512M");
+      i++;
     } else if (!strcmp(argv[i], "--json")) {
       as_json = 1;
     } else if (!strcmp(argv[i], "--quick")) {
@@ -381,8 +393,14 @@ int df_cmd_inspect(int argc, char **argv) {
     free(r);
     return df_cli_fail("%s", e.msg);
   }
+  r->plan_text = df_cli_inspect_plan(&r->set, &r->cfg, dir, mem_limit, &r->plan_json);
   if (as_json) print_json(r);
-  else print_text(r);
+  else {
+    print_text(r);
+    fputs(r->plan_text, stdout);
+  }
+  free(r->plan_text);
+  json_decref(r->plan_json);
   long np = n_problems(r);
   if (np) fprintf(stderr, "deltafin: inspect: %ld problem%s in %s\n", np, np == 1 ? "" : "s", dir);
   df_roster_report_free(&r->roster);

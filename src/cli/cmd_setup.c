@@ -46,6 +46,9 @@ void df_cmd_setup_help(void) {
       "  --retry-wait-ms N     first backoff (default 200, doubling up to 5 s)\n"
       "  --stall-s N           abort and retry a transfer stalled this long (default 30)\n"
       "  --threads N           spine conversion threads\n"
+      "  --with-vision         also download shards that hold only vision tensors\n"
+      "                        (by default only their header: the text model never\n"
+      "                        reads them)\n"
       "  --no-space-check      skip the free-space check\n"
       "  --json                print a JSON report on stdout\n"
       "  -q, --quiet           no progress output\n");
@@ -63,6 +66,7 @@ int df_cmd_setup(int argc, char **argv) {
     else if (!strcmp(a, "--stream")) stream = 1;
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--no-space-check")) o.no_space_check = 1;
+    else if (!strcmp(a, "--with-vision")) o.with_vision = 1;
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) df_log_verbose = 0, o.progress = 0;
     else if (!v) return df_cli_fail("setup: unknown or incomplete option '%s' (see --help)", a);
     else if (!strcmp(a, "--repo")) o.repo = v, i++;

@@ -22,7 +22,8 @@ void df_cmd_tokenize_help(void) {
       "  --model DIR        model directory (tokenizer files)\n"
       "  --chat             wrap TEXT as one user message after the thinking-effort\n"
       "                     system message, and add the assistant generation prompt\n"
-      "  --effort LEVEL     thinking effort for --chat: low, medium, high, max (default max)\n"
+      "  --effort LEVEL     thinking effort for --chat: low, high, max (default max; the\n"
+      "                     release refuses medium)\n"
       "  --verbose          one line per token: the id and its piece, escaped\n"
       "  --file PATH        read the text from PATH ('-' = standard input) instead of TEXT\n"
       "\n"
@@ -150,9 +151,9 @@ int df_cmd_tokenize(int argc, char **argv) {
       text = a;
     }
   }
-  df_effort effort;
-  if (df_effort_parse(effort_s, &effort))
-    return df_cli_fail("--effort: '%s' is not one of low, medium, high, max", effort_s);
+  if (!df_chat_effort_valid(effort_s))
+    return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)",
+                       effort_s);
   if (!!text + !!file + !!batch != 1)
     return df_cli_fail("tokenize needs exactly one of TEXT, --file PATH or --batch FILE");
   if (chat && specials) return df_cli_fail("--chat and --specials cannot be combined");
@@ -183,8 +184,16 @@ int df_cmd_tokenize(int argc, char **argv) {
   df_err e;
   int erc;
   if (chat) {
+    /* the release's encoder, one user message (deltafin template does whole chats) */
     df_chat_msg m = {.role = DF_ROLE_USER, .content = text, .content_len = len};
-    erc = df_chat_encode(t, &m, 1, effort, 1, &ids, &n, &cap, &e);
+    df_chat_opts o = df_chat_opts_default();
+    o.effort = effort_s;
+    df_chat_prompt p;
+    erc = df_chat_render(t, &m, 1, &o, &p, &e);
+    if (!erc) {
+      ids = p.ids, n = p.n;
+      free(p.text);
+    }
   } else {
     erc = encode_text(t, text, len, specials, &ids, &n, &cap, &e);
   }

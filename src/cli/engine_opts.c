@@ -8,7 +8,7 @@
 
 typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
-  K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX
+  K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX, K_SPINE_DIR
 } opt_key;
 
 typedef struct opt_def {
@@ -40,6 +40,8 @@ static const opt_def defs[] = {
      "memory deltafin may use (48G, 512M; default: MemAvailable or the cgroup limit); "
      "spine layers that do not fit stream from the drives every token"},
     {"--ctx", "N", K_CTX, "context positions to admit (default: the memory plan's)"},
+    {"--spine-dir", "DIR", K_SPINE_DIR,
+     "where `convert-spine --out` wrote the int8 spine (default DIR/spine-int8)"},
 };
 #define NDEFS (sizeof defs / sizeof defs[0])
 
@@ -99,6 +101,7 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     if (df_plan_parse_size(v, &o->mem_limit) || !o->mem_limit)
       return df_cli_fail("--mem-limit: '%s' is not a size like 48G or 512M", v), -1;
     return 0;
+  case K_SPINE_DIR: o->spine_dir = v; return 0;
   case K_CTX:
     if (df_cli_int(a, v, 1, 1 << 30, &n)) return -1;
     o->ctx = (int)n;

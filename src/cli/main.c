@@ -10,11 +10,14 @@
 static const df_cmd cmds[] = {
     {"tokenize", "encode text (or a chat) to token ids", df_cmd_tokenize, df_cmd_tokenize_help},
     {"detokenize", "decode token ids to text", df_cmd_detokenize, df_cmd_detokenize_help},
+    {"template", "show the prompt text and ids a conversation renders to", df_cmd_template,
+     df_cmd_template_help},
     {"inspect", "show a checkpoint as the engine understands it", df_cmd_inspect,
      df_cmd_inspect_help},
     {"make-model", "generate a K3-layout checkpoint from a seed", df_cmd_make_model,
      df_cmd_make_model_help},
     {"run", "generate text", df_cmd_run, df_cmd_run_help},
+    {"eval", "perplexity of a model on a text file", df_cmd_eval, df_cmd_eval_help},
     {"convert-spine", "write the row-int8 copy of the spine", df_cmd_convert_spine,
      df_cmd_convert_spine_help},
     {"serve", "OpenAI-compatible HTTP server", df_cmd_serve, df_cmd_serve_help},
@@ -25,6 +28,8 @@ static const df_cmd cmds[] = {
     {"setup", "install a model from a Hugging Face endpoint", df_cmd_setup, df_cmd_setup_help},
     {"warm", "fetch the experts a recorded trace needs (stream installs)", df_cmd_warm,
      df_cmd_warm_help},
+    {"plan", "memory plan and a projected decode token for a machine", df_cmd_plan,
+     df_cmd_plan_help},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 

@@ -39,6 +39,7 @@ typedef struct df_engine_opts {
   uint64_t mem_limit;       /* bytes deltafin may use; 0 = MemAvailable / cgroup limit */
   int ctx;                  /* positions to admit; <= 0 = planner decides */
   int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
+  const char *spine_dir;    /* the row-int8 spine's folder; NULL = <model_dir>/spine-int8 */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);

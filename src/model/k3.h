@@ -36,6 +36,9 @@ typedef struct df_k3 df_k3;
  * config field it contradicts. */
 int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
                const char *model_dir, df_err *e);
+/* The same with the row-int8 spine read from int8_dir (NULL = DIR/spine-int8). */
+int df_k3_load_from(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
+                    const char *model_dir, const char *int8_dir, df_err *e);
 void df_k3_free(df_k3 *m);
 
 const df_config *df_k3_config(const df_k3 *m);
@@ -60,6 +63,7 @@ typedef struct df_k3_stream_opts {
   const char *io;             /* "uring" | "pread" | NULL */
   const char *emulate_drives; /* "BW[,LAT]" for the spine's drive, NULL = none */
   int queue_depth;            /* reads in flight; <= 0 = 4 */
+  const char *trace_path;     /* the store's trace: spine reads go to TRACE.spine.jsonl */
 } df_k3_stream_opts;
 int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_err *e);
 
@@ -101,6 +105,12 @@ int df_k3_int8_eligible(const df_tensor *t);
  * eligible tensors as `<name>` I8 [rows, cols] + `<name>.scale` F32 [rows],
  * then an index); resumable per shard, every file written atomically. */
 int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e);
+/* The same into out_dir (NULL = DIR/spine-int8), e.g. when the model folder
+ * is read-only or on another drive; progress on stderr when progress != 0.
+ * Memory stays bounded whatever the shard size: rows are converted in steps
+ * and the source's pages are dropped from the page cache once converted. */
+int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threads, int force,
+                           int progress, df_err *e);
 
 /* ---- per-sequence state and the forward pass ---- */
 typedef struct df_k3_state df_k3_state;

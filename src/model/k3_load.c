@@ -376,6 +376,11 @@ static int roster_check(const df_st_set *set, const df_config *c, df_err *e) {
 
 int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
                const char *model_dir, df_err *e) {
+  return df_k3_load_from(out, set, c, int8, model_dir, NULL, e);
+}
+
+int df_k3_load_from(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
+                    const char *model_dir, const char *int8_dir, df_err *e) {
   df_k3 *m = df_xcalloc(1, sizeof *m);
   m->cfg = c;
   m->int8 = int8;
@@ -387,13 +392,13 @@ int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
   m->units = df_xcalloc((size_t)m->nunits, sizeof *m->units);
   m->comp = df_xcalloc(1, sizeof *m->comp);
   if (int8) {
-    char *dir = df_path_join(model_dir, DF_SPINE_INT8_DIR);
+    char *dir = int8_dir ? df_xstrdup(int8_dir) : df_path_join(model_dir, DF_SPINE_INT8_DIR);
     char *idx = df_path_join(dir, "model.safetensors.index.json");
     int have = df_file_exists(idx);
     free(idx);
     if (!have) {
-      df_err_set(e, "%s: no complete row-int8 spine here (run `deltafin convert-spine --model %s`)",
-                 dir, model_dir);
+      df_err_set(e, "%s: no complete row-int8 spine here (run `deltafin convert-spine --model %s%s%s`)",
+                 dir, model_dir, int8_dir ? " --out " : "", int8_dir ? int8_dir : "");
       free(dir);
       goto fail;
     }

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,7 +81,17 @@ static int output_ok(const char *path, uint64_t src_size, const df_tensor **ts, 
   return ok;
 }
 
-static int write_shard(const char *out, const char *src_name, uint64_t src_size,
+/* Converted rows [off, off+len) of t need not stay mapped or cached: with
+ * this, memory stays at a step of rows whatever the shard or tensor size
+ * (whole pages inside the range only; the hints may be ignored). */
+static void drop_pages(int fd, const df_tensor *t, uint64_t off, uint64_t len) {
+  uintptr_t a = ((uintptr_t)t->data + off + 4095) & ~(uintptr_t)4095;
+  uintptr_t b = ((uintptr_t)t->data + off + len) & ~(uintptr_t)4095;
+  if (b > a) madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
+  posix_fadvise(fd, (off_t)(t->offset + off), (off_t)len, POSIX_FADV_DONTNEED);
+}
+
+static int write_shard(const char *out, const char *src_name, uint64_t src_size, int src_fd,
                        const df_tensor **ts, int n, df_pool *pool, df_progress *pr,
                        uint64_t *done, df_err *e) {
   df_st_writer *w = df_st_writer_new(out);
@@ -110,7 +122,8 @@ static int write_shard(const char *out, const char *src_name, uint64_t src_size,
       df_pool_run(pool, j.nrows, q_task, &j);
       rc = df_st_writer_write(w, q, (size_t)j.nrows * cols, e);
       *done += (uint64_t)j.nrows * cols * 2;
-      df_progress_update(pr, *done);
+      if (pr) df_progress_update(pr, *done);
+      drop_pages(src_fd, ts[i], (uint64_t)r * cols * 2, (uint64_t)j.nrows * cols * 2);
     }
     if (!rc) rc = df_st_writer_write(w, scale, sizeof(float) * (size_t)rows, e);
     free(scale), free(tmp), free(q);
@@ -125,9 +138,14 @@ fail:
 }
 
 int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e) {
+  return df_k3_convert_spine_to(model_dir, NULL, threads, force, 1, e);
+}
+
+int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threads, int force,
+                           int progress, df_err *e) {
   df_st_set set;
   if (df_st_set_open(&set, model_dir, e)) return -1;
-  char *dir = df_path_join(model_dir, DF_SPINE_INT8_DIR);
+  char *dir = out_dir ? df_xstrdup(out_dir) : df_path_join(model_dir, DF_SPINE_INT8_DIR);
   char *idx = df_path_join(dir, "model.safetensors.index.json");
   int rc = -1;
   df_pool *pool = NULL;
@@ -142,8 +160,8 @@ int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e
     goto out;
   }
   pool = df_pool_create(threads);
-  df_progress pr;
-  df_progress_begin(&pr, "convert-spine", total);
+  df_progress prs, *pr = progress ? &prs : NULL;
+  if (pr) df_progress_begin(pr, "convert-spine", total);
   int removed_index = 0;
   for (int f = 0; f < set.nfiles; f++) {
     const df_st_file *sf = &set.files[f];
@@ -166,7 +184,7 @@ int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e
     if (!force && output_ok(out, sf->size, ts, n)) {
       df_log_debug("%s: up to date", out);
       done += bytes;
-      df_progress_update(&pr, done);
+      if (pr) df_progress_update(pr, done);
       free(out);
       continue;
     }
@@ -175,19 +193,19 @@ int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e
       if (unlink(idx) && df_file_exists(idx)) {
         df_err_errno(e, "%s", idx);
         free(out);
-        df_progress_end(&pr);
+        if (pr) df_progress_end(pr);
         goto out;
       }
       removed_index = 1;
     }
-    int wr = write_shard(out, bn, sf->size, ts, n, pool, &pr, &done, e);
+    int wr = write_shard(out, bn, sf->size, sf->fd, ts, n, pool, pr, &done, e);
     free(out);
     if (wr) {
-      df_progress_end(&pr);
+      if (pr) df_progress_end(pr);
       goto out;
     }
   }
-  df_progress_end(&pr);
+  if (pr) df_progress_end(pr);
   {
     json_t *root = json_object();
     json_t *meta = json_object();

@@ -79,6 +79,13 @@ char *df_plan_json(const df_plan *p);
  * uses beyond this process) or v1 limit. *why names the source. */
 int df_plan_mem_detect(uint64_t *bytes, char *why, size_t whylen, df_err *e);
 
+/* Planner inputs from a K3 config alone (plan_k3.c): per unit (n_layers + 1)
+ * weight and read bytes as the loader would stream them, the always-resident
+ * small tensors and routers, one embedding row. For planning full K3 without
+ * its checkpoint. */
+void df_plan_k3_units(const df_config *c, int int8, uint64_t *bytes, uint64_t *read,
+                      uint64_t *fixed, uint64_t *embed_row);
+
 /* Parses a size such as 64G, 512M, 1.5GiB, 100000 (bytes). */
 int df_plan_parse_size(const char *s, uint64_t *out);
 

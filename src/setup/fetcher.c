@@ -141,7 +141,11 @@ int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_
     }
     free(jp);
   }
-  df_fetcher_set_connections(f, 4);
+  /* A decode step needs top-k records per layer at once: enough connections
+   * to ask for them in one round trip. DF_FETCH_CONNECTIONS overrides. */
+  const char *cv = getenv("DF_FETCH_CONNECTIONS");
+  int conns = cv && atoi(cv) > 0 ? atoi(cv) : 8;
+  df_fetcher_set_connections(f, conns > 64 ? 64 : conns);
   *out = f;
   return 1;
 fail:
@@ -226,6 +230,7 @@ typedef struct run_t {
 typedef struct job_ctx {
   df_fetcher *f;
   const df_fetch_req *todo;
+  uint64_t *hash; /* per todo record, filled by the workers */
   run_t *runs;
   int nruns, next;
   pthread_mutex_t mu;
@@ -245,7 +250,10 @@ static int mem_sink(void *ud, uint64_t off, const void *data, size_t n, df_err *
   return 0;
 }
 
-static int fetch_run(df_fetcher *f, df_http *h, const run_t *r, const df_fetch_req *todo, df_err *e) {
+/* Fetches a run and writes it at its offset; the records' hashes go to
+ * hash[] (journalled by the caller after one sync per shard). */
+static int fetch_run(df_fetcher *f, df_http *h, const run_t *r, const df_fetch_req *todo,
+                     uint64_t *hash, df_err *e) {
   fshard *s = &f->sh[r->file];
   membuf m = {df_xmalloc(r->len), r->off};
   int rc = df_http_get_range(h, s->url, r->off, r->len, (int64_t)s->hf->size, mem_sink, &m, e);
@@ -261,11 +269,9 @@ static int fetch_run(df_fetcher *f, df_http *h, const run_t *r, const df_fetch_r
       done += (uint64_t)w;
     }
   }
-  if (!rc && fdatasync(s->fd)) rc = df_err_errno(e, "syncing %s", s->path);
   for (int k = 0; !rc && k < r->count; k++) {
     const df_fetch_req *q = &todo[r->first + k];
-    uint64_t hsh = XXH3_64bits(m.p + (q->off - r->off), q->len);
-    rc = df_ranges_add(s->rj, q->off, q->off + q->len, hsh, e);
+    hash[r->first + k] = XXH3_64bits(m.p + (q->off - r->off), q->len);
   }
   free(m.p);
   return rc;
@@ -283,7 +289,7 @@ static void *fetch_worker(void *arg) {
     pthread_mutex_unlock(&c->mu);
     if (i >= c->nruns) break;
     df_err e;
-    if (fetch_run(f, h, &c->runs[i], c->todo, &e)) {
+    if (fetch_run(f, h, &c->runs[i], c->todo, c->hash, &e)) {
       pthread_mutex_lock(&c->mu);
       if (!c->failed) c->err = e;
       c->failed = 1;
@@ -330,9 +336,15 @@ static int maybe_complete(df_fetcher *f, int file, df_err *e) {
     pthread_mutex_lock(&f->mu);
     s->bad = 1;
     pthread_mutex_unlock(&f->mu);
+    /* Nothing corrupt stays behind: the data goes (first: a journal alone
+     * is harmless), so no later run can read a record of it. */
+    char *jp = df_dl_journal_path(s->path, 1);
+    unlink(s->path);
+    unlink(jp);
+    free(jp);
     return df_err_set(e,
                       "%s: every range of this shard is now local but it fails verification (%s); "
-                      "its records are refused: run deltafin setup --full to fetch it again",
+                      "it was removed: run deltafin setup --full (or --stream) to fetch it again",
                       s->path, ve.msg);
   }
   char *jp = df_dl_journal_path(s->path, 1);
@@ -397,7 +409,8 @@ int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
         runs[nr++] = (run_t){todo[i].file, todo[i].off, todo[i].len, i, 1};
       }
     }
-    job_ctx c = {.f = f, .todo = todo, .runs = runs, .nruns = nr};
+    uint64_t *hash = df_xcalloc((size_t)nt, sizeof *hash);
+    job_ctx c = {.f = f, .todo = todo, .hash = hash, .runs = runs, .nruns = nr};
     pthread_mutex_init(&c.mu, NULL);
     int nw = nr < f->npool ? nr : f->npool;
     pthread_t th[64];
@@ -405,6 +418,29 @@ int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
     for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, fetch_worker, &c);
     for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
     pthread_mutex_destroy(&c.mu);
+    /* Durability order: every fetched byte of a shard is synced, then its
+     * records are journalled (one write, one sync): a kill in between only
+     * loses records, never journals bytes that are not on disk. */
+    if (!c.failed) {
+      df_range *v = df_xmalloc((size_t)nt * sizeof *v);
+      for (int i = 0; i < nt && !c.failed;) {
+        int j = i, file = todo[i].file;
+        fshard *sh = &f->sh[file];
+        while (j < nt && todo[j].file == file) {
+          v[j - i] = (df_range){todo[j].off, todo[j].off + todo[j].len, hash[j]};
+          j++;
+        }
+        if (fdatasync(sh->fd)) {
+          df_err_errno(&c.err, "syncing %s", sh->path);
+          c.failed = 1;
+        } else if (df_ranges_add_many(sh->rj, v, j - i, &c.err)) {
+          c.failed = 1;
+        }
+        i = j;
+      }
+      free(v);
+    }
+    free(hash);
     uint64_t bytes = 0;
     for (int i = 0; i < nt; i++) bytes += todo[i].len;
     pthread_mutex_lock(&f->mu);

@@ -50,7 +50,7 @@ typedef struct df_fetcher_stats {
 } df_fetcher_stats;
 void df_fetcher_get_stats(df_fetcher *f, df_fetcher_stats *out);
 
-/* Overrides for tests and measurements: connections (default 4). */
+/* Parallel connections (default 8, or DF_FETCH_CONNECTIONS). */
 void df_fetcher_set_connections(df_fetcher *f, int n);
 
 #endif

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -277,6 +278,47 @@ static int space_check(const char *dir, uint64_t need, const char *what, df_err 
   return 0;
 }
 
+/* ---- vision-only shards ---- */
+
+static int is_vision_tensor(const char *name) {
+  return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "mm_projector.", 13);
+}
+
+/* vis[i] = 1 when the index maps only vision tensors to shard i. */
+static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *vis, df_err *e) {
+  char *ip = df_path_join(root, "model.safetensors.index.json");
+  if (!df_file_exists(ip)) {
+    free(ip);
+    return 0;
+  }
+  json_error_t je;
+  json_t *o = json_load_file(ip, 0, &je);
+  if (!o) {
+    df_err_set(e, "%s: %s", ip, je.text);
+    free(ip);
+    return -1;
+  }
+  free(ip);
+  const json_t *wm = json_object_get(o, "weight_map");
+  int *any = df_xcalloc((size_t)(n ? n : 1), sizeof *any), *other = df_xcalloc((size_t)(n ? n : 1), sizeof *other);
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)wm, k, v) {
+    const char *file = json_string_value(v);
+    if (!file) continue;
+    for (int i = 0; i < n; i++)
+      if (!strcmp(file, sh[i].file->name)) {
+        any[i] = 1;
+        if (!is_vision_tensor(k)) other[i] = 1;
+      }
+  }
+  for (int i = 0; i < n; i++) vis[i] = any[i] && !other[i];
+  free(any);
+  free(other);
+  json_decref(o);
+  return 0;
+}
+
 /* ---- the install ---- */
 
 static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_err *e) {
@@ -315,6 +357,16 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   if (!o->revision || !*o->revision) return df_err_set(e, "--revision is required (a commit sha or branch)");
   if (!o->model_root) return df_err_set(e, "--model-root DIR is required");
   if (df_mkdir_p(o->model_root, e)) return -1;
+  /* One setup per model root at a time (held until this process exits). */
+  char *lp = df_path_join(o->model_root, ".deltafin-setup.lock");
+  int lfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(lp);
+  if (lfd < 0) return df_err_errno(e, "%s/.deltafin-setup.lock", o->model_root);
+  if (flock(lfd, LOCK_EX | LOCK_NB)) {
+    close(lfd);
+    return df_err_set(e, "%s: another deltafin setup is working on this folder; wait for it",
+                      o->model_root);
+  }
   state s = {0};
   s.root = df_xstrdup(o->model_root);
   snprintf(s.repo, sizeof s.repo, "%s", o->repo);
@@ -346,6 +398,10 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       int partial_inplace = df_file_exists(rj);
       free(rj);
       if (!partial_inplace && df_file_exists(dest)) {
+        /* a kill between a download's rename and its journal's removal */
+        char *pj = df_dl_journal_path(dest, 0);
+        unlink(pj);
+        free(pj);
         if (verified_has(s.root, f->name, dest)) {
           rep->bytes_present += f->size;
           free(dest);
@@ -421,20 +477,70 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
                 "when first needed",
                 (double)df_stream_plan_local_bytes(plan) / 1e6);
   } else {
+    int nsteps = 1 + (o->spine != NULL) + (o->ndrives > 0), step = 1;
+    df_log_info("step %d/%d: download (%.2f GB missing of %.2f GB)", step++, nsteps,
+                (double)need / 1e9, (double)(need + rep->bytes_present) / 1e9);
+    /* Before anything is fetched (counting vision-only shards too: their
+     * header-only treatment is decided from the index, fetched below). */
     if (!o->no_space_check) {
-      uint64_t spine = 0;
-      if (o->spine) spine = need / 4; /* the int8 copy is half the bf16 spine, a fraction of the total */
+      uint64_t spine = o->spine ? need / 4 : 0; /* the int8 copy: half the bf16 spine, a fraction of it all */
       if (space_check(s.root, need + spine, "the download", e)) goto out_tok;
     }
-    if (nitems && df_dl_run(items, nitems, &dl, &ds, e)) goto out_tok;
+    /* Small files first: the index says which shards hold only vision tensors. */
+    int nsmall = 0;
+    while (nsmall < nitems && !is_shard(items[nsmall].file->name)) nsmall++;
+    if (nsmall && df_dl_run(items, nsmall, &dl, &ds, e)) goto out_tok;
     rep->bytes_net += ds.bytes_net;
     rep->requests += ds.requests;
     rep->retries += ds.retries;
     rep->files_downloaded += ds.files_completed;
-    for (int i = 0; i < nitems; i++)
+    for (int i = 0; i < nsmall; i++)
       if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
+    int nsh = nitems - nsmall;
+    int *vis = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *vis);
+    if (!o->with_vision && nsh && mark_vision_only(s.root, items + nsmall, nsh, vis, e)) {
+      free(vis);
+      goto out_tok;
+    }
+    /* text shards to the front, vision-only ones (header only) behind */
+    df_dl_item *text = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *text);
+    df_dl_item *visi = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *visi);
+    int nt = 0, nv = 0;
+    uint64_t vis_bytes = 0;
+    for (int i = 0; i < nsh; i++) {
+      if (vis[i]) {
+        visi[nv] = items[nsmall + i];
+        visi[nv++].in_place = 1;
+        vis_bytes += items[nsmall + i].file->size;
+      } else {
+        text[nt++] = items[nsmall + i];
+      }
+    }
+    free(vis);
+    int ok = 1;
+    if (ok && nt && df_dl_run(text, nt, &dl, &ds, e)) ok = 0;
+    if (ok) {
+      rep->bytes_net += ds.bytes_net;
+      rep->requests += ds.requests;
+      rep->retries += ds.retries;
+      rep->files_downloaded += ds.files_completed;
+    }
+    for (int i = 0; ok && i < nt; i++)
+      if (verified_add(s.root, text[i].file->name, text[i].dest, e)) ok = 0;
+    if (ok && nv) {
+      if (df_stream_plan_build(&plan, s.root, &s.info, visi, nv, &dl, rep, e) ||
+          df_stream_plan_fetch(plan, &dl, rep, e))
+        ok = 0;
+      else
+        df_log_info("%d shard%s holding only vision tensors (%.2f GB) kept as header only; "
+                    "--with-vision downloads %s",
+                    nv, nv == 1 ? "" : "s", (double)vis_bytes / 1e9, nv == 1 ? "it" : "them");
+    }
+    free(text);
+    free(visi);
+    if (!ok) goto out_tok;
     if (o->spine && !strcmp(o->spine, "int8")) {
-      df_log_info("converting the spine to row-int8");
+      df_log_info("step %d/%d: convert the spine to row-int8", step++, nsteps);
       if (df_k3_convert_spine(s.root, o->threads, 0, e)) goto out_tok;
     }
     if (o->ndrives > 0) {
@@ -451,7 +557,8 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       df_pack_opts po = {.model_dir = s.root, .ndrives = o->ndrives, .drives = o->drives,
                          .replicas_hot = o->replicas_hot, .progress = o->progress,
                          .max_rate = o->pack_max_rate};
-      df_log_info("packing experts onto %d drive%s", o->ndrives, o->ndrives == 1 ? "" : "s");
+      df_log_info("step %d/%d: pack the experts onto %d drive%s", step++, nsteps, o->ndrives,
+                  o->ndrives == 1 ? "" : "s");
       if (df_pack(&po, e)) goto out_tok;
     }
   }
@@ -475,5 +582,6 @@ out:
   df_hub_info_free(&s.info);
   free(s.info_json);
   free(s.root);
+  close(lfd);
   return rc;
 }

@@ -7,7 +7,8 @@
  * name, size, mtime, inode), so a rerun after a kill at any point continues
  * where it stopped and never hashes a verified file twice.
  *
- * Full: every file is fetched (or reused from a local folder or the hub's
+ * Full: every file is fetched (shards that hold only vision tensors, which a
+ * text-only engine never reads, get their header only unless with_vision) (or reused from a local folder or the hub's
  * cache) and verified; then the spine is converted (optional) and the
  * experts packed onto the drives (optional); each step is resumable.
  * Stream: config, tokenizer, index, each shard's header and the spine
@@ -44,6 +45,7 @@ typedef struct df_setup_opts {
   int threads;             /* spine conversion */
   int progress;
   int no_space_check;
+  int with_vision;         /* --full: also download shards that hold only vision tensors */
 } df_setup_opts;
 
 typedef struct df_setup_report {

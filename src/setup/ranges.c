@@ -87,7 +87,9 @@ struct df_ranges {
 };
 
 int df_ranges_open(df_ranges **out, const char *path, df_err *e) {
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  /* O_APPEND: another process (run and warm on one install) may append to
+   * the same journal; each batch lands whole, after what is there. */
+  int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return df_err_errno(e, "%s", path);
   char *buf = NULL;
   size_t len = 0;
@@ -133,29 +135,44 @@ void df_ranges_close(df_ranges *r) {
   free(r);
 }
 
-int df_ranges_add(df_ranges *r, uint64_t begin, uint64_t end, uint64_t hash, df_err *e) {
-  df_range x = {begin, end, hash};
-  char line[80];
-  int len = df_ranges_format(line, &x);
+int df_ranges_add_many(df_ranges *r, const df_range *v, int n, df_err *e) {
+  if (n <= 0) return 0;
+  char *buf = df_xmalloc((size_t)n * LINE_LEN + 1);
+  size_t len = 0;
+  for (int k = 0; k < n; k++) len += (size_t)df_ranges_format(buf + len, &v[k]);
   pthread_mutex_lock(&r->mu);
-  ssize_t w = write(r->fd, line, (size_t)len);
-  if (w != len || fdatasync(r->fd)) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t w = write(r->fd, buf + done, len - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  free(buf);
+  if (done != len || fdatasync(r->fd)) {
     pthread_mutex_unlock(&r->mu);
     return df_err_errno(e, "appending to %s", r->path);
   }
-  if (r->n == r->cap) {
-    r->cap = r->cap ? r->cap * 2 : 64;
+  if (r->n + n > r->cap) {
+    while (r->n + n > r->cap) r->cap = r->cap ? r->cap * 2 : 64;
     r->v = df_xrealloc(r->v, (size_t)r->cap * sizeof *r->v);
   }
-  int i = r->n;
-  while (i > 0 && cmp_range(&r->v[i - 1], &x) > 0) {
-    r->v[i] = r->v[i - 1];
-    i--;
+  for (int k = 0; k < n; k++) {
+    int i = r->n;
+    while (i > 0 && cmp_range(&r->v[i - 1], &v[k]) > 0) {
+      r->v[i] = r->v[i - 1];
+      i--;
+    }
+    r->v[i] = v[k];
+    r->n++;
   }
-  r->v[i] = x;
-  r->n++;
   pthread_mutex_unlock(&r->mu);
   return 0;
+}
+
+int df_ranges_add(df_ranges *r, uint64_t begin, uint64_t end, uint64_t hash, df_err *e) {
+  df_range x = {begin, end, hash};
+  return df_ranges_add_many(r, &x, 1, e);
 }
 
 int df_ranges_covered(df_ranges *r, uint64_t begin, uint64_t end) {

@@ -37,6 +37,8 @@ int df_ranges_open(df_ranges **out, const char *path, df_err *e);
 void df_ranges_close(df_ranges *r);
 /* Appends a range (the caller has made its bytes durable) and fsyncs. */
 int df_ranges_add(df_ranges *r, uint64_t begin, uint64_t end, uint64_t hash, df_err *e);
+/* Appends several ranges with one write and one fsync. */
+int df_ranges_add_many(df_ranges *r, const df_range *v, int n, df_err *e);
 /* 1 if [begin, end) is fully inside the union of the ranges. */
 int df_ranges_covered(df_ranges *r, uint64_t begin, uint64_t end);
 /* The entry exactly equal to [begin, end): 0 and *hash set, or -1. */

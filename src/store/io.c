@@ -26,7 +26,7 @@ typedef struct drive {
   int evfd;
   struct io_uring ring;
   int ring_ok;
-  double emu_next; /* emulated drive is busy until then */
+  double emu_next; /* emulated drive is busy until then (drives beyond EMU_DRIVES) */
   int nthreads;
   pthread_t *th;
 } drive;
@@ -51,16 +51,26 @@ static void sleep_until(double t) {
   }
 }
 
+/* Emulated drives are process-wide: drive i of every open I/O engine is the
+ * same emulated drive (one timeline), so two engines reading one drive (the
+ * expert store and the spine stream, whose shards are on drive 0) share its
+ * bandwidth instead of each getting all of it. Reads are served in the
+ * order they are submitted. */
+#define EMU_DRIVES 256
+static pthread_mutex_t emu_mu = PTHREAD_MUTEX_INITIALIZER;
+static double emu_busy[EMU_DRIVES]; /* drive i is busy until then */
+
 /* When an emulated drive finishes a read of len bytes submitted now. */
 static double emu_release(drive *d, uint32_t len) {
   df_io *io = d->io;
   if (io->emu.bw <= 0) return 0;
-  pthread_mutex_lock(&d->mu);
+  double *next = d->idx < EMU_DRIVES ? &emu_busy[d->idx] : &d->emu_next;
+  pthread_mutex_lock(&emu_mu);
   double now = df_now();
-  double start = d->emu_next > now ? d->emu_next : now;
-  d->emu_next = start + (double)len / io->emu.bw;
-  double t = d->emu_next + io->emu.latency;
-  pthread_mutex_unlock(&d->mu);
+  double start = *next > now ? *next : now;
+  *next = start + (double)len / io->emu.bw;
+  double t = *next + io->emu.latency;
+  pthread_mutex_unlock(&emu_mu);
   return t;
 }
 

@@ -4,7 +4,9 @@
  * its next read (take) and reports completions (done), so all scheduling
  * policy lives in one place (store.c). Optional per-drive emulation holds
  * each completion back until a drive of the given bandwidth and latency
- * would have finished it. */
+ * would have finished it. An emulated drive is process-wide: drive i of
+ * every open engine is one drive with one timeline (the expert store and the
+ * spine stream share drive 0's bandwidth). */
 #ifndef DF_STORE_IO_H
 #define DF_STORE_IO_H
 

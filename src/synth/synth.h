@@ -92,8 +92,12 @@ int df_synth_make_model(const df_synth_opts *o, df_err *e);
 /* ---- synthetic tokenizer ----
  * 256 byte tokens (rank = byte value) followed by merges learned by a small
  * byte-level BPE over an embedded English + C text, then the 256 K3 specials
- * ([BOS], [EOS], <|end_of_msg|>, <|open|>, <|close|>, <|sep|>, media tokens,
- * [UNK], [PAD], <|reserved_token_ID|>) right after the last rank. */
+ * right after the last rank. tokenizer_config.json lists the 16 the release
+ * lists ([BOS], [EOS], <|end_of_msg|>, <|open|>, <|close|>, <|sep|>,
+ * [start_header_id], [end_header_id], [EOT], the 4 media tokens,
+ * <osagent_mode>, [UNK], [PAD], at the release's offsets 0-7, 9, 18-21, 65,
+ * 254, 255); the other 240 are <|reserved_token_ID|> by position, as the
+ * release's TikTokenTokenizer names them. */
 #define DF_SYNTH_MERGES 512
 typedef struct df_synth_vocab {
   uint8_t **bytes; /* token bytes by rank */

@@ -178,6 +178,10 @@ void df_synth_special_name(int offset, int n_ranks, char *buf, size_t cap) {
     case 3: fixed = "<|open|>"; break;
     case 4: fixed = "<|close|>"; break;
     case 5: fixed = "<|sep|>"; break;
+    case 6: fixed = "[start_header_id]"; break;
+    case 7: fixed = "[end_header_id]"; break;
+    case 9: fixed = "[EOT]"; break;
+    case 65: fixed = "<osagent_mode>"; break;
     case 18: fixed = "<|media_begin|>"; break;
     case 19: fixed = "<|media_content|>"; break;
     case 20: fixed = "<|media_end|>"; break;
@@ -227,8 +231,11 @@ int df_synth_write_tokenizer(const char *dir, const df_synth_vocab *v, df_err *e
   json_t *root = json_object();
   json_t *dec = json_object();
   char name[64], id[32];
+  /* Like the release: only the 16 named specials are listed; a TikTokenTokenizer
+   * names the other 240 of the 256 ids <|reserved_token_ID|> by position. */
   for (int k = 0; k < 256; k++) {
     df_synth_special_name(k, v->n, name, sizeof name);
+    if (!strncmp(name, "<|reserved_token_", 17)) continue;
     snprintf(id, sizeof id, "%d", v->n + k);
     json_t *t = json_object();
     json_object_set_new(t, "content", json_string(name));

@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "base/util.h"
+#include "tokenizer/pyjson.h"
 
 /* The K3 pre-tokenizer in PCRE2 10.42 syntax. The published pattern uses
  * class intersection ([...&&[^\p{Han}]]), which PCRE2 cannot parse; each
@@ -317,7 +318,12 @@ static int load_specials(df_tok *t, const char *path, df_err *e) {
     df_err_set(e, "%s: no added_tokens_decoder object", path);
     goto out;
   }
-  size_t cnt = json_object_size(dec);
+  /* Kimi's TikTokenTokenizer (tokenization_kimi.py) owns the 256 ids after the
+   * ranks: the config lists some of them (the release: 16) and every other is
+   * <|reserved_token_ID|> by position. Other configs define only what they list. */
+  const json_t *cls = json_object_get(root, "tokenizer_class");
+  int kimi = json_is_string(cls) && !strcmp(json_string_value(cls), "TikTokenTokenizer");
+  size_t cnt = json_object_size(dec) + (kimi ? DF_TOK_RESERVED : 0);
   t->sp = df_xcalloc(cnt ? cnt : 1, sizeof *t->sp);
   const char *key;
   json_t *val;
@@ -338,12 +344,32 @@ static int load_specials(df_tok *t, const char *path, df_err *e) {
                  json_string_value(c), t->n_ranks - 1);
       goto out;
     }
+    if (kimi && id >= (long)t->n_ranks + DF_TOK_RESERVED) {
+      df_err_set(e, "%s: special token %ld '%s' is outside the %d ids after the ranks that a "
+                 "TikTokenTokenizer reserves (%d..%d)", path, id, json_string_value(c),
+                 DF_TOK_RESERVED, t->n_ranks, t->n_ranks + DF_TOK_RESERVED - 1);
+      goto out;
+    }
     special *s = &t->sp[t->nsp++];
     s->id = (int)id;
     s->len = json_string_length(c);
     s->text = df_xmalloc(s->len + 1);
     memcpy(s->text, json_string_value(c), s->len + 1);
     if (id > maxid) maxid = id;
+  }
+  if (kimi) {
+    char listed[DF_TOK_RESERVED] = {0};
+    for (int i = 0; i < t->nsp; i++) listed[t->sp[i].id - t->n_ranks] = 1;
+    for (int k = 0; k < DF_TOK_RESERVED; k++) {
+      if (listed[k]) continue;
+      char name[48];
+      int n = snprintf(name, sizeof name, "<|reserved_token_%d|>", t->n_ranks + k);
+      special *s = &t->sp[t->nsp++];
+      s->id = t->n_ranks + k;
+      s->len = (size_t)n;
+      s->text = df_xstrdup(name);
+    }
+    maxid = t->n_ranks + DF_TOK_RESERVED - 1;
   }
   t->sp_span = (int)(maxid + 1 - t->n_ranks);
   t->sp_by_id = df_xmalloc((size_t)(t->sp_span ? t->sp_span : 1) * sizeof *t->sp_by_id);
@@ -749,12 +775,63 @@ static int encode_ordinary(const df_tok *t, const uint8_t *text, size_t len, scr
   return rc;
 }
 
+/* The release's cut before BPE (tokenization_kimi.py encode): the text in
+ * pieces of at most 400,000 characters, each piece cut again wherever a run of
+ * white space or of non-white space (Python's str.isspace) would pass 25,000
+ * characters; every piece is then encoded on its own. It changes ids only on
+ * long inputs, and there it must be reproduced. Characters are code points. */
+#define SPLIT_CHUNK 400000
+#define SPLIT_RUN 25000
+
+typedef int (*piece_fn)(const df_tok *t, const uint8_t *p, size_t n, scratch *s, ids_out *o,
+                        df_err *e);
+
+static size_t utf8_len(uint8_t c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+static uint32_t utf8_cp(const uint8_t *p) {
+  switch (utf8_len(p[0])) {
+    case 1: return p[0];
+    case 2: return (uint32_t)(p[0] & 0x1F) << 6 | (p[1] & 0x3F);
+    case 3: return (uint32_t)(p[0] & 0x0F) << 12 | (uint32_t)(p[1] & 0x3F) << 6 | (p[2] & 0x3F);
+    default:
+      return (uint32_t)(p[0] & 0x07) << 18 | (uint32_t)(p[1] & 0x3F) << 12 |
+             (uint32_t)(p[2] & 0x3F) << 6 | (p[3] & 0x3F);
+  }
+}
+
+/* Valid UTF-8 in, fn called on each piece. */
+static int presplit(const df_tok *t, const uint8_t *text, size_t len, piece_fn fn, scratch *s,
+                    ids_out *o, df_err *e) {
+  size_t pos = 0;
+  if (len == 0) return 0;
+  while (pos < len) {
+    /* one chunk of at most SPLIT_CHUNK characters */
+    size_t start = pos, chars = 0, run = 0;
+    int run_space = df_py_isspace(utf8_cp(text + pos));
+    while (pos < len && chars < SPLIT_CHUNK) {
+      int sp = df_py_isspace(utf8_cp(text + pos));
+      if (sp != run_space) {
+        run = 1;
+        run_space = sp;
+      } else if (++run > SPLIT_RUN) {
+        if (fn(t, text + start, pos - start, s, o, e)) return -1;
+        start = pos;
+        run = 1;
+      }
+      pos += utf8_len(text[pos]);
+      chars++;
+    }
+    if (fn(t, text + start, pos - start, s, o, e)) return -1;
+  }
+  return 0;
+}
+
 int df_tok_encode(const df_tok *t, const char *text, size_t len, int **ids, size_t *n,
                   size_t *cap, df_err *e) {
   if (!df_utf8_valid(text, len)) return df_err_set(e, "tokenize: input is not valid UTF-8");
   ids_out o = {ids, n, cap};
   scratch s = {0};
-  int rc = encode_ordinary(t, (const uint8_t *)text, len, &s, &o, e);
+  int rc = presplit(t, (const uint8_t *)text, len, encode_ordinary, &s, &o, e);
   scratch_free(&s);
   return rc;
 }
@@ -778,12 +855,10 @@ static const special *find_special(const df_tok *t, const uint8_t *p, size_t len
   return NULL;
 }
 
-int df_tok_encode_with_specials(const df_tok *t, const char *text, size_t len, int **ids,
-                                size_t *n, size_t *cap, df_err *e) {
-  if (!df_utf8_valid(text, len)) return df_err_set(e, "tokenize: input is not valid UTF-8");
-  const uint8_t *p = (const uint8_t *)text;
-  ids_out o = {ids, n, cap};
-  scratch s = {0};
+/* One piece with its special-token spellings recognised (the release splits
+ * first and recognises specials inside each piece). */
+static int encode_specials_piece(const df_tok *t, const uint8_t *p, size_t len, scratch *s,
+                                 ids_out *o, df_err *e) {
   int rc = 0;
   size_t pos = 0;
   while (pos < len && rc == 0) {
@@ -791,11 +866,20 @@ int df_tok_encode_with_specials(const df_tok *t, const char *text, size_t len, i
     const special *sp = t->nsp ? find_special(t, p, len, pos, &at) : NULL;
     size_t stop = sp ? at : len;
     /* the text between specials stays valid UTF-8: specials are whole strings */
-    rc = encode_ordinary(t, p + pos, stop - pos, &s, &o, e);
+    rc = encode_ordinary(t, p + pos, stop - pos, s, o, e);
     if (!sp) break;
-    push_id(&o, sp->id);
+    push_id(o, sp->id);
     pos = at + sp->len;
   }
+  return rc;
+}
+
+int df_tok_encode_with_specials(const df_tok *t, const char *text, size_t len, int **ids,
+                                size_t *n, size_t *cap, df_err *e) {
+  if (!df_utf8_valid(text, len)) return df_err_set(e, "tokenize: input is not valid UTF-8");
+  ids_out o = {ids, n, cap};
+  scratch s = {0};
+  int rc = presplit(t, (const uint8_t *)text, len, encode_specials_piece, &s, &o, e);
   scratch_free(&s);
   return rc;
 }

@@ -12,6 +12,12 @@
 
 typedef struct df_tok df_tok;
 
+/* Special ids a TikTokenTokenizer (Kimi's tokenization_kimi.py) reserves right
+ * after the ranks: when tokenizer_config.json names that class, its
+ * added_tokens_decoder may list only some of them (the release lists 16 of
+ * 256) and every other id is <|reserved_token_ID|>, ID the token's id. */
+#define DF_TOK_RESERVED 256
+
 /* Loads dir/tiktoken.model and dir/tokenizer_config.json. */
 int df_tok_load(df_tok **out, const char *dir, df_err *e);
 /* Loads from explicit files; pattern NULL = the K3 pattern (else a PCRE2
@@ -41,11 +47,16 @@ char *df_tok_escape_piece(const uint8_t *p, size_t len);
 
 /* Encodes text as ordinary text: special-token strings in it become ordinary
  * tokens. Input must be valid UTF-8 (error otherwise). Appends to *ids
- * (realloc'd; *n and *cap track it). */
+ * (realloc'd; *n and *cap track it). As the release's tokenizer does, the text
+ * is first cut into pieces of at most 400,000 characters, and wherever a run of
+ * white space or of non-white space (Python's str.isspace) passes 25,000
+ * characters; each piece is encoded on its own (kimi-k3.md section 6). */
 int df_tok_encode(const df_tok *t, const char *text, size_t len, int **ids, size_t *n,
                   size_t *cap, df_err *e);
-/* Like df_tok_encode, but special-token strings are recognised (used only for
- * trusted template text, never for user content). */
+/* Like df_tok_encode (same pre-split, specials recognised inside each piece),
+ * but special-token strings are recognised: for trusted text only (a template
+ * the client rendered itself, a --specials command line), never for chat
+ * message content. */
 int df_tok_encode_with_specials(const df_tok *t, const char *text, size_t len, int **ids,
                                 size_t *n, size_t *cap, df_err *e);
 /* Appends the bytes of ids to a new buffer (may be invalid UTF-8 if the ids

@@ -115,6 +115,20 @@ expect_fail --model "$M" --prompt-ids 1,2 --spine fp8
 expect_fail --model "$M" --prompt-ids 1,2 --kernels fastest
 expect_fail --model "$M" --prompt-ids 1,2 --bogus
 expect_fail --model "$M" --chat --prompt-ids 1,2
+expect_fail --model "$M" --chat --prompt hi --parse-special
+expect_fail --model "$M" --chat --prompt hi --effort medium
+expect_fail --model "$M" --prompt-ids 1,2 --parse-special
+
+# --parse-special: a prompt rendered by the caller keeps its special tokens; without
+# the flag the same text is ordinary tokens (the id of <|open|> is read from the file)
+open_id=$(jq -r '.added_tokens_decoder | to_entries[] | select(.value.content == "<|open|>") | .key' \
+  "$M/tokenizer_config.json")
+"$BIN" run --model "$M" --prompt '<|open|>hi' --parse-special --max-new 1 --json >"$tmp/ps"
+[ "$(jq '.prompt_ids[0]' "$tmp/ps")" = "$open_id" ] || fail "--parse-special: $(jq -c .prompt_ids "$tmp/ps")"
+[ "$(jq '.prompt_ids | length' "$tmp/ps")" -lt 5 ] || fail "--parse-special: too many ids"
+"$BIN" run --model "$M" --prompt '<|open|>hi' --max-new 1 --json >"$tmp/ps"
+jq -e --argjson o "$open_id" '.prompt_ids | index($o) == null' "$tmp/ps" >/dev/null ||
+  fail "without --parse-special <|open|> became the special id"
 expect_fail --model "$tmp/nothing" --prompt-ids 1,2
 grep -q "config.json" "$tmp/e" || fail "missing model dir: $(cat "$tmp/e")"
 echo "ok"

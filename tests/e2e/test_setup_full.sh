@@ -13,7 +13,7 @@ BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
 T=$(mktemp -d /tmp/df_e2e_setup.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; rm -rf "$T"' EXIT
+trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 REPO=test-org/K3-tiny
@@ -142,6 +142,13 @@ rc=0
   --model-root "$T/r6" -q 2>"$T/r6.err" || rc=$?
 [ "$rc" != 0 ] || fail "a missing repository was accepted"
 grep -q "404" "$T/r6.err" && grep -q "check --repo" "$T/r6.err" || fail "404 message: $(cat "$T/r6.err")"
+start_proxy --status '403:/resolve/' --log "$T/p6b.log"
+rc=0
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$PROXY_PORT" \
+  --model-root "$T/r6b" -q 2>"$T/r6b.err" || rc=$?
+stop_proxy
+[ "$rc" != 0 ] || fail "a 403 was accepted"
+grep -q "403" "$T/r6b.err" && grep -q "Request access" "$T/r6b.err" || fail "403 message: $(cat "$T/r6b.err")"
 
 # --- 6: reuse of the hub cache under HF_HOME (downloads are refused) ---
 SNAP="$T/hfhome/hub/models--test-org--K3-tiny/snapshots/$COMMIT"
@@ -155,8 +162,62 @@ start_proxy --status '404:/resolve/' --log "$T/p6.log"
 HF_HOME="$T/hfhome" "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" \
   --endpoint "http://127.0.0.1:$PROXY_PORT" --model-root "$T/r7" -q --json >"$T/r7.json" 2>"$T/r7.err" \
   || fail "setup from the hub cache: $(cat "$T/r7.err")"
-stop_proxy
 same_files "$T/r7"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["bytes_net"]==0 and r["files_reused"]==8, r' "$T/r7.json" \
   || fail "the hub cache was not reused: $(cat "$T/r7.json")"
+# --from a local folder, one file of it damaged: that one is downloaded, the rest reused
+cp -r "$T/src" "$T/local"
+printf 'x' | dd of="$T/local/model-00003-of-000003.safetensors" bs=1 seek=1000 conv=notrunc 2>/dev/null
+stop_proxy
+start_proxy --log "$T/p7.log"
+env -u HF_HOME HOME="$T/nohome" "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --from "$T/local" \
+  --endpoint "http://127.0.0.1:$PROXY_PORT" --model-root "$T/r7b" -q --json >"$T/r7b.json" 2>"$T/r7b.err" \
+  || fail "setup --from: $(cat "$T/r7b.err")"
+stop_proxy
+same_files "$T/r7b"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["files_reused"]==7 and r["files_downloaded"]==1, r' "$T/r7b.json" \
+  || fail "--from reuse: $(cat "$T/r7b.json")"
+grep -q "model-00003-of-000003.safetensors" "$T/r7b.err" || fail "the damaged local file was not reported: $(cat "$T/r7b.err")"
+
+# --- 6b: the free-space check refuses before downloading anything ---
+# (the served model info claims one more, 1 PB file: no disk here has room)
+python3 - "$T/hub/www/api/$COMMIT.json" <<'EOF2'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["siblings"].append({"rfilename": "model-huge.safetensors", "size": 10**15,
+                      "lfs": {"sha256": "ab" * 32, "size": 10**15, "pointerSize": 135}})
+json.dump(d, open(sys.argv[1] + ".huge", "w"))
+EOF2
+cp "$T/hub/www/api/$COMMIT.json" "$T/info.keep"
+cp "$T/hub/www/api/$COMMIT.json.huge" "$T/hub/www/api/$COMMIT.json"
+: >"$T/hub/logs/access.log"
+rc=0
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/r9" -q \
+  2>"$T/r9.err" || rc=$?
+cp "$T/info.keep" "$T/hub/www/api/$COMMIT.json"
+[ "$rc" != 0 ] || fail "a 1 PB install passed the free-space check"
+grep -q "GB free" "$T/r9.err" && grep -q "needs" "$T/r9.err" || fail "space message: $(cat "$T/r9.err")"
+[ "$(hub_bytes '^/cdn/')" = 0 ] || fail "shards were downloaded before the space check refused"
+
+# --- 7: a shard holding only vision tensors: header only unless --with-vision ---
+stop_hub
+"$BIN" make-model --preset tiny --seed 5 --out "$T/vsrc" -q >/dev/null 2>&1
+VHDR=$(python3 "$DF_SRC/tests/setup/shardmap.py" add-vision "$T/vsrc")
+rm -rf "$T/hub"
+start_hub "$T/vsrc" "$REPO" "$COMMIT"
+EP="http://127.0.0.1:$HUB_PORT"
+VSHA=$(sha256sum "$T/vsrc/model-vision.safetensors" | cut -c1-64)
+"$BIN" run --model "$T/vsrc" --prompt-ids $IDS --max-new 12 --json >"$T/vref.json" \
+  || fail "the original with a vision shard does not run"
+rm -f "$T/vsrc/deltafin.heat"
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/r8" -q \
+  2>"$T/r8.err" || fail "setup with a vision shard: $(cat "$T/r8.err")"
+VB=$(hub_bytes "^/cdn/$VSHA\$")
+[ "$VB" = "$VHDR" ] || fail "the vision-only shard: $VB bytes fetched, its header is $VHDR"
+"$BIN" run --model "$T/r8" --prompt-ids $IDS --max-new 12 --json >"$T/o8.json" || fail "run without the vision bytes"
+[ "$(ids "$T/o8.json")" = "$(ids "$T/vref.json")" ] || fail "ids without the vision bytes differ"
+"$BIN" setup --full --with-vision --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/r8" -q \
+  2>"$T/r8b.err" || fail "--with-vision: $(cat "$T/r8b.err")"
+cmp -s "$T/vsrc/model-vision.safetensors" "$T/r8/model-vision.safetensors" || fail "--with-vision: shard differs"
+[ ! -f "$T/r8/model-vision.safetensors.ranges" ] || fail "--with-vision left the journal"
 echo "PASS setup full"

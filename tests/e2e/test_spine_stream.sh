@@ -89,15 +89,73 @@ for spine in bf16 int8; do
   sweep $spine --cache-mb 1
 done
 
+# convert-spine --out: the int8 copy elsewhere (resumable: a second run keeps
+# every file), read with --spine-dir, resident and streamed
+"$BIN" convert-spine --model "$M" --out "$tmp/i8" -q
+ls -l --time-style=full-iso "$tmp/i8" | grep -v index.json >"$tmp/ls1"
+"$BIN" convert-spine --model "$M" --out "$tmp/i8" -q
+ls -l --time-style=full-iso "$tmp/i8" | grep -v index.json >"$tmp/ls2"
+cmp -s "$tmp/ls1" "$tmp/ls2" || fail "a second convert-spine --out rewrote finished shard files"
+for lim in 0 1600000; do
+  extra=""
+  [ $lim -gt 0 ] && extra="--mem-limit $lim --ctx 512"
+  # shellcheck disable=SC2086
+  got=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --spine int8 \
+    --spine-dir "$tmp/i8" $extra | jq -c .output_ids)
+  [ "$got" = "$ref_int8" ] || fail "int8 from --spine-dir ($extra): $got vs $ref_int8"
+done
+if "$BIN" run --model "$M" --prompt-ids $P --spine int8 --spine-dir "$tmp/nope" 2>"$tmp/e"; then
+  fail "a missing --spine-dir was accepted"
+fi
+grep -q "convert-spine --model .* --out" "$tmp/e" || fail "missing --spine-dir message: $(cat "$tmp/e")"
+echo "convert-spine --out and --spine-dir: same int8 ids, resumable"
+
 # prefill chunks that skip the head: the wrong guess costs bytes, never ids
 got=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --mem-limit 1600000 \
   --prefill-chunk 2 | jq -c .output_ids)
 [ "$got" = "$ref_bf16" ] || fail "prefill chunks with streaming: $got"
 
+# --trace: the spine's reads go to TRACE.spine.jsonl (the store's format,
+# expert -1), every byte the stream read, readable by `trace report`
+"$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --mem-limit 1600000 --ctx 512 \
+  --trace "$tmp/tr.jsonl" >"$tmp/t"
+[ -f "$tmp/tr.jsonl.spine.jsonl" ] || fail "no spine trace next to $tmp/tr.jsonl"
+tb=$(jq -s '[.[] | select(.k == "read" and .expert == -1 and .ok == 1) | .bytes] | add' "$tmp/tr.jsonl.spine.jsonl")
+sb=$(jq '.stats.plan.spine_stream.bytes_read' "$tmp/t")
+[ "$tb" = "$sb" ] || fail "spine trace has $tb bytes, the stream read $sb"
+"$BIN" trace report "$tmp/tr.jsonl.spine.jsonl" --svg "$tmp/sp.svg" >/dev/null || fail "trace report on the spine trace"
+[ -s "$tmp/sp.svg" ] || fail "no spine SVG"
+
 # the plan in --stats
 "$BIN" run --model "$M" --prompt-ids $P --max-new 3 --mem-limit 2000000 --stats >/dev/null 2>"$tmp/st"
 grep -q "^plan .*streamed" "$tmp/st" || fail "--stats has no plan: $(cat "$tmp/st")"
 grep -q "^spine    stream:" "$tmp/st" || fail "--stats has no stream line: $(cat "$tmp/st")"
+
+# deltafin plan: full K3 from its config (record size and counts from
+# kimi-k3.md: 92 MoE layers x top-16 x 17,547,264 bytes), and this model
+"$BIN" plan --mem 16G --drives 2x5GB/s --spine bf16 --expert-hit 0 --json >"$tmp/p1"
+jq -e '(.plan.resident | length) + (.plan.streamed | length) == 94
+  and .plan.streamed_units > 0 and .projection.label == "PROJECTION"
+  and .projection.expert_bytes_per_token == 92 * 16 * 17547264
+  and .projection.drive_bytes_per_s == 10000000000
+  and ((.projection.read_s_per_token - (.projection.spine_bytes_per_token
+        + .projection.expert_bytes_per_token) / 1e10) | fabs) < 1e-6' "$tmp/p1" >/dev/null ||
+  fail "plan for full K3: $(cat "$tmp/p1")"
+"$BIN" plan --mem 256G --spine int8 --json | jq -e '.plan.streamed_units == 0' >/dev/null ||
+  fail "full K3 int8 in 256 GB should be all resident"
+if "$BIN" plan --mem 2G --spine bf16 2>"$tmp/e"; then fail "plan accepted 2 GB for full K3"; fi
+grep -q "at least" "$tmp/e" || fail "plan refusal: $(cat "$tmp/e")"
+"$BIN" run --model "$M" --prompt-ids $P --max-new 3 --json >"$tmp/c"
+"$BIN" plan --model "$M" --mem 1600000 --ctx 512 --spine bf16 --compute "$tmp/c" >"$tmp/p2"
+grep -q "^PROJECTION" "$tmp/p2" || fail "plan --model: $(cat "$tmp/p2")"
+grep -q "compute .* s (" "$tmp/p2" || fail "plan --compute: $(cat "$tmp/p2")"
+echo "deltafin plan: full K3 and this model"
+
+# inspect shows the plan (text and JSON)
+"$BIN" inspect --model "$M" --mem-limit 1600000 >"$tmp/i1"
+grep -q "^plan .*streamed" "$tmp/i1" || fail "inspect has no plan: $(tail -3 "$tmp/i1")"
+"$BIN" inspect --model "$M" --json --mem-limit 1600000 |
+  jq -e '.plan.mem_limit == 1600000 and .plan.streamed_units > 0' >/dev/null || fail "inspect --json plan"
 
 # a real memory cgroup (v2 directory or v1 memory controller) when we may make one
 limit=200000000

@@ -89,6 +89,7 @@ for level in ("max", "low"):
         f.write(",".join(map(str, layout(effort(level) + user + gen))) + "\n")
 EOF
 expect_out "--chat" "$(cat "$T/chat_max.txt")" "$DF_BIN" tokenize --model "$M" --chat xy
+if "$DF_BIN" tokenize --model "$M" --chat --effort medium xy >/dev/null 2>&1; then fail "--effort medium accepted (the release refuses it)"; fi
 expect_out "--chat --effort low" "$(cat "$T/chat_low.txt")" \
   "$DF_BIN" tokenize --model "$M" --chat --effort low xy
 
@@ -120,6 +121,22 @@ if [ -n "${DF_K3_TOKENIZER_DIR:-}" ]; then
 else
   echo "note: DF_K3_TOKENIZER_DIR not set; the real-K3 vector check is not run"
 fi
+
+# A generated checkpoint's tokenizer lists 16 specials, like the release; detokenize
+# decodes all 256 special ids (the others are <|reserved_token_ID|> by position).
+"$DF_BIN" make-model --preset tiny --seed 3 --out "$T/m" -q >/dev/null 2>&1 || fail "make-model"
+n=$(wc -l <"$T/m/tiktoken.model")
+ids=$(python3 -c "print(' '.join(str($n + k) for k in range(256)))")
+"$DF_BIN" detokenize --model "$T/m" $ids >"$T/specials.txt" || fail "detokenize of the 256 specials"
+python3 - "$T/m" "$n" "$T/specials.txt" <<'EOF2' || fail "special ids decode wrong"
+import json, sys
+d, n, got = sys.argv[1], int(sys.argv[2]), open(sys.argv[3], "rb").read().decode()
+listed = {int(k): v["content"] for k, v in json.load(open(d + "/tokenizer_config.json"))["added_tokens_decoder"].items()}
+assert len(listed) == 16, len(listed)
+want = "".join(listed.get(n + k, "<|reserved_token_%d|>" % (n + k)) for k in range(256))
+assert got == want, (got[:200], want[:200])
+print("all 256 special ids decode (16 listed, 240 reserved by position)")
+EOF2
 
 if [ "$fails" -ne 0 ]; then
   echo "FAIL: $fails checks failed"

@@ -32,21 +32,25 @@ trap 'rm -rf "$T"' EXIT INT TERM
 node "$JS" random 20260529 2500 "$T/random.json"
 node "$JS" chunks "$CORPUS" "$T/corpus.json"
 node "$JS" long 3000 "$T/long.json"
+# long inputs where the release's pre-split (400,000-character pieces, runs over
+# 25,000 cut) changes ids: the oracle applies the same split, then tiktoken
+node "$JS" split 20261201 "$T/split.json"
 
 fails=0
 # check NAME RANKS TOKCFG|- PATTERN_NAME STRINGS [--specials] -- deltafin options...
 check() {
   name=$1 ranks=$2 cfg=$3 pat=$4 strings=$5
   shift 5
-  spec=""
+  spec="" split=""
   if [ "${1:-}" = "--specials" ]; then spec=--specials; shift; fi
+  if [ "${1:-}" = "--presplit" ]; then split=--presplit; shift; fi
   if ! "$DF_BIN" tokenize --ranks "$ranks" "$@" $spec --batch "$strings" >"$T/ours.txt"; then
     echo "FAIL: $name: deltafin tokenize exited non-zero"
     fails=$((fails + 1))
     return
   fi
   printf '%s: ' "$name"
-  if ! node "$JS" check "$ranks" "$cfg" "$pat" "$strings" "$T/ours.txt" $spec; then
+  if ! node "$JS" check "$ranks" "$cfg" "$pat" "$strings" "$T/ours.txt" $spec $split; then
     echo "FAIL: $name"
     fails=$((fails + 1))
   fi
@@ -70,6 +74,23 @@ for enc in o200k_base cl100k_base; do
     check "$enc own-pattern $set" "$ranks" - "$enc" "$T/$set.json" --pattern "$native"
   done
 done
+
+# The release's pre-split, on one vocabulary (the split is vocabulary-blind).
+ranks="$T/o200k_base.tiktoken"
+check "o200k_base k3 long inputs, pre-split" "$ranks" - k3 "$T/split.json" --presplit
+check "o200k_base k3 long inputs, pre-split, specials recognised" "$ranks" "$T/o200k_base.json" \
+  k3 "$T/split.json" --specials --presplit --tokcfg "$T/o200k_base.json"
+
+# The 1 MB text as a file (generated now, not committed) gives the ids the batch gave.
+node "$JS" split-file 20261201 "$T/big.txt"
+"$DF_BIN" tokenize --ranks "$T/o200k_base.tiktoken" --file "$T/big.txt" >"$T/big.ids"
+"$DF_BIN" tokenize --ranks "$T/o200k_base.tiktoken" --batch "$T/split.json" | head -n 1 >"$T/big.batch"
+if [ "$(wc -c <"$T/big.txt")" -ge 1048576 ] && cmp -s "$T/big.ids" "$T/big.batch"; then
+  echo "1 MB file through --file: same ids as the oracle-checked batch"
+else
+  echo "FAIL: the 1 MB file through --file differs from the batch"
+  fails=$((fails + 1))
+fi
 
 # The corpus back from its ids, byte for byte (CRLF, NBSP, combining marks).
 "$DF_BIN" tokenize --ranks "$T/o200k_base.tiktoken" --file "$CORPUS" >"$T/ids.txt"

@@ -246,6 +246,63 @@ function longStrings(n) {
     rep("👍🏽", n), rep("xyzzy", n) + "'LL"];
 }
 
+// ---- the release's pre-split (tokenization_kimi.py encode) ----
+// Pieces of at most 400,000 characters (code points), each cut where a run of
+// white space or of non-white space (Python's str.isspace) would pass 25,000
+// characters; tiktoken then encodes each piece on its own.
+const PY_SPACE = new Set([0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x85, 0xa0, 0x1680, 0x2028, 0x2029,
+  0x202f, 0x205f, 0x3000]);
+function pyIsSpace(cp) {
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x2000 && cp <= 0x200a) || PY_SPACE.has(cp);
+}
+
+function presplit(s) {
+  const cps = Array.from(s);
+  const out = [];
+  for (let i = 0; i < cps.length; i += 400000) {
+    const c = cps.slice(i, i + 400000);
+    let n = 0, start = 0, sp = pyIsSpace(c[0].codePointAt(0));
+    for (let k = 0; k < c.length; k++) {
+      const now = pyIsSpace(c[k].codePointAt(0));
+      if (sp !== now) { n = 1; sp = now; }
+      else if (++n > 25000) { out.push(c.slice(start, k).join("")); start = k; n = 1; }
+    }
+    out.push(c.slice(start).join(""));
+  }
+  return out;
+}
+
+// Inputs where the pre-split matters: a 1 MB text (words, with one long run of
+// each kind inside, crossing two 400,000-character boundaries), a 60,000-
+// character base64 line, 30,000 spaces, runs at and around the 25,000 limit.
+// (tiktoken's merge is quadratic in a pre-token's length, so single pre-tokens
+// over 25,000 characters are few and short-byte: the test stays in seconds.)
+function splitStrings(seed) {
+  const rnd = mulberry32(seed);
+  const int = (lo, hi) => lo + Math.floor(rnd() * (hi - lo + 1));
+  const b64 = (n) => {
+    const a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let s = "";
+    for (let i = 0; i < n; i++) s += a[int(0, 63)];
+    return s;
+  };
+  const words = ["the", "tokenizer", "splits", "long", "runs", "naïve", "中文", "日本語", "😀", "x1",
+    "Ünïcödé", "\u00a0", "\t"];
+  const runs = ["\n".repeat(25005), " ".repeat(25003) + "y", ("x1").repeat(13000), b64(40000),
+    "a".repeat(25001), "\t".repeat(24999) + " "];
+  const parts = [];
+  let bytes = 0, next = 0;
+  while (bytes < (1 << 20) + 1000) {
+    let w = words[int(0, words.length - 1)] + (rnd() < 0.9 ? " " : "\n");
+    if (next < runs.length && bytes > (next + 1) * 140000) w = runs[next++];
+    parts.push(w);
+    bytes += Buffer.byteLength(w);
+  }
+  const mb = parts.join("");
+  return [mb, b64(60000), " ".repeat(30000), "a".repeat(25000), "a".repeat(25001),
+    " ".repeat(25001) + "x", "x" + "\t".repeat(50002), "\u00a0".repeat(25001) + "b"];
+}
+
 function chunks(file) {
   const text = fs.readFileSync(file, "utf8");
   const out = [];
@@ -255,7 +312,7 @@ function chunks(file) {
   return out;
 }
 
-function check(ranksFile, tokcfg, patName, stringsFile, oursFile, withSpecials) {
+function check(ranksFile, tokcfg, patName, stringsFile, oursFile, withSpecials, split) {
   const { Tiktoken } = need("tiktoken/lite");
   const specials = readTokcfg(tokcfg);
   const t = new Tiktoken(fs.readFileSync(ranksFile, "utf8"), specials, patternFor(patName));
@@ -267,7 +324,8 @@ function check(ranksFile, tokcfg, patName, stringsFile, oursFile, withSpecials) 
   const piece = (id) => JSON.stringify(Buffer.from(t.decode_single_token_bytes(id)).toString("latin1"));
   let bad = 0, nids = 0;
   for (let i = 0; i < strings.length; i++) {
-    const ref = Array.from(withSpecials ? t.encode(strings[i], "all") : t.encode_ordinary(strings[i]));
+    const enc = (x) => Array.from(withSpecials ? t.encode(x, "all") : t.encode_ordinary(x));
+    const ref = split ? presplit(strings[i]).flatMap(enc) : enc(strings[i]);
     nids += ref.length;
     const got = ours[i] === "" ? [] : ours[i].split(",").map(Number);
     if (ref.length === got.length && ref.every((v, k) => v === got[k])) continue;
@@ -284,7 +342,8 @@ function check(ranksFile, tokcfg, patName, stringsFile, oursFile, withSpecials) 
   }
   t.free();
   process.stdout.write(`${path.basename(stringsFile)} ${patName}${withSpecials ? " +specials" : ""}: ` +
-    `${strings.length - bad}/${strings.length} strings identical (${nids} oracle tokens)\n`);
+    `${strings.length - bad}/${strings.length} strings identical (${nids} oracle tokens)` +
+    `${split ? ", pre-split as the release" : ""}\n`);
   process.exit(bad ? 1 : 0);
 }
 
@@ -296,5 +355,7 @@ else if (cmd === "pattern-pcre2") process.stdout.write(toPcre2(patternFor(a[0]))
 else if (cmd === "random") fs.writeFileSync(a[2], JSON.stringify(randomStrings(Number(a[0]), Number(a[1]))));
 else if (cmd === "long") fs.writeFileSync(a[1], JSON.stringify(longStrings(Number(a[0]))));
 else if (cmd === "chunks") fs.writeFileSync(a[1], JSON.stringify(chunks(a[0])));
-else if (cmd === "check") check(a[0], a[1], a[2], a[3], a[4], a[5] === "--specials");
+else if (cmd === "split") fs.writeFileSync(a[1], JSON.stringify(splitStrings(Number(a[0]))));
+else if (cmd === "split-file") fs.writeFileSync(a[1], splitStrings(Number(a[0]))[0]);
+else if (cmd === "check") check(a[0], a[1], a[2], a[3], a[4], a.includes("--specials"), a.includes("--presplit"));
 else die("usage: see the comment at the top of tiktoken_oracle.js");

@@ -12,6 +12,7 @@ the journal format directly; shares no code with deltafin).
   verify-present ROOT SRC      every present range equals the original's bytes
   missing-bytes ROOT           bytes not present in the journalled shards
   damage-fetched ROOT SRC      flip a byte inside one present expert record
+  add-vision SRC               add a shard of vision tensors only; prints its header bytes
   shard-regex WWW COMMIT       a regex of the served shards' blob paths
   pick-n TRACE                 an N with a strict gap in use counts after it
   top-n TRACE N                the N most used (demand reads), "layer expert"
@@ -173,6 +174,27 @@ def main():
     elif cmd == "top-n":
         for (l, x), _ in uses(a[0])[: int(a[1])]:
             print(l, x)
+    elif cmd == "add-vision":
+        # a shard holding only vision tensors, as the release has them, named in the index
+        src = a[0]
+        rnd = __import__("random").Random(3)
+        ts = [("vision_tower.blocks.0.attn.qkv.weight", [64, 192]), ("mm_projector.linear_1.weight", [64, 64])]
+        hdr, data, off = {}, b"", 0
+        for name, shape in ts:
+            n = shape[0] * shape[1] * 2
+            hdr[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + n]}
+            data += bytes(rnd.getrandbits(8) for _ in range(n))
+            off += n
+        h = json.dumps(hdr).encode()
+        h += b" " * (-len(h) % 8)
+        with open(os.path.join(src, "model-vision.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + data)
+        ip = os.path.join(src, "model.safetensors.index.json")
+        idx = json.load(open(ip))
+        for name, _ in ts:
+            idx["weight_map"][name] = "model-vision.safetensors"
+        json.dump(idx, open(ip, "w"), indent=2)
+        print(8 + len(h))
     elif cmd == "shard-regex":
         info = json.load(open(os.path.join(a[0], "api", a[1] + ".json")))
         shas = [s["lfs"]["sha256"] for s in info["siblings"] if s["rfilename"].endswith(".safetensors")]

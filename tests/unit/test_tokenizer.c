@@ -16,6 +16,8 @@
 
 #include "base/util.h"
 #include "tokenizer/tokenizer.h"
+#include "synth/synth.h"
+#include <jansson.h>
 
 /* ---- writing vocabularies ---- */
 
@@ -471,8 +473,93 @@ static void test_bad_rank_files(void **st) {
   free(s);
 }
 
+/* The release's table: a TikTokenTokenizer config that lists 16 of the 256
+ * specials (the generator writes one like it); every other id is
+ * <|reserved_token_ID|> by position, and every one of the 256 decodes. */
+static void test_sparse_specials(void **st) {
+  (void)st;
+  char dir[] = "/tmp/df-test-sparse.XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  df_synth_vocab v;
+  df_synth_vocab_build(&v);
+  df_err e = {{0}};
+  assert_int_equal(df_synth_write_tokenizer(dir, &v, &e), 0);
+  int n = v.n;
+  df_synth_vocab_free(&v);
+  /* the file lists exactly the release's 16, at the release's offsets */
+  char *cfg = df_path_join(dir, "tokenizer_config.json");
+  json_t *j = json_load_file(cfg, 0, NULL);
+  assert_non_null(j);
+  json_t *dec = json_object_get(j, "added_tokens_decoder");
+  assert_int_equal(json_object_size(dec), 16);
+  static const struct {
+    int off;
+    const char *name;
+  } rel[16] = {{0, "[BOS]"}, {1, "[EOS]"}, {2, "<|end_of_msg|>"}, {3, "<|open|>"},
+               {4, "<|close|>"}, {5, "<|sep|>"}, {6, "[start_header_id]"},
+               {7, "[end_header_id]"}, {9, "[EOT]"}, {18, "<|media_begin|>"},
+               {19, "<|media_content|>"}, {20, "<|media_end|>"}, {21, "<|media_pad|>"},
+               {65, "<osagent_mode>"}, {254, "[UNK]"}, {255, "[PAD]"}};
+  for (int k = 0; k < 16; k++) {
+    char id[16];
+    snprintf(id, sizeof id, "%d", n + rel[k].off);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(dec, id), "content")),
+                        rel[k].name);
+  }
+  assert_string_equal(json_string_value(json_object_get(j, "tokenizer_class")),
+                      "TikTokenTokenizer");
+  json_decref(j);
+  df_tok *t;
+  if (df_tok_load(&t, dir, &e)) fail_msg("%s", e.msg);
+  assert_int_equal(df_tok_vocab_size(t), n + 256);
+  for (int k = 0; k < 256; k++) {
+    int id = n + k;
+    assert_true(df_tok_is_special(t, id));
+    size_t l;
+    const uint8_t *p = df_tok_piece(t, id, &l);
+    assert_non_null(p);
+    char want[48];
+    const char *name = NULL;
+    for (int r = 0; r < 16; r++)
+      if (rel[r].off == k) name = rel[r].name;
+    if (!name) {
+      snprintf(want, sizeof want, "<|reserved_token_%d|>", id);
+      name = want;
+    }
+    assert_int_equal(l, strlen(name));
+    assert_memory_equal(p, name, l);
+    assert_int_equal(df_tok_special_id(t, name), id);
+    /* and decodes, and reads back as that id when specials are allowed */
+    size_t dl;
+    char *d = df_tok_decode(t, &id, 1, &dl);
+    assert_string_equal(d, name);
+    int *ids = NULL;
+    size_t ni = 0, cap = 0;
+    assert_int_equal(df_tok_encode_with_specials(t, d, dl, &ids, &ni, &cap, &e), 0);
+    assert_int_equal(ni, 1);
+    assert_int_equal(ids[0], id);
+    free(ids);
+    free(d);
+  }
+  assert_false(df_tok_is_special(t, n + 256));
+  df_tok_free(t);
+  /* a listed special outside the reserved 256 is refused, naming it */
+  const char *bad = "{\"tokenizer_class\": \"TikTokenTokenizer\", \"added_tokens_decoder\": "
+                    "{\"100000\": {\"content\": \"[FAR]\"}}}";
+  assert_int_equal(df_file_write_atomic(cfg, bad, strlen(bad), &e), 0);
+  assert_int_equal(df_tok_load(&t, dir, &e), -1);
+  assert_non_null(strstr(e.msg, "[FAR]"));
+  unlink(cfg);
+  free(cfg);
+  char *r = df_path_join(dir, "tiktoken.model");
+  unlink(r);
+  free(r);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sparse_specials),
       cmocka_unit_test(test_basic_info),
       cmocka_unit_test(test_bpe_by_hand),
       cmocka_unit_test(test_han_is_script_not_extensions),

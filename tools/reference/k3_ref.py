@@ -18,6 +18,12 @@ Pinned choices (kimi-k3.md): L2 norm u/sqrt(sum u^2 + 1e-6); A_log per head;
 q/kv_a norm eps = rms_norm_eps; router ties to the lower expert id.
 
 Needs only python3, numpy and torch (Debian python3-torch), CPU.
+
+The math and the blocks below are plain functions of tensors and a weight
+getter, generic in dtype, device and leading batch dimensions ([..., T, H]),
+so tools/train/train_k3.py trains exactly what this file computes. Importing
+this module sets torch's default dtype to float64 (the reference's own use);
+an importer that wants another sets it back.
 """
 import argparse
 import json
@@ -149,6 +155,7 @@ class Config:
         tc = root.get("text_config", root)
         self.root, self.tc = root, tc
         g = tc.get
+
         self.hidden = g("hidden_size")
         self.n_layers = g("num_hidden_layers")
         self.vocab = g("vocab_size")
@@ -216,28 +223,134 @@ def attn_res(vs, n, r, eps):
 
 
 def kda_recurrence(q, k, v, alpha, beta):
-    """Sequential delta rule, read after update. q,k [T,NH,D] (normalised, q scaled),
-    v [T,NH,D], alpha [T,NH,D] (per key row), beta [T,NH]. Returns o [T,NH,D]."""
-    T, NH, D = q.shape
-    S = torch.zeros(NH, D, v.shape[-1], dtype=F64)
+    """Sequential delta rule, read after update. q,k [...,T,NH,D] (normalised, q scaled),
+    v [...,T,NH,D], alpha [...,T,NH,D] (per key row), beta [...,T,NH]. Returns o [...,T,NH,D]."""
+    T, NH, D = q.shape[-3:]
+    S = q.new_zeros(*q.shape[:-3], NH, D, v.shape[-1])
     out = []
     for t in range(T):
-        S = alpha[t].unsqueeze(-1) * S
-        u = torch.einsum("hkv,hk->hv", S, k[t])
-        S = S + torch.einsum("hk,hv->hkv", k[t], beta[t].unsqueeze(-1) * (v[t] - u))
-        out.append(torch.einsum("hkv,hk->hv", S, q[t]))
-    return torch.stack(out, 0)
+        kt = k[..., t, :, :]
+        S = alpha[..., t, :, :].unsqueeze(-1) * S
+        u = torch.einsum("...hkv,...hk->...hv", S, kt)
+        S = S + torch.einsum("...hk,...hv->...hkv", kt, beta[..., t, :].unsqueeze(-1) * (v[..., t, :, :] - u))
+        out.append(torch.einsum("...hkv,...hk->...hv", S, q[..., t, :, :]))
+    return torch.stack(out, -3)
 
 
 def causal_conv_silu(x, w):
-    """x [T, P], w [P, 1, K]: out_t = silu(sum_j win_t[j] w[:,0,j]), win = last K inputs, new one last."""
-    T, P = x.shape
+    """x [..., T, P], w [P, 1, K]: out_t = silu(sum_j win_t[j] w[:,0,j]), win = last K inputs, new one last."""
+    T, P = x.shape[-2:]
     K = w.shape[-1]
-    xp = torch.cat([torch.zeros(K - 1, P, dtype=F64), x], 0)
-    acc = torch.zeros(T, P, dtype=F64)
+    xp = torch.cat([x.new_zeros(*x.shape[:-2], K - 1, P), x], -2)
+    acc = x.new_zeros(x.shape)
     for j in range(K):
-        acc = acc + xp[j:j + T] * w[:, 0, j]
+        acc = acc + xp[..., j:j + T, :] * w[:, 0, j]
     return torch.nn.functional.silu(acc)
+
+
+# ---------------------------------------------------------------- blocks
+# L(name) returns the layer's tensor `name` (e.g. "self_attn.q_proj.weight");
+# x is the normalised layer input [..., T, H].
+
+def kda_block(c, L, x, recurrence=None):
+    NH, D = c.kda_heads, c.kda_dim
+    lead = x.shape[:-1]  # [..., T]
+    A = lambda n: L("self_attn." + n)
+    q = causal_conv_silu(x @ A("q_proj.weight").T, A("q_conv1d.weight"))
+    k = causal_conv_silu(x @ A("k_proj.weight").T, A("k_conv1d.weight"))
+    v = causal_conv_silu(x @ A("v_proj.weight").T, A("v_conv1d.weight"))
+    q = l2n(q.reshape(*lead, NH, D)) * (1.0 / math.sqrt(D))
+    k = l2n(k.reshape(*lead, NH, D))
+    v = v.reshape(*lead, NH, D)
+    f = (x @ A("f_a_proj.weight").T) @ A("f_b_proj.weight").T
+    Al = A("A_log")[:NH]  # per head; entries >= NH are padding
+    gl = c.gate_lb * torch.sigmoid(
+        torch.exp(Al).reshape(NH, 1) * (f + A("dt_bias")).reshape(*lead, NH, D))
+    alpha = torch.exp(gl)
+    beta = torch.sigmoid(x @ A("b_proj.weight").T)
+    o = (recurrence or kda_recurrence)(q, k, v, alpha, beta)
+    o = rms(o, A("o_norm.weight"), c.eps).reshape(*lead, NH * D)
+    o = o * torch.sigmoid(x @ A("g_proj.weight").T)
+    return o @ A("o_proj.weight").T
+
+
+def mla_block(c, L, x):
+    T = x.shape[-2]
+    lead = x.shape[:-1]
+    Hh, NO, RO, VD, KL = c.mla_heads, c.nope, c.rope, c.vdim, c.kv_lora
+    A = lambda n: L("self_attn." + n)
+    qa = rms(x @ A("q_a_proj.weight").T, A("q_a_layernorm.weight"), c.eps)
+    q = (qa @ A("q_b_proj.weight").T).reshape(*lead, Hh, NO + RO)
+    cc = x @ A("kv_a_proj_with_mqa.weight").T
+    lat = rms(cc[..., :KL], A("kv_a_layernorm.weight"), c.eps)
+    kpe = cc[..., KL:]
+    kv = (lat @ A("kv_b_proj.weight").T).reshape(*lead, Hh, NO + VD)
+    kn, vv = kv[..., :NO], kv[..., NO:]
+    sc = torch.einsum("...thd,...shd->...hts", q[..., :NO], kn) + torch.einsum("...thd,...sd->...hts", q[..., NO:], kpe)
+    sc = sc / math.sqrt(NO + RO)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
+    sc = sc.masked_fill(mask, float("-inf"))
+    P = torch.softmax(sc, -1)
+    o = torch.einsum("...hts,...shd->...thd", P, vv).reshape(*lead, Hh * VD)
+    o = o * torch.sigmoid(x @ A("g_proj.weight").T)
+    return o @ A("o_proj.weight").T
+
+
+def situ_ffn(c, L, prefix, x):
+    """down( SiTU(gate x, up x) ): the dense layer-0 FFN ("mlp.") and the shared experts."""
+    return situ(x @ L(prefix + "gate_proj.weight").T, x @ L(prefix + "up_proj.weight").T,
+                c.situ_beta, c.situ_lin) @ L(prefix + "down_proj.weight").T
+
+
+def expert_ffn(c, z, w1, w2, w3):
+    """One routed expert on latent inputs z [..., latent]: w2( SiTU(w1 z, w3 z) )."""
+    return situ(z @ w1.T, z @ w3.T, c.situ_beta, c.situ_lin) @ w2.T
+
+
+def router_scores(L, x):
+    """Sigmoid scores [..., E] (the bias is added for selection only)."""
+    return torch.sigmoid(x @ L("block_sparse_moe.gate.weight").T)
+
+
+def route_weights(c, s, ids):
+    """The chosen experts' unbiased scores, renormalised over the top k, times the scaling factor."""
+    chosen = torch.gather(s, -1, ids)
+    w = chosen / chosen.sum(-1, keepdim=True) if c.norm_topk else chosen
+    return w * c.routed_scale
+
+
+def moe_out(c, L, x, r):
+    """routed = up( RMS(r, routed_expert_norm) ) plus the shared experts on x."""
+    B = "block_sparse_moe."
+    if c.latent_norm:
+        r = rms(r, L(B + "routed_expert_norm.weight"), c.eps)
+    return r @ L(B + "routed_expert_up_proj.weight").T + situ_ffn(c, L, B + "shared_experts.", x)
+
+
+def forward_layers(c, LW, GW, h, attn, ffn, on_layer=None):
+    """The AttnRes spine (kimi-k3.md 5.1) over embeddings h [..., T, H]. LW(l, name) / GW(name) give
+    tensors; attn(l, x) and ffn(l, x) are the layer's blocks. Returns the final logits."""
+    S, p = [], None
+    for l in range(c.n_layers):
+        L = lambda n, l=l: LW(l, n)
+        x_attn = h if not S else attn_res(S + [h], L("self_attention_res_norm.weight"),
+                                          L("self_attention_res_proj.weight"), c.eps)
+        if l % c.block == 0:
+            S.append(h)
+            p = None
+        else:
+            p = h
+        xa = rms(x_attn, L("input_layernorm.weight"), c.eps)
+        a = attn(l, xa)
+        p = a if p is None else p + a
+        x_mlp = attn_res(S + [p], L("mlp_res_norm.weight"), L("mlp_res_proj.weight"), c.eps)
+        xm = rms(x_mlp, L("post_attention_layernorm.weight"), c.eps)
+        m = ffn(l, xm)
+        h = p + m
+        if on_layer is not None:
+            on_layer(l, h, a, m)
+    xo = attn_res(S + [h], GW("output_attn_res_norm.weight"), GW("output_attn_res_proj.weight"), c.eps)
+    return rms(xo, GW("norm.weight"), c.eps) @ GW("language_model.lm_head.weight").T
 
 
 # ---------------------------------------------------------------- model
@@ -278,58 +391,18 @@ class Model:
 
     # --- blocks
     def kda(self, l, x, trace=None):
-        c = self.cfg
-        NH, D = c.kda_heads, c.kda_dim
-        T = x.shape[0]
-        L = lambda n: self.lw(l, "self_attn." + n)
-        q = causal_conv_silu(x @ L("q_proj.weight").T, L("q_conv1d.weight"))
-        k = causal_conv_silu(x @ L("k_proj.weight").T, L("k_conv1d.weight"))
-        v = causal_conv_silu(x @ L("v_proj.weight").T, L("v_conv1d.weight"))
-        q = l2n(q.reshape(T, NH, D)) * (1.0 / math.sqrt(D))
-        k = l2n(k.reshape(T, NH, D))
-        v = v.reshape(T, NH, D)
-        f = (x @ L("f_a_proj.weight").T) @ L("f_b_proj.weight").T
-        A = L("A_log")[:NH]  # per head; entries >= NH are padding
-        gl = c.gate_lb * torch.sigmoid(
-            torch.exp(A).reshape(1, NH, 1) * (f + L("dt_bias")).reshape(T, NH, D))
-        alpha = torch.exp(gl)
-        beta = torch.sigmoid(x @ L("b_proj.weight").T)
-        o = kda_recurrence(q, k, v, alpha, beta)
-        o = rms(o, L("o_norm.weight"), c.eps).reshape(T, NH * D)
-        o = o * torch.sigmoid(x @ L("g_proj.weight").T)
-        return o @ L("o_proj.weight").T
+        return kda_block(self.cfg, lambda n: self.lw(l, n), x)
 
     def mla(self, l, x, trace=None):
-        c = self.cfg
-        T = x.shape[0]
-        Hh, NO, RO, VD, KL = c.mla_heads, c.nope, c.rope, c.vdim, c.kv_lora
-        L = lambda n: self.lw(l, "self_attn." + n)
-        qa = rms(x @ L("q_a_proj.weight").T, L("q_a_layernorm.weight"), c.eps)
-        q = (qa @ L("q_b_proj.weight").T).reshape(T, Hh, NO + RO)
-        cc = x @ L("kv_a_proj_with_mqa.weight").T
-        lat = rms(cc[:, :KL], L("kv_a_layernorm.weight"), c.eps)
-        kpe = cc[:, KL:]
-        kv = (lat @ L("kv_b_proj.weight").T).reshape(T, Hh, NO + VD)
-        kn, vv = kv[..., :NO], kv[..., NO:]
-        sc = torch.einsum("thd,shd->hts", q[..., :NO], kn) + torch.einsum("thd,sd->hts", q[..., NO:], kpe)
-        sc = sc / math.sqrt(NO + RO)
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-        sc = sc.masked_fill(mask, float("-inf"))
-        P = torch.softmax(sc, -1)
-        o = torch.einsum("hts,shd->thd", P, vv).reshape(T, Hh * VD)
-        o = o * torch.sigmoid(x @ L("g_proj.weight").T)
-        return o @ L("o_proj.weight").T
+        return mla_block(self.cfg, lambda n: self.lw(l, n), x)
 
     def dense(self, l, x):
-        c = self.cfg
-        L = lambda n: self.lw(l, "mlp." + n)
-        return situ(x @ L("gate_proj.weight").T, x @ L("up_proj.weight").T, c.situ_beta, c.situ_lin) @ L(
-            "down_proj.weight").T
+        return situ_ffn(self.cfg, lambda n: self.lw(l, n), "mlp.", x)
 
     def route(self, l, x):
         """Returns (ids [T, k] in selection order, weights [T, k])."""
         c = self.cfg
-        s = torch.sigmoid(x @ self.lw(l, "block_sparse_moe.gate.weight").T)  # [T, E]
+        s = router_scores(lambda n: self.lw(l, n), x)  # [T, E]
         b = self.lw(l, "block_sparse_moe.gate.e_score_correction_bias")
         sel = (s + b).numpy()
         T, E = sel.shape
@@ -338,10 +411,7 @@ class Model:
             # descending score, ties -> lower id (lexsort: last key primary)
             order = np.lexsort((np.arange(E), -sel[t]))
             ids[t] = order[: c.top_k]
-        idt = torch.from_numpy(ids)
-        chosen = torch.gather(s, 1, idt)
-        wts = chosen / chosen.sum(-1, keepdim=True) if c.norm_topk else chosen
-        return ids, wts * c.routed_scale
+        return ids, route_weights(c, s, torch.from_numpy(ids))
 
     def moe(self, l, x, trace=None):
         c = self.cfg
@@ -356,41 +426,25 @@ class Model:
             w1, w2, w3 = self.expert(l, e)
             rows, slots = np.nonzero(ids == e)
             zt = z[torch.from_numpy(rows)]
-            y = situ(zt @ w1.T, zt @ w3.T, c.situ_beta, c.situ_lin) @ w2.T
+            y = expert_ffn(c, zt, w1, w2, w3)
             r[torch.from_numpy(rows)] += wts[torch.from_numpy(rows), torch.from_numpy(slots)].unsqueeze(-1) * y
-        if c.latent_norm:
-            r = rms(r, self.lw(l, B + "routed_expert_norm.weight"), c.eps)
-        routed = r @ self.lw(l, B + "routed_expert_up_proj.weight").T
-        S = lambda n: self.lw(l, B + "shared_experts." + n)
-        shared = situ(x @ S("gate_proj.weight").T, x @ S("up_proj.weight").T, c.situ_beta, c.situ_lin) @ S(
-            "down_proj.weight").T
-        return routed + shared
+        return moe_out(c, lambda n: self.lw(l, n), x, r)
 
     def forward(self, ids, want_hidden=False, trace=None):
         """ids: list of int. Returns logits [T, V] and (if want_hidden) per-layer records."""
         c = self.cfg
         h = self.w("embed_tokens.weight")[torch.tensor(ids, dtype=torch.long)]
-        S, p = [], None
         hidden = []
-        for l in range(c.n_layers):
-            x_attn = h if not S else attn_res(S + [h], self.lw(l, "self_attention_res_norm.weight"),
-                                              self.lw(l, "self_attention_res_proj.weight"), c.eps)
-            if l % c.block == 0:
-                S.append(h)
-                p = None
-            else:
-                p = h
-            xa = rms(x_attn, self.lw(l, "input_layernorm.weight"), c.eps)
-            a = self.kda(l, xa) if c.kind[l] == "kda" else self.mla(l, xa)
-            p = a if p is None else p + a
-            x_mlp = attn_res(S + [p], self.lw(l, "mlp_res_norm.weight"), self.lw(l, "mlp_res_proj.weight"), c.eps)
-            xm = rms(x_mlp, self.lw(l, "post_attention_layernorm.weight"), c.eps)
-            m = self.dense(l, xm) if l < c.first_dense else self.moe(l, xm, trace)
-            h = p + m
+
+        def on_layer(l, h, a, m):
             if want_hidden:
                 hidden.append({"layer": l, "kind": c.kind[l], "h": h, "attn_last": a[-1], "ffn_last": m[-1]})
-        xo = attn_res(S + [h], self.w("output_attn_res_norm.weight"), self.w("output_attn_res_proj.weight"), c.eps)
-        logits = rms(xo, self.w("norm.weight"), c.eps) @ self.w("language_model.lm_head.weight").T
+
+        logits = forward_layers(
+            c, self.lw, self.w, h,
+            lambda l, x: self.kda(l, x) if c.kind[l] == "kda" else self.mla(l, x),
+            lambda l, x: self.dense(l, x) if l < c.first_dense else self.moe(l, x, trace),
+            on_layer)
         return logits, hidden
 
 
