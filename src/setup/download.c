@@ -231,22 +231,80 @@ int df_dl_missing(const df_dl_item *it, uint64_t *missing, df_err *e) {
   return rc;
 }
 
+/* A stream shard's journalled ranges are checked against their bytes before
+ * the gaps are filled: a range damaged on the local disk is dropped from the
+ * journal (rewritten atomically) and so fetched again, instead of failing
+ * the shard's sha256 at the end. */
+static int scrub_journal(const char *data, const char *jpath, df_err *e) {
+  char *buf;
+  size_t len;
+  if (df_file_read(jpath, &buf, &len, e)) return -1;
+  df_range *v;
+  int n;
+  size_t good;
+  int rc = df_ranges_parse(buf, len, jpath, &v, &n, &good, e);
+  free(buf);
+  if (rc) return -1;
+  int fd = open(data, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    free(v);
+    return df_err_errno(e, "%s", data);
+  }
+  int bad = 0, k = 0;
+  uint8_t *tmp = NULL;
+  size_t cap = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t l = v[i].end - v[i].begin;
+    if (l > cap) tmp = df_xrealloc(tmp, cap = (size_t)l);
+    ssize_t got = pread(fd, tmp, (size_t)l, (off_t)v[i].begin);
+    if (got == (ssize_t)l && XXH3_64bits(tmp, (size_t)l) == v[i].hash) v[k++] = v[i];
+    else bad++;
+  }
+  free(tmp);
+  close(fd);
+  if (bad) {
+    df_log_warn("%s: %d range%s damaged on the local disk: fetching %s again", data, bad,
+                bad == 1 ? "" : "s", bad == 1 ? "it" : "them");
+    size_t cap2 = (size_t)k * 80 + 1, off = 0;
+    char *out = df_xmalloc(cap2);
+    for (int i = 0; i < k; i++) off += (size_t)df_ranges_format(out + off, &v[i]);
+    rc = df_file_write_atomic(jpath, out, off, e);
+    free(out);
+  }
+  free(v);
+  return rc;
+}
+
 static int open_file(run *r, int i, const df_dl_item *it, df_err *e) {
   fstate *f = &r->fs[i];
   f->it = it;
   f->data = data_path(it);
   f->jpath = df_dl_journal_path(it->dest, it->in_place);
   struct stat st;
-  /* Data without a journal cannot be trusted (it may be a partial write
-   * from a run that died before creating the journal): start it over. */
-  if (stat(f->jpath, &st) && stat(f->data, &st) == 0 && !it->in_place) unlink(f->data);
+  /* The invariants a kill at any point must keep: partial data never
+   * exists without its journal (a shard at its final name without a journal
+   * is complete and verified, and readers trust it), so the journal is
+   * created before the data and removed after it; a journal whose data is
+   * gone or of the wrong size describes nothing: start that file over. */
+  int have_data = stat(f->data, &st) == 0;
+  if (have_data && (uint64_t)st.st_size != it->file->size) {
+    unlink(f->data); /* data first: a journal alone is harmless, data alone is not */
+    have_data = 0;
+  }
+  if (!have_data) unlink(f->jpath);
+  else if (stat(f->jpath, &st) && !it->in_place) {
+    unlink(f->data); /* a .part without its journal may hold anything */
+    have_data = 0;
+  }
+  if (have_data && it->in_place && !it->want && df_file_exists(f->jpath) &&
+      scrub_journal(f->data, f->jpath, e))
+    return -1;
+  if (df_ranges_open(&f->rj, f->jpath, e)) return -1;
   f->fd = open(f->data, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (f->fd < 0) return df_err_errno(e, "%s", f->data);
-  if (fstat(f->fd, &st)) return df_err_errno(e, "%s", f->data);
-  if ((uint64_t)st.st_size != it->file->size && ftruncate(f->fd, (off_t)it->file->size))
+  if (!have_data && ftruncate(f->fd, (off_t)it->file->size))
     return df_err_errno(e, "sizing %s to %llu bytes", f->data,
                         (unsigned long long)it->file->size);
-  if (df_ranges_open(&f->rj, f->jpath, e)) return -1;
   return 0;
 }
 

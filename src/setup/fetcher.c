@@ -336,9 +336,15 @@ static int maybe_complete(df_fetcher *f, int file, df_err *e) {
     pthread_mutex_lock(&f->mu);
     s->bad = 1;
     pthread_mutex_unlock(&f->mu);
+    /* Nothing corrupt stays behind: the data goes (first: a journal alone
+     * is harmless), so no later run can read a record of it. */
+    char *jp = df_dl_journal_path(s->path, 1);
+    unlink(s->path);
+    unlink(jp);
+    free(jp);
     return df_err_set(e,
                       "%s: every range of this shard is now local but it fails verification (%s); "
-                      "its records are refused: run deltafin setup --full to fetch it again",
+                      "it was removed: run deltafin setup --full (or --stream) to fetch it again",
                       s->path, ve.msg);
   }
   char *jp = df_dl_journal_path(s->path, 1);

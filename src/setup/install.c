@@ -398,6 +398,10 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       int partial_inplace = df_file_exists(rj);
       free(rj);
       if (!partial_inplace && df_file_exists(dest)) {
+        /* a kill between a download's rename and its journal's removal */
+        char *pj = df_dl_journal_path(dest, 0);
+        unlink(pj);
+        free(pj);
         if (verified_has(s.root, f->name, dest)) {
           rep->bytes_present += f->size;
           free(dest);
@@ -473,6 +477,15 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
                 "when first needed",
                 (double)df_stream_plan_local_bytes(plan) / 1e6);
   } else {
+    int nsteps = 1 + (o->spine != NULL) + (o->ndrives > 0), step = 1;
+    df_log_info("step %d/%d: download (%.2f GB missing of %.2f GB)", step++, nsteps,
+                (double)need / 1e9, (double)(need + rep->bytes_present) / 1e9);
+    /* Before anything is fetched (counting vision-only shards too: their
+     * header-only treatment is decided from the index, fetched below). */
+    if (!o->no_space_check) {
+      uint64_t spine = o->spine ? need / 4 : 0; /* the int8 copy: half the bf16 spine, a fraction of it all */
+      if (space_check(s.root, need + spine, "the download", e)) goto out_tok;
+    }
     /* Small files first: the index says which shards hold only vision tensors. */
     int nsmall = 0;
     while (nsmall < nitems && !is_shard(items[nsmall].file->name)) nsmall++;
@@ -505,16 +518,6 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     }
     free(vis);
     int ok = 1;
-    if (!o->no_space_check) {
-      uint64_t want = 0;
-      for (int i = 0; i < nt; i++) {
-        uint64_t m;
-        if (df_dl_missing(&text[i], &m, e)) ok = 0;
-        want += m;
-      }
-      uint64_t spine = o->spine ? want / 4 : 0; /* the int8 copy: half the bf16 spine, a fraction of it all */
-      if (ok && space_check(s.root, want + spine, "the download", e)) ok = 0;
-    }
     if (ok && nt && df_dl_run(text, nt, &dl, &ds, e)) ok = 0;
     if (ok) {
       rep->bytes_net += ds.bytes_net;
@@ -537,7 +540,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     free(visi);
     if (!ok) goto out_tok;
     if (o->spine && !strcmp(o->spine, "int8")) {
-      df_log_info("converting the spine to row-int8");
+      df_log_info("step %d/%d: convert the spine to row-int8", step++, nsteps);
       if (df_k3_convert_spine(s.root, o->threads, 0, e)) goto out_tok;
     }
     if (o->ndrives > 0) {
@@ -554,7 +557,8 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       df_pack_opts po = {.model_dir = s.root, .ndrives = o->ndrives, .drives = o->drives,
                          .replicas_hot = o->replicas_hot, .progress = o->progress,
                          .max_rate = o->pack_max_rate};
-      df_log_info("packing experts onto %d drive%s", o->ndrives, o->ndrives == 1 ? "" : "s");
+      df_log_info("step %d/%d: pack the experts onto %d drive%s", step++, nsteps, o->ndrives,
+                  o->ndrives == 1 ? "" : "s");
       if (df_pack(&po, e)) goto out_tok;
     }
   }

@@ -95,6 +95,11 @@ int df_cache_pin_hottest(df_store *s, const float *heat, long pin_mb, df_err *e)
   size_t take = (size_t)(want / s->rec_bytes);
   if (take > cnt) take = cnt;
   if (!cnt) df_log_warn("--pin-mb: no heat recorded yet (%s); nothing pinned", s->heat_path ? s->heat_path : "no heat file");
+  /* a stream install: pinning asks for these experts, so fetch those not local */
+  if (s->remote && take && df_store_fetch_remote(s, order, (int)take, e)) {
+    free(order);
+    return df_err_prefix(e, "--pin-mb: ");
+  }
   pthread_mutex_lock(&s->mu);
   for (size_t i = 0; i < take; i++) {
     entry *x = df_cache_entry_new(s, order[i]);

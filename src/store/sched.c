@@ -152,9 +152,11 @@ void df_sched_promote(df_store *s, entry *e) {
 void df_sched_fail(df_store *s, entry *e, const char *why) {
   char msg[768];
   snprintf(msg, sizeof msg,
-           "expert (layer %d, expert %d): no good copy left (%s); run deltafin doctor, re-run "
-           "deltafin pack, or use --no-pack",
-           df_store_key_layer(s, e->key), df_store_key_expert(s, e->key), why);
+           "expert (layer %d, expert %d): no good copy left (%s); %s",
+           df_store_key_layer(s, e->key), df_store_key_expert(s, e->key), why,
+           s->remote ? "its local copy in this stream install is damaged: run deltafin setup "
+                       "--full to repair the shard (it is verified and fetched again)"
+                     : "run deltafin doctor, re-run deltafin pack, or use --no-pack");
   e->state = E_FAILED;
   free(e->err);
   e->err = df_xstrdup(msg);

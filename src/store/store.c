@@ -167,22 +167,23 @@ void df_store_close(df_store *s) {
   free(s);
 }
 
-/* Stream install: the batch's records that are not local are fetched now,
+/* Stream install: the records (by key) that are not local are fetched now,
  * before any read of them is queued (the store's lock is not held: other
- * threads keep reading local records meanwhile). */
-static int df_store_fetch_remote(df_store *s, int layer, const int *experts, int n, df_err *e) {
-  df_src_need *need = df_xmalloc((size_t)n * sizeof *need);
-  int li = layer - s->first_layer;
+ * threads keep reading local records meanwhile). Only for records a batch
+ * needs or --pin-mb asked for: never speculatively. */
+int df_store_fetch_remote(df_store *s, const int *keys, int n, df_err *e) {
+  df_src_need *need = df_xmalloc((size_t)(n ? n : 1) * sizeof *need);
   for (int i = 0; i < n; i++) {
-    const copyloc *c = &s->recs[(size_t)li * (size_t)s->n_experts + (size_t)experts[i]].c[0];
-    need[i] = (df_src_need){c->file, layer, experts[i], c->off, s->rec_bytes, 0};
+    const copyloc *c = &s->recs[keys[i]].c[0];
+    need[i] = (df_src_need){c->file, df_store_key_layer(s, keys[i]), df_store_key_expert(s, keys[i]),
+                            c->off, s->rec_bytes, 0};
   }
   double t0 = df_now();
   int rc = df_src_remote_ensure(s->remote, need, n, e);
   pthread_mutex_lock(&s->mu);
   s->net_wait += df_now() - t0;
   for (int i = 0; !rc && i < n; i++) {
-    copyloc *c = &s->recs[(size_t)li * (size_t)s->n_experts + (size_t)experts[i]].c[0];
+    copyloc *c = &s->recs[keys[i]].c[0];
     if (!c->xxh) c->xxh = need[i].xxh; /* 0 -> its checksum, before its first read */
   }
   pthread_mutex_unlock(&s->mu);
@@ -197,7 +198,11 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, 
   for (int i = 0; i < n; i++)
     if (experts[i] < 0 || experts[i] >= s->n_experts || (i && experts[i] <= experts[i - 1]))
       return df_err_set(e, "store: layer %d: expert list not sorted/unique/in range", layer);
-  if (s->remote && df_store_fetch_remote(s, layer, experts, n, e)) return -1;
+  if (s->remote) {
+    int keys[n];
+    for (int i = 0; i < n; i++) keys[i] = (layer - s->first_layer) * s->n_experts + experts[i];
+    if (df_store_fetch_remote(s, keys, n, e)) return -1;
+  }
   pthread_mutex_lock(&s->mu);
   if (s->batch_n) {
     pthread_mutex_unlock(&s->mu);

@@ -246,6 +246,9 @@ static inline int df_store_key_layer(const df_store *s, int key) {
 }
 static inline int df_store_key_expert(const df_store *s, int key) { return key % s->n_experts; }
 
+/* store.c: a stream install's records that are not local, fetched (source.h) */
+int df_store_fetch_remote(df_store *s, const int *keys, int n, df_err *e);
+
 /* records.c */
 int df_store_open_pack(df_store *s, const df_st_set *set, const char *mpath, df_err *e);
 int df_store_open_shards(df_store *s, const df_st_set *set, df_err *e);

@@ -13,7 +13,7 @@ BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
 T=$(mktemp -d /tmp/df_e2e_setup.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; rm -rf "$T"' EXIT
+trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 REPO=test-org/K3-tiny
@@ -162,10 +162,42 @@ start_proxy --status '404:/resolve/' --log "$T/p6.log"
 HF_HOME="$T/hfhome" "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" \
   --endpoint "http://127.0.0.1:$PROXY_PORT" --model-root "$T/r7" -q --json >"$T/r7.json" 2>"$T/r7.err" \
   || fail "setup from the hub cache: $(cat "$T/r7.err")"
-stop_proxy
 same_files "$T/r7"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["bytes_net"]==0 and r["files_reused"]==8, r' "$T/r7.json" \
   || fail "the hub cache was not reused: $(cat "$T/r7.json")"
+# --from a local folder, one file of it damaged: that one is downloaded, the rest reused
+cp -r "$T/src" "$T/local"
+printf 'x' | dd of="$T/local/model-00003-of-000003.safetensors" bs=1 seek=1000 conv=notrunc 2>/dev/null
+stop_proxy
+start_proxy --log "$T/p7.log"
+env -u HF_HOME HOME="$T/nohome" "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --from "$T/local" \
+  --endpoint "http://127.0.0.1:$PROXY_PORT" --model-root "$T/r7b" -q --json >"$T/r7b.json" 2>"$T/r7b.err" \
+  || fail "setup --from: $(cat "$T/r7b.err")"
+stop_proxy
+same_files "$T/r7b"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["files_reused"]==7 and r["files_downloaded"]==1, r' "$T/r7b.json" \
+  || fail "--from reuse: $(cat "$T/r7b.json")"
+grep -q "model-00003-of-000003.safetensors" "$T/r7b.err" || fail "the damaged local file was not reported: $(cat "$T/r7b.err")"
+
+# --- 6b: the free-space check refuses before downloading anything ---
+# (the served model info claims one more, 1 PB file: no disk here has room)
+python3 - "$T/hub/www/api/$COMMIT.json" <<'EOF2'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["siblings"].append({"rfilename": "model-huge.safetensors", "size": 10**15,
+                      "lfs": {"sha256": "ab" * 32, "size": 10**15, "pointerSize": 135}})
+json.dump(d, open(sys.argv[1] + ".huge", "w"))
+EOF2
+cp "$T/hub/www/api/$COMMIT.json" "$T/info.keep"
+cp "$T/hub/www/api/$COMMIT.json.huge" "$T/hub/www/api/$COMMIT.json"
+: >"$T/hub/logs/access.log"
+rc=0
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/r9" -q \
+  2>"$T/r9.err" || rc=$?
+cp "$T/info.keep" "$T/hub/www/api/$COMMIT.json"
+[ "$rc" != 0 ] || fail "a 1 PB install passed the free-space check"
+grep -q "GB free" "$T/r9.err" && grep -q "needs" "$T/r9.err" || fail "space message: $(cat "$T/r9.err")"
+[ "$(hub_bytes '^/cdn/')" = 0 ] || fail "shards were downloaded before the space check refused"
 
 # --- 7: a shard holding only vision tensors: header only unless --with-vision ---
 stop_hub

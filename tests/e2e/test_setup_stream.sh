@@ -75,8 +75,13 @@ $MAP damage-fetched "$T/s3" "$T/src" >"$T/dmg" || fail "no fetched record to dam
 rc=0
 "$BIN" run --model "$T/s3" --prompt-ids $IDS --max-new 10 --cache-mb 0 >"$T/o3" 2>"$T/o3.err" || rc=$?
 [ "$rc" != 0 ] || fail "a damaged fetched record was used"
-grep -q "checksum" "$T/o3.err" || fail "damaged record message: $(cat "$T/o3.err")"
+grep -q "checksum" "$T/o3.err" && grep -q "setup --full" "$T/o3.err" || fail "damaged record message: $(cat "$T/o3.err")"
 [ -z "$(tr -d ' \n' <"$T/o3")" ] || fail "tokens printed from a damaged record: $(cat "$T/o3")"
+# the advice works: one setup --full refetches the damaged record and completes the shards
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s3" -q \
+  2>"$T/s3f.err" || fail "setup --full did not repair the damaged record: $(cat "$T/s3f.err")"
+grep -q "damaged on the local disk" "$T/s3f.err" || fail "the repair did not report the damage: $(cat "$T/s3f.err")"
+for f in "$T"/src/*; do cmp -s "$f" "$T/s3/$(basename "$f")" || fail "$(basename "$f") differs after the repair"; done
 
 # --- 4: warm --fetch N fetches exactly the N most used missing experts ---
 "$BIN" run --model "$T/orig" --prompt-ids $IDS2 --max-new 10 --prefetch off --cache-mb 0 \
@@ -91,6 +96,34 @@ python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["fetched"]
 $MAP check-present "$T/s4" "$T/src" "$T/topn" || fail "warm fetched other experts than the $N most used"
 "$BIN" run --model "$T/s4" --prompt-ids $IDS2 --max-new 10 --json >"$T/o4.json"
 [ "$(ids "$T/o4.json")" = "$(ids "$T/ref2.json")" ] || fail "ids after warm differ"
+
+# --- 4a: --pin-mb on a stream install fetches the pinned experts (it asks for them) ---
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s4a" -q 2>/dev/null
+cp "$T/orig/deltafin.heat" "$T/s4a/deltafin.heat"
+"$BIN" run --model "$T/s4a" --prompt-ids $IDS --max-new 10 --pin-mb 1 --json >"$T/o4a.json" 2>"$T/o4a.err" \
+  || fail "--pin-mb on a stream install: $(cat "$T/o4a.err")"
+[ "$(ids "$T/o4a.json")" = "$(ids "$T/ref.json")" ] || fail "--pin-mb stream ids differ"
+[ "$(net "$T/o4a.json" records_fetched)" -gt 0 ] || fail "--pin-mb fetched nothing"
+
+# --- 4b: serve from a stream install fetches on demand too ---
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s4b" -q 2>/dev/null
+SP=$(free_port)
+"$BIN" serve --model "$T/s4b" --port "$SP" >"$T/serve.out" 2>"$T/serve.err" &
+SERVE=$!
+HUB_PIDS="$HUB_PIDS $SERVE"
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$SP/health" >/dev/null 2>&1 && break; sleep 0.1; done
+MID=$(curl -sf "http://127.0.0.1:$SP/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])') \
+  || fail "serve from a stream install did not start: $(cat "$T/serve.err")"
+curl -sf "http://127.0.0.1:$SP/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\":\"$MID\",\"prompt\":[$IDS2],\"max_tokens\":10}" >"$T/serve.json" \
+  || fail "completion from a stream install failed: $(cat "$T/serve.err")"
+kill "$SERVE"; wait "$SERVE" 2>/dev/null || true
+python3 -c '
+import json, sys
+got = json.load(open(sys.argv[1]))["choices"][0]["text"]
+want = json.load(open(sys.argv[2]))["text"]
+assert got == want, (got, want)' "$T/serve.json" "$T/ref2.json" || fail "served text differs from the original run"
+[ "$($MAP count-present "$T/s4b" "$T/src")" -gt 0 ] || fail "serve fetched no expert"
 
 # --- 5: kill -9 during --stream and during run-time fetches, then rerun ---
 start_proxy --rate 600000 --log "$T/p5.log"
