@@ -65,6 +65,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     n -= (size_t)(nl - p) + 1;
     p = nl + 1;
   }
+  {
+    char *text;
+    size_t tl, nid;
+    int pieces, special, *ids;
+    df_serve_err te;
+    if (df_serve_parse_tokenize(p, n, &text, &tl, &pieces, &special, &te) == 0) free(text);
+    if (df_serve_parse_detokenize(p, n, 5000, &ids, &nid, &te) == 0) {
+      for (size_t i = 0; i < nid; i++)
+        if (ids[i] < 0 || ids[i] >= 5000) abort();
+      free(ids);
+    }
+  }
   df_serve_limits lim = {.model_id = (data[0] & 4) ? NULL : "m", .vocab = 5000};
   df_serve_req r;
   df_serve_err e;

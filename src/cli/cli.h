@@ -28,6 +28,7 @@ DF_CMD_DECL(trace)
 DF_CMD_DECL(setup)
 DF_CMD_DECL(warm)
 DF_CMD_DECL(plan)
+DF_CMD_DECL(eval)
 
 /* Prints "deltafin: <msg>" on stderr and returns 1 (the exit status). */
 int df_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

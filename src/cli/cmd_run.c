@@ -26,7 +26,8 @@ void df_cmd_run_help(void) {
       "  --prompt-ids LIST    prompt as comma-separated token ids\n"
       "  --chat               chat format: thinking-effort system message, user\n"
       "                       message, assistant generation prompt\n"
-      "  --effort LEVEL       low, medium, high or max (default max; with --chat)\n"
+      "  --effort LEVEL       low, high or max (default max; with --chat; the release\n"
+      "                       refuses medium)\n"
       "  --no-reasoning       do not print the think channel (with --chat)\n"
       "  --parse-special      special-token spellings in a plain --prompt (\"<|open|>\")\n"
       "                       become their special ids, for a prompt rendered by the\n"
@@ -209,9 +210,9 @@ int df_cmd_run(int argc, char **argv) {
   if (parse_special && (chat || !prompt))
     return df_cli_fail("--parse-special applies to a plain --prompt only (chat message content "
                        "is never read as special tokens)");
-  df_effort effort;
-  if (df_effort_parse(effort_s, &effort))
-    return df_cli_fail("--effort: '%s' is not one of low, medium, high, max", effort_s);
+  if (!df_chat_effort_valid(effort_s))
+    return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)",
+                       effort_s);
   int *ids = NULL, nids = 0, *stops = NULL, nstops = 0;
   if (prompt_ids && parse_ids("--prompt-ids", prompt_ids, &ids, &nids)) return 1;
   if (stop_s && parse_ids("--stop", stop_s, &stops, &nstops)) {
@@ -241,8 +242,17 @@ int df_cmd_run(int argc, char **argv) {
     size_t n = 0, cap = 0;
     int r;
     if (chat) {
+      /* the release's encoder: effort message, the user message, think opened */
       df_chat_msg m = {.role = DF_ROLE_USER, .content = prompt, .content_len = strlen(prompt)};
-      r = df_chat_encode(tok, &m, 1, effort, 1, &ids, &n, &cap, &e);
+      df_chat_opts co = df_chat_opts_default();
+      co.effort = effort_s;
+      df_chat_prompt cp;
+      r = df_chat_render(tok, &m, 1, &co, &cp, &e);
+      if (!r) {
+        free(ids);
+        ids = cp.ids, n = cp.n;
+        free(cp.text);
+      }
     } else if (parse_special) {
       r = df_tok_encode_with_specials(tok, prompt, strlen(prompt), &ids, &n, &cap, &e);
     } else {

@@ -16,7 +16,8 @@ void df_cmd_serve_help(void) {
       "usage: deltafin serve --model DIR [options]\n"
       "\n"
       "Serves the model over an OpenAI-compatible HTTP API: GET /v1/models,\n"
-      "POST /v1/chat/completions, POST /v1/completions (also without /v1), GET /health.\n"
+      "POST /v1/chat/completions, POST /v1/completions (also without /v1), GET /health,\n"
+      "POST /tokenize, POST /detokenize, GET /metrics (Prometheus text).\n"
       "One generation runs at a time; SIGINT/SIGTERM stop the server cleanly.\n"
       "\n"
       "server:\n"
@@ -30,6 +31,10 @@ void df_cmd_serve_help(void) {
       "  --max-request-bytes N    larger request bodies get 413 (default 1048576)\n"
       "  --idle-timeout S         close connections silent for S seconds (default 60;\n"
       "                           0 = never); generating or queued requests are not idle\n"
+      "  --reuse-mb N             conversation reuse: keep the state at the end of a prompt\n"
+      "                           (up to N MiB, default 1024) and the state at the end of a\n"
+      "                           reply; a prompt extending either prefills only its new\n"
+      "                           part (usage.prompt_tokens_details.cached_tokens). 0 = off\n"
       "  --request-timeout S      a request's headers and body must arrive within S seconds\n"
       "                           (default 30; 0 = no limit)\n"
       "  --max-client-connections N  connections one client address may hold (default 256;\n"
@@ -96,6 +101,10 @@ int df_cmd_serve(int argc, char **argv) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 86400, &x)) return 1;
       so.idle_timeout_s = (int)x;
+    } else if (!strcmp(a, "--reuse-mb")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 1L << 30, &x)) return 1;
+      so.reuse_mb = x;
     } else if (!strcmp(a, "--request-timeout")) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 86400, &x)) return 1;

@@ -22,7 +22,8 @@ void df_cmd_template_help(void) {
       "options:\n"
       "  --model DIR         model directory (its tokenizer)\n"
       "  --messages FILE     OpenAI chat messages: a JSON array, or a request object\n"
-      "                      with \"messages\" (and \"tools\", \"tool_choice\") ('-' = stdin)\n"
+      "                      with \"messages\" (and \"tools\", \"tool_choice\",\n"
+      "                      \"response_format\") ('-' = stdin)\n"
       "  --tools FILE        OpenAI tools, a JSON array (overrides the request's)\n"
       "  --effort E          thinking effort message: low, high or max (the release\n"
       "                      refuses medium); default: none, the model's own (max)\n"
@@ -77,12 +78,13 @@ int df_cmd_template(int argc, char **argv) {
     return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)", effort);
   if (effort && !thinking) return df_cli_fail("--effort needs thinking (drop --no-thinking)");
 
-  json_t *req, *tools = NULL;
+  json_t *req, *tools = NULL, *rformat = NULL;
   if (read_json_file(mfile, &req)) return 1;
   json_t *msgs = req;
   if (json_is_object(req)) {
     msgs = json_object_get(req, "messages");
     tools = json_object_get(req, "tools");
+    rformat = json_object_get(req, "response_format");
     const json_t *tc = json_object_get(req, "tool_choice");
     if (!choice && json_is_string(tc)) choice = json_string_value(tc);
   }
@@ -104,7 +106,7 @@ int df_cmd_template(int argc, char **argv) {
   o.effort = effort;
   o.add_generation_prompt = gen;
   int rc = 1;
-  char *ms = NULL, *ts = NULL;
+  char *ms = NULL, *ts = NULL, *rs = NULL;
   df_tok *tok = NULL;
   if (!choice || !strcmp(choice, "auto")) o.tool_choice = DF_TOOL_CHOICE_AUTO;
   else if (!strcmp(choice, "none")) o.tool_choice = DF_TOOL_CHOICE_NONE;
@@ -117,6 +119,11 @@ int df_cmd_template(int argc, char **argv) {
     ts = json_dumps(tools, JSON_ENCODE_ANY);
     o.tools_json = ts;
     o.tools_len = strlen(ts);
+  }
+  if (rformat && !json_is_null(rformat)) {
+    rs = json_dumps(rformat, JSON_ENCODE_ANY);
+    o.response_format_json = rs;
+    o.response_format_len = strlen(rs);
   }
   ms = json_dumps(msgs, 0);
   df_err e;
@@ -149,6 +156,7 @@ out:
   df_tok_free(tok);
   free(ms);
   free(ts);
+  free(rs);
   json_decref(tfj);
   json_decref(req);
   return rc;

@@ -95,7 +95,8 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   in.max_rows = o->max_rows > 0 ? o->max_rows : 64;
   if (df_plan_make(&en->plan, &in, e)) return df_err_prefix(e, "limit from %s: ", en->mem_src);
   df_k3_stream_opts so = {.io = o->store.io == DF_STORE_IO_PREAD ? "pread" : "uring",
-                          .emulate_drives = o->store.emulate_drives};
+                          .emulate_drives = o->store.emulate_drives,
+                          .trace_path = o->store.trace_path};
   if (df_k3_apply_plan(en->model, &en->plan, &so, e)) return -1;
   return 0;
 }

@@ -63,6 +63,7 @@ typedef struct df_k3_stream_opts {
   const char *io;             /* "uring" | "pread" | NULL */
   const char *emulate_drives; /* "BW[,LAT]" for the spine's drive, NULL = none */
   int queue_depth;            /* reads in flight; <= 0 = 4 */
+  const char *trace_path;     /* the store's trace: spine reads go to TRACE.spine.jsonl */
 } df_k3_stream_opts;
 int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_err *e);
 

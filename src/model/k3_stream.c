@@ -27,6 +27,7 @@
 #include "base/util.h"
 #include "model/k3_int.h"
 #include "store/io.h"
+#include "store/trace.h"
 
 #define ALIGN 4096u
 #define GAP_MAX (256u << 10) /* read a gap this small rather than issue another read */
@@ -37,6 +38,7 @@ typedef struct sreq {
   df_io_req req; /* first, so a df_io_req maps back */
   int slot;
   uint64_t need; /* bytes the read must return (less than len only at EOF) */
+  double t_enq;
   struct sreq *next;
 } sreq;
 
@@ -73,6 +75,9 @@ struct df_k3_stream {
   uint64_t weight_bytes; /* tensor bytes of the units the forward pass took */
   uint64_t reads, wasted, passes;
   double wait_s;
+  df_trace *tr; /* spine reads in the store's trace format (own file), NULL = none */
+  double t0;
+  int queued, inflight;
 };
 
 /* ------------------------------------------------------------ extents */
@@ -130,6 +135,8 @@ static df_io_req *take_cb(void *ctx, int drive) {
   if (r) {
     s->qh = r->next;
     if (!s->qh) s->qt = NULL;
+    s->queued--;
+    s->inflight++;
   }
   pthread_mutex_unlock(&s->mu);
   return r ? &r->req : NULL;
@@ -147,6 +154,14 @@ static void done_cb(void *ctx, int drive, df_io_req *req) {
   }
   if (req->got > 0) s->bytes += (uint64_t)req->got;
   s->reads++;
+  s->inflight--;
+  if (s->tr) {
+    int ok = !req->err && (uint64_t)req->got >= r->need;
+    int unit = sl->unit;
+    df_trace_read(s->tr, req->t_done - s->t0, unit, -1, 0, req->got > 0 ? (uint64_t)req->got : 0, 1,
+                  req->t_start - r->t_enq, req->t_done - req->t_start, ok);
+    df_trace_sample(s->tr, df_now() - s->t0, 0, s->bytes, s->reads, s->inflight, s->queued);
+  }
   sl->pending--;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
@@ -175,6 +190,8 @@ static void issue(df_k3_stream *s, int k, int u) {
       r->slot = k;
       r->need = off >= fs ? 0 : (fs - off < len ? fs - off : len);
       r->next = NULL;
+      r->t_enq = df_now();
+      s->queued++;
       if (s->qt) s->qt->next = r;
       else s->qh = r;
       s->qt = r;
@@ -197,6 +214,7 @@ void df_k3_stream_close(df_k3_stream *s) {
   }
   pthread_mutex_unlock(&s->mu);
   if (s->io) df_io_close(s->io);
+  if (s->tr) df_trace_close(s->tr);
   for (int f = 0; s->fds && f < s->m->nfiles; f++)
     if (s->fds[f] >= 0) close(s->fds[f]);
   free(s->fds);
@@ -271,6 +289,16 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
   if (o && o->emulate_drives && *o->emulate_drives &&
       df_io_parse_emu(o->emulate_drives, &emu, e))
     goto fail;
+  s->t0 = df_now();
+  if (o && o->trace_path && *o->trace_path) {
+    size_t n = strlen(o->trace_path) + 16;
+    char *tp = df_xmalloc(n);
+    snprintf(tp, n, "%s.spine.jsonl", o->trace_path);
+    char *names[1] = {"spine stream (checkpoint shards)"};
+    s->tr = df_trace_open(tp, 1, names, o->emulate_drives, o->io ? o->io : "uring", e);
+    free(tp);
+    if (!s->tr) goto fail;
+  }
   df_io_ops ops = {take_cb, done_cb, s};
   int qd = o && o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
   s->qd = qd;
@@ -347,6 +375,7 @@ static void *acquire(const df_k3 *m, int unit, int next, df_err *e) {
   sslot *sl = &s->slot[k];
   while (sl->pending) pthread_cond_wait(&s->cv, &s->mu);
   s->wait_s += df_now() - t0;
+  if (s->tr) df_trace_batch(s->tr, df_now() - s->t0, unit, 1, df_now() - t0);
   if (sl->err) {
     char msg[256];
     snprintf(msg, sizeof msg, "%s", sl->errmsg);

@@ -171,6 +171,21 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
                         p->cache_given ? ", or --cache-mb" : "");
     }
     memcpy(p->resident, best, (size_t)nu);
+    /* the winner's ring may be smaller than its candidate size: fill what
+     * that frees (which can only shrink the ring further) until nothing fits */
+    for (int changed = 1; changed;) {
+      changed = 0;
+      uint64_t used = base + df_plan_state_bytes(c, ctx) + DF_PLAN_RING_SLOTS * max_read(in, p->resident);
+      for (int u = 0; u < nu; u++) used += p->resident[u] ? in->unit_bytes[u] : 0;
+      for (int i = 0; i < n && used <= M; i++) {
+        int u = ord[i];
+        if (!p->resident[u] && in->unit_bytes[u] <= M - used) {
+          p->resident[u] = 1;
+          used += in->unit_bytes[u];
+          changed = 1;
+        }
+      }
+    }
     free(cand), free(best), free(ord);
     uint64_t nslot = max_read(in, p->resident);
     p->ring_slot_bytes = nslot;

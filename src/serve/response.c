@@ -109,6 +109,9 @@ static json_t *usage_obj(const df_serve_usage *u, df_serve_kind kind) {
   json_object_set_new(o, "prompt_tokens", json_integer(u->prompt));
   json_object_set_new(o, "completion_tokens", json_integer(u->completion));
   json_object_set_new(o, "total_tokens", json_integer(u->prompt + u->completion));
+  json_t *pd = json_object(); /* OpenAI's field for prompt caching */
+  json_object_set_new(pd, "cached_tokens", json_integer(u->cached));
+  json_object_set_new(o, "prompt_tokens_details", pd);
   if (kind == DF_SERVE_CHAT) {
     json_t *d = json_object();
     json_object_set_new(d, "reasoning_tokens", json_integer(u->reasoning));
@@ -274,4 +277,106 @@ char *df_serve_health_json(const char *model_id, int busy, int queued, int queue
   json_object_set_new(o, "queue", json_integer(queued));
   json_object_set_new(o, "queue_max", json_integer(queue_max));
   return dump(o);
+}
+
+char *df_serve_tokens_json(const int *ids, size_t n, const uint8_t *const *pieces,
+                           const size_t *piece_len) {
+  json_t *o = json_object(), *arr = json_array();
+  for (size_t i = 0; i < n; i++) {
+    if (!pieces) {
+      json_array_append_new(arr, json_integer(ids[i]));
+      continue;
+    }
+    json_t *e = json_object();
+    json_object_set_new(e, "id", json_integer(ids[i]));
+    json_t *p = json_stringn((const char *)pieces[i], piece_len[i]);
+    if (!p) {
+      p = json_array();
+      for (size_t k = 0; k < piece_len[i]; k++) json_array_append_new(p, json_integer(pieces[i][k]));
+    }
+    json_object_set_new(e, "piece", p);
+    json_array_append_new(arr, e);
+  }
+  json_object_set_new(o, "tokens", arr);
+  return dump(o);
+}
+
+char *df_serve_content_json(const char *text, size_t len) {
+  json_t *o = json_object();
+  json_object_set_new(o, "content", jstr(text, len));
+  return dump(o);
+}
+
+static void metric(df_sbuf *b, const char *name, const char *type, const char *help) {
+  char line[512];
+  snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  df_sbuf_addstr(b, line);
+}
+
+static void value(df_sbuf *b, const char *name, const char *labels, double v) {
+  char line[512];
+  snprintf(line, sizeof line, "%s%s %.17g\n", name, labels ? labels : "", v);
+  df_sbuf_addstr(b, line);
+}
+
+static double jnum(const json_t *o, const char *k) {
+  const json_t *v = o ? json_object_get(o, k) : NULL;
+  return v && json_is_number(v) ? json_number_value(v) : 0;
+}
+
+char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
+  df_sbuf b = {0};
+  static const struct {
+    const char *name, *type, *help;
+  } defs[] = {
+      {"deltafin_requests_total", "counter", "Generation requests run."},
+      {"deltafin_prompt_tokens_total", "counter", "Prompt tokens of the requests run."},
+      {"deltafin_prompt_tokens_cached_total", "counter",
+       "Prompt tokens taken from a kept conversation state instead of prefilled."},
+      {"deltafin_generated_tokens_total", "counter", "Tokens generated."},
+      {"deltafin_prefill_seconds_total", "counter", "Time spent prefilling prompts."},
+      {"deltafin_decode_seconds_total", "counter", "Time spent generating tokens."},
+      {"deltafin_busy", "gauge", "1 while a generation runs."},
+      {"deltafin_queue_depth", "gauge", "Requests waiting for the generation."},
+      {"deltafin_queue_max", "gauge", "Requests that may wait (--queue)."},
+      {"deltafin_reuse_kept_states", "gauge", "Prompt states kept for conversation reuse."},
+      {"deltafin_reuse_kept_bytes", "gauge", "Memory those kept states take."},
+  };
+  double vals[] = {(double)m->requests,   (double)m->prompt_tokens, (double)m->cached_tokens,
+                   (double)m->gen_tokens, m->prefill_s,             m->decode_s,
+                   m->busy,               m->queued,                m->queue_max,
+                   m->kept_states,        (double)m->kept_bytes};
+  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
+    metric(&b, defs[i].name, defs[i].type, defs[i].help);
+    value(&b, defs[i].name, NULL, vals[i]);
+  }
+  json_t *st = stats_json ? json_loads(stats_json, 0, NULL) : NULL;
+  const json_t *store = st ? json_object_get(st, "store") : NULL;
+  if (!json_is_object(store)) store = NULL;
+  metric(&b, "deltafin_expert_bytes_read_total", "counter",
+         "Routed-expert bytes the store has read (all drives).");
+  value(&b, "deltafin_expert_bytes_read_total", NULL, jnum(st, "expert_bytes_read"));
+  metric(&b, "deltafin_expert_requests_total", "counter", "Routed experts the model asked for.");
+  value(&b, "deltafin_expert_requests_total", NULL, jnum(store, "expert_requests"));
+  metric(&b, "deltafin_expert_cache_hits_total", "counter",
+         "Routed experts found in the expert cache.");
+  value(&b, "deltafin_expert_cache_hits_total", NULL, jnum(store, "cache_hits"));
+  const json_t *drives = store ? json_object_get(store, "drives") : NULL;
+  /* one group per metric family, as the exposition format requires */
+  static const char *const dm[][3] = {
+      {"deltafin_drive_bytes_read_total", "bytes", "Expert bytes read per drive."},
+      {"deltafin_drive_reads_total", "reads", "Reads per drive."}};
+  for (int f = 0; f < 2; f++) {
+    metric(&b, dm[f][0], "counter", dm[f][2]);
+    size_t i;
+    json_t *d;
+    if (json_is_array(drives)) json_array_foreach(drives, i, d) {
+        char lab[64];
+        snprintf(lab, sizeof lab, "{drive=\"%zu\"}", i);
+        value(&b, dm[f][0], lab, jnum(d, dm[f][1]));
+      }
+  }
+  json_decref(st);
+  if (!b.p) df_sbuf_add(&b, "", 0);
+  return b.p;
 }

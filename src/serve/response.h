@@ -20,6 +20,7 @@ typedef struct df_serve_meta {
 
 typedef struct df_serve_usage {
   long prompt, completion, reasoning;
+  long cached; /* prompt tokens taken from a kept state, not prefilled again */
 } df_serve_usage;
 
 /* A fresh random id with the kind's prefix. */
@@ -87,6 +88,24 @@ char *df_serve_model_json(const char *model_id, long long created);
 
 /* GET /health: {"status":"ok","model","busy","queue","queue_max"}. */
 char *df_serve_health_json(const char *model_id, int busy, int queued, int queue_max);
+
+/* POST /tokenize: {"tokens":[ids]} or, with pieces (pieces != NULL),
+ * {"tokens":[{"id","piece"}]} (a piece that is not whole UTF-8 is given as
+ * its byte values). POST /detokenize: {"content": text}. */
+char *df_serve_tokens_json(const int *ids, size_t n, const uint8_t *const *pieces,
+                           const size_t *piece_len);
+char *df_serve_content_json(const char *text, size_t len);
+
+/* GET /metrics: Prometheus text exposition. stats_json is the engine's
+ * statistics (df_engine_stats_json; NULL: none yet). */
+typedef struct df_serve_metrics {
+  unsigned long long requests, prompt_tokens, cached_tokens, gen_tokens;
+  double prefill_s, decode_s;
+  int busy, queued, queue_max;
+  unsigned long long kept_bytes;
+  int kept_states;
+} df_serve_metrics;
+char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json);
 
 /* Replaces invalid UTF-8 with U+FFFD (fresh string; *outlen set). */
 char *df_serve_utf8_sanitize(const char *s, size_t len, size_t *outlen);

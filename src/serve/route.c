@@ -21,15 +21,20 @@ df_route df_serve_route(const char *method, const char *path, const char **allow
   df_route r = DF_ROUTE_NOT_FOUND;
   if (!strcmp(path, "/health")) {
     r = DF_ROUTE_HEALTH;
+  } else if (!strcmp(path, "/metrics")) {
+    r = DF_ROUTE_METRICS;
   } else {
     const char *p = strip_v1(path);
     if (!strcmp(p, "/models")) r = DF_ROUTE_MODELS;
     else if (!strncmp(p, "/models/", 8) && p[8]) r = DF_ROUTE_MODEL, *arg = p + 8;
     else if (!strcmp(p, "/chat/completions")) r = DF_ROUTE_CHAT;
     else if (!strcmp(p, "/completions")) r = DF_ROUTE_COMPLETIONS;
+    else if (!strcmp(p, "/tokenize")) r = DF_ROUTE_TOKENIZE;
+    else if (!strcmp(p, "/detokenize")) r = DF_ROUTE_DETOKENIZE;
   }
   if (r == DF_ROUTE_NOT_FOUND) return r;
-  int is_post = r == DF_ROUTE_CHAT || r == DF_ROUTE_COMPLETIONS;
+  int is_post = r == DF_ROUTE_CHAT || r == DF_ROUTE_COMPLETIONS || r == DF_ROUTE_TOKENIZE ||
+                r == DF_ROUTE_DETOKENIZE;
   *allow = is_post ? "POST" : "GET, HEAD";
   if (is_post ? !post : !get) {
     *arg = NULL;

@@ -13,6 +13,9 @@ typedef enum {
   DF_ROUTE_MODEL, /* /v1/models/{id} */
   DF_ROUTE_CHAT,
   DF_ROUTE_COMPLETIONS,
+  DF_ROUTE_TOKENIZE,   /* POST /tokenize (llama-server's) */
+  DF_ROUTE_DETOKENIZE, /* POST /detokenize */
+  DF_ROUTE_METRICS,    /* GET /metrics (Prometheus text) */
 } df_route;
 
 /* Maps method + path (no query string) to a route. *allow gets the Allow

@@ -35,6 +35,13 @@ typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 
 typedef struct srv srv;
 
+#define MAX_KEPT 8
+typedef struct kept {
+  df_session_snap *snap;
+  int *ids, n;
+  unsigned long long used;
+} kept;
+
 /* One generation request. Shared by its connection (the request context and,
  * when streaming, the response) and the generation thread; every field below
  * the line is guarded by srv.mu, refs counts the holders. */
@@ -69,6 +76,9 @@ typedef struct job {
   size_t out_off;
   long n_gen;
   long prefilled;         /* prompt positions run so far */
+  long cached;            /* prompt positions taken from a kept state (choice 0) */
+  int start;              /* the current choice's first prompt position to run */
+  int want_snap;          /* take a snapshot when the prompt is done */
   long prefilled_at_cancel; /* ... when the hang-up or shutdown was first seen (-1: not yet) */
   /* ---- generation thread only until DONE ---- */
   choice *ch;
@@ -101,6 +111,19 @@ struct srv {
   int stopping;
   int streams; /* streamed responses still being sent */
   df_session *sess; /* generation thread only */
+  /* conversation reuse (generation thread only): the ids the live session
+   * covers, and snapshots taken at the end of recent prompts (least
+   * recently used dropped first, within reuse_max_bytes) */
+  int *live_ids, nlive, live_ok;
+  kept snaps[MAX_KEPT];
+  int nsnaps;
+  unsigned long long use_clock;
+  size_t reuse_max_bytes;
+  /* counters for /metrics (guarded by mu) */
+  unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_kept_bytes;
+  int m_kept_states;
+  double m_prefill_s, m_decode_s;
+  char *stats_json; /* the engine's statistics after the last job */
 
   /* open connections, for the request deadline (watchdog thread) */
   pthread_mutex_t cmu;
@@ -351,11 +374,101 @@ static int gen_cancelled(void *ud) {
   return cancel;
 }
 
+static int prefix_of(const int *a, int na, const int *b, int nb) {
+  return na <= nb && !memcmp(a, b, sizeof(int) * (size_t)na);
+}
+
+/* At the end of the prompt: its state is kept (a later prompt extending it
+ * skips this prefill, and so do the job's further choices), unless it would
+ * take more than --reuse-mb. */
+static void drop_kept(srv *S, int i) {
+  df_session_snap_free(S->snaps[i].snap);
+  free(S->snaps[i].ids);
+  S->snaps[i] = S->snaps[--S->nsnaps];
+}
+
+static size_t kept_bytes(const srv *S) {
+  size_t b = 0;
+  for (int i = 0; i < S->nsnaps; i++) b += df_session_snap_bytes(S->snaps[i].snap);
+  return b;
+}
+
+static void keep_prompt_state(srv *S, job *j) {
+  size_t need = df_session_state_bytes(S->sess);
+  if (need > S->reuse_max_bytes) return;
+  for (int i = 0; i < S->nsnaps; i++)
+    if (S->snaps[i].n == (int)j->nprompt && prefix_of(S->snaps[i].ids, S->snaps[i].n, j->prompt,
+                                                      (int)j->nprompt)) {
+      S->snaps[i].used = ++S->use_clock;
+      return;
+    }
+  while (S->nsnaps && (S->nsnaps == MAX_KEPT || kept_bytes(S) + need > S->reuse_max_bytes)) {
+    int lru = 0;
+    for (int i = 1; i < S->nsnaps; i++)
+      if (S->snaps[i].used < S->snaps[lru].used) lru = i;
+    drop_kept(S, lru);
+  }
+  kept *k = &S->snaps[S->nsnaps++];
+  k->snap = df_session_snapshot(S->sess);
+  k->ids = df_xmalloc(sizeof(int) * (j->nprompt ? j->nprompt : 1));
+  memcpy(k->ids, j->prompt, sizeof(int) * j->nprompt);
+  k->n = (int)j->nprompt;
+  k->used = ++S->use_clock;
+}
+
 static void on_prefill(void *ud, int done) {
   job *j = ud;
-  pthread_mutex_lock(&j->S->mu);
-  j->prefilled = done;
-  pthread_mutex_unlock(&j->S->mu);
+  srv *S = j->S;
+  pthread_mutex_lock(&S->mu);
+  j->prefilled = j->start + done;
+  pthread_mutex_unlock(&S->mu);
+  if (j->want_snap && j->start + done == (int)j->nprompt) keep_prompt_state(S, j);
+}
+
+/* Where a prompt can start: the live session if the prompt extends the ids
+ * it covers, else the kept prompt snapshot if it extends that, else 0 (a
+ * reset). Either way the results are those of a full prefill (the forward
+ * pass is the same for any batch split). Returns the positions skipped. */
+static int reuse_start(srv *S, job *j) {
+  int np = (int)j->nprompt;
+  if (!S->reuse_max_bytes) {
+    df_session_reset(S->sess);
+    return 0;
+  }
+  /* at least one position to run, or logits already there for the last */
+  int live = S->live_ok && S->nlive > 0 && prefix_of(S->live_ids, S->nlive, j->prompt, np) &&
+                     (S->nlive < np || df_session_has_logits(S->sess))
+                 ? S->nlive
+                 : 0;
+  int best = -1;
+  for (int i = 0; i < S->nsnaps; i++) {
+    kept *k = &S->snaps[i];
+    if (k->n > live && (best < 0 || k->n > S->snaps[best].n) && (k->n < np || k->n == np) &&
+        prefix_of(k->ids, k->n, j->prompt, np))
+      best = i;
+  }
+  if (best >= 0) {
+    df_session_restore(S->sess, S->snaps[best].snap);
+    S->snaps[best].used = ++S->use_clock;
+    if (S->snaps[best].n < np || df_session_has_logits(S->sess)) return S->snaps[best].n;
+  } else if (live) {
+    return live;
+  }
+  df_session_reset(S->sess);
+  return 0;
+}
+
+/* The engine's counters are the generation thread's to read: it copies them
+ * out after each job for /metrics. */
+static void publish_stats(srv *S) {
+  char *sj = df_engine_stats_json(S->en);
+  size_t kb = kept_bytes(S);
+  pthread_mutex_lock(&S->mu);
+  free(S->stats_json);
+  S->stats_json = sj;
+  S->m_kept_bytes = kb;
+  S->m_kept_states = S->nsnaps;
+  pthread_mutex_unlock(&S->mu);
 }
 
 /* Runs the job's choices one after another (n > 1 is sequential: one
@@ -415,23 +528,41 @@ static void run_job(srv *S, job *j) {
                             0, 0, 0);
       publish(j);
     }
-    df_session_reset(S->sess);
+    j->start = reuse_start(S, j);
+    if (ci == 0) j->cached = j->start;
+    j->want_snap = S->reuse_max_bytes && j->start < (int)j->nprompt;
+    S->live_ok = 0; /* until this generation ends cleanly */
     int *ids = NULL, nids = 0;
     memset(&st, 0, sizeof st);
-    rc = df_generate(S->sess, j->prompt, (int)j->nprompt, &go, &ids, &nids, &st, &e);
+    rc = df_generate(S->sess, j->prompt + j->start, (int)j->nprompt - j->start, &go, &ids, &nids,
+                     &st, &e);
+    if (!rc && st.finish != DF_FINISH_CANCEL && S->reuse_max_bytes) {
+      /* the live state covers the prompt and every new id but the last
+       * (which was drawn, not run) */
+      int nl = (int)j->nprompt + (nids > 0 ? nids - 1 : 0);
+      S->live_ids = df_xrealloc(S->live_ids, sizeof(int) * (size_t)(nl ? nl : 1));
+      memcpy(S->live_ids, j->prompt, sizeof(int) * j->nprompt);
+      if (nids > 1) memcpy(S->live_ids + j->nprompt, ids, sizeof(int) * (size_t)(nids - 1));
+      S->nlive = nl;
+      S->live_ok = 1;
+    }
     free(ids);
+    pthread_mutex_lock(&S->mu);
+    S->m_prefill_s += st.prefill_s;
+    S->m_decode_s += st.decode_s;
+    pthread_mutex_unlock(&S->mu);
 
     pthread_mutex_lock(&S->mu);
     gone = peer_gone_locked(j);
     shutdown = j->shutdown;
     long at_cancel = j->prefilled_at_cancel;
     pthread_mutex_unlock(&S->mu);
-    if (!rc && st.finish == DF_FINISH_CANCEL && st.n_prefilled < (int)j->nprompt)
+    if (!rc && st.finish == DF_FINISH_CANCEL && j->start + st.n_prefilled < (int)j->nprompt)
       /* how far past the cancellation the prefill ran, for operators and tests */
       df_log_info("prefill cancelled (%s) at %d of %zu prompt positions, %ld run after the "
                   "cancellation",
-                  shutdown ? "shutdown" : "client gone", st.n_prefilled, j->nprompt,
-                  at_cancel >= 0 ? st.n_prefilled - at_cancel : 0L);
+                  shutdown ? "shutdown" : "client gone", j->start + st.n_prefilled, j->nprompt,
+                  at_cancel >= 0 ? j->start + st.n_prefilled - at_cancel : 0L);
     stopped = j->gt.stopped;
     if (rc || (shutdown && !stopped) || gone) {
       df_gentext_free(&j->gt);
@@ -454,7 +585,12 @@ static void run_job(srv *S, job *j) {
   }
   pthread_mutex_lock(&S->mu);
   if (!rc && !gone && !(shutdown && !stopped)) j->n_gen = total_gen;
+  S->m_requests++;
+  S->m_prompt_tokens += j->nprompt;
+  S->m_cached_tokens += (unsigned long long)j->cached;
+  S->m_gen_tokens += (unsigned long long)j->n_gen;
   pthread_mutex_unlock(&S->mu);
+  publish_stats(S);
   j->n_reasoning = total_reasoning;
   if (rc) {
     j->failed = 1;
@@ -470,7 +606,7 @@ static void run_job(srv *S, job *j) {
     if (j->failed) {
       df_serve_sse_error(&j->frames, &j->err);
     } else if (j->req.include_usage) {
-      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning};
+      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning, j->cached};
       df_serve_sse_usage(&j->frames, &j->meta, &u);
     }
     df_serve_sse_done(&j->frames);
@@ -727,7 +863,7 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   pthread_mutex_unlock(&S->mu);
   if (j->failed) return reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
-  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning};
+  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning, j->cached};
   df_serve_choice cs[DF_SERVE_MAX_N];
   for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) {
     choice *ch = &j->ch[i];
@@ -739,8 +875,78 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
 
 /* ------------------------------------------------------------ routing */
 
+/* POST /tokenize and /detokenize: the tokenizer is read-only, so this runs
+ * in the connection thread, beside a generation. */
+static enum MHD_Result handle_tokenize(srv *S, struct MHD_Connection *c, conn_ctx *r) {
+  df_serve_err err;
+  const char *body = r->body.p ? r->body.p : "";
+  if (r->too_big) {
+    df_serve_err_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                     "the request body is larger than %zu bytes (--max-request-bytes)",
+                     S->o.max_request_bytes);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  if (r->route == DF_ROUTE_DETOKENIZE) {
+    int *ids;
+    size_t n, len;
+    if (df_serve_parse_detokenize(body, r->body.n, S->limits.vocab, &ids, &n, &err))
+      return reply_err(c, r, &err, NULL, NULL);
+    char *text = df_tok_decode(S->tok, ids, n, &len);
+    free(ids);
+    enum MHD_Result ret = reply_json(c, r, 200, df_serve_content_json(text ? text : "", text ? len : 0));
+    free(text);
+    return ret;
+  }
+  char *text;
+  size_t tlen, nids = 0, cap = 0;
+  int pieces, special, *ids = NULL;
+  if (df_serve_parse_tokenize(body, r->body.n, &text, &tlen, &pieces, &special, &err))
+    return reply_err(c, r, &err, NULL, NULL);
+  df_err e;
+  int rc = special ? df_tok_encode_with_specials(S->tok, text, tlen, &ids, &nids, &cap, &e)
+                   : df_tok_encode(S->tok, text, tlen, &ids, &nids, &cap, &e);
+  free(text);
+  if (rc) {
+    free(ids);
+    df_serve_err_set(&err, 400, "invalid_request_error", NULL, "content",
+                     "the text cannot be encoded: %s", e.msg);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  const uint8_t **pp = NULL;
+  size_t *pl = NULL;
+  if (pieces) {
+    pp = df_xmalloc((nids ? nids : 1) * sizeof *pp);
+    pl = df_xmalloc((nids ? nids : 1) * sizeof *pl);
+    for (size_t i = 0; i < nids; i++) pp[i] = df_tok_piece(S->tok, ids[i], &pl[i]);
+  }
+  enum MHD_Result ret = reply_json(c, r, 200, df_serve_tokens_json(ids, nids, pp, pl));
+  free(pp);
+  free(pl);
+  free(ids);
+  return ret;
+}
+
 static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r) {
   df_serve_err err;
+  if (r->route == DF_ROUTE_METRICS) {
+    df_serve_metrics m;
+    memset(&m, 0, sizeof m);
+    pthread_mutex_lock(&S->mu);
+    m.requests = S->m_requests;
+    m.prompt_tokens = S->m_prompt_tokens;
+    m.cached_tokens = S->m_cached_tokens;
+    m.gen_tokens = S->m_gen_tokens;
+    m.prefill_s = S->m_prefill_s;
+    m.decode_s = S->m_decode_s;
+    m.busy = S->running != NULL;
+    m.queued = S->fifo.n;
+    m.queue_max = S->o.queue;
+    m.kept_bytes = S->m_kept_bytes;
+    m.kept_states = S->m_kept_states;
+    char *text = df_serve_metrics_text(&m, S->stats_json);
+    pthread_mutex_unlock(&S->mu);
+    return reply_body(c, r, 200, text, "text/plain; version=0.0.4", NULL, NULL);
+  }
   if (r->route == DF_ROUTE_MODELS) return reply_json(c, r, 200, df_serve_models_json(S->model_id, S->started));
   if (r->route == DF_ROUTE_MODEL) {
     if (!strcmp(r->arg, S->model_id))
@@ -896,7 +1102,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                        "Incorrect or missing API key: send 'Authorization: Bearer <key>'");
       return reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
-    if (r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS) {
+    int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS;
+    if (gen || r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE) {
       if (!df_serve_ctype_json(
               MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
         df_serve_err_set(&err, 415, "invalid_request_error", "unsupported_media_type", NULL,
@@ -914,6 +1121,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
           r->too_big = 1;
           return handle_generation(S, c, r, DF_SERVE_CHAT);
         }
+      }
+      if (!gen) { /* cheap and not queued: answered in this thread */
+        set_complete(S, r, 0);
+        return MHD_YES;
       }
       /* admit before the body is read, parsed or tokenized: a refused
        * request costs nothing but its headers */
@@ -945,6 +1156,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     df_sbuf_add(&r->body, upload, n);
     return MHD_YES;
   }
+  if (r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE)
+    return handle_tokenize(S, c, r);
   return handle_generation(S, c, r,
                            r->route == DF_ROUTE_CHAT ? DF_SERVE_CHAT : DF_SERVE_COMPLETION);
 }
@@ -1083,6 +1296,7 @@ void df_serve_opts_default(df_serve_opts *o) {
   o->idle_timeout_s = 60;
   o->request_timeout_s = 30;
   o->max_client_conns = 256;
+  o->reuse_mb = 1024;
 }
 
 int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
@@ -1094,6 +1308,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   S.model_id = o->model_id ? o->model_id : df_engine_model_id(en);
   const df_config *cfg = df_engine_config(en);
   S.max_pos = cfg->max_pos;
+  S.reuse_max_bytes = (size_t)o->reuse_mb << 20;
   S.started = (long long)time(NULL);
   S.limits.model_id = S.model_id;
   S.limits.vocab = df_tok_vocab_size(S.tok);
@@ -1128,6 +1343,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   int have_wd = o->request_timeout_s > 0 && !pthread_create(&wdt, NULL, watchdog, &S);
   df_fifo_init(&S.fifo, df_serve_fifo_cap(o->queue));
   S.sess = df_session_new(en);
+  S.stats_json = df_engine_stats_json(en);
   pthread_t wt;
   if (!S.sess || pthread_create(&wt, NULL, worker, &S)) {
     freeaddrinfo(ai);
@@ -1209,6 +1425,9 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   pthread_mutex_destroy(&S.cmu);
   freeaddrinfo(ai);
   df_session_free(S.sess);
+  while (S.nsnaps) drop_kept(&S, S.nsnaps - 1);
+  free(S.stats_json);
+  free(S.live_ids);
   df_fifo_free(&S.fifo);
   pthread_cond_destroy(&S.work_cv);
   pthread_mutex_destroy(&S.mu);

@@ -22,6 +22,8 @@ typedef struct df_serve_opts {
   int request_timeout_s;    /* a request's headers and body must all arrive within this
                                (a client trickling bytes is not idle); 0: no limit */
   int max_client_conns;     /* connections one client address may hold; 0: no limit */
+  long reuse_mb;            /* conversation reuse: the kept prompt state may take this
+                               much (MiB); 0: every request starts from a reset */
   const char *allow_hosts[16]; /* Host names accepted besides IP literals, localhost and
                                   --host ("*": any) */
   int nallow_hosts;

@@ -66,6 +66,10 @@ typedef struct df_chat_opts {
   const char *tools_json;     /* JSON array of OpenAI tools (NULL or "[]" = none): the
                                * tool-declare message, keys sorted, compact */
   size_t tools_len;
+  const char *response_format_json; /* OpenAI response_format object (NULL = none): type
+                                     * json_object / json_schema add the release's
+                                     * response-format message; "text" adds nothing */
+  size_t response_format_len;
 } df_chat_opts;
 
 /* The defaults: thinking on, no effort message, tool_choice auto, generation prompt. */

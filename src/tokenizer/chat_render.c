@@ -235,6 +235,46 @@ static int render_call(seg *s, const df_chat_call *c, int index, df_err *e, size
   return 0;
 }
 
+/* response_format: the schema is json_schema.schema, else json_schema.json_schema,
+ * else json_schema itself (the release's extract_response_schema), deep-sorted. */
+static int response_format(seg *s, const df_chat_opts *o, df_err *e) {
+  int rc = 0;
+  json_t *rf = parse_json(o->response_format_json, o->response_format_len);
+  if (!json_is_object(rf) && !json_is_string(rf)) {
+    json_decref(rf);
+    return df_err_set(e, "chat: response_format must be a JSON object");
+  }
+  const char *type = json_is_string(rf) ? json_string_value(rf)
+                                        : json_string_value(json_object_get(rf, "type"));
+  static const char head[] = "Your response must be raw JSON data without markdown code blocks "
+                             "(```json) or any additional formatting.";
+  if (type && !strcmp(type, "json_object")) {
+    char body[512];
+    snprintf(body, sizeof body, "The system is invoked with `response_format=json_object`.\n%s",
+             head);
+    internal_system(s, "response-format", body);
+  } else if (type && !strcmp(type, "json_schema")) {
+    const json_t *js = json_object_get(rf, "json_schema"), *schema = NULL;
+    if (json_is_object(js)) {
+      schema = json_object_get(js, "schema");
+      if (!schema) schema = json_object_get(js, "json_schema");
+      if (!schema) schema = js;
+    }
+    size_t sl;
+    char *sj = schema ? df_pyjson_dumps(schema, 1, 1, &sl) : df_xstrdup("null");
+    if (!schema) sl = 4;
+    size_t cap = sl + 512;
+    char *body = df_xmalloc(cap);
+    snprintf(body, cap, "The system is invoked with `response_format=json_schema`.\n%s\nThe JSON "
+             "data must match the following schema:\n```json\n%s\n```", head, sj);
+    internal_system(s, "response-format", body);
+    free(body);
+    free(sj);
+  } /* any other type (text, ...) adds nothing, as in the release */
+  json_decref(rf);
+  return rc;
+}
+
 static const char effort_fmt[] =
     "`thinking_effort` guides on how much to think in your thinking channel (not including the "
     "response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
@@ -390,6 +430,7 @@ int df_chat_render(const df_tok *t, const df_chat_msg *msgs, size_t nmsgs, const
   else if (o->tool_choice == DF_TOOL_CHOICE_NONE)
     internal_system(&s, "tool-choice", "The system is invoked with `tool_choice=none`.\n"
                                        "You MUST NOT call any tools in the next message.");
+  if (o->response_format_json && response_format(&s, o, e)) goto fail;
   if (o->add_generation_prompt) {
     kv a[1] = {{"role", "assistant"}};
     open_tag(&s, "message", a, 1);

@@ -116,6 +116,7 @@ expect_fail --model "$M" --prompt-ids 1,2 --kernels fastest
 expect_fail --model "$M" --prompt-ids 1,2 --bogus
 expect_fail --model "$M" --chat --prompt-ids 1,2
 expect_fail --model "$M" --chat --prompt hi --parse-special
+expect_fail --model "$M" --chat --prompt hi --effort medium
 expect_fail --model "$M" --prompt-ids 1,2 --parse-special
 
 # --parse-special: a prompt rendered by the caller keeps its special tokens; without

@@ -90,7 +90,9 @@ after=$(echo "$line" | sed -n 's/.*, \([0-9]*\) run after the cancellation.*/\1/
 pass "SIGTERM cancels a long prefill and exits 0"
 
 # ---- a second signal exits at once (the first waits for the running generation)
-start G --queue 0 --debug-token-delay-ms 3000
+# the worker sleeps 30 s after a token, so the first signal alone cannot finish the shutdown
+# before the second arrives however slow this machine is
+start G --queue 0 --debug-token-delay-ms 30000
 curl -sN -m 60 -H "$JSON" "http://127.0.0.1:$PORT/v1/chat/completions" \
   -d '{"model":"k3-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":50,"stream":true}' >/dev/null 2>&1 &
 C=$!

@@ -115,6 +115,17 @@ got=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --mem-limit 16
   --prefill-chunk 2 | jq -c .output_ids)
 [ "$got" = "$ref_bf16" ] || fail "prefill chunks with streaming: $got"
 
+# --trace: the spine's reads go to TRACE.spine.jsonl (the store's format,
+# expert -1), every byte the stream read, readable by `trace report`
+"$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --mem-limit 1600000 --ctx 512 \
+  --trace "$tmp/tr.jsonl" >"$tmp/t"
+[ -f "$tmp/tr.jsonl.spine.jsonl" ] || fail "no spine trace next to $tmp/tr.jsonl"
+tb=$(jq -s '[.[] | select(.k == "read" and .expert == -1 and .ok == 1) | .bytes] | add' "$tmp/tr.jsonl.spine.jsonl")
+sb=$(jq '.stats.plan.spine_stream.bytes_read' "$tmp/t")
+[ "$tb" = "$sb" ] || fail "spine trace has $tb bytes, the stream read $sb"
+"$BIN" trace report "$tmp/tr.jsonl.spine.jsonl" --svg "$tmp/sp.svg" >/dev/null || fail "trace report on the spine trace"
+[ -s "$tmp/sp.svg" ] || fail "no spine SVG"
+
 # the plan in --stats
 "$BIN" run --model "$M" --prompt-ids $P --max-new 3 --mem-limit 2000000 --stats >/dev/null 2>"$tmp/st"
 grep -q "^plan .*streamed" "$tmp/st" || fail "--stats has no plan: $(cat "$tmp/st")"

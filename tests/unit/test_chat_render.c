@@ -85,12 +85,20 @@ static void run_case(const json_t *c) {
     o.tools_json = tools;
     o.tools_len = strlen(tools);
   }
+  char *rf = json_object_get(c, "response_format")
+                 ? json_dumps(json_object_get(c, "response_format"), JSON_ENCODE_ANY)
+                 : NULL;
+  if (rf) {
+    o.response_format_json = rf;
+    o.response_format_len = strlen(rf);
+  }
   char *msgs = json_dumps(json_object_get(c, "messages"), 0);
   df_chat_prompt p;
   df_err e = {{0}};
   int rc = df_chat_render_json(tok, msgs, strlen(msgs), &o, &p, &e);
   free(msgs);
   free(tools);
+  free(rf);
   const char *err = json_string_value(json_object_get(c, "error"));
   if (err) {
     if (rc == 0) fail_msg("%s: rendered, the release refuses it", name);

@@ -173,6 +173,46 @@ static void test_ring_choice(void **st) {
   df_plan_free(&p);
 }
 
+/* Random unit sizes and limits (fixed seed): every accepted plan fits, is
+ * maximal (no streamed unit fits in what is left) and rings only what
+ * streams; every refusal names the least memory. */
+static void test_random(void **st) {
+  (void)st;
+  uint64_t x = 12345;
+  int ok = 0, refused = 0;
+  for (int it = 0; it < 3000; it++) {
+    uint64_t b[NU], r[NU];
+    for (int u = 0; u < NU; u++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      b[u] = (x >> 33) % 8000000 + 1000;
+      r[u] = (b[u] + 4095) / 4096 * 4096 + 4096 * ((x >> 20) % 3);
+    }
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    df_plan_in in = base_in((x >> 30) % 60000000);
+    in.unit_bytes = b;
+    in.unit_read = r;
+    in.ctx_req = it % 2 ? 0 : 512;
+    df_plan p;
+    df_err e;
+    if (df_plan_make(&p, &in, &e)) {
+      assert_non_null(strstr(e.msg, "at least"));
+      refused++;
+    } else {
+      ok++;
+      assert_true(used_of(&p) <= in.mem_limit);
+      uint64_t left = in.mem_limit - (used_of(&p) - p.cache_bytes), mx = 0;
+      for (int u = 0; u < NU; u++)
+        if (!p.resident[u]) {
+          assert_true(b[u] > left);
+          if (r[u] > mx) mx = r[u];
+        }
+      assert_int_equal(p.ring_slot_bytes, mx);
+    }
+    df_plan_free(&p);
+  }
+  assert_true(ok > 100 && refused > 100);
+}
+
 static void test_ctx(void **st) {
   (void)st;
   /* explicit context: the state grows with it (MLA latent per position) */
@@ -251,7 +291,7 @@ int main(void) {
   const struct CMUnitTest t[] = {
       cmocka_unit_test(test_sweep),          cmocka_unit_test(test_cache_given_first),
       cmocka_unit_test(test_must_resident),  cmocka_unit_test(test_ctx),
-      cmocka_unit_test(test_ring_choice),
+      cmocka_unit_test(test_ring_choice),    cmocka_unit_test(test_random),
       cmocka_unit_test(test_refuse_message), cmocka_unit_test(test_summaries),
       cmocka_unit_test(test_parse_size),     cmocka_unit_test(test_detect),
   };

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -479,6 +480,43 @@ static void test_client_extensions(void **st) {
   df_serve_req_free(&r);
 }
 
+static void test_tokenize_bodies(void **st) {
+  (void)st;
+  char *text;
+  size_t n;
+  int pieces, special, *ids;
+  df_serve_err e;
+  const char *b1 = "{\"content\":\"a\\u00e9\",\"with_pieces\":true,\"parse_special\":true}";
+  assert_int_equal(df_serve_parse_tokenize(b1, strlen(b1), &text, &n, &pieces, &special, &e), 0);
+  assert_int_equal(n, 3);
+  assert_memory_equal(text, "a\xc3\xa9", 3);
+  assert_true(pieces && special);
+  free(text);
+  static const char *const bad_tok[][2] = {{"{}", "content"},
+                                           {"{\"content\":5}", "content"},
+                                           {"{\"content\":\"x\",\"add_special\":true}", "add_special"},
+                                           {"{\"content\":\"x\",\"zz\":1}", "zz"},
+                                           {"[1]", ""}};
+  for (size_t i = 0; i < sizeof bad_tok / sizeof bad_tok[0]; i++) {
+    assert_int_equal(
+        df_serve_parse_tokenize(bad_tok[i][0], strlen(bad_tok[i][0]), &text, &n, &pieces, &special, &e),
+        -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, bad_tok[i][1]);
+  }
+  const char *b2 = "{\"tokens\":[1,2,999]}";
+  assert_int_equal(df_serve_parse_detokenize(b2, strlen(b2), 1000, &ids, &n, &e), 0);
+  assert_int_equal(n, 3);
+  assert_int_equal(ids[2], 999);
+  free(ids);
+  static const char *const bad_det[] = {"{\"tokens\":[1000]}", "{\"tokens\":[-1]}",
+                                        "{\"tokens\":[\"1\"]}", "{\"tokens\":1}", "{}"};
+  for (size_t i = 0; i < sizeof bad_det / sizeof bad_det[0]; i++) {
+    assert_int_equal(df_serve_parse_detokenize(bad_det[i], strlen(bad_det[i]), 1000, &ids, &n, &e), -1);
+    assert_string_equal(e.param, "tokens");
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_requests),       cmocka_unit_test(test_chat_defaults),
@@ -487,6 +525,7 @@ int main(void) {
       cmocka_unit_test(test_model_check_optional), cmocka_unit_test(test_context_limit),
       cmocka_unit_test(test_embedded_nul),
       cmocka_unit_test(test_unknown_model_404),  cmocka_unit_test(test_client_extensions),
+      cmocka_unit_test(test_tokenize_bodies),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,12 @@ static void test_routes(void **st) {
     const char *allow, *arg;
   } cases[] = {
       {"GET", "/v1/models", DF_ROUTE_MODELS, "GET, HEAD", NULL},
+      {"POST", "/tokenize", DF_ROUTE_TOKENIZE, "POST", NULL},
+      {"POST", "/v1/detokenize", DF_ROUTE_DETOKENIZE, "POST", NULL},
+      {"GET", "/tokenize", DF_ROUTE_BAD_METHOD, "POST", NULL},
+      {"GET", "/metrics", DF_ROUTE_METRICS, "GET, HEAD", NULL},
+      {"POST", "/metrics", DF_ROUTE_BAD_METHOD, "GET, HEAD", NULL},
+      {"GET", "/v1/metrics", DF_ROUTE_NOT_FOUND, NULL, NULL},
       {"GET", "/models", DF_ROUTE_MODELS, "GET, HEAD", NULL},
       {"HEAD", "/v1/models", DF_ROUTE_MODELS, "GET, HEAD", NULL},
       {"GET", "/v1/models/k3-tiny", DF_ROUTE_MODEL, "GET, HEAD", "k3-tiny"},

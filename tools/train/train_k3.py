@@ -19,6 +19,7 @@ export quantises them with the same function.
   train_k3.py --tokens train.u16 --heldout heldout.u16 --tokenizer DIR --out DIR \\
       --minutes 7 [--device cuda] [--seed 1]
   train_k3.py --selftest        (CPU: recurrence equivalence, export round trip)
+  train_k3.py --init-only --tokenizer DIR --out DIR   (the untrained model, same layout)
 
 Writes DIR (the release layout: config.json, generation_config.json,
 tokenizer_config.json, tiktoken.model, model.safetensors.index.json, shards)
@@ -570,6 +571,8 @@ def selftest():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--init-only", action="store_true",
+                    help="export the untrained (initialised) model: the random baseline of the eval test")
     ap.add_argument("--tokens")
     ap.add_argument("--heldout")
     ap.add_argument("--tokenizer", help="directory with tiktoken.model and tokenizer_config.json")
@@ -594,6 +597,9 @@ def main():
     a = ap.parse_args()
     if a.selftest:
         return selftest()
+    if a.init_only:
+        c = cfg_from(nano_config(), os.path.join(a.work, "cfg"))
+        return export(c, nano_config(), init_params(c, torch.Generator().manual_seed(a.seed)), a.tokenizer, a.out)
     if not a.log:
         a.log = os.path.join(os.path.dirname(a.out.rstrip("/")) or ".", "train_k3.log.jsonl")
     train(a)

@@ -1,0 +1,225 @@
+/* deltafin eval: perplexity of a model on a text file.
+ *
+ * The text is encoded as ordinary text (no BOS) and cut into consecutive
+ * windows of --window tokens; each window is scored from a fresh session
+ * (position 0, empty state), every position predicting the next token of its
+ * window. The windows make the figure independent of the model's trained
+ * context length and let a float64 reference (tools/train/ref_ppl.py) score
+ * the same ids window by window. The log-softmax is taken in double over the
+ * engine's fp32 logits. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "cli/cli.h"
+#include "cli/engine_opts.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+void df_cmd_eval_help(void) {
+  printf(
+      "usage: deltafin eval --model DIR --file PATH [options]\n"
+      "\n"
+      "Scores PATH ('-' = standard input) with the model: the mean negative\n"
+      "log-likelihood per predicted token (nats), its perplexity, and bits per\n"
+      "byte. The text is cut into windows of --window tokens, each scored from\n"
+      "a fresh session.\n"
+      "\n"
+      "options:\n"
+      "  --model DIR          model directory (config.json, shards, tiktoken.model)\n"
+      "  --file PATH          text to score\n"
+      "  --window N           tokens per window (default 128)\n"
+      "  --max-tokens N       score only the first N tokens of the text (default all)\n"
+      "  --prefill-chunk N    positions per forward batch (default 64)\n"
+      "  --ids-out FILE       write the scored ids, comma-separated, to FILE\n"
+      "  --json               one JSON object instead of text\n"
+      "\n");
+  df_cli_engine_help(stdout);
+}
+
+/* FNV-1a over the greedy (argmax) prediction at every scored position: equal
+ * digests mean the same ids, so runs with other threads, caches or drives
+ * can be compared by one number. */
+static uint64_t fnv(uint64_t h, uint32_t v) {
+  for (int i = 0; i < 4; i++) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+static int write_ids(const char *path, const int *ids, size_t n) {
+  char *tmp = df_xmalloc(strlen(path) + 5);
+  sprintf(tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) {
+    free(tmp);
+    return df_cli_fail("--ids-out: cannot write %s", path);
+  }
+  for (size_t i = 0; i < n; i++) fprintf(f, "%s%d", i ? "," : "", ids[i]);
+  fputc('\n', f);
+  int bad = ferror(f);
+  bad |= fclose(f);
+  if (bad || rename(tmp, path)) {
+    remove(tmp);
+    free(tmp);
+    return df_cli_fail("--ids-out: writing %s failed", path);
+  }
+  free(tmp);
+  return 0;
+}
+
+int df_cmd_eval(int argc, char **argv) {
+  df_engine_opts eo;
+  df_engine_opts_default(&eo);
+  const char *file = NULL, *ids_out = NULL;
+  long window = 128, max_tokens = 0, chunk = 64, v;
+  int json = 0, r;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--json")) json = 1;
+    else if ((r = df_cli_engine_opt(&eo, "eval", argc, argv, &i)) != 0) {
+      if (r < 0) return 1;
+    } else if (a[0] == '-' && a[1] == '-') {
+      if (i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin eval --help)", a);
+      const char *val = argv[++i];
+      if (!strcmp(a, "--file")) file = val;
+      else if (!strcmp(a, "--ids-out")) ids_out = val;
+      else if (!strcmp(a, "--window")) {
+        if (df_cli_int(a, val, 2, 1 << 20, &v)) return 1;
+        window = v;
+      } else if (!strcmp(a, "--max-tokens")) {
+        if (df_cli_int(a, val, 0, 1L << 40, &v)) return 1;
+        max_tokens = v;
+      } else if (!strcmp(a, "--prefill-chunk")) {
+        if (df_cli_int(a, val, 1, 1 << 16, &v)) return 1;
+        chunk = v;
+      } else return df_cli_fail("eval: unknown option '%s' (see deltafin eval --help)", a);
+    } else {
+      return df_cli_fail("eval: unexpected argument '%s' (the text goes in --file)", a);
+    }
+  }
+  if (!eo.model_dir) return df_cli_fail("eval needs --model DIR");
+  if (!file) return df_cli_fail("eval needs --file PATH (the text to score)");
+  char *text = NULL;
+  size_t tlen = 0;
+  if (df_cli_read_input(file, &text, &tlen)) return 1;
+  if (eo.max_rows <= 0 || eo.max_rows < chunk) eo.max_rows = (int)chunk;
+  if (eo.ctx <= 0 || eo.ctx < window) eo.ctx = (int)window;
+
+  df_err e;
+  df_engine *en;
+  if (df_engine_open(&en, &eo, &e)) {
+    free(text);
+    return df_cli_fail("%s", e.msg);
+  }
+  int rc = 1;
+  int *ids = NULL;
+  size_t n = 0, cap = 0;
+  float *lg = NULL;
+  df_session *s = NULL;
+  const df_tok *tok = df_engine_tok(en);
+  const df_config *cfg = df_engine_config(en);
+  if (!tok) {
+    df_cli_fail("%s: no tokenizer (tiktoken.model): eval needs one to encode %s", eo.model_dir, file);
+    goto out;
+  }
+  if (df_tok_encode(tok, text, tlen, &ids, &n, &cap, &e)) {
+    df_cli_fail("%s: %s", file, e.msg);
+    goto out;
+  }
+  if (max_tokens > 0 && n > (size_t)max_tokens) n = (size_t)max_tokens;
+  if (n < 2) {
+    df_cli_fail("%s: %zu tokens, nothing to score (need at least 2)", file, n);
+    goto out;
+  }
+  if (ids_out && write_ids(ids_out, ids, n)) goto out;
+  size_t bytes = 0;  /* bytes of the scored text (for bits per byte) */
+  {
+    size_t dl = 0;
+    char *dec = df_tok_decode(tok, ids, n, &dl);
+    bytes = dec ? dl : tlen;
+    free(dec);
+  }
+  int V = cfg->vocab;
+  lg = df_xmalloc(sizeof(float) * (size_t)chunk * (size_t)V);
+  s = df_session_new(en);
+  double nll = 0;
+  long scored = 0, windows = 0, top1 = 0;
+  uint64_t digest = 0xcbf29ce484222325ULL;
+  for (size_t w0 = 0; w0 + 1 < n; w0 += (size_t)window) {
+    size_t wn = n - w0 < (size_t)window ? n - w0 : (size_t)window;
+    if (wn < 2) break;
+    df_session_reset(s);
+    windows++;
+    for (size_t c0 = 0; c0 < wn; c0 += (size_t)chunk) {
+      int cn = (int)(wn - c0 < (size_t)chunk ? wn - c0 : (size_t)chunk);
+      if (df_session_forward(s, ids + w0 + c0, cn, NULL, lg, &e)) {
+        df_cli_fail("%s", e.msg);
+        goto out;
+      }
+      for (int j = 0; j < cn; j++) {
+        size_t p = c0 + (size_t)j; /* position in the window */
+        if (p + 1 >= wn) break;
+        const float *row = lg + (size_t)j * (size_t)V;
+        int best = 0;
+        double mx = row[0];
+        for (int k = 1; k < V; k++)
+          if (row[k] > mx) mx = row[k], best = k;
+        double se = 0;
+        for (int k = 0; k < V; k++) se += exp((double)row[k] - mx);
+        int next = ids[w0 + p + 1];
+        nll += mx + log(se) - (double)row[next];
+        scored++;
+        top1 += best == next;
+        digest = fnv(digest, (uint32_t)best);
+      }
+    }
+  }
+  double mean = nll / (double)scored;
+  double bpb = nll / log(2.0) / (double)(bytes ? bytes : 1);
+  char dg[17];
+  snprintf(dg, sizeof dg, "%016llx", (unsigned long long)digest);
+  if (json) {
+    json_t *o = json_object();
+    json_object_set_new(o, "file", json_string(file));
+    json_object_set_new(o, "tokens", json_integer((json_int_t)n));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+    json_object_set_new(o, "window", json_integer(window));
+    json_object_set_new(o, "windows", json_integer(windows));
+    json_object_set_new(o, "scored", json_integer(scored));
+    json_object_set_new(o, "nll_sum", json_real(nll));
+    json_object_set_new(o, "mean_nll", json_real(mean));
+    json_object_set_new(o, "perplexity", json_real(exp(mean)));
+    json_object_set_new(o, "bits_per_byte", json_real(bpb));
+    json_object_set_new(o, "top1", json_real((double)top1 / (double)scored));
+    json_object_set_new(o, "argmax_digest", json_string(dg));
+    char *t = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(o);
+    if (!t) {
+      df_cli_fail("could not encode the result as JSON");
+      goto out;
+    }
+    puts(t);
+    free(t);
+  } else {
+    printf("tokens      %zu (%zu bytes), %ld windows of %ld, %ld predictions\n", n, bytes, windows,
+           window, scored);
+    printf("mean nll    %.6f nats/token\n", mean);
+    printf("perplexity  %.4f\n", exp(mean));
+    printf("bits/byte   %.4f\n", bpb);
+    printf("top-1       %.2f%%\n", 100.0 * (double)top1 / (double)scored);
+    printf("argmax      %s (digest of the greedy prediction at every position)\n", dg);
+  }
+  rc = 0;
+out:
+  free(lg);
+  free(ids);
+  free(text);
+  df_session_free(s);
+  df_engine_close(en);
+  return rc;
+}
