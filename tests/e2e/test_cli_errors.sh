@@ -71,6 +71,21 @@ expect_fail "pack --drives without parent" "drive $T/nomount/df: its parent fold
 "$DF_BIN" pack --model "$T/m" --drives "$T/d0/" -q >/dev/null 2>"$T/err" || fail "pack --drives d0/: $(cat "$T/err")"
 [ -f "$T/m/deltafin-pack.json" ] || fail "pack --drives d0/ wrote no manifest"
 
+# doctor after an interrupted pack: says to resume it, not "no pack manifest"
+"$DF_BIN" make-model --preset tiny --seed 2 --out "$T/m2" -q >/dev/null || fail "make-model tiny seed 2"
+"$DF_BIN" pack --model "$T/m2" --drives "$T/e0" --max-rate 100KB/s -q >/dev/null 2>&1 &
+pid=$!
+i=0
+while [ ! -f "$T/m2/deltafin-pack.json.plan" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -TERM "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+if [ -f "$T/m2/deltafin-pack.json" ]; then
+  fail "pack at 100KB/s finished before it could be interrupted"
+else
+  expect_fail "doctor after an interrupted pack" "a pack was interrupted.*run the same deltafin pack command again" \
+    "$DF_BIN" doctor --model "$T/m2"
+fi
+
 # run --top-p without --temperature: greedy would ignore it, so it is refused
 expect_fail "run --top-p alone" "--top-p needs --temperature" \
   "$DF_BIN" run --model "$T/m" --prompt-ids 1,2 --max-new 2 --top-p 0.5
