@@ -37,8 +37,8 @@ static const opt_def defs[] = {
     {"--queue-depth", "N", K_QD, "reads in flight per drive (default 8)"},
     {"--heat", "FILE", K_HEAT, "heat file (default DIR/deltafin.heat; \"\" = none)"},
     {"--mem-limit", "SIZE", K_MEM,
-     "memory deltafin may use (48G, 512M; default: MemAvailable or the cgroup limit); "
-     "spine layers that do not fit stream from the drives every token"},
+     "memory to plan for (48G, 512M; default MemAvailable or the cgroup limit): spine layers "
+     "beyond it stream every token"},
     {"--ctx", "N", K_CTX, "context positions to admit (default: the memory plan's)"},
     {"--spine-dir", "DIR", K_SPINE_DIR,
      "where `convert-spine --out` wrote the int8 spine (default DIR/spine-int8)"},

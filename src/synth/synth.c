@@ -72,7 +72,7 @@ int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
   } else if (!strcmp(p->name, "k3-trunk")) {
     if (o->moe_layers) return df_err_set(e, "k3-trunk takes --layers N, not --moe-layers");
   } else if (o->moe_layers || o->experts || o->layers) {
-    return df_err_set(e, "--moe-layers/--experts apply to the k3-shaped preset only");
+    return df_err_set(e, "--moe-layers/--experts apply to the k3-shaped preset, --layers/--experts to k3-trunk");
   }
   if (layers < 2 || layers > DF_MAX_LAYERS)
     return df_err_set(e, "--moe-layers: %d layers is outside [2, %d]", layers, DF_MAX_LAYERS);

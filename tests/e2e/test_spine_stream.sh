@@ -18,6 +18,15 @@ cleanup() {
 trap cleanup EXIT INT TERM
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# k3-trunk: K3's trunk and vocabulary, the release pattern cut to --layers N
+# (MLA every fourth layer, 1-based, and the last); sizes only (it is GBs)
+"$BIN" make-model --preset k3-trunk --layers 8 --experts 16 --dry-run >"$tmp/kt"
+grep -q "8 layers (6 KDA, 2 MLA), hidden 7168, vocab 163840, 16 experts top-16" "$tmp/kt" ||
+  fail "k3-trunk dry run: $(cat "$tmp/kt")"
+"$BIN" make-model --preset k3-trunk --layers 5 --dry-run | grep -q "5 layers (3 KDA, 2 MLA)" ||
+  fail "k3-trunk --layers 5: MLA at layers 4 and 5 (1-based)"
+if "$BIN" make-model --preset tiny --layers 4 --dry-run 2>"$tmp/e"; then fail "--layers accepted for tiny"; fi
+
 "$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" -q >/dev/null 2>&1
 M="$tmp/m"
 P=3,1,4,1,5,9,2,6,5,3,5
