@@ -47,6 +47,8 @@ void df_cmd_serve_help(void) {
       "\n"
       "testing:\n"
       "  --debug-token-delay-ms N pause after every generated token\n"
+      "  --debug-output-ids LIST  the output side sees these ids instead of the model's\n"
+      "                           (tests of text, tool-call and stream plumbing)\n"
       "\n");
   df_cli_engine_help(stdout);
 }
@@ -123,6 +125,22 @@ int df_cmd_serve(int argc, char **argv) {
       if (!*v) return df_cli_fail("--cors must not be empty");
       if (so.ncors == 16) return df_cli_fail("--cors: at most 16");
       so.cors[so.ncors++] = v;
+    } else if (!strcmp(a, "--debug-output-ids")) {
+      NEED_VAL();
+      /* testing aid: the output side (text, tool calls) sees these ids */
+      static int forced[4096];
+      int n = 0;
+      for (const char *p = v; *p;) {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || id < 0 || n == 4096)
+          return df_cli_fail("--debug-output-ids: '%s' is not a list of token ids", v);
+        forced[n++] = (int)id;
+        if (*end && *end != ',') return df_cli_fail("--debug-output-ids: bad list '%s'", v);
+        p = *end == ',' ? end + 1 : end;
+      }
+      so.forced_ids = forced;
+      so.nforced = n;
     } else if (!strcmp(a, "--debug-token-delay-ms")) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 60000, &x)) return 1;

@@ -42,6 +42,7 @@ struct df_session {
   float *logits; /* last position's logits */
   int have_logits;
   df_sampler *sampler;
+  float *masked; /* df_gen_opts.mask's copy of the logits */
 };
 
 void df_engine_opts_default(df_engine_opts *o) {
@@ -169,6 +170,7 @@ void df_session_free(df_session *s) {
   df_k3_state_free(s->st);
   free(s->logits);
   df_sampler_free(s->sampler);
+  free(s->masked);
   free(s);
 }
 
@@ -311,7 +313,14 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   double t1 = df_now();
   int n = 0;
   while (n < o->max_new) {
-    int id = df_sample_pick(s->sampler, s->logits, &so, ctx, nctx, n, &rng);
+    const float *lg = s->logits;
+    if (o->mask) {
+      if (!s->masked) s->masked = df_xmalloc(sizeof(float) * (size_t)V);
+      memcpy(s->masked, s->logits, sizeof(float) * (size_t)V);
+      o->mask(o->ud, s->masked);
+      lg = s->masked;
+    }
+    int id = df_sample_pick(s->sampler, lg, &so, ctx, nctx, n, &rng);
     ids[n++] = id;
     if (ctx) ctx[nctx++] = id;
     if (o->on_token && o->on_token(o->ud, id)) {

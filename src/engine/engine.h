@@ -112,6 +112,10 @@ typedef struct df_gen_opts {
    * and the session must be reset (a pass stopped between layers leaves its
    * state partly advanced). NULL: never. */
   int (*cancel)(void *ud);
+  /* Called with ud before each draw with a copy of the logits (vocab floats)
+   * to change, e.g. -INFINITY for what a grammar forbids (structured
+   * output); NULL: none. The session's own logits stay as the model gave. */
+  void (*mask)(void *ud, float *logits);
   /* Called with ud after each prefill chunk with the prompt positions done. */
   void (*on_prefill)(void *ud, int done);
 } df_gen_opts;

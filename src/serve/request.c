@@ -40,6 +40,15 @@ static char *own(df_serve_req *r, const char *s, size_t n) {
   return p;
 }
 
+/* zeroed memory freed with the request */
+static void *own_raw(df_serve_req *r, size_t n) {
+  char *p = own(r, "", 0);
+  p = df_xrealloc(p, n ? n : 1);
+  memset(p, 0, n ? n : 1);
+  r->owned[r->nowned - 1] = p;
+  return p;
+}
+
 static char *own_json_str(df_serve_req *r, const json_t *v, size_t *len) {
   size_t n = json_string_length(v);
   if (len) *len = n;
@@ -53,6 +62,7 @@ void df_serve_req_free(df_serve_req *r) {
   free(r->msgs);
   free(r->prompt_ids);
   free(r->bias);
+  df_jg_free(r->grammar);
   memset(r, 0, sizeof *r);
 }
 
@@ -166,6 +176,94 @@ static int message_content(df_serve_req *r, const json_t *c, size_t i, char **ou
   return 0;
 }
 
+/* An assistant's tool_calls from the history: [{id, type, function{name, arguments}}]. */
+static int parse_calls(df_serve_req *r, df_chat_msg *cm, const json_t *v, size_t i, df_serve_err *e) {
+  char p[160];
+  snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
+  if (!json_is_array(v)) return BAD(e, p, "'%s' must be an array, not %s", p, json_kind(v));
+  size_t n = json_array_size(v);
+  df_chat_call *calls = own_raw(r, n * sizeof *calls);
+  for (size_t c = 0; c < n; c++) {
+    json_t *o = json_array_get(v, c);
+    snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, c);
+    if (!json_is_object(o)) return BAD(e, p, "'%s' must be an object, not %s", p, json_kind(o));
+    json_t *id = json_object_get(o, "id"), *type = json_object_get(o, "type"),
+           *fn = json_object_get(o, "function");
+    if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function")))
+      return BAD(e, p, "'%s.type' must be \"function\"", p);
+    if (id && !json_is_null(id)) {
+      if (!json_is_string(id)) return BAD(e, p, "'%s.id' must be a string", p);
+      calls[c].id = own_json_str(r, id, NULL);
+    }
+    snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu].function", i, c);
+    if (!json_is_object(fn)) return BAD(e, p, "'%s' must be an object with a name", p);
+    json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+    if (!json_is_string(name) || !json_string_length(name))
+      return BAD(e, p, "'%s.name' must be a non-empty string", p);
+    calls[c].name = own_json_str(r, name, NULL);
+    if (args && !json_is_null(args)) {
+      if (!json_is_string(args)) return BAD(e, p, "'%s.arguments' must be a string of JSON", p);
+      calls[c].arguments = own_json_str(r, args, &calls[c].arguments_len);
+    }
+  }
+  cm->calls = calls;
+  cm->ncalls = n;
+  r->use_render = 1;
+  return 0;
+}
+
+/* text; json_object (any object); json_schema {name, schema, strict,
+ * description}: constrained decoding (serve/jsongram.h) */
+static int parse_response_format(df_serve_req *r, const json_t *v, df_serve_err *e) {
+  json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+  const char *ts = t && json_is_string(t) ? json_string_value(t) : "";
+  if (!strcmp(ts, "text")) return 0;
+  if (!strcmp(ts, "json_object")) {
+    r->grammar = df_jg_object();
+    r->use_render = 1;
+    return 0;
+  }
+  if (strcmp(ts, "json_schema"))
+    return BAD(e, "response_format.type", "'response_format.type' must be text, json_object or json_schema");
+  json_t *js = json_object_get(v, "json_schema");
+  json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+  if (!schema)
+    return BAD(e, "response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+  char *text = json_dumps(schema, JSON_COMPACT);
+  char why[256] = "";
+  r->grammar = text ? df_jg_schema(text, strlen(text), why, sizeof why) : NULL;
+  free(text);
+  if (!r->grammar)
+    return unsupported("response_format.json_schema.schema", why[0] ? why : "unreadable", e);
+  r->use_render = 1;
+  return 0;
+}
+
+static int parse_tools(df_serve_req *r, const json_t *v, df_serve_err *e) {
+  if (!json_is_array(v)) return BAD(e, "tools", "'tools' must be an array, not %s", json_kind(v));
+  size_t i;
+  json_t *t;
+  char p[160];
+  json_array_foreach(v, i, t) {
+    snprintf(p, sizeof p, "tools[%zu]", i);
+    json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+    json_t *fn = json_is_object(t) ? json_object_get(t, "function") : NULL;
+    if (!type || !json_is_string(type) || strcmp(json_string_value(type), "function"))
+      return BAD(e, p, "'%s' must be {\"type\":\"function\",\"function\":{...}}", p);
+    json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    if (!json_is_string(name) || !json_string_length(name))
+      return BAD(e, p, "'%s.function.name' must be a non-empty string", p);
+  }
+  if (!json_array_size(v)) return 0;
+  char *s = json_dumps(v, JSON_COMPACT);
+  if (!s) return BAD(e, "tools", "'tools' cannot be serialised");
+  r->tools_json = own(r, s, strlen(s));
+  r->tools_len = strlen(s);
+  free(s);
+  r->use_render = 1;
+  return 0;
+}
+
 static int parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
   if (!json_is_array(arr))
     return BAD(e, "messages", "'messages' must be an array, not %s", json_kind(arr));
@@ -219,7 +317,8 @@ static int parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
         cm->reasoning = own_json_str(r, v, &cm->reasoning_len);
       } else if (!strcmp(k, "tool_calls")) {
         if (json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0)) continue;
-        return unsupported(p, "tool calls are not supported", e);
+        if (cm->role != DF_ROLE_ASSISTANT) return BAD(e, p, "'%s' belongs on assistant messages only", p);
+        if (parse_calls(r, cm, v, i, e)) return -1;
       } else if (!strcmp(k, "function_call") || !strcmp(k, "refusal") || !strcmp(k, "audio")) {
         if (json_is_null(v)) continue;
         return unsupported(p, "only text messages are supported", e);
@@ -248,8 +347,11 @@ static int parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
     if (cm->role == DF_ROLE_TOOL) {
       snprintf(p, sizeof p, "messages[%zu].tool_call_id", i);
       if (!call_id) return BAD(e, p, "'%s' is required on tool messages", p);
-      /* K3 names the tool; OpenAI only gives the call id unless a name is sent. */
-      cm->tool_name = own_json_str(r, name ? name : call_id, NULL);
+      /* K3 names the tool; OpenAI only gives the call id unless a name is sent.
+       * The release's renderer finds the name from the call id. */
+      cm->tool_call_id = own_json_str(r, call_id, NULL);
+      cm->tool_name = name ? own_json_str(r, name, NULL) : NULL;
+      if (!cm->tool_name) cm->tool_name = cm->tool_call_id;
       cm->tool_index = tool_run++;
     } else {
       tool_run = 0;
@@ -430,12 +532,7 @@ static int only_default(const char *k, const json_t *v, df_serve_err *e) {
     int b;
     return want_bool(v, k, &b, e); /* meaningless without tools: any boolean is honoured */
   }
-  if (!strcmp(k, "response_format")) {
-    json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-    if (t && json_is_string(t) && !strcmp(json_string_value(t), "text") && json_object_size(v) == 1)
-      return 0;
-    return unsupported(k, "only {\"type\":\"text\"}", e);
-  }
+
   if (!strcmp(k, "modalities")) {
     if (json_is_array(v) && json_array_size(v) == 1 &&
         json_is_string(json_array_get(v, 0)) &&
@@ -554,6 +651,20 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
       out->seed = (uint64_t)s;
     } else if (!strcmp(k, "stop")) {
       if (parse_stop(out, v, err)) goto done;
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "response_format")) {
+      if (parse_response_format(out, v, err)) goto done;
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tools")) {
+      if (parse_tools(out, v, err)) goto done;
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tool_choice")) {
+      const char *c = json_is_string(v) ? json_string_value(v) : NULL;
+      if (c && !strcmp(c, "auto")) out->tool_choice = DF_TOOL_CHOICE_AUTO;
+      else if (c && !strcmp(c, "none")) out->tool_choice = DF_TOOL_CHOICE_NONE;
+      else if (c && !strcmp(c, "required")) out->tool_choice = DF_TOOL_CHOICE_REQUIRED;
+      else {
+        unsupported(k, "\"auto\", \"none\" or \"required\" (naming one function cannot be "
+                       "enforced)", err);
+        goto done;
+      }
     } else if (!strcmp(k, "n")) {
       long long x;
       if (want_int(v, k, 1, DF_SERVE_MAX_N, &x, err)) goto done;
@@ -601,19 +712,22 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
       goto done;
     }
   }
-  if (!model || json_is_null(model)) {
+  if ((!model || json_is_null(model)) && lim->model_optional) {
+    model = NULL;
+  } else if (!model || json_is_null(model)) {
     BAD(err, "model", "'model' is required");
     goto done;
+  } else if (want_str(model, "model", err)) {
+    goto done;
   }
-  if (want_str(model, "model", err)) goto done;
-  if (lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
+  if (model && lim->model_id && strcmp(json_string_value(model), lim->model_id)) {
     /* 404 as OpenAI answers an unknown model */
     df_serve_err_set(err, 404, "invalid_request_error", "model_not_found", "model",
                      "The model '%.200s' is not served here (this server serves '%.200s')",
                      json_string_value(model), lim->model_id);
     goto done;
   }
-  out->model = own_json_str(out, model, NULL);
+  out->model = model ? own_json_str(out, model, NULL) : own(out, "", 0);
   if (kind == DF_SERVE_CHAT) {
     if (!messages || json_is_null(messages)) {
       BAD(err, "messages", "'messages' is required");
@@ -638,6 +752,18 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
   } else if (mt >= 0) {
     out->max_tokens = (long)mt;
     out->max_tokens_param = "max_tokens";
+  }
+  if (out->grammar && (out->tools_json || out->nstop || out->logprobs)) {
+    unsupported("response_format", "structured output together with tools, stop or logprobs", err);
+    goto done;
+  }
+  if (out->tools_json && out->nstop) {
+    unsupported("stop", "stop sequences together with tools", err);
+    goto done;
+  }
+  if (out->tools_json && out->logprobs) {
+    unsupported("logprobs", "log-probabilities together with tools", err);
+    goto done;
   }
   if (has_top && out->top_logprobs > 0 && !out->logprobs) {
     BAD(err, "top_logprobs", "'top_logprobs' needs 'logprobs' set to true");

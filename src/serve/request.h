@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "engine/sample.h"
+#include "serve/jsongram.h"
 #include "tokenizer/chat.h"
 
 #define DF_SERVE_MAX_STOP 16    /* OpenAI allows 4; llama.cpp-style clients send more */
@@ -35,6 +36,7 @@ int df_serve_err_set(df_serve_err *e, int status, const char *type, const char *
 typedef struct df_serve_limits {
   const char *model_id; /* the one served id; requests naming another get 400 */
   int vocab;            /* completions: prompt token ids must be below this */
+  int model_optional;   /* /apply-template: 'model' may be left out */
 } df_serve_limits;
 
 typedef struct df_serve_req {
@@ -69,6 +71,13 @@ typedef struct df_serve_req {
   df_sample_bias *bias;   /* logit_bias */
   int nbias;
   int n;                  /* choices (1 by default) */
+  /* tools: rendered with the release's encoder (df_chat_render) and the
+   * output parsed for tool calls (df_chat_parser) */
+  char *tools_json;       /* the request's tools array, compact JSON; NULL: none */
+  size_t tools_len;
+  df_tool_choice tool_choice;
+  int use_render;         /* tools, tool calls in the history, or structured output */
+  df_jg *grammar;         /* response_format json_object / json_schema: the constraint */
   int logprobs;           /* return the chosen tokens' log-probabilities */
   int top_logprobs;       /* and this many alternatives per token */
   /* internal: every string above lives here */

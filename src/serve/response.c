@@ -197,6 +197,32 @@ void df_serve_sse_delta_lp(df_sbuf *out, const df_serve_meta *m, int index, cons
   add_frame(out, o);
 }
 
+void df_serve_sse_tool_delta(df_sbuf *out, const df_serve_meta *m, int index, int k,
+                             const df_serve_call *first, const char *args, size_t nargs) {
+  json_t *o = head(m, "chat.completion.chunk");
+  json_t *c = json_object(), *d = json_object(), *tc = json_array(), *t = json_object(),
+         *f = json_object();
+  json_object_set_new(t, "index", json_integer(k));
+  if (first) {
+    json_object_set_new(t, "id", json_string(first->id));
+    json_object_set_new(t, "type", json_string("function"));
+    json_object_set_new(f, "name", jstr(first->name, first->nname));
+  }
+  json_object_set_new(f, "arguments", jstr(args ? args : "", args ? nargs : 0));
+  json_object_set_new(t, "function", f);
+  json_array_append_new(tc, t);
+  json_object_set_new(d, "tool_calls", tc);
+  json_object_set_new(c, "index", json_integer(index));
+  json_object_set_new(c, "delta", d);
+  json_object_set_new(c, "logprobs", json_null());
+  json_object_set_new(c, "finish_reason", json_null());
+  json_t *arr = json_array();
+  json_array_append_new(arr, c);
+  json_object_set_new(o, "choices", arr);
+  if (m->include_usage) json_object_set_new(o, "usage", json_null());
+  add_frame(out, o);
+}
+
 void df_serve_sse_delta(df_sbuf *out, const df_serve_meta *m, const char *role, const char *field,
                         const char *text, size_t len, const char *finish) {
   df_serve_sse_delta_lp(out, m, 0, role, field, text, len, finish, NULL, 0, 0, 0);
@@ -226,6 +252,20 @@ char *df_serve_response_choices_json(const df_serve_meta *m, const df_serve_choi
       json_object_set_new(msg, "role", json_string("assistant"));
       json_object_set_new(msg, "content", jstr(ch[i].content, ch[i].ncontent));
       json_object_set_new(msg, "reasoning_content", jstr(ch[i].reasoning, ch[i].nreasoning));
+      if (ch[i].ncalls) {
+        json_t *tc = json_array();
+        for (size_t k = 0; k < ch[i].ncalls; k++) {
+          const df_serve_call *x = &ch[i].calls[k];
+          json_t *t = json_object(), *f = json_object();
+          json_object_set_new(t, "id", json_string(x->id));
+          json_object_set_new(t, "type", json_string("function"));
+          json_object_set_new(f, "name", jstr(x->name, x->nname));
+          json_object_set_new(f, "arguments", jstr(x->args, x->nargs));
+          json_object_set_new(t, "function", f);
+          json_array_append_new(tc, t);
+        }
+        json_object_set_new(msg, "tool_calls", tc);
+      }
       json_object_set_new(c, "message", msg);
     } else {
       json_object_set_new(c, "text", jstr(ch[i].content, ch[i].ncontent));
@@ -243,7 +283,7 @@ char *df_serve_response_choices_json(const df_serve_meta *m, const df_serve_choi
 char *df_serve_response_json(const df_serve_meta *m, const char *reasoning, size_t nreasoning,
                              const char *content, size_t ncontent, const char *finish,
                              const df_serve_usage *u) {
-  df_serve_choice c = {reasoning, nreasoning, content, ncontent, finish, NULL, 0, 0};
+  df_serve_choice c = {reasoning, nreasoning, content, ncontent, finish, NULL, 0, 0, NULL, 0};
   return df_serve_response_choices_json(m, &c, 1, u);
 }
 
@@ -379,4 +419,12 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
   json_decref(st);
   if (!b.p) df_sbuf_add(&b, "", 0);
   return b.p;
+}
+
+char *df_serve_template_json(const char *text, size_t len, const int *ids, size_t n) {
+  json_t *o = json_object(), *arr = json_array();
+  json_object_set_new(o, "prompt", jstr(text, len));
+  for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+  json_object_set_new(o, "tokens", arr);
+  return dump(o);
 }

@@ -59,6 +59,20 @@ typedef struct df_serve_lp {
   df_serve_lp_alt top[DF_SERVE_MAX_TOP_LOGPROBS];
 } df_serve_lp;
 
+/* A tool call the model made (OpenAI tool_calls[]). */
+typedef struct df_serve_call {
+  char id[40]; /* call_... */
+  const char *name;
+  size_t nname;
+  const char *args; /* the arguments JSON text */
+  size_t nargs;
+} df_serve_call;
+
+/* A streamed tool-call delta of choice index: the first one of call k
+ * carries id, type and name (arguments ""), later ones argument pieces. */
+void df_serve_sse_tool_delta(df_sbuf *out, const df_serve_meta *m, int index, int k,
+                             const df_serve_call *first, const char *args, size_t nargs);
+
 /* One choice of a response. logprobs: they were asked for, so the choice
  * carries an object (chat: {"content":[...],"refusal":null}; completions:
  * {"tokens","token_logprobs","top_logprobs","text_offset"}) instead of null. */
@@ -71,6 +85,8 @@ typedef struct df_serve_choice {
   const df_serve_lp *lp;
   size_t nlp;
   int logprobs;
+  const df_serve_call *calls; /* chat: message.tool_calls */
+  size_t ncalls;
 } df_serve_choice;
 
 char *df_serve_response_choices_json(const df_serve_meta *m, const df_serve_choice *c, int n,
@@ -95,6 +111,8 @@ char *df_serve_health_json(const char *model_id, int busy, int queued, int queue
 char *df_serve_tokens_json(const int *ids, size_t n, const uint8_t *const *pieces,
                            const size_t *piece_len);
 char *df_serve_content_json(const char *text, size_t len);
+/* POST /apply-template: {"prompt": text, "tokens": [ids]}. */
+char *df_serve_template_json(const char *text, size_t len, const int *ids, size_t n);
 
 /* GET /metrics: Prometheus text exposition. stats_json is the engine's
  * statistics (df_engine_stats_json; NULL: none yet). */

@@ -16,6 +16,7 @@ typedef enum {
   DF_ROUTE_TOKENIZE,   /* POST /tokenize (llama-server's) */
   DF_ROUTE_DETOKENIZE, /* POST /detokenize */
   DF_ROUTE_METRICS,    /* GET /metrics (Prometheus text) */
+  DF_ROUTE_APPLY_TEMPLATE, /* POST /apply-template: the prompt a chat request would run */
 } df_route;
 
 /* Maps method + path (no query string) to a route. *allow gets the Allow

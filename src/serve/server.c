@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -53,6 +54,11 @@ typedef struct choice {
   size_t nlp, caplp;
   size_t lp_sent, text_sent; /* streams: entries and content bytes sent */
   long n_gen, n_reasoning;
+  struct callbuf {
+    df_serve_call c;
+    df_sbuf name, args;
+  } *cb; /* tool calls made */
+  size_t ncb, capcb;
 } choice;
 
 typedef struct job {
@@ -89,6 +95,11 @@ typedef struct job {
   int failed;
   df_serve_err err;
   df_gentext gt;
+  df_chat_parser *cp; /* tools: the model's output parsed for tool calls instead of gt */
+  int tok_reasoning;  /* the current token gave reasoning text (cp) */
+  long n_reasoning_tok;
+  int forced_k; /* --debug-output-ids: the next one */
+  df_jm jm;     /* structured output: where the reply is in the grammar */
   df_sbuf frames; /* SSE frames built for the current token */
 } job;
 
@@ -170,6 +181,11 @@ static void job_unref_locked(job *j) {
     df_sbuf_free(&j->ch[i].reasoning);
     df_sbuf_free(&j->ch[i].content);
     free(j->ch[i].lp);
+    for (size_t k = 0; k < j->ch[i].ncb; k++) {
+      df_sbuf_free(&j->ch[i].cb[k].name);
+      df_sbuf_free(&j->ch[i].cb[k].args);
+    }
+    free(j->ch[i].cb);
   }
   free(j->ch);
   df_sbuf_free(&j->tok_r);
@@ -340,13 +356,74 @@ static void record_logprob(job *j, int id) {
   }
 }
 
+/* Tool-using requests: the release's output parser's events. */
+static void on_chat_event(const df_chat_event *ev, void *ctx) {
+  job *j = ctx;
+  choice *c = &j->ch[j->cur];
+  switch (ev->kind) {
+    case DF_CHAT_EV_REASONING:
+      j->tok_reasoning = 1;
+      deliver(j, DF_CH_REASONING, ev->text, ev->len);
+      break;
+    case DF_CHAT_EV_CONTENT:
+      deliver(j, DF_CH_RESPONSE, ev->text, ev->len);
+      break;
+    case DF_CHAT_EV_CALL_BEGIN: {
+      if (c->ncb == c->capcb) {
+        c->capcb = c->capcb ? 2 * c->capcb : 4;
+        c->cb = df_xrealloc(c->cb, c->capcb * sizeof *c->cb);
+      }
+      struct callbuf *b = &c->cb[c->ncb++];
+      memset(b, 0, sizeof *b);
+      df_sbuf_add(&b->name, ev->text, ev->len);
+      df_sbuf_add(&b->args, "", 0);
+      df_serve_meta tmp;
+      df_serve_meta_init(&tmp, DF_SERVE_CHAT, "", 0); /* a fresh random suffix */
+      snprintf(b->c.id, sizeof b->c.id, "call_%.24s", tmp.id + strlen("chatcmpl-"));
+      if (j->req.stream) {
+        emit(j, 0); /* text before the call goes first */
+        b->c.name = b->name.p;
+        b->c.nname = b->name.n;
+        df_serve_sse_tool_delta(&j->frames, &j->meta, j->cur, (int)c->ncb - 1, &b->c, "", 0);
+      }
+      break;
+    }
+    case DF_CHAT_EV_CALL_ARGS:
+      if (ev->call >= 0 && (size_t)ev->call < c->ncb) {
+        df_sbuf_add(&c->cb[ev->call].args, ev->text, ev->len);
+        if (j->req.stream)
+          df_serve_sse_tool_delta(&j->frames, &j->meta, j->cur, ev->call, NULL, ev->text, ev->len);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
 static int on_token(void *ud, int id) {
   job *j = ud;
   srv *S = j->S;
   if (S->o.token_delay_ms > 0) usleep((useconds_t)S->o.token_delay_ms * 1000u);
+  int forced_end = 0;
+  if (S->o.nforced) {
+    id = S->o.forced_ids[j->forced_k < S->o.nforced ? j->forced_k : S->o.nforced - 1];
+    forced_end = ++j->forced_k >= S->o.nforced;
+  }
+  if (j->req.grammar && !df_tok_is_special(S->tok, id)) {
+    size_t pn;
+    const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+    df_jm_feed(&j->jm, pp, pn);
+  }
+  if (j->cp) {
+    j->tok_reasoning = 0;
+    df_chat_parser_push(j->cp, id, on_chat_event, j);
+    if (j->tok_reasoning) j->n_reasoning_tok++;
+  }
   int was_stopped = j->gt.stopped;
-  int stopped = df_gentext_push(&j->gt, id);
-  if (j->req.logprobs && !was_stopped) record_logprob(j, id);
+  /* tools: the message ends at <|end_of_msg|> as the parser sees it */
+  int stopped = j->cp ? df_chat_parser_ended(j->cp) : df_gentext_push(&j->gt, id);
+  if (j->cp && stopped) j->gt.stopped = 1; /* the message is complete: finish "stop" */
+  if (j->req.logprobs && !was_stopped && !j->cp) record_logprob(j, id);
   if (j->req.stream) emit(j, 0);
   pthread_mutex_lock(&S->mu);
   j->n_gen++;
@@ -360,7 +437,25 @@ static int on_token(void *ud, int id) {
   int cancel = peer_gone_locked(j) || j->shutdown;
   pthread_mutex_unlock(&S->mu);
   j->frames.n = 0;
-  return cancel || stopped;
+  return cancel || stopped || forced_end;
+}
+
+/* Structured output: every token whose bytes would leave the reply no longer
+ * a prefix of an accepted document is masked; specials are masked but for
+ * the end of the message once the document is complete (and then only it). */
+static void grammar_mask(void *ud, float *lg) {
+  job *j = ud;
+  srv *S = j->S;
+  int V = S->limits.vocab;
+  for (int id = 0; id < V; id++) {
+    if (df_tok_is_special(S->tok, id)) {
+      if (!(j->jm.done && id == S->chat_stop[0])) lg[id] = -INFINITY;
+      continue;
+    }
+    size_t pn;
+    const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+    if (j->jm.done || !pn || !df_jm_accepts(&j->jm, pp, pn)) lg[id] = -INFINITY;
+  }
 }
 
 /* df_generate's cancel poll: runs after every layer, so a long prefill stops
@@ -502,6 +597,7 @@ static void run_job(srv *S, job *j) {
   if (!j->req.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
     seed = (uint64_t)time(NULL);
   go.on_token = on_token;
+  if (j->req.grammar) go.mask = grammar_mask;
   go.cancel = gen_cancelled;
   go.on_prefill = on_prefill;
   go.ud = j;
@@ -523,6 +619,12 @@ static void run_job(srv *S, job *j) {
     }
     df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1,
                     j->req.stop, j->req.stop_len, j->req.nstop, deliver, j);
+    j->forced_k = 0;
+    if (j->req.grammar) df_jm_init(&j->jm, j->req.grammar);
+    if (j->req.tools_json || j->req.grammar) {
+      j->cp = df_chat_parser_new(S->tok, j->req.grammar ? 0 : 1);
+      j->n_reasoning_tok = 0;
+    }
     if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
       df_serve_sse_delta_lp(&j->frames, &j->meta, ci, "assistant", "content", "", 0, NULL, NULL,
                             0, 0, 0);
@@ -567,11 +669,26 @@ static void run_job(srv *S, job *j) {
     if (rc || (shutdown && !stopped) || gone) {
       df_gentext_free(&j->gt);
       memset(&j->gt, 0, sizeof j->gt);
+      df_chat_parser_free(j->cp);
+      j->cp = NULL;
       break;
     }
-    df_gentext_finish(&j->gt);
+    if (j->cp) {
+      if (!df_chat_parser_ended(j->cp)) df_chat_parser_finish(j->cp, on_chat_event, j);
+      df_chat_parser_free(j->cp);
+      j->cp = NULL;
+      j->gt.n_reasoning = j->n_reasoning_tok;
+    } else {
+      df_gentext_finish(&j->gt);
+    }
     if (j->req.stream) emit(j, 1);
-    c->finish = stopped || st.finish == DF_FINISH_STOP ? "stop" : "length";
+    c->finish = c->ncb ? "tool_calls" : stopped || st.finish == DF_FINISH_STOP ? "stop" : "length";
+    for (size_t k = 0; k < c->ncb; k++) {
+      c->cb[k].c.name = c->cb[k].name.p;
+      c->cb[k].c.nname = c->cb[k].name.n;
+      c->cb[k].c.args = c->cb[k].args.p;
+      c->cb[k].c.nargs = c->cb[k].args.n;
+    }
     c->n_gen = st.n_gen;
     c->n_reasoning = j->gt.n_reasoning;
     total_gen += st.n_gen;
@@ -742,7 +859,28 @@ static int encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
   *ids = NULL;
   *n = 0;
   /* a loaded df_tok is read-only: connection threads encode concurrently */
-  if (q->kind == DF_SERVE_CHAT)
+  if (q->kind == DF_SERVE_CHAT && q->use_render) {
+    /* tools or tool calls: the release's encoder. Its efforts are low, high
+     * and max: medium is taken as high. */
+    static const char *const eff[] = {"low", "high", "high", "max"};
+    df_chat_opts o = df_chat_opts_default();
+    /* structured output: instruct mode, the reply opens with the response
+     * (the constraint covers the whole reply) */
+    o.thinking = q->grammar ? 0 : 1;
+    o.effort = eff[q->effort];
+    o.tool_choice = q->tool_choice;
+    o.tools_json = q->tools_json;
+    o.tools_len = q->tools_len;
+    df_chat_prompt pr;
+    memset(&pr, 0, sizeof pr);
+    rc = df_chat_render(S->tok, q->msgs, q->nmsgs, &o, &pr, &e);
+    if (!rc) {
+      *ids = pr.ids;
+      *n = pr.n;
+      pr.ids = NULL;
+    }
+    df_chat_prompt_free(&pr);
+  } else if (q->kind == DF_SERVE_CHAT)
     rc = df_chat_encode(S->tok, q->msgs, q->nmsgs, q->effort, 1, ids, n, &cap, &e);
   else
     rc = df_tok_encode(S->tok, q->prompt, q->prompt_len, ids, n, &cap, &e);
@@ -867,10 +1005,14 @@ static enum MHD_Result handle_generation(srv *S, struct MHD_Connection *c, conn_
   df_serve_choice cs[DF_SERVE_MAX_N];
   for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) {
     choice *ch = &j->ch[i];
+    df_serve_call *calls = ch->ncb ? df_xmalloc(ch->ncb * sizeof *calls) : NULL;
+    for (size_t k = 0; k < ch->ncb; k++) calls[k] = ch->cb[k].c;
     cs[i] = (df_serve_choice){ch->reasoning.p, ch->reasoning.n, ch->content.p, ch->content.n,
-                              ch->finish, ch->lp, ch->nlp, j->req.logprobs};
+                              ch->finish, ch->lp, ch->nlp, j->req.logprobs, calls, ch->ncb};
   }
-  return reply_json(c, r, 200, df_serve_response_choices_json(&j->meta, cs, j->nch, &u));
+  char *body = df_serve_response_choices_json(&j->meta, cs, j->nch, &u);
+  for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) free((void *)cs[i].calls);
+  return reply_json(c, r, 200, body);
 }
 
 /* ------------------------------------------------------------ routing */
@@ -924,6 +1066,36 @@ static enum MHD_Result handle_tokenize(srv *S, struct MHD_Connection *c, conn_ct
   free(pl);
   free(ids);
   return ret;
+}
+
+/* POST /apply-template: a chat completions body in, the prompt the server
+ * would run for it out ({"prompt": text, "tokens": ids}), through the same
+ * encoder as a generation; 'model' may be left out. */
+static enum MHD_Result handle_apply_template(srv *S, struct MHD_Connection *c, conn_ctx *r) {
+  df_serve_err err;
+  if (r->too_big) {
+    df_serve_err_set(&err, 413, "invalid_request_error", "request_too_large", NULL,
+                     "the request body is larger than %zu bytes (--max-request-bytes)",
+                     S->o.max_request_bytes);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  df_serve_limits lim = S->limits;
+  lim.model_optional = 1;
+  df_serve_req q;
+  if (df_serve_parse(DF_SERVE_CHAT, r->body.p ? r->body.p : "", r->body.n, &lim, &q, &err))
+    return reply_err(c, r, &err, NULL, NULL);
+  int *ids = NULL;
+  size_t n = 0, len = 0;
+  if (encode_prompt(S, &q, &ids, &n, &err)) {
+    df_serve_req_free(&q);
+    return reply_err(c, r, &err, NULL, NULL);
+  }
+  df_serve_req_free(&q);
+  char *text = df_tok_decode(S->tok, ids, n, &len);
+  char *body = df_serve_template_json(text ? text : "", text ? len : 0, ids, n);
+  free(text);
+  free(ids);
+  return reply_json(c, r, 200, body);
 }
 
 static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r) {
@@ -1103,7 +1275,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
     int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS;
-    if (gen || r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE) {
+    if (gen || r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE ||
+        r->route == DF_ROUTE_APPLY_TEMPLATE) {
       if (!df_serve_ctype_json(
               MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE))) {
         df_serve_err_set(&err, 415, "invalid_request_error", "unsupported_media_type", NULL,
@@ -1158,6 +1331,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   if (r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE)
     return handle_tokenize(S, c, r);
+  if (r->route == DF_ROUTE_APPLY_TEMPLATE) return handle_apply_template(S, c, r);
   return handle_generation(S, c, r,
                            r->route == DF_ROUTE_CHAT ? DF_SERVE_CHAT : DF_SERVE_COMPLETION);
 }
@@ -1312,6 +1486,10 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   S.started = (long long)time(NULL);
   S.limits.model_id = S.model_id;
   S.limits.vocab = df_tok_vocab_size(S.tok);
+  for (int i = 0; i < o->nforced; i++)
+    if (o->forced_ids[i] >= S.limits.vocab)
+      return df_err_set(e, "--debug-output-ids: id %d is outside the vocabulary (%d)",
+                        o->forced_ids[i], S.limits.vocab);
   /* As `deltafin run`: a chat ends at <|end_of_msg|>; a plain completion at
    * the end-of-text id (which run leaves to --stop). */
   int eom = df_tok_special_id(S.tok, "<|end_of_msg|>");

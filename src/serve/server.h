@@ -19,6 +19,9 @@ typedef struct df_serve_opts {
   int idle_timeout_s;       /* a connection silent this long is closed (0: never); a
                                request being generated or waiting its turn is not idle */
   int token_delay_ms;       /* testing aid: pause after each generated token */
+  const int *forced_ids;    /* testing aid: these ids replace what the model writes (the
+                               output plumbing sees them; the model still runs) */
+  int nforced;
   int request_timeout_s;    /* a request's headers and body must all arrive within this
                                (a client trickling bytes is not idle); 0: no limit */
   int max_client_conns;     /* connections one client address may hold; 0: no limit */

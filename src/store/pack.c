@@ -269,6 +269,21 @@ static int pack_open_model(pack_job *j, df_err *e) {
   df_src_loc *loc = df_xmalloc((size_t)(j->cfg.n_layers - j->cfg.first_k_dense) *
                                (size_t)j->cfg.n_experts * sizeof *loc);
   rc = df_src_locate(&j->set, &j->cfg, loc, e);
+  /* a stream install's shards hold holes where experts were not fetched:
+   * never pack those (the pack's checksums would vouch for zeros) */
+  df_src_remote *rm = NULL;
+  if (!rc) rc = df_src_remote_open(&rm, &j->set, e);
+  size_t nk = (size_t)(j->cfg.n_layers - j->cfg.first_k_dense) * (size_t)j->cfg.n_experts;
+  for (size_t k = 0; !rc && rm && k < nk; k++) {
+    uint64_t xxh;
+    if (!df_src_remote_local(rm, loc[k].file, loc[k].off, j->lay.total, &xxh))
+      rc = df_err_set(e,
+                      "pack: %s is a stream install and expert (layer %d, expert %d) is not local "
+                      "yet; run deltafin setup --full first",
+                      dir, j->cfg.first_k_dense + (int)(k / (size_t)j->cfg.n_experts),
+                      (int)(k % (size_t)j->cfg.n_experts));
+  }
+  df_src_remote_close(rm);
   free(loc);
   return rc;
 }

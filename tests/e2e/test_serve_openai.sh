@@ -51,6 +51,43 @@ done
 BASE_URL="http://127.0.0.1:$port/v1" MODEL_ID=k3-tiny MODEL_DIR="$T/model" DF_BIN="$DF_BIN" \
   timeout 900 node "$NODE_DIR/check.mjs" || fail "openai client checks"
 
+# ---- tool calls: a second server's output side is fed the ids of a tool call
+# as the release's encoder writes one in history (the same format the model
+# writes), taken from /apply-template
+IDS=$(python3 - "$port" <<'PY'
+import json, sys, urllib.request
+def post(body):
+    rq = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/apply-template", json.dumps(body).encode(),
+                                {"Content-Type": "application/json"})
+    with urllib.request.urlopen(rq, timeout=60) as r:
+        return json.load(r)["tokens"]
+tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+a = [{"role": "user", "content": "Weather in Oslo?"}]
+b = a + [{"role": "assistant", "content": "", "reasoning_content": "need tool", "tool_calls": [
+    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}}]}]
+pa, pb = post({"messages": a, "tools": tools}), post({"messages": b, "tools": tools})
+assert pb[:len(pa)] == pa, "the rendering of a longer history does not extend the shorter one"
+print(",".join(map(str, pb[len(pa):])))
+PY
+) || fail "apply-template"
+EOM=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print([k for k,v in t["added_tokens_decoder"].items() if v["content"]=="<|end_of_msg|>"][0])' "$T/model/tokenizer_config.json")
+timeout -k 5 900 "$DF_BIN" serve --model "$T/model" --port 0 --model-id k3-tiny --threads 2 \
+  --debug-output-ids "$IDS" 2>"$T/tools.log" &
+PID2=$!
+port2=
+i=0
+while [ $i -lt 600 ]; do
+  port2=$(sed -n 's|.*serving .* on http://127\.0\.0\.1:\([0-9][0-9]*\)/v1.*|\1|p' "$T/tools.log")
+  [ -n "$port2" ] && break
+  sleep 0.1
+  i=$((i + 1))
+done
+[ -n "$port2" ] || fail "the tools server did not start"
+BASE_URL="http://127.0.0.1:$port2/v1" MODEL_ID=k3-tiny EOM_ID="$EOM" timeout 300 node "$NODE_DIR/tools.mjs" ||
+  { cat "$T/tools.log"; fail "openai client tool calls"; }
+kill -TERM "$PID2"
+wait "$PID2" || fail "the tools server did not exit 0"
+
 # every request left an access-log line: method, path, status, tokens, duration
 grep -Eq '^deltafin: 127\.0\.0\.1 POST /v1/chat/completions 200 tokens=[0-9]+\+[0-9]+ [0-9.]+s$' \
   "$T/server.log" || fail "no access-log line for a chat completion"

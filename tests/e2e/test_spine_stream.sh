@@ -28,7 +28,7 @@ ref_bf16=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json | jq -c .
 ref_int8=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --spine int8 | jq -c .output_ids)
 [ "$ref_bf16" != "$ref_int8" ] || echo "note: int8 and bf16 ids agree on this prompt"
 
-# sweep SPINE EXTRA...: limits from 4 MB down in 100 kB steps until refused
+# sweep SPINE EXTRA...: limits from 4 MB down in 200 kB steps until refused, then exactly the least
 sweep() {
   spine=$1
   shift
@@ -44,7 +44,7 @@ sweep() {
       least=$(sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p' "$tmp/e")
       [ -n "$least" ] || fail "no byte count in: $(cat "$tmp/e")"
       [ "$least" -gt "$lim" ] || fail "refused $lim but names $least as enough"
-      if [ "$saw_none" -eq 0 ] && [ "$least" -lt $((lim + 100000)) ]; then
+      if [ "$saw_none" -eq 0 ] && [ "$least" -lt $((lim + 200000)) ]; then
         lim=$least # exactly the least: everything streams
         continue
       fi
@@ -66,7 +66,7 @@ sweep() {
     nres=$(jq '.stats.plan.resident_units' "$tmp/o")
     [ "$nres" -eq 9 ] && saw_all=1
     [ "$nres" -eq 0 ] && saw_none=1
-    lim=$((lim - 100000))
+    lim=$((lim - 200000))
     [ $lim -gt 0 ] || fail "never refused"
   done
   [ $saw_all -eq 1 ] || fail "$spine $*: no limit kept everything resident"

@@ -110,13 +110,25 @@ static const bad_case bad[] = {
     {DF_SERVE_COMPLETION, COMPL(",\"top_logprobs\":2"), "top_logprobs", NULL},
     {DF_SERVE_COMPLETION, COMPL(",\"echo\":true"), "echo", NULL},
     {DF_SERVE_COMPLETION, COMPL(",\"suffix\":\"end\""), "suffix", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"parameters\":{}}}]"),
+     "tools[0]", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"tools\":[{\"type\":\"retrieval\"}]"), "tools[0]", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"tools\":{}"), "tools", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}"),
+     "tool_choice", NULL},
     {DF_SERVE_CHAT,
-     CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]"),
-     "tools", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"tool_choice\":\"auto\""), "tool_choice", NULL},
+     CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"stop\":[\"x\"]"),
+     "stop", NULL},
     {DF_SERVE_CHAT, CHAT(",\"functions\":[{\"name\":\"f\"}]"), "functions", NULL},
-    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"), "response_format",
-     NULL},
+    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"yaml\"}"), "response_format.type", NULL},
+    {DF_SERVE_CHAT,
+     CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":"
+          "{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#/x\"}}}}}"),
+     "response_format.json_schema.schema", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{}}"),
+     "response_format.json_schema.schema", NULL},
+    {DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"},\"stop\":[\"x\"]"),
+     "response_format", NULL},
     {DF_SERVE_CHAT, CHAT(",\"presence_penalty\":2.5"), "presence_penalty", NULL},
     {DF_SERVE_CHAT, CHAT(",\"frequency_penalty\":-3"), "frequency_penalty", NULL},
     {DF_SERVE_CHAT, CHAT(",\"logit_bias\":{\"x\":10}"), "logit_bias.x", NULL},
@@ -195,9 +207,9 @@ static const bad_case bad[] = {
      "messages[0].tool_call_id", NULL},
     {DF_SERVE_CHAT,
      "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"assistant\",\"content\":null,"
-     "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+     "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{"
      "\"arguments\":\"{}\"}}]}]}",
-     "messages[0].tool_calls", NULL},
+     "messages[0].tool_calls[0].function", NULL},
     {DF_SERVE_CHAT,
      "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\","
      "\"reasoning_content\":\"x\"}]}",
@@ -480,6 +492,35 @@ static void test_client_extensions(void **st) {
   df_serve_req_free(&r);
 }
 
+static void test_tools(void **st) {
+  (void)st;
+  const char *body =
+      "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},"
+      "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+      "\"function\",\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},"
+      "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":\"sunny\"}],"
+      "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":"
+      "{\"type\":\"object\"}}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false}";
+  df_serve_req r = ok(DF_SERVE_CHAT, body);
+  assert_true(r.use_render);
+  assert_non_null(r.tools_json);
+  assert_non_null(strstr(r.tools_json, "\"name\":\"get\""));
+  assert_int_equal(r.tool_choice, DF_TOOL_CHOICE_REQUIRED);
+  assert_int_equal(r.msgs[1].ncalls, 1);
+  assert_string_equal(r.msgs[1].calls[0].name, "get");
+  assert_string_equal(r.msgs[1].calls[0].id, "c1");
+  assert_string_equal(r.msgs[1].calls[0].arguments, "{\"city\":\"Oslo\"}");
+  assert_string_equal(r.msgs[2].tool_call_id, "c1");
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"));
+  assert_non_null(r.grammar);
+  assert_true(r.use_render);
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_CHAT, CHAT(",\"tools\":[]"));
+  assert_false(r.use_render);
+  df_serve_req_free(&r);
+}
+
 static void test_tokenize_bodies(void **st) {
   (void)st;
   char *text;
@@ -525,7 +566,7 @@ int main(void) {
       cmocka_unit_test(test_model_check_optional), cmocka_unit_test(test_context_limit),
       cmocka_unit_test(test_embedded_nul),
       cmocka_unit_test(test_unknown_model_404),  cmocka_unit_test(test_client_extensions),
-      cmocka_unit_test(test_tokenize_bodies),
+      cmocka_unit_test(test_tokenize_bodies),    cmocka_unit_test(test_tools),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
