@@ -161,7 +161,7 @@ int df_cmd_plan(int argc, char **argv) {
   df_expert_layout lay;
   df_expert_layout_of(&cfg, &lay);
   int nmoe = cfg.n_layers - cfg.first_k_dense;
-  in.expert_record_bytes = (lay.total + 4095) / 4096 * 4096;
+  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
   in.expert_total_bytes = in.expert_record_bytes * (uint64_t)cfg.n_experts * (uint64_t)nmoe;
   in.mem_limit = mem;
   in.cache_req = -1;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/sbuf.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
@@ -81,20 +82,15 @@ typedef struct out_state {
   df_chat_split split;
   /* collected text (valid UTF-8: the stream decoders hold back partial
    * characters and flush them as U+FFFD) */
-  char *text[2]; /* [0] response / plain, [1] reasoning */
-  size_t len[2], cap[2];
+  df_sbuf text[2]; /* [0] response / plain, [1] reasoning */
 } out_state;
 
 static void collect(out_state *o, int which, const char *p, size_t n) {
   if (!n) return;
-  if (o->len[which] + n + 1 > o->cap[which]) {
-    o->cap[which] = (o->len[which] + n + 1) * 2;
-    o->text[which] = df_xrealloc(o->text[which], o->cap[which]);
-  }
-  memcpy(o->text[which] + o->len[which], p, n);
-  o->len[which] += n;
-  o->text[which][o->len[which]] = 0;
+  df_sbuf_add(&o->text[which], p, n);
 }
+
+static json_t *text_json(const df_sbuf *b) { return json_stringn(b->p ? b->p : "", b->n); }
 
 static void emit(out_state *o, int reasoning, const char *p, size_t n) {
   collect(o, reasoning, p, n);
@@ -311,10 +307,10 @@ int df_cmd_run(int argc, char **argv) {
     json_t *o = json_object();
     json_object_set_new(o, "prompt_ids", ids_json(ids, nids));
     json_object_set_new(o, "output_ids", ids_json(out, nout));
-    if (tok && !chat) json_object_set_new(o, "text", json_stringn(os.text[0] ? os.text[0] : "", os.len[0]));
+    if (tok && !chat) json_object_set_new(o, "text", text_json(&os.text[0]));
     else if (tok) {
-      json_object_set_new(o, "text", json_stringn(os.text[0] ? os.text[0] : "", os.len[0]));
-      json_object_set_new(o, "reasoning", json_stringn(os.text[1] ? os.text[1] : "", os.len[1]));
+      json_object_set_new(o, "text", text_json(&os.text[0]));
+      json_object_set_new(o, "reasoning", text_json(&os.text[1]));
     } else
       json_object_set_new(o, "text", json_null());
     json_object_set_new(o, "finish_reason", json_string(finish_name(st.finish)));
@@ -376,8 +372,8 @@ out:
   free(out);
   free(ids);
   free(stops);
-  free(os.text[0]);
-  free(os.text[1]);
+  df_sbuf_free(&os.text[0]);
+  df_sbuf_free(&os.text[1]);
   df_session_free(s);
   df_engine_close(en);
   return rc;

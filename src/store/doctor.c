@@ -70,7 +70,7 @@ int df_doctor(const char *model_dir, const char *manifest, FILE *out, int progre
     }
     free(p);
   }
-  uint64_t padded = (m.record_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN;
+  uint64_t padded = DF_IO_ROUND_UP(m.record_bytes);
   uint8_t *buf = df_xaligned(DF_IO_ALIGN, (size_t)padded);
   uint64_t total = 0;
   for (int k = 0; k < m.nrecs; k++) total += (uint64_t)m.recs[k].ncopies * m.record_bytes;

@@ -104,7 +104,7 @@ static void place(df_manifest *m, const float *heat, const double *bw, double pc
     }
   }
   /* offsets: records in (layer, expert) order within each drive */
-  uint64_t padded = (m->record_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN;
+  uint64_t padded = DF_IO_ROUND_UP(m->record_bytes);
   uint64_t *next = df_xcalloc((size_t)nd, sizeof *next);
   for (size_t k = 0; k < nk; k++)
     for (int c = 0; c < m->recs[k].ncopies; c++) {
