@@ -292,27 +292,7 @@ static int pack_open_model(pack_job *j, df_err *e) {
  * unmounted drive path (/mnt/nvmme0/df) must fail here rather than fill
  * whatever file system holds its parent's parent. */
 int df_pack_make_drive_dir(const char *path, df_err *e) {
-  struct stat st;
-  if (stat(path, &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return df_err_set(e, "pack: drive %s is not a directory", path);
-    return 0;
-  }
-  char *parent = df_xstrdup(path);
-  size_t n = strlen(parent);
-  while (n > 1 && parent[n - 1] == '/') parent[--n] = 0; /* "d0/" */
-  char *slash = strrchr(parent, '/');
-  if (slash) *(slash == parent ? slash + 1 : slash) = 0;
-  else strcpy(parent, ".");
-  int rc = 0;
-  if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
-    rc = df_err_set(e,
-                    "pack: drive %s: its parent folder %s does not exist (is the drive mounted? "
-                    "pack creates only the last folder of each --drives path)",
-                    path, parent);
-  else if (mkdir(path, 0755) != 0 && errno != EEXIST)
-    rc = df_err_errno(e, "pack: drive %s: mkdir", path);
-  free(parent);
-  return rc;
+  return df_mkdir_last(path, "pack: drive", e);
 }
 
 /* Drive folders created, made absolute, each given once. */

@@ -71,6 +71,11 @@ expect_fail "pack --drives without parent" "drive $T/nomount/df: its parent fold
 "$DF_BIN" pack --model "$T/m" --drives "$T/d0/" -q >/dev/null 2>"$T/err" || fail "pack --drives d0/: $(cat "$T/err")"
 [ -f "$T/m/deltafin-pack.json" ] || fail "pack --drives d0/ wrote no manifest"
 
+# convert-spine --out: the same rule as pack's drives (only the last folder is created)
+expect_fail "convert-spine --out without parent" "output folder $T/nomount2/i8: its parent folder $T/nomount2 does not exist" \
+  "$DF_BIN" convert-spine --model "$T/m" --out "$T/nomount2/i8" -q
+[ -e "$T/nomount2" ] && fail "convert-spine created $T/nomount2"
+
 # doctor after an interrupted pack: says to resume it, not "no pack manifest"
 "$DF_BIN" make-model --preset tiny --seed 2 --out "$T/m2" -q >/dev/null || fail "make-model tiny seed 2"
 "$DF_BIN" pack --model "$T/m2" --drives "$T/e0" --max-rate 100KB/s -q >/dev/null 2>&1 &
