@@ -334,6 +334,9 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
       break;
     }
     if (n == o->max_new) break;
+    /* a full context ends the reply like max_new does, instead of failing
+     * after tokens were already handed out */
+    if (df_session_pos(s) >= df_k3_ctx_limit(en->model)) break;
     rc = forward(s, &id, 1, 1, NULL, e);
     if (rc == DF_K3_CANCELLED) {
       st->finish = DF_FINISH_CANCEL;
