@@ -76,6 +76,10 @@ expect_fail "convert-spine --out without parent" "output folder $T/nomount2/i8: 
   "$DF_BIN" convert-spine --model "$T/m" --out "$T/nomount2/i8" -q
 [ -e "$T/nomount2" ] && fail "convert-spine created $T/nomount2"
 
+# make-model on a file system without room: sizes a person can read (MB for a tiny preset)
+expect_fail "make-model no room" "needs [0-9.]+ MB but the file system has 0.00 MB free" \
+  "$DF_BIN" make-model --preset tiny --out /proc/df-no-room -q
+
 # doctor after an interrupted pack: says to resume it, not "no pack manifest"
 "$DF_BIN" make-model --preset tiny --seed 2 --out "$T/m2" -q >/dev/null || fail "make-model tiny seed 2"
 "$DF_BIN" pack --model "$T/m2" --drives "$T/e0" --max-rate 100KB/s -q >/dev/null 2>&1 &
