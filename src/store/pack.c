@@ -104,7 +104,7 @@ static void place(df_manifest *m, const float *heat, const double *bw, double pc
     }
   }
   /* offsets: records in (layer, expert) order within each drive */
-  uint64_t padded = (m->record_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN;
+  uint64_t padded = DF_IO_ROUND_UP(m->record_bytes);
   uint64_t *next = df_xcalloc((size_t)nd, sizeof *next);
   for (size_t k = 0; k < nk; k++)
     for (int c = 0; c < m->recs[k].ncopies; c++) {
@@ -269,7 +269,49 @@ static int pack_open_model(pack_job *j, df_err *e) {
   df_src_loc *loc = df_xmalloc((size_t)(j->cfg.n_layers - j->cfg.first_k_dense) *
                                (size_t)j->cfg.n_experts * sizeof *loc);
   rc = df_src_locate(&j->set, &j->cfg, loc, e);
+  /* a stream install's shards hold holes where experts were not fetched:
+   * never pack those (the pack's checksums would vouch for zeros) */
+  df_src_remote *rm = NULL;
+  if (!rc) rc = df_src_remote_open(&rm, &j->set, e);
+  size_t nk = (size_t)(j->cfg.n_layers - j->cfg.first_k_dense) * (size_t)j->cfg.n_experts;
+  for (size_t k = 0; !rc && rm && k < nk; k++) {
+    uint64_t xxh;
+    if (!df_src_remote_local(rm, loc[k].file, loc[k].off, j->lay.total, &xxh))
+      rc = df_err_set(e,
+                      "pack: %s is a stream install and expert (layer %d, expert %d) is not local "
+                      "yet; run deltafin setup --full first",
+                      dir, j->cfg.first_k_dense + (int)(k / (size_t)j->cfg.n_experts),
+                      (int)(k % (size_t)j->cfg.n_experts));
+  }
+  df_src_remote_close(rm);
   free(loc);
+  return rc;
+}
+
+/* Creates a drive's folder, but only its last component: a mistyped or
+ * unmounted drive path (/mnt/nvmme0/df) must fail here rather than fill
+ * whatever file system holds its parent's parent. */
+int df_pack_make_drive_dir(const char *path, df_err *e) {
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return df_err_set(e, "pack: drive %s is not a directory", path);
+    return 0;
+  }
+  char *parent = df_xstrdup(path);
+  size_t n = strlen(parent);
+  while (n > 1 && parent[n - 1] == '/') parent[--n] = 0; /* "d0/" */
+  char *slash = strrchr(parent, '/');
+  if (slash) *(slash == parent ? slash + 1 : slash) = 0;
+  else strcpy(parent, ".");
+  int rc = 0;
+  if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+    rc = df_err_set(e,
+                    "pack: drive %s: its parent folder %s does not exist (is the drive mounted? "
+                    "pack creates only the last folder of each --drives path)",
+                    path, parent);
+  else if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    rc = df_err_errno(e, "pack: drive %s: mkdir", path);
+  free(parent);
   return rc;
 }
 
@@ -277,7 +319,7 @@ static int pack_open_model(pack_job *j, df_err *e) {
 static int pack_resolve_drives(pack_job *j, df_err *e) {
   const df_pack_opts *o = j->o;
   for (int d = 0; d < o->ndrives; d++) {
-    if (df_mkdir_p(o->drives[d], e)) return -1;
+    if (df_pack_make_drive_dir(o->drives[d], e)) return -1;
     char rp[PATH_MAX];
     if (!realpath(o->drives[d], rp)) return df_err_errno(e, "pack: drive %s", o->drives[d]);
     j->dabs[d] = df_xstrdup(rp);

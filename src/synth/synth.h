@@ -43,21 +43,8 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/rng.h" /* df_rng: each tensor's value stream */
 #include "format/config.h"
-
-/* ---- deterministic PRNG (splitmix64 seeding, xoshiro256**) ---- */
-typedef struct df_rng {
-  uint64_t s[4];
-} df_rng;
-
-uint64_t df_splitmix64(uint64_t *state);
-void df_rng_seed(df_rng *r, uint64_t seed);
-/* Seeds from a seed and a name (FNV-1a of the name mixed in), so a tensor's
- * values do not depend on what was generated before it. */
-void df_rng_seed_named(df_rng *r, uint64_t seed, const char *name);
-uint64_t df_rng_next(df_rng *r);
-/* Uniform in [-a, a) with 2^24 steps: an integer in [-2^23, 2^23) times a*2^-23. */
-double df_rng_uniform(df_rng *r, double a);
 
 /* ---- presets ---- */
 typedef struct df_synth_opts {

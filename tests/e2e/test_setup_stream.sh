@@ -146,6 +146,12 @@ done
 $MAP verify-present "$T/s5" "$T/src" || fail "a present range holds wrong bytes after kills"
 stop_proxy
 
+# --- 5b: pack refuses a stream install whose experts are not all local ---
+rc=0
+"$BIN" pack --model "$T/s5" --drives "$T/s5.d0" -q 2>"$T/pk.err" || rc=$?
+[ "$rc" != 0 ] || fail "pack accepted a stream install with missing experts"
+grep -q "not local" "$T/pk.err" && grep -q "setup --full" "$T/pk.err" || fail "pack message: $(cat "$T/pk.err")"
+
 # --- 6: setup --full on a stream install downloads exactly what is missing ---
 MISSING=$($MAP missing-bytes "$T/s1")
 : >"$T/hub/logs/access.log"

@@ -18,6 +18,15 @@ cleanup() {
 trap cleanup EXIT INT TERM
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# k3-trunk: K3's trunk and vocabulary, the release pattern cut to --layers N
+# (MLA every fourth layer, 1-based, and the last); sizes only (it is GBs)
+"$BIN" make-model --preset k3-trunk --layers 8 --experts 16 --dry-run >"$tmp/kt"
+grep -q "8 layers (6 KDA, 2 MLA), hidden 7168, vocab 163840, 16 experts top-16" "$tmp/kt" ||
+  fail "k3-trunk dry run: $(cat "$tmp/kt")"
+"$BIN" make-model --preset k3-trunk --layers 5 --dry-run | grep -q "5 layers (3 KDA, 2 MLA)" ||
+  fail "k3-trunk --layers 5: MLA at layers 4 and 5 (1-based)"
+if "$BIN" make-model --preset tiny --layers 4 --dry-run 2>"$tmp/e"; then fail "--layers accepted for tiny"; fi
+
 "$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" -q >/dev/null 2>&1
 M="$tmp/m"
 P=3,1,4,1,5,9,2,6,5,3,5
@@ -28,7 +37,7 @@ ref_bf16=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json | jq -c .
 ref_int8=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --spine int8 | jq -c .output_ids)
 [ "$ref_bf16" != "$ref_int8" ] || echo "note: int8 and bf16 ids agree on this prompt"
 
-# sweep SPINE EXTRA...: limits from 4 MB down in 100 kB steps until refused
+# sweep SPINE EXTRA...: limits from 4 MB down in 200 kB steps until refused, then exactly the least
 sweep() {
   spine=$1
   shift
@@ -44,7 +53,7 @@ sweep() {
       least=$(sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p' "$tmp/e")
       [ -n "$least" ] || fail "no byte count in: $(cat "$tmp/e")"
       [ "$least" -gt "$lim" ] || fail "refused $lim but names $least as enough"
-      if [ "$saw_none" -eq 0 ] && [ "$least" -lt $((lim + 100000)) ]; then
+      if [ "$saw_none" -eq 0 ] && [ "$least" -lt $((lim + 200000)) ]; then
         lim=$least # exactly the least: everything streams
         continue
       fi
@@ -66,7 +75,7 @@ sweep() {
     nres=$(jq '.stats.plan.resident_units' "$tmp/o")
     [ "$nres" -eq 9 ] && saw_all=1
     [ "$nres" -eq 0 ] && saw_none=1
-    lim=$((lim - 100000))
+    lim=$((lim - 200000))
     [ $lim -gt 0 ] || fail "never refused"
   done
   [ $saw_all -eq 1 ] || fail "$spine $*: no limit kept everything resident"
