@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/rng.h"
 #include "base/util.h"
 #include "serve/server_int.h"
 
@@ -274,7 +275,7 @@ static void run_job(srv *S, job *j) {
     go.seed = seed;
     if (ci > 0) {
       uint64_t x = seed + (uint64_t)ci;
-      go.seed = df_sample_splitmix(&x);
+      go.seed = df_splitmix64(&x);
     }
     df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1,
                     j->req.stop, j->req.stop_len, j->req.nstop, df_srv_deliver, j);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
+#include "base/fifo.h"
 #include "base/sbuf.h"
 #include "serve/gentext.h"
 #include "serve/request.h"
