@@ -4,8 +4,10 @@
 # tool's result, the model's own reply sent back, another user turn. Against
 # a server with reuse on and one with --reuse-mb 0, greedy:
 # - every turn's reply (content, reasoning, tool calls, finish reason, token
-#   logprobs) is the same on both servers, and its token ids are those of
-#   `deltafin run --prompt-ids` on the prompt /apply-template gives;
+#   count) is the same on both servers, and matches the ids of `deltafin run
+#   --prompt-ids` on the prompt /apply-template gives: as many tokens, and
+#   the reasoning is their text (the server gives no logprobs with tools, so
+#   the ids themselves are not exposed);
 # - each turn's cached_tokens is what the kept states allow, computed here
 #   independently from those ids: the server keeps the state at the end of
 #   every prompt (MAX_KEPT of them, well within --reuse-mb here) and the live
