@@ -35,6 +35,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (whole && a.done) {
     json_error_t je;
     json_t *v = json_loadb((const char *)doc, n, 0, &je);
+    /* RFC 8259 section 6 leaves the range of numbers to implementations:
+     * jansson refuses one beyond a double (74e74721722) while JSON.parse and
+     * Python read it as infinity. That is a range limit, not a syntax error;
+     * every other refusal is a matcher bug. */
+    if (!v && json_error_code(&je) == json_error_numeric_overflow) return df_jg_free(g), 0;
     if (!v || !json_is_object(v)) abort();
     json_decref(v);
   }

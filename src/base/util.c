@@ -180,6 +180,30 @@ int df_mkdir_p(const char *path, df_err *e) {
   return rc;
 }
 
+int df_mkdir_last(const char *path, const char *what, df_err *e) {
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return df_err_set(e, "%s %s is not a directory", what, path);
+    return 0;
+  }
+  char *parent = df_xstrdup(path);
+  size_t n = strlen(parent);
+  while (n > 1 && parent[n - 1] == '/') parent[--n] = 0; /* "d0/" */
+  char *slash = strrchr(parent, '/');
+  if (slash) *(slash == parent ? slash + 1 : slash) = 0;
+  else strcpy(parent, ".");
+  int rc = 0;
+  if (stat(parent, &st) != 0 || !S_ISDIR(st.st_mode))
+    rc = df_err_set(e,
+                    "%s %s: its parent folder %s does not exist (is the drive mounted? "
+                    "only the last folder of the path is created)",
+                    what, path, parent);
+  else if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    rc = df_err_errno(e, "%s %s: mkdir", what, path);
+  free(parent);
+  return rc;
+}
+
 char *df_path_join(const char *dir, const char *name) {
   size_t n = strlen(dir) + strlen(name) + 2;
   char *s = df_xmalloc(n);

@@ -39,6 +39,10 @@ int df_stream_read(FILE *f, const char *label, char **out, size_t *len, df_err *
 int df_file_write_atomic(const char *path, const void *data, size_t len, df_err *e);
 int df_file_exists(const char *path);
 int df_mkdir_p(const char *path, df_err *e);
+/* Creates only the last folder of path (what names it in messages: "pack: drive"):
+ * a mistyped or unmounted drive path (/mnt/nvmme0/df) must fail rather than
+ * fill whatever file system holds its parent's parent. */
+int df_mkdir_last(const char *path, const char *what, df_err *e);
 /* Joins dir + "/" + name into a fresh string. */
 char *df_path_join(const char *dir, const char *name);
 

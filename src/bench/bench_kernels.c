@@ -268,6 +268,19 @@ int df_bench_kernels(const df_bench_kopts *o, FILE *out, df_err *e) {
     if (df_kern_avx512()) tabs[ntab++] = df_kern_avx512();
     if (df_kern_neon()) tabs[ntab++] = df_kern_neon();
   }
+  /* an --only that names no kernel would print an empty table and exit 0:
+   * a typo must not look like a finished measurement */
+  if (o->only) {
+    int hits = 0;
+    for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES; ci++) hits += strstr(CASES[ci].name, o->only) != NULL;
+    if (!hits) {
+      char names[1024] = "";
+      size_t at = 0;
+      for (size_t ci = 0; ci < sizeof CASES / sizeof *CASES && at < sizeof names; ci++)
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s%s", ci ? ", " : "", CASES[ci].name);
+      return df_err_set(e, "--only: no kernel name contains '%s' (kernels: %s)", o->only, names);
+    }
+  }
   /* default: 256 MiB, or twice the last-level cache the CPU reports when
    * that is larger (a pool that fits in L3 measures L3, not RAM), at most
    * 1 GiB */

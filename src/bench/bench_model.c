@@ -478,6 +478,10 @@ static int pack_k(const df_bench_mopts *o, char **drives, int k, int quiet, char
                   df_err *e) {
   char sub[64];
   snprintf(sub, sizeof sub, "deltafin-bench-%d", k);
+  /* the drive folders themselves follow pack's rule (only the last
+   * component is created), the bench subfolders inside them are pack's */
+  for (int i = 0; i < k; i++)
+    if (df_pack_make_drive_dir(drives[i], e)) return -1;
   char **dirs = df_xcalloc((size_t)k, sizeof *dirs);
   for (int i = 0; i < k; i++) dirs[i] = df_path_join(drives[i], sub);
   char *mf = df_path_join(dirs[0], "manifest.json");

@@ -13,6 +13,12 @@ void df_cmd_doctor_help(void) {
       "Reads every copy of every expert record of the pack (O_DIRECT) and checks its\n"
       "xxh3-64 checksum; reports missing drives, truncated pack files and corrupt copies,\n"
       "and whether every expert still has a good copy.\n"
+      "\n"
+      "options:\n"
+      "  --model DIR       the checkpoint folder\n"
+      "  --store MANIFEST  the pack manifest to check (default DIR/deltafin-pack.json)\n"
+      "  -q, --quiet       no progress output\n"
+      "\n"
       "Exit status: 0 all good, 1 problems found (or no pack), 2 experts without a good copy.\n");
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "cli/cli.h"
@@ -32,12 +33,35 @@ void df_cmd_eval_help(void) {
       "  --model DIR          model directory (config.json, shards, tiktoken.model)\n"
       "  --file PATH          text to score\n"
       "  --window N           tokens per window (default 128)\n"
-      "  --max-tokens N       score only the first N tokens of the text (default all)\n"
+      "  --max-tokens N       score only the first N tokens of the text (default 0 = all)\n"
       "  --prefill-chunk N    positions per forward batch (default 64)\n"
       "  --ids-out FILE       write the scored ids, comma-separated, to FILE\n"
       "  --json               one JSON object instead of text\n"
+      "  --progress           report progress on stderr (the default when stderr is a\n"
+      "                       terminal)\n"
+      "  -q, --quiet          no progress\n"
       "\n");
   df_cli_engine_help(stdout);
+}
+
+/* Scoring a long text takes minutes: a line on stderr, redrawn on a
+ * terminal, at most every 0.2 s there (5 s in a log). */
+typedef struct eval_progress {
+  int on, tty;
+  double t0, last;
+} eval_progress;
+
+static void eval_progress_show(eval_progress *p, size_t done, size_t total, int final) {
+  if (!p->on) return;
+  double now = df_now();
+  if (!final && now - p->last < (p->tty ? 0.2 : 5.0)) return;
+  p->last = now;
+  double el = now - p->t0, rate = el > 0 ? (double)done / el : 0;
+  double eta = rate > 0 ? (double)(total - done) / rate : 0;
+  fprintf(stderr, "%seval: %zu of %zu tokens (%.1f%%, %.1f tok/s, ETA %.0fs)%s", p->tty ? "\r" : "",
+          done, total, total ? 100.0 * (double)done / (double)total : 100.0, rate, eta,
+          p->tty && !final ? "" : "\n");
+  fflush(stderr);
 }
 
 /* FNV-1a over the greedy (argmax) prediction at every scored position: equal
@@ -78,9 +102,12 @@ int df_cmd_eval(int argc, char **argv) {
   const char *file = NULL, *ids_out = NULL;
   long window = 128, max_tokens = 0, chunk = 64, v;
   int json = 0, r;
+  eval_progress prog = {.on = isatty(2), .tty = isatty(2)};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--progress")) prog.on = 1;
+    else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) prog.on = 0;
     else if ((r = df_cli_engine_opt(&eo, "eval", argc, argv, &i)) != 0) {
       if (r < 0) return 1;
     } else if (a[0] == '-' && a[1] == '-') {
@@ -150,7 +177,9 @@ int df_cmd_eval(int argc, char **argv) {
   double nll = 0;
   long scored = 0, windows = 0, top1 = 0;
   uint64_t digest = 0xcbf29ce484222325ULL;
+  prog.t0 = prog.last = df_now();
   for (size_t w0 = 0; w0 + 1 < n; w0 += (size_t)window) {
+    eval_progress_show(&prog, w0, n, 0);
     size_t wn = n - w0 < (size_t)window ? n - w0 : (size_t)window;
     if (wn < 2) break;
     df_session_reset(s);
@@ -179,6 +208,7 @@ int df_cmd_eval(int argc, char **argv) {
       }
     }
   }
+  eval_progress_show(&prog, n, n, 1);
   double mean = nll / (double)scored;
   double bpb = nll / log(2.0) / (double)(bytes ? bytes : 1);
   char dg[17];

@@ -21,7 +21,7 @@
 
 void df_cmd_inspect_help(void) {
   printf(
-      "usage: deltafin inspect --model DIR [--json] [--full-scan]\n"
+      "usage: deltafin inspect --model DIR [--json] [--full-scan] [--mem-limit SIZE] [--progress]\n"
       "\n"
       "Shows DIR as the engine understands it: config.json, tensor counts and\n"
       "bytes (spine bf16/f32, the row-int8 spine copy in DIR/spine-int8/ if\n"

@@ -10,7 +10,7 @@
 
 void df_cmd_make_model_help(void) {
   printf(
-      "usage: deltafin make-model --preset NAME --seed N --out DIR [options]\n"
+      "usage: deltafin make-model --preset NAME --out DIR [--seed N] [options]\n"
       "\n"
       "Writes a checkpoint with K3's tensor names, dtypes, MXFP4 experts, sharded\n"
       "safetensors + index, config.json (nested kimi_k3), generation_config.json,\n"

@@ -21,7 +21,7 @@
 
 void df_cmd_plan_help(void) {
   printf(
-      "usage: deltafin plan --mem SIZE [--drives N x RATE] [--model DIR] [--spine bf16|int8]\n"
+      "usage: deltafin plan [--mem SIZE] [--drives SPEC] [--model DIR] [--spine bf16|int8]\n"
       "                     [--ctx N] [--compute FILE] [--expert-hit F] [--json]\n"
       "\n"
       "Prints what the memory planner keeps resident and what streams for a machine\n"
@@ -161,7 +161,7 @@ int df_cmd_plan(int argc, char **argv) {
   df_expert_layout lay;
   df_expert_layout_of(&cfg, &lay);
   int nmoe = cfg.n_layers - cfg.first_k_dense;
-  in.expert_record_bytes = (lay.total + 4095) / 4096 * 4096;
+  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
   in.expert_total_bytes = in.expert_record_bytes * (uint64_t)cfg.n_experts * (uint64_t)nmoe;
   in.mem_limit = mem;
   in.cache_req = -1;
@@ -182,8 +182,20 @@ int df_cmd_plan(int argc, char **argv) {
   double comp_s = -1, parts[DF_K3_T_N];
   int have_comp = 0;
   if (compute) {
+    char *buf;
+    size_t len;
+    if (df_cli_read_input(compute, &buf, &len)) {
+      rc = 1;
+      goto out;
+    }
     json_error_t je;
-    json_t *j = json_load_file(compute, 0, &je);
+    json_t *j = json_loadb(buf, len, 0, &je);
+    free(buf);
+    if (!j) {
+      rc = df_cli_fail("--compute %s: invalid JSON at line %d column %d: %s (use `deltafin run --json` output)",
+                       compute, je.line, je.column, je.text);
+      goto out;
+    }
     json_t *dc = j ? json_object_get(json_object_get(j, "stats"), "decode_compute") : NULL;
     if (!dc) dc = j ? json_object_get(j, "decode_compute") : NULL;
     if (!dc) {

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/sbuf.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
@@ -35,7 +36,8 @@ void df_cmd_run_help(void) {
       "  --max-new N          new tokens at most (default 256)\n"
       "  --stop LIST          extra stop ids, comma-separated\n"
       "  --temperature T      sample with temperature T (default 0 = greedy, exact)\n"
-      "  --top-p P            nucleus sampling (with --temperature)\n"
+      "  --top-p P            nucleus sampling, P in (0, 1] (default 1 = off; needs\n"
+      "                       --temperature > 0)\n"
       "  --seed N             sampling seed (default 0)\n"
       "  --prefill-chunk N    prompt positions per batch (default 64; 0 = whole prompt)\n"
       "  --stats              print a timing and I/O summary to stderr\n"
@@ -80,20 +82,15 @@ typedef struct out_state {
   df_chat_split split;
   /* collected text (valid UTF-8: the stream decoders hold back partial
    * characters and flush them as U+FFFD) */
-  char *text[2]; /* [0] response / plain, [1] reasoning */
-  size_t len[2], cap[2];
+  df_sbuf text[2]; /* [0] response / plain, [1] reasoning */
 } out_state;
 
 static void collect(out_state *o, int which, const char *p, size_t n) {
   if (!n) return;
-  if (o->len[which] + n + 1 > o->cap[which]) {
-    o->cap[which] = (o->len[which] + n + 1) * 2;
-    o->text[which] = df_xrealloc(o->text[which], o->cap[which]);
-  }
-  memcpy(o->text[which] + o->len[which], p, n);
-  o->len[which] += n;
-  o->text[which][o->len[which]] = 0;
+  df_sbuf_add(&o->text[which], p, n);
 }
+
+static json_t *text_json(const df_sbuf *b) { return json_stringn(b->p ? b->p : "", b->n); }
 
 static void emit(out_state *o, int reasoning, const char *p, size_t n) {
   collect(o, reasoning, p, n);
@@ -213,6 +210,11 @@ int df_cmd_run(int argc, char **argv) {
   if (!df_chat_effort_valid(effort_s))
     return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)",
                        effort_s);
+  /* greedy decoding (the default) never looks at top-p: accepting it alone
+   * would silently give a different decoding than the user asked for */
+  if (go.top_p < 1 && !(go.temperature > 0))
+    return df_cli_fail("--top-p needs --temperature T > 0 (the default, temperature 0, is greedy "
+                       "and ignores top-p)");
   int *ids = NULL, nids = 0, *stops = NULL, nstops = 0;
   if (prompt_ids && parse_ids("--prompt-ids", prompt_ids, &ids, &nids)) return 1;
   if (stop_s && parse_ids("--stop", stop_s, &stops, &nstops)) {
@@ -305,10 +307,10 @@ int df_cmd_run(int argc, char **argv) {
     json_t *o = json_object();
     json_object_set_new(o, "prompt_ids", ids_json(ids, nids));
     json_object_set_new(o, "output_ids", ids_json(out, nout));
-    if (tok && !chat) json_object_set_new(o, "text", json_stringn(os.text[0] ? os.text[0] : "", os.len[0]));
+    if (tok && !chat) json_object_set_new(o, "text", text_json(&os.text[0]));
     else if (tok) {
-      json_object_set_new(o, "text", json_stringn(os.text[0] ? os.text[0] : "", os.len[0]));
-      json_object_set_new(o, "reasoning", json_stringn(os.text[1] ? os.text[1] : "", os.len[1]));
+      json_object_set_new(o, "text", text_json(&os.text[0]));
+      json_object_set_new(o, "reasoning", text_json(&os.text[1]));
     } else
       json_object_set_new(o, "text", json_null());
     json_object_set_new(o, "finish_reason", json_string(finish_name(st.finish)));
@@ -370,8 +372,8 @@ out:
   free(out);
   free(ids);
   free(stops);
-  free(os.text[0]);
-  free(os.text[1]);
+  df_sbuf_free(&os.text[0]);
+  df_sbuf_free(&os.text[1]);
   df_session_free(s);
   df_engine_close(en);
   return rc;

@@ -14,7 +14,7 @@
 void df_cmd_template_help(void) {
   printf(
       "usage: deltafin template --model DIR --messages FILE [--tools FILE] [--effort E]\n"
-      "                         [--no-thinking] [--tool-choice C] [--json]\n"
+      "                         [--no-thinking] [--tool-choice C] [--no-generation-prompt] [--json]\n"
       "\n"
       "Renders a conversation the way the Kimi K3 release's encoder does\n"
       "(encoding_k3.py) and prints the prompt text, then a line with its token ids.\n"

@@ -87,9 +87,17 @@ static int encode_text(const df_tok *t, const char *text, size_t len, int specia
 }
 
 static int run_batch(const df_tok *t, const char *path, int specials) {
+  /* read the file first: a missing or unreadable file is its own error,
+   * not a JSON parse error at "line -1" */
+  char *buf;
+  size_t len;
+  if (df_cli_read_input(path, &buf, &len)) return 1;
   json_error_t je;
-  json_t *arr = json_load_file(path, 0, &je);
-  if (!arr) return df_cli_fail("%s: line %d: %s", path, je.line, je.text);
+  json_t *arr = json_loadb(buf, len, 0, &je);
+  free(buf);
+  if (!arr)
+    return df_cli_fail("%s: invalid JSON at line %d column %d: %s", path, je.line, je.column,
+                       je.text);
   if (!json_is_array(arr)) {
     json_decref(arr);
     return df_cli_fail("%s: expected a JSON array of strings", path);

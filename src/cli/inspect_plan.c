@@ -32,7 +32,7 @@ char *df_cli_inspect_plan(const df_st_set *set, const df_config *c, const char *
   df_k3_plan_input(m, &in);
   df_expert_layout lay;
   df_expert_layout_of(c, &lay);
-  in.expert_record_bytes = (lay.total + 4095) / 4096 * 4096;
+  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
   in.expert_total_bytes =
       in.expert_record_bytes * (uint64_t)c->n_experts * (uint64_t)(c->n_layers - c->first_k_dense);
   in.mem_limit = mem_limit;

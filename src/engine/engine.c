@@ -65,13 +65,6 @@ void df_engine_close(df_engine *en) {
   free(en);
 }
 
-/* The store's default expert cache (a quarter of physical memory). */
-static long default_cache_mb(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || psz <= 0) return 4096;
-  return (long)((double)pages * (double)psz / 4 / 1048576.0);
-}
-
 /* Plans memory (plan/plan.h) and starts the spine stream for what the plan
  * leaves out of memory. */
 static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
@@ -85,11 +78,11 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   }
   df_expert_layout lay;
   df_expert_layout_of(&en->cfg, &lay);
-  in.expert_record_bytes = (lay.total + 4095) / 4096 * 4096;
+  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
   in.expert_total_bytes = in.expert_record_bytes * (uint64_t)en->cfg.n_experts *
                           (uint64_t)(en->cfg.n_layers - en->cfg.first_k_dense);
   in.cache_req = o->store.cache_mb >= 0 ? (int64_t)o->store.cache_mb << 20 : -1;
-  in.cache_default = (int64_t)default_cache_mb() << 20;
+  in.cache_default = (int64_t)df_store_default_cache_mb() << 20;
   en->cache_cap = (uint64_t)in.cache_default < in.expert_total_bytes ? (uint64_t)in.cache_default
                                                                       : in.expert_total_bytes;
   in.ctx_req = o->ctx;
@@ -342,6 +335,9 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
       break;
     }
     if (n == o->max_new) break;
+    /* a full context ends the reply like max_new does, instead of failing
+     * after tokens were already handed out */
+    if (df_session_pos(s) >= df_k3_ctx_limit(en->model)) break;
     rc = forward(s, &id, 1, 1, NULL, e);
     if (rc == DF_K3_CANCELLED) {
       st->finish = DF_FINISH_CANCEL;

@@ -46,6 +46,9 @@ int df_k3_is_int8(const df_k3 *m);
 /* Spine weight bytes one decode token reads (every spine tensor once, one
  * embedding row), whether resident or streamed. */
 uint64_t df_k3_spine_bytes_per_token(const df_k3 *m);
+/* Positions a session may hold: the memory plan's admitted context, else
+ * the config's max_position_embeddings. */
+int df_k3_ctx_limit(const df_k3 *m);
 
 /* The planner's inputs this model supplies (plan/plan.h): units (layers,
  * then the head) with their weight and read bytes and whether they can

@@ -446,6 +446,10 @@ const df_config *df_k3_config(const df_k3 *m) { return m->cfg; }
 int df_k3_is_int8(const df_k3 *m) { return m->int8; }
 uint64_t df_k3_spine_bytes_per_token(const df_k3 *m) { return m->spine_bytes_per_token; }
 
+int df_k3_ctx_limit(const df_k3 *m) {
+  return m->ctx_limit > 0 ? m->ctx_limit : (int)m->cfg->max_pos;
+}
+
 const char *df_k3_file_path(const df_k3 *m, int f) {
   int n0 = m->sets[0]->nfiles;
   return f < n0 ? m->sets[0]->files[f].path : m->sets[1]->files[f - n0].path;

@@ -151,7 +151,7 @@ int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threa
   df_pool *pool = NULL;
   const df_tensor **ts = df_xmalloc(sizeof *ts * (size_t)(set.ntensors ? set.ntensors : 1));
   json_t *wm = json_object();
-  if (df_mkdir_p(dir, e)) goto out;
+  if (df_mkdir_last(dir, "convert-spine: output folder", e)) goto out;
   uint64_t total = 0, done = 0;
   for (int i = 0; i < set.ntensors; i++)
     if (df_k3_int8_eligible(set.all[i])) total += set.all[i]->nbytes;

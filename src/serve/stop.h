@@ -9,15 +9,7 @@
 
 #include <stddef.h>
 
-/* A growable byte buffer (always NUL-terminated). */
-typedef struct df_sbuf {
-  char *p;
-  size_t n, cap;
-} df_sbuf;
-
-void df_sbuf_add(df_sbuf *b, const void *s, size_t n);
-void df_sbuf_addstr(df_sbuf *b, const char *s);
-void df_sbuf_free(df_sbuf *b);
+#include "base/sbuf.h"
 
 typedef struct df_stop {
   char *const *stops;

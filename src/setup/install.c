@@ -550,7 +550,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
           if (is_shard(s.info.files[i].name)) experts += s.info.files[i].size;
         uint64_t per = (uint64_t)((double)experts * (1.0 + o->replicas_hot / 100.0) / o->ndrives);
         for (int d = 0; d < o->ndrives; d++) {
-          if (df_mkdir_p(o->drives[d], e)) goto out_tok;
+          if (df_mkdir_last(o->drives[d], "setup: drive", e)) goto out_tok;
           if (space_check(o->drives[d], per, "its share of the expert pack", e)) goto out_tok;
         }
       }

@@ -69,7 +69,7 @@ void df_cache_entry_free(df_store *s, entry *e) {
   free(e->err);
   free(e);
 }
-long df_cache_default_mb(void) {
+long df_store_default_cache_mb(void) {
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || psz <= 0) return 4096;
   return (long)((double)pages * (double)psz / 4 / 1048576.0);

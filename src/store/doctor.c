@@ -22,8 +22,19 @@ int df_doctor(const char *model_dir, const char *manifest, FILE *out, int progre
   memset(rep, 0, sizeof *rep);
   char *mpath = manifest ? df_xstrdup(manifest) : df_path_join(model_dir, DF_PACK_MANIFEST_NAME);
   if (!df_file_exists(mpath)) {
-    df_err_set(e, "doctor: %s: no pack manifest (run deltafin pack --model %s --drives ...)", mpath,
-               model_dir);
+    /* pack writes its plan (MANIFEST.plan) first and the manifest last: a
+     * plan without a manifest is an interrupted pack, which resumes */
+    char *plan = df_xmalloc(strlen(mpath) + 6);
+    sprintf(plan, "%s.plan", mpath);
+    if (df_file_exists(plan))
+      df_err_set(e,
+                 "doctor: %s: no pack manifest yet: a pack was interrupted (%s exists); run the same "
+                 "deltafin pack command again to resume it",
+                 mpath, plan);
+    else
+      df_err_set(e, "doctor: %s: no pack manifest (run deltafin pack --model %s --drives ...)", mpath,
+                 model_dir);
+    free(plan);
     free(mpath);
     return -1;
   }
@@ -59,7 +70,7 @@ int df_doctor(const char *model_dir, const char *manifest, FILE *out, int progre
     }
     free(p);
   }
-  uint64_t padded = (m.record_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN;
+  uint64_t padded = DF_IO_ROUND_UP(m.record_bytes);
   uint8_t *buf = df_xaligned(DF_IO_ALIGN, (size_t)padded);
   uint64_t total = 0;
   for (int k = 0; k < m.nrecs; k++) total += (uint64_t)m.recs[k].ncopies * m.record_bytes;

@@ -104,7 +104,7 @@ static void place(df_manifest *m, const float *heat, const double *bw, double pc
     }
   }
   /* offsets: records in (layer, expert) order within each drive */
-  uint64_t padded = (m->record_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN;
+  uint64_t padded = DF_IO_ROUND_UP(m->record_bytes);
   uint64_t *next = df_xcalloc((size_t)nd, sizeof *next);
   for (size_t k = 0; k < nk; k++)
     for (int c = 0; c < m->recs[k].ncopies; c++) {
@@ -288,11 +288,18 @@ static int pack_open_model(pack_job *j, df_err *e) {
   return rc;
 }
 
+/* Creates a drive's folder, but only its last component: a mistyped or
+ * unmounted drive path (/mnt/nvmme0/df) must fail here rather than fill
+ * whatever file system holds its parent's parent. */
+int df_pack_make_drive_dir(const char *path, df_err *e) {
+  return df_mkdir_last(path, "pack: drive", e);
+}
+
 /* Drive folders created, made absolute, each given once. */
 static int pack_resolve_drives(pack_job *j, df_err *e) {
   const df_pack_opts *o = j->o;
   for (int d = 0; d < o->ndrives; d++) {
-    if (df_mkdir_p(o->drives[d], e)) return -1;
+    if (df_pack_make_drive_dir(o->drives[d], e)) return -1;
     char rp[PATH_MAX];
     if (!realpath(o->drives[d], rp)) return df_err_errno(e, "pack: drive %s", o->drives[d]);
     j->dabs[d] = df_xstrdup(rp);

@@ -29,6 +29,10 @@ typedef struct df_pack_opts {
 } df_pack_opts;
 
 int df_pack(const df_pack_opts *o, df_err *e);
+/* Creates a --drives folder if missing, but only its last component: a
+ * path whose parent does not exist (a typo, an unmounted drive) is an error
+ * naming the parent. An existing directory is fine; a file is an error. */
+int df_pack_make_drive_dir(const char *path, df_err *e);
 
 typedef struct df_doctor_report {
   uint64_t records, copies, ok, corrupt, missing;

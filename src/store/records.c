@@ -89,7 +89,7 @@ int df_store_open_pack(df_store *s, const df_st_set *set, const char *mpath, df_
     free(p);
   }
   int rc = 0;
-  uint64_t padded = (s->rec_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN;
+  uint64_t padded = DF_IO_ROUND_UP(s->rec_bytes);
   for (int k = 0; k < m.nrecs && !rc; k++) {
     const df_mf_record *mr = &m.recs[k];
     rec *r = &s->recs[k];

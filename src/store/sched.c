@@ -124,7 +124,7 @@ int df_sched_enqueue(df_store *s, entry *e, int demand) {
   e->head_pad = (uint32_t)(ca->off % DF_IO_ALIGN);
   if (!m) {
     uint64_t start = ca->off - e->head_pad;
-    uint32_t len = (uint32_t)((e->head_pad + s->rec_bytes + DF_IO_ALIGN - 1) / DF_IO_ALIGN * DF_IO_ALIGN);
+    uint32_t len = (uint32_t)DF_IO_ROUND_UP(e->head_pad + s->rec_bytes);
     e->nparts = e->pending = 1;
     part_queue(s, e, 0, best, start, len, e->slot.buf, (uint32_t)(e->head_pad + s->rec_bytes), s->rec_bytes, demand);
     return 0;

@@ -78,7 +78,7 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     s->emu_spec = df_xstrdup(o->emulate_drives);
     for (int i = 0; i < s->ndrives; i++) s->drive[i].rate = s->emu.bw;
   }
-  s->cache_mb = o->cache_mb < 0 ? df_cache_default_mb() : o->cache_mb;
+  s->cache_mb = o->cache_mb < 0 ? df_store_default_cache_mb() : o->cache_mb;
   s->cache_slots = (long)(((uint64_t)s->cache_mb << 20) / s->slot_bytes);
   s->prefetch_allowance = (long)s->queue_depth * s->ndrives;
   if (s->prefetch_allowance < 2L * c->top_k) s->prefetch_allowance = 2L * c->top_k;

@@ -31,6 +31,10 @@ typedef struct df_expert_layout {
 } df_expert_layout;
 void df_expert_layout_of(const df_config *c, df_expert_layout *l);
 
+/* The expert cache a store gets without --cache-mb: a quarter of physical
+ * memory (4096 MiB where the system does not say). */
+long df_store_default_cache_mb(void);
+
 int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
                   const df_store_opts *o, df_err *e);
 void df_store_close(df_store *s);

@@ -285,7 +285,6 @@ void df_cache_touch(df_store *s, entry *e);
 void df_cache_hit(df_store *s, entry *e);
 void df_cache_evict(df_store *s);
 void df_cache_heat_open(df_store *s, const char *model_dir, const char *heat_path, df_heat *prior);
-long df_cache_default_mb(void); /* a quarter of RAM */
 int df_cache_pin_hottest(df_store *s, const float *heat, long pin_mb, df_err *e);
 void df_cache_free_all(df_store *s);
 

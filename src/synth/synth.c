@@ -524,10 +524,14 @@ int df_synth_make_model(const df_synth_opts *o, df_err *e) {
     uint64_t margin = 64ull << 20;
     if (avail < need + margin) {
       free(p.t);
+      /* MB below a GB: a tiny preset refused on a full or pseudo file system
+       * (/proc) must not read "needs 0.00 GB ... 0.00 GB free" */
+      double unit = need + margin < 1000000000ull ? 1e6 : 1e9;
+      const char *un = unit == 1e6 ? "MB" : "GB";
       return df_err_set(e,
-                        "%s: preset %s needs %.2f GB but the file system has %.2f GB free; "
+                        "%s: preset %s needs %.2f %s but the file system has %.2f %s free; "
                         "choose another --out or fewer --experts/--moe-layers",
-                        o->out_dir, pr->name, (double)need / 1e9, (double)avail / 1e9);
+                        o->out_dir, pr->name, (double)need / unit, un, (double)avail / unit, un);
     }
   }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "base/util.h"
 
 static const char *const effort_names[] = {"low", "medium", "high", "max"};
@@ -45,35 +46,17 @@ static int text(enc *c, const char *s, size_t len) {
 
 static int textz(enc *c, const char *s) { return text(c, s, strlen(s)); }
 
-/* Growing string for the header of a message. */
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t len) {
-  if (b->n + len + 1 > b->cap) {
-    b->cap = (b->n + len + 1) * 2;
-    b->p = df_xrealloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, s, len);
-  b->n += len;
-  b->p[b->n] = 0;
-}
-
-static void sb_adds(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
 /* An attribute value: & and " escaped, as in XML. */
-static void sb_attr(sbuf *b, const char *name, const char *val) {
-  sb_adds(b, " ");
-  sb_adds(b, name);
-  sb_adds(b, "=\"");
+static void sb_attr(df_sbuf *b, const char *name, const char *val) {
+  df_sbuf_addstr(b, " ");
+  df_sbuf_addstr(b, name);
+  df_sbuf_addstr(b, "=\"");
   for (const char *p = val; *p; p++) {
-    if (*p == '&') sb_adds(b, "&amp;");
-    else if (*p == '"') sb_adds(b, "&quot;");
-    else sb_add(b, p, 1);
+    if (*p == '&') df_sbuf_addstr(b, "&amp;");
+    else if (*p == '"') df_sbuf_addstr(b, "&quot;");
+    else df_sbuf_add(b, p, 1);
   }
-  sb_adds(b, "\"");
+  df_sbuf_addstr(b, "\"");
 }
 
 /* <|open|>HEADER<|sep|> */
@@ -130,7 +113,7 @@ int df_chat_encode(const df_tok *t, const df_chat_msg *msgs, size_t nmsgs, df_ef
   snprintf(etext, sizeof etext, effort_text_fmt, effort_names[effort]);
   df_chat_msg em = {.role = DF_ROLE_SYSTEM, .content = etext, .content_len = strlen(etext)};
   if (message(&c, "message role=\"system\" type=\"thinking-effort\"", &em)) goto fail;
-  sbuf h = {0};
+  df_sbuf h = {0};
   for (size_t i = 0; i < nmsgs; i++) {
     const df_chat_msg *m = &msgs[i];
     if ((unsigned)m->role > DF_ROLE_TOOL) {
@@ -139,7 +122,7 @@ int df_chat_encode(const df_tok *t, const df_chat_msg *msgs, size_t nmsgs, df_ef
       goto fail;
     }
     h.n = 0;
-    sb_adds(&h, "message");
+    df_sbuf_addstr(&h, "message");
     sb_attr(&h, "role", role_names[m->role]);
     if (m->role == DF_ROLE_TOOL) {
       char idx[32];

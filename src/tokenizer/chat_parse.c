@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "base/util.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/pyjson.h"
@@ -20,35 +21,19 @@ enum { P_THINK, P_RESP, P_TOP, P_TOOLS, P_CALL, P_ARG, P_JSON, P_END };
 enum { TAG_NONE, TAG_OPEN, TAG_CLOSE };
 #define TAG_MAX 4096 /* longer is not markup: the bytes go back to the text */
 
-typedef struct buf {
-  char *p;
-  size_t n, cap;
-} buf;
-
-static void bput(buf *b, const void *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    b->cap = (b->n + n + 1) * 2;
-    b->p = df_xrealloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-static void bputs(buf *b, const char *s) { bput(b, s, strlen(s)); }
-
 struct df_chat_parser {
   const df_tok *t;
   int open, close, sep, eom;
   int mode;
   int tag;
-  buf tagbuf;
+  df_sbuf tagbuf;
   df_tok_stream stream;
-  buf scratch; /* stream output */
+  df_sbuf scratch; /* stream output */
   int ncalls;
   int call_open, call_nargs, call_json;
   int arg_string;
-  buf argval; /* a non-string argument's text, checked when it closes */
-  buf out;    /* event text being built */
+  df_sbuf argval; /* a non-string argument's text, checked when it closes */
+  df_sbuf out;    /* event text being built */
   int ended;
 };
 
@@ -84,24 +69,24 @@ static void emit(df_chat_event_fn fn, void *ctx, df_chat_ev_kind k, int call, co
 }
 
 /* JSON string body (no quotes) of valid UTF-8. */
-static void json_escape(buf *b, const char *s, size_t n) {
+static void json_escape(df_sbuf *b, const char *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
     char u[8];
     switch (c) {
-      case '"': bputs(b, "\\\""); break;
-      case '\\': bputs(b, "\\\\"); break;
-      case '\n': bputs(b, "\\n"); break;
-      case '\r': bputs(b, "\\r"); break;
-      case '\t': bputs(b, "\\t"); break;
-      case '\b': bputs(b, "\\b"); break;
-      case '\f': bputs(b, "\\f"); break;
+      case '"': df_sbuf_addstr(b, "\\\""); break;
+      case '\\': df_sbuf_addstr(b, "\\\\"); break;
+      case '\n': df_sbuf_addstr(b, "\\n"); break;
+      case '\r': df_sbuf_addstr(b, "\\r"); break;
+      case '\t': df_sbuf_addstr(b, "\\t"); break;
+      case '\b': df_sbuf_addstr(b, "\\b"); break;
+      case '\f': df_sbuf_addstr(b, "\\f"); break;
       default:
         if (c < 0x20) {
           snprintf(u, sizeof u, "\\u%04x", c);
-          bputs(b, u);
+          df_sbuf_addstr(b, u);
         } else {
-          bput(b, &s[i], 1);
+          df_sbuf_add(b, &s[i], 1);
         }
     }
   }
@@ -140,10 +125,10 @@ static void route(df_chat_parser *p, const char *s, size_t n, df_chat_event_fn f
         json_escape(&p->out, s, n);
         emit(fn, ctx, DF_CHAT_EV_CALL_ARGS, p->ncalls - 1, p->out.p, p->out.n);
       } else {
-        bput(&p->argval, s, n);
+        df_sbuf_add(&p->argval, s, n);
       }
       break;
-    case P_JSON: bput(&p->argval, s, n); break; /* checked whole when the element closes */
+    case P_JSON: df_sbuf_add(&p->argval, s, n); break; /* checked whole when the element closes */
     default: break; /* between calls and arguments: nothing belongs there */
   }
 }
@@ -167,15 +152,15 @@ static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r
 
 /* Valid UTF-8 of s[0..n): each byte that starts no valid character becomes
  * U+FFFD (tag text comes from ordinary tokens, which may split characters). */
-static void put_utf8(buf *b, const char *s, size_t n) {
+static void put_utf8(df_sbuf *b, const char *s, size_t n) {
   for (size_t i = 0; i < n;) {
     uint32_t cp;
     int l = df_py_utf8_next((const uint8_t *)s + i, n - i, &cp);
     if (l > 0 && df_utf8_valid(s + i, (size_t)l)) {
-      bput(b, s + i, (size_t)l);
+      df_sbuf_add(b, s + i, (size_t)l);
       i += (size_t)l;
     } else {
-      bputs(b, "\xEF\xBF\xBD");
+      df_sbuf_addstr(b, "\xEF\xBF\xBD");
       i++;
     }
   }
@@ -190,18 +175,18 @@ static char *tag_attr(const char *t, size_t n, const char *key) {
     if (memcmp(t + i, key, kl) || t[i + kl] != '=' || t[i + kl + 1] != '"') continue;
     size_t a = i + kl + 2, b = a;
     while (b < n && t[b] != '"') b++;
-    buf raw = {0}, v = {0};
-    bput(&raw, "", 0);
-    bput(&v, "", 0);
+    df_sbuf raw = {0}, v = {0};
+    df_sbuf_add(&raw, "", 0);
+    df_sbuf_add(&v, "", 0);
     for (size_t k = a; k < b; k++) {
       if (k + 6 <= b && !memcmp(t + k, "&quot;", 6)) {
-        bputs(&raw, "\"");
+        df_sbuf_addstr(&raw, "\"");
         k += 5;
       } else if (k + 5 <= b && !memcmp(t + k, "&amp;", 5)) {
-        bputs(&raw, "&");
+        df_sbuf_addstr(&raw, "&");
         k += 4;
       } else {
-        bput(&raw, t + k, 1);
+        df_sbuf_add(&raw, t + k, 1);
       }
     }
     put_utf8(&v, raw.p, raw.n);
@@ -229,12 +214,12 @@ static void finish_arg(df_chat_parser *p, df_chat_event_fn fn, void *ctx) {
       size_t a = 0, b = p->argval.n;
       while (a < b && is_ws(p->argval.p[a])) a++;
       while (b > a && is_ws(p->argval.p[b - 1])) b--;
-      bput(&p->out, p->argval.p + a, b - a);
+      df_sbuf_add(&p->out, p->argval.p + a, b - a);
       json_decref(v);
     } else {
-      bputs(&p->out, "\"");
+      df_sbuf_addstr(&p->out, "\"");
       json_escape(&p->out, p->argval.p ? p->argval.p : "", p->argval.n);
-      bputs(&p->out, "\"");
+      df_sbuf_addstr(&p->out, "\"");
     }
     emit(fn, ctx, DF_CHAT_EV_CALL_ARGS, p->ncalls - 1, p->out.p, p->out.n);
   }
@@ -295,9 +280,9 @@ static void apply_tag(df_chat_parser *p, df_chat_event_fn fn, void *ctx) {
       char *key = tag_attr(t, n, "key"), *type = tag_attr(t, n, "type");
       p->arg_string = !type || !strcmp(type, "string");
       p->out.n = 0;
-      bputs(&p->out, p->call_nargs ? ", \"" : "{\"");
+      df_sbuf_addstr(&p->out, p->call_nargs ? ", \"" : "{\"");
       json_escape(&p->out, key ? key : "", key ? strlen(key) : 0);
-      bputs(&p->out, p->arg_string ? "\": \"" : "\": ");
+      df_sbuf_addstr(&p->out, p->arg_string ? "\": \"" : "\": ");
       emit(fn, ctx, DF_CHAT_EV_CALL_ARGS, p->ncalls - 1, p->out.p, p->out.n);
       p->call_nargs++;
       free(key);
@@ -359,14 +344,14 @@ void df_chat_parser_push(df_chat_parser *p, int id, df_chat_event_fn fn, void *c
   }
   if (p->tag != TAG_NONE) {
     if (p->tagbuf.n + len <= TAG_MAX) {
-      bput(&p->tagbuf, piece, len);
+      df_sbuf_add(&p->tagbuf, piece, len);
       return;
     }
     /* far too long for a tag: it was text after all (the markup special is dropped) */
     p->tag = TAG_NONE;
-    buf b = {0};
-    bput(&b, p->tagbuf.p, p->tagbuf.n);
-    bput(&b, piece, len);
+    df_sbuf b = {0};
+    df_sbuf_add(&b, p->tagbuf.p, p->tagbuf.n);
+    df_sbuf_add(&b, piece, len);
     text_bytes(p, (const uint8_t *)b.p, b.n, fn, ctx);
     free(b.p);
     return;
@@ -382,9 +367,9 @@ void df_chat_parser_finish(df_chat_parser *p, df_chat_event_fn fn, void *ctx) {
 /* ---- whole output ---- */
 
 typedef struct acc {
-  buf r, c;
+  df_sbuf r, c;
   df_chat_parsed *out;
-  buf *args; /* per call */
+  df_sbuf *args; /* per call */
   size_t cap;
 } acc;
 
@@ -392,13 +377,13 @@ static void on_event(const df_chat_event *ev, void *vctx) {
   acc *a = vctx;
   df_chat_parsed *o = a->out;
   switch (ev->kind) {
-    case DF_CHAT_EV_REASONING: bput(&a->r, ev->text, ev->len); break;
-    case DF_CHAT_EV_CONTENT: bput(&a->c, ev->text, ev->len); break;
+    case DF_CHAT_EV_REASONING: df_sbuf_add(&a->r, ev->text, ev->len); break;
+    case DF_CHAT_EV_CONTENT: df_sbuf_add(&a->c, ev->text, ev->len); break;
     case DF_CHAT_EV_CALL_BEGIN:
       o->calls = df_xrealloc(o->calls, (o->ncalls + 1) * sizeof *o->calls);
       a->args = df_xrealloc(a->args, (o->ncalls + 1) * sizeof *a->args);
       memset(&a->args[o->ncalls], 0, sizeof *a->args);
-      bput(&a->args[o->ncalls], "", 0);
+      df_sbuf_add(&a->args[o->ncalls], "", 0);
       o->calls[o->ncalls].name = df_xmalloc(ev->len + 1);
       memcpy(o->calls[o->ncalls].name, ev->text, ev->len);
       o->calls[o->ncalls].name[ev->len] = 0;
@@ -406,7 +391,8 @@ static void on_event(const df_chat_event *ev, void *vctx) {
       o->ncalls++;
       break;
     case DF_CHAT_EV_CALL_ARGS:
-      if (ev->call >= 0 && (size_t)ev->call < o->ncalls) bput(&a->args[ev->call], ev->text, ev->len);
+      if (ev->call >= 0 && (size_t)ev->call < o->ncalls)
+        df_sbuf_add(&a->args[ev->call], ev->text, ev->len);
       break;
     case DF_CHAT_EV_CALL_END: break;
     case DF_CHAT_EV_END: o->ended = 1; break;
@@ -417,8 +403,8 @@ void df_chat_parse_ids(const df_tok *t, const int *ids, size_t n, int thinking,
                        df_chat_parsed *out) {
   memset(out, 0, sizeof *out);
   acc a = {.out = out};
-  bput(&a.r, "", 0);
-  bput(&a.c, "", 0);
+  df_sbuf_add(&a.r, "", 0);
+  df_sbuf_add(&a.c, "", 0);
   df_chat_parser *p = df_chat_parser_new(t, thinking);
   for (size_t i = 0; i < n; i++) df_chat_parser_push(p, ids[i], on_event, &a);
   df_chat_parser_finish(p, on_event, &a);

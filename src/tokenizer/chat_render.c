@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "base/util.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/pyjson.h"
@@ -38,8 +39,7 @@ void df_chat_prompt_free(df_chat_prompt *p) {
 
 typedef struct seg {
   const df_tok *t;
-  char *text;
-  size_t tn, tcap;
+  df_sbuf text; /* the rendered prompt */
   int *ids;
   size_t n, cap;
   int open, close, sep, eom;
@@ -47,21 +47,11 @@ typedef struct seg {
   int failed;
 } seg;
 
-static void text_add(seg *s, const char *p, size_t n) {
-  if (s->tn + n + 1 > s->tcap) {
-    s->tcap = (s->tn + n + 1) * 2;
-    s->text = df_xrealloc(s->text, s->tcap);
-  }
-  memcpy(s->text + s->tn, p, n);
-  s->tn += n;
-  s->text[s->tn] = 0;
-}
-
 static void ctl(seg *s, int id) {
   if (s->failed) return;
   size_t len;
   const uint8_t *p = df_tok_piece(s->t, id, &len);
-  text_add(s, (const char *)p, len);
+  df_sbuf_add(&s->text, (const char *)p, len);
   if (s->n == s->cap) {
     s->cap = s->cap ? s->cap * 2 : 256;
     s->ids = df_xrealloc(s->ids, s->cap * sizeof *s->ids);
@@ -72,7 +62,7 @@ static void ctl(seg *s, int id) {
 /* An ordinary-text segment (empty ones do not exist in the release). */
 static void txt(seg *s, const char *p, size_t n) {
   if (s->failed || !n) return;
-  text_add(s, p, n);
+  df_sbuf_add(&s->text, p, n);
   if (df_tok_encode(s->t, p, n, &s->ids, &s->n, &s->cap, s->e)) s->failed = 1;
 }
 
@@ -437,13 +427,13 @@ int df_chat_render(const df_tok *t, const df_chat_msg *msgs, size_t nmsgs, const
     open_tag(&s, o->thinking ? "think" : "response", NULL, 0);
   }
   if (s.failed) goto fail;
-  out->text = s.text ? s.text : df_xstrdup("");
-  out->text_len = s.tn;
+  out->text = s.text.p ? s.text.p : df_xstrdup("");
+  out->text_len = s.text.n;
   out->ids = s.ids;
   out->n = s.n;
   return 0;
 fail:
-  free(s.text);
+  df_sbuf_free(&s.text);
   free(s.ids);
   return -1;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sbuf.h"
 #include "base/util.h"
 
 int df_py_isspace(uint32_t cp) {
@@ -33,25 +34,8 @@ int df_py_utf8_next(const uint8_t *p, size_t n, uint32_t *cp) {
   return l;
 }
 
-typedef struct buf {
-  char *p;
-  size_t n, cap;
-} buf;
-
-static void put(buf *b, const char *s, size_t n) {
-  if (b->n + n + 1 > b->cap) {
-    b->cap = (b->n + n + 1) * 2;
-    b->p = df_xrealloc(b->p, b->cap);
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
-static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
-
-static void put_string(buf *b, const char *s, size_t n) {
-  puts_(b, "\"");
+static void put_string(df_sbuf *b, const char *s, size_t n) {
+  df_sbuf_addstr(b, "\"");
   size_t run = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
@@ -72,19 +56,19 @@ static void put_string(buf *b, const char *s, size_t n) {
         }
     }
     if (!esc) continue;
-    put(b, s + run, i - run);
-    puts_(b, esc);
+    df_sbuf_add(b, s + run, i - run);
+    df_sbuf_addstr(b, esc);
     run = i + 1;
   }
-  put(b, s + run, n - run);
-  puts_(b, "\"");
+  df_sbuf_add(b, s + run, n - run);
+  df_sbuf_addstr(b, "\"");
 }
 
 /* float.__repr__: the shortest digits that read back, fixed notation when the
  * decimal exponent is in [-4, 16), else d.ddde+XX. */
-static void put_real(buf *b, double v) {
+static void put_real(df_sbuf *b, double v) {
   if (v == 0) {
-    puts_(b, signbit(v) ? "-0.0" : "0.0");
+    df_sbuf_addstr(b, signbit(v) ? "-0.0" : "0.0");
     return;
   }
   char t[40];
@@ -132,14 +116,14 @@ static void put_real(buf *b, double v) {
     }
     snprintf(out + o, sizeof out - o, "e%c%02d", x < 0 ? '-' : '+', x < 0 ? -x : x);
   }
-  puts_(b, out);
+  df_sbuf_addstr(b, out);
 }
 
 static int cmp_key(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static void dump(buf *b, const json_t *v, int compact, int sort) {
+static void dump(df_sbuf *b, const json_t *v, int compact, int sort) {
   const char *isep = compact ? "," : ", ", *ksep = compact ? ":" : ": ";
   switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -149,43 +133,43 @@ static void dump(buf *b, const json_t *v, int compact, int sort) {
       json_t *val;
       json_object_foreach((json_t *)v, key, val) keys[k++] = key;
       if (sort) qsort(keys, n, sizeof *keys, cmp_key);
-      puts_(b, "{");
+      df_sbuf_addstr(b, "{");
       for (size_t i = 0; i < n; i++) {
-        if (i) puts_(b, isep);
+        if (i) df_sbuf_addstr(b, isep);
         put_string(b, keys[i], strlen(keys[i]));
-        puts_(b, ksep);
+        df_sbuf_addstr(b, ksep);
         dump(b, json_object_get(v, keys[i]), compact, sort);
       }
-      puts_(b, "}");
+      df_sbuf_addstr(b, "}");
       free(keys);
       break;
     }
     case JSON_ARRAY: {
-      puts_(b, "[");
+      df_sbuf_addstr(b, "[");
       for (size_t i = 0; i < json_array_size(v); i++) {
-        if (i) puts_(b, isep);
+        if (i) df_sbuf_addstr(b, isep);
         dump(b, json_array_get(v, i), compact, sort);
       }
-      puts_(b, "]");
+      df_sbuf_addstr(b, "]");
       break;
     }
     case JSON_STRING: put_string(b, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER: {
       char t[32];
       snprintf(t, sizeof t, "%lld", (long long)json_integer_value(v));
-      puts_(b, t);
+      df_sbuf_addstr(b, t);
       break;
     }
     case JSON_REAL: put_real(b, json_real_value(v)); break;
-    case JSON_TRUE: puts_(b, "true"); break;
-    case JSON_FALSE: puts_(b, "false"); break;
-    case JSON_NULL: puts_(b, "null"); break;
+    case JSON_TRUE: df_sbuf_addstr(b, "true"); break;
+    case JSON_FALSE: df_sbuf_addstr(b, "false"); break;
+    case JSON_NULL: df_sbuf_addstr(b, "null"); break;
   }
 }
 
 char *df_pyjson_dumps(const json_t *v, int compact, int sort_keys, size_t *len) {
-  buf b = {0};
-  put(&b, "", 0);
+  df_sbuf b = {0};
+  df_sbuf_add(&b, "", 0);
   dump(&b, v, compact, sort_keys);
   if (len) *len = b.n;
   return b.p;

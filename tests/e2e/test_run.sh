@@ -129,6 +129,13 @@ open_id=$(jq -r '.added_tokens_decoder | to_entries[] | select(.value.content ==
 "$BIN" run --model "$M" --prompt '<|open|>hi' --max-new 1 --json >"$tmp/ps"
 jq -e --argjson o "$open_id" '.prompt_ids | index($o) == null' "$tmp/ps" >/dev/null ||
   fail "without --parse-special <|open|> became the special id"
+# a full context (--ctx) ends the reply with finish "length" and the ids an unlimited
+# run starts with, instead of failing after tokens were already printed
+"$BIN" run --model "$M" --prompt-ids 5 --ctx 3 --max-new 8 --json >"$tmp/cx" || fail "--ctx 3 exited non-zero"
+"$BIN" run --model "$M" --prompt-ids 5 --max-new 3 --json >"$tmp/cy"
+jq -e '.finish_reason == "length" and (.output_ids | length) == 3' "$tmp/cx" >/dev/null ||
+  fail "--ctx 3: $(jq -c '[.finish_reason, .output_ids]' "$tmp/cx")"
+[ "$(jq -c .output_ids "$tmp/cx")" = "$(jq -c .output_ids "$tmp/cy")" ] || fail "--ctx 3 changed the ids"
 expect_fail --model "$tmp/nothing" --prompt-ids 1,2
 grep -q "config.json" "$tmp/e" || fail "missing model dir: $(cat "$tmp/e")"
 echo "ok"
