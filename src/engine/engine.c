@@ -54,8 +54,8 @@ void df_engine_opts_default(df_engine_opts *o) {
 
 void df_engine_close(df_engine *en) {
   if (!en) return;
+  df_k3_free(en->model); /* first: its spine stream reads through the store */
   df_store_close(en->store);
-  df_k3_free(en->model);
   df_plan_free(&en->plan);
   if (en->set_open) df_st_set_close(&en->set);
   if (en->tok) df_tok_free(en->tok);
@@ -130,6 +130,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   if (!en->plan.cache_given && en->plan.cache_bytes < en->cache_cap)
     so.cache_mb = (long)(en->plan.cache_bytes >> 20);
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;
+  if (df_k3_stream_start(en->model, en->store, e)) goto fail;
   en->pool = df_pool_create(o->threads);
   en->kc.k = df_kern_select(o->kernels_scalar);
   en->kc.pool = en->pool;

@@ -69,6 +69,13 @@ typedef struct df_k3_stream_opts {
   const char *trace_path;     /* the store's trace: spine reads go to TRACE.spine.jsonl */
 } df_k3_stream_opts;
 int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_err *e);
+/* Starts the spine stream (no-op when nothing streams): its reads go
+ * through the expert store's scheduler and drives (store.h, spine reads),
+ * ranked with the experts' reads; a store without drives (st NULL or no
+ * routed experts) leaves it its own engine with the options' io and
+ * emulation. Call after df_store_open and before the first forward pass;
+ * free the model before closing the store. */
+int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e);
 
 typedef struct df_k3_stream_stats {
   int units;            /* units streaming */

@@ -1,6 +1,9 @@
 /* The spine stream: units the plan leaves out of memory are read every pass
- * from the shards with O_DIRECT, through the store's drive I/O engine
- * (store/io.h), into DF_PLAN_RING_SLOTS aligned buffers. When the forward
+ * from the shards with O_DIRECT into DF_PLAN_RING_SLOTS aligned buffers,
+ * through the expert store's scheduler and drives (df_store_spine_*), which
+ * ranks them after the experts' demand reads and before any speculative
+ * read (store/rank.h); only a store without drives (no routed experts)
+ * leaves the stream its own I/O engine (store/io.h). When the forward
  * pass takes unit U it names the unit it will take next, whose reads start
  * at once into the other buffer, so unit U+1's weights arrive while U
  * computes. A unit's tensors are coalesced into few large aligned extents
@@ -27,6 +30,7 @@
 #include "base/util.h"
 #include "model/k3_int.h"
 #include "store/io.h"
+#include "store/store.h"
 #include "store/trace.h"
 
 #define ALIGN 4096u
@@ -35,7 +39,8 @@
 #define DEFAULT_QD 4
 
 typedef struct sreq {
-  df_io_req req; /* first, so a df_io_req maps back */
+  df_store_spine_req sr; /* first, so a df_io_req maps back */
+  struct df_k3_stream *s;
   int slot;
   uint64_t need; /* bytes the read must return (less than len only at EOF) */
   double t_enq;
@@ -59,8 +64,12 @@ typedef struct sslot {
 
 struct df_k3_stream {
   df_k3 *m;
+  df_store *store; /* reads go through its scheduler; NULL = own engine (io) */
+  int drive;       /* the store's drive for the spine's reads */
   df_io *io;
   df_io_kind kind;
+  df_io_emu emu;   /* for the own engine */
+  int started;
   int *fds;
   uint64_t *fsize;
   int direct;
@@ -139,13 +148,11 @@ static df_io_req *take_cb(void *ctx, int drive) {
     s->inflight++;
   }
   pthread_mutex_unlock(&s->mu);
-  return r ? &r->req : NULL;
+  return r ? &r->sr.req : NULL;
 }
 
-static void done_cb(void *ctx, int drive, df_io_req *req) {
-  (void)drive;
-  df_k3_stream *s = ctx;
-  sreq *r = (sreq *)req;
+static void read_done(df_k3_stream *s, sreq *r) {
+  df_io_req *req = &r->sr.req;
   pthread_mutex_lock(&s->mu);
   sslot *sl = &s->slot[r->slot];
   if (!sl->err && (req->err || (uint64_t)req->got < r->need)) {
@@ -158,13 +165,32 @@ static void done_cb(void *ctx, int drive, df_io_req *req) {
   if (s->tr) {
     int ok = !req->err && (uint64_t)req->got >= r->need;
     int unit = sl->unit;
-    df_trace_read(s->tr, req->t_done - s->t0, unit, -1, 0, req->got > 0 ? (uint64_t)req->got : 0, 1,
-                  req->t_start - r->t_enq, req->t_done - req->t_start, ok);
-    df_trace_sample(s->tr, df_now() - s->t0, 0, s->bytes, s->reads, s->inflight, s->queued);
+    /* times on the store's clock when reads go through it, so the two
+     * traces line up (the SVG draws both; tests compare their order) */
+    double base = s->store ? df_now() - df_store_clock(s->store) : s->t0;
+    df_trace_when w = {1, (s->store ? r->sr.t_enq : r->t_enq) - base,
+                       (s->store ? r->sr.t_take : req->t_start) - base};
+    df_trace_read(s->tr, req->t_done - base, unit, -1, 0,
+                  req->got > 0 ? (uint64_t)req->got : 0, 1, req->t_start - r->t_enq,
+                  req->t_done - req->t_start, &w, ok);
+    df_trace_sample(s->tr, df_now() - base, 0, s->bytes, s->reads, s->inflight,
+                    s->queued);
   }
   sl->pending--;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
+}
+
+static void done_cb(void *ctx, int drive, df_io_req *req) {
+  (void)drive;
+  read_done(ctx, (sreq *)req);
+}
+
+/* A read through the store finished (called without the store's lock). */
+static void store_done(void *ud, df_store_spine_req *q) {
+  sreq *r = (sreq *)q;
+  (void)ud;
+  read_done(r->s, r);
 }
 
 /* Queues every read of unit u into slot k. Called with the lock held. */
@@ -181,24 +207,43 @@ static void issue(df_k3_stream *s, int k, int u) {
       sreq *r = &sl->reqs[n++];
       uint64_t len = x->len - o < CHUNK ? x->len - o : CHUNK;
       uint64_t off = x->off + o, fs = s->fsize[x->file];
-      memset(&r->req, 0, sizeof r->req);
-      r->req.fd = s->fds[x->file];
-      r->req.off = off;
-      r->req.len = (uint32_t)len;
-      r->req.buf = sl->buf + x->boff + o;
-      r->req.buf_index = sl->bidx;
+      memset(r, 0, sizeof *r);
+      r->sr.req.fd = s->fds[x->file];
+      r->sr.req.off = off;
+      r->sr.req.len = (uint32_t)len;
+      r->sr.req.buf = sl->buf + x->boff + o;
+      r->sr.req.buf_index = sl->bidx;
+      r->sr.done = store_done;
+      r->s = s;
       r->slot = k;
       r->need = off >= fs ? 0 : (fs - off < len ? fs - off : len);
-      r->next = NULL;
       r->t_enq = df_now();
-      s->queued++;
-      if (s->qt) s->qt->next = r;
-      else s->qh = r;
-      s->qt = r;
     }
   }
   sl->pending = n;
-  df_io_kick(s->io, 0);
+  for (int i = 0; i < n; i++) {
+    sreq *r = &sl->reqs[i];
+    if (s->store) {
+      /* the store's queue keeps the order: a layer's reads in file order;
+       * queued there or in flight, they count as in flight here */
+      s->inflight++;
+      if (df_store_spine_submit(s->store, s->drive, &r->sr)) {
+        /* the store is closing (the model is being freed): no read */
+        s->inflight--;
+        sl->pending--;
+        if (!sl->err) {
+          sl->err = ECANCELED;
+          snprintf(sl->errmsg, sizeof sl->errmsg, "the expert store was closed");
+        }
+      }
+      continue;
+    }
+    s->queued++;
+    if (s->qt) s->qt->next = r;
+    else s->qh = r;
+    s->qt = r;
+  }
+  if (!s->store) df_io_kick(s->io, 0);
 }
 
 /* ------------------------------------------------------------ open/close */
@@ -285,9 +330,8 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
     df_err_set(e, "--io: '%s' is not uring or pread", o->io);
     goto fail;
   }
-  df_io_emu emu = {0};
   if (o && o->emulate_drives && *o->emulate_drives &&
-      df_io_parse_emu(o->emulate_drives, &emu, e))
+      df_io_parse_emu(o->emulate_drives, &s->emu, e))
     goto fail;
   s->t0 = df_now();
   if (o && o->trace_path && *o->trace_path) {
@@ -299,19 +343,11 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
     free(tp);
     if (!s->tr) goto fail;
   }
-  df_io_ops ops = {take_cb, done_cb, s};
-  int qd = o && o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
-  s->qd = qd;
-  if (df_io_open(&s->io, s->kind, 1, qd, &emu, &ops, e)) {
-    if (s->kind != DF_IO_URING) goto fail;
-    df_log_warn("%s; the spine stream falls back to --io pread", e->msg);
-    s->kind = DF_IO_PREAD;
-    if (df_io_open(&s->io, s->kind, 1, qd, &emu, &ops, e)) goto fail;
-  }
+  s->qd = o && o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
   for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) {
     sslot *sl = &s->slot[k];
     sl->buf = df_xaligned(ALIGN, s->slot_bytes);
-    sl->bidx = df_io_register(s->io, sl->buf, s->slot_bytes);
+    sl->bidx = -1;
     sl->unit = -1;
     sl->reqs = df_xcalloc((size_t)s->maxreq, sizeof *sl->reqs);
   }
@@ -337,6 +373,34 @@ fail:
   return -1;
 }
 
+int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e) {
+  df_k3_stream *s = m->stream;
+  if (!s || s->started) return 0;
+  int drive = -1;
+  for (int f = 0; st && f < m->nfiles && drive < 0; f++)
+    if (s->fds[f] >= 0) drive = df_store_spine_drive(st, s->fds[f]);
+  if (drive >= 0) {
+    s->store = st;
+    s->drive = drive;
+    s->kind = !strcmp(df_store_io_used(st), "pread") ? DF_IO_PREAD : DF_IO_URING;
+    for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
+      s->slot[k].bidx = df_store_spine_register(st, s->slot[k].buf, s->slot_bytes);
+  } else {
+    /* no store drives (no routed experts): nothing to rank against */
+    df_io_ops ops = {take_cb, done_cb, s};
+    if (df_io_open(&s->io, s->kind, 1, s->qd, &s->emu, &ops, e)) {
+      if (s->kind != DF_IO_URING) return -1;
+      df_log_warn("%s; the spine stream falls back to --io pread", e->msg);
+      s->kind = DF_IO_PREAD;
+      if (df_io_open(&s->io, s->kind, 1, s->qd, &s->emu, &ops, e)) return -1;
+    }
+    for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
+      s->slot[k].bidx = df_io_register(s->io, s->slot[k].buf, s->slot_bytes);
+  }
+  s->started = 1;
+  return 0;
+}
+
 /* ------------------------------------------------------------ acquire/release */
 
 static int find_slot(const df_k3_stream *s, int unit, int not) {
@@ -358,6 +422,10 @@ static int free_slot(const df_k3_stream *s, int not) {
 
 static void *acquire(const df_k3 *m, int unit, int next, df_err *e) {
   df_k3_stream *s = m->stream;
+  if (!s->started) {
+    df_err_set(e, "spine stream: unit %d taken before df_k3_stream_start (internal error)", unit);
+    return NULL;
+  }
   pthread_mutex_lock(&s->mu);
   int k = find_slot(s, unit, -1);
   double t0 = df_now();
@@ -474,6 +542,14 @@ void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
   df_k3_stream *s = m->stream;
   if (!s) return;
   pthread_mutex_lock(&s->mu);
+  /* reads in flight (the next unit's, at most a ring's worth) finish first,
+   * so the figures agree with the trace, which logs every read that lands */
+  for (;;) {
+    int busy = 0;
+    for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) busy |= s->slot[k].pending > 0;
+    if (!busy) break;
+    pthread_cond_wait(&s->cv, &s->mu);
+  }
   st->units = s->units;
   st->bytes = s->bytes;
   st->weight_bytes = s->weight_bytes;

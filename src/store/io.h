@@ -28,6 +28,7 @@ typedef struct df_io_req {
   int err;        /* errno of a failed read, 0 = ok */
   double t_start, t_done;
   uint32_t done_part; /* internal: bytes done so far */
+  int tag;        /* the caller's (the store: which kind of read); never touched by the engine */
 } df_io_req;
 
 typedef struct df_io_ops {

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "base/log.h"
+#include "store/rank.h"
 #include "store/source.h"
 #include "store/store_int.h"
 
@@ -57,8 +59,9 @@ static void part_queue(df_store *s, entry *e, int i, int copy, uint64_t off, uin
   p->req.len = len;
   p->req.buf = buf;
   p->req.buf_index = e->slot.bidx;
+  p->req.tag = TAG_PART;
   p->queue = demand ? Q_DEMAND : Q_PREFETCH;
-  p->t_enq = df_now();
+  p->t_enq = p->t_class = df_now();
   q_push(&d->q[demand ? 0 : 1], p);
   d->queued_bytes += rbytes;
   df_io_kick(s->io, cp->drive);
@@ -145,6 +148,7 @@ void df_sched_promote(df_store *s, entry *e) {
     q_remove(&s->drive[dr].q[1], p);
     q_push(&s->drive[dr].q[0], p);
     p->queue = Q_DEMAND;
+    p->t_class = df_now();
     df_io_kick(s->io, dr);
   }
 }
@@ -193,37 +197,45 @@ static df_io_req *take_cb(void *ctx, int drive) {
   df_store *s = ctx;
   pthread_mutex_lock(&s->mu);
   dstate *d = &s->drive[drive];
-  part *p = NULL;
-  if (d->q[0].h) {
-    p = d->q[0].h;
-    q_remove(&d->q[0], p);
-  } else {
-    /* a prefetch starts only on an idle drive: a demand read that arrives
-     * later then waits behind at most one speculative read (measured on the
-     * emulated ladder, 4 drives: allowing qd-1 prefetches in flight wasted
-     * 4x the bytes and cost 13% decode speed; one at a time costs nothing) */
-    int spare = DF_STORE_PF_PER_DRIVE;
-    for (part *f = d->q[1].h; f;) {
-      if (df_sched_drop_stale(s, f->e)) {
-        f = d->q[1].h; /* everything before f was dropped too */
-        continue;
-      }
-      if (d->inflight < spare) {
-        p = f;
-        q_remove(&d->q[1], p);
-      }
-      break;
-    }
+  /* stale prefetches at the head are dropped before the ranking sees them */
+  while (d->q[1].h && df_sched_drop_stale(s, d->q[1].h->e)) {
   }
-  if (p) {
+  /* the ranking (rank.h): demand, then spine, then a prefetch only on an
+   * idle drive with no demand or spine read waiting, so a demand read that
+   * arrives later waits behind at most one speculative read (measured on
+   * the emulated ladder, 4 drives: allowing qd-1 prefetches in flight
+   * wasted 4x the bytes and cost 13% decode speed; one at a time costs
+   * nothing) */
+  df_rank_drive rd = {.qd = s->queue_depth, .inflight = d->inflight, .spine_inflight = d->spine_inflight,
+                      .waiting = {d->q[0].n, d->sq_n, d->q[1].n}, .pf_max = DF_STORE_PF_PER_DRIVE};
+  df_rank_class c = df_rank_next(&rd);
+  df_io_req *r = NULL;
+  if (c == DF_RANK_SPINE) {
+    df_store_spine_req *q = d->sq_h;
+    d->sq_h = q->next;
+    if (!d->sq_h) d->sq_t = NULL;
+    d->sq_n--;
+    d->spine_inflight++;
+    q->t_take = df_now();
+    d->queued_bytes -= q->req.len;
+    if (d->inflight++ == 0) d->busy_since = df_now();
+    d->inflight_bytes += q->req.len;
+    s->total_inflight++;
+    r = &q->req;
+  } else if (c == DF_RANK_DEMAND || c == DF_RANK_PREFETCH) {
+    part *p = d->q[c == DF_RANK_DEMAND ? 0 : 1].h;
+    q_remove(&d->q[c == DF_RANK_DEMAND ? 0 : 1], p);
     p->queue = Q_FLIGHT;
+    p->taken_cls = c;
+    p->t_take = df_now();
     d->queued_bytes -= p->rbytes;
     if (d->inflight++ == 0) d->busy_since = df_now();
     d->inflight_bytes += p->rbytes;
     s->total_inflight++;
+    r = &p->req;
   }
   pthread_mutex_unlock(&s->mu);
-  return p ? &p->req : NULL;
+  return r;
 }
 
 /* Every part of e has landed: verify the whole record, then hand it to the
@@ -250,10 +262,12 @@ static void finish_entry(df_store *s, entry *e) {
   for (int i = 0; i < e->nparts; i++) {
     part *p = &e->parts[i];
     int dr = part_drive(s, p);
-    if (s->trace)
+    if (s->trace) {
+      df_trace_when w = {p->taken_cls, p->t_class - s->t_open, p->t_take - s->t_open};
       df_trace_read(s->trace, tr, df_store_key_layer(s, e->key), df_store_key_expert(s, e->key), dr, p->rbytes,
                     e->demand && !e->speculative, p->req.t_start - p->t_enq,
-                    p->req.t_done - p->req.t_start, fault == DF_FAULT_NONE);
+                    p->req.t_done - p->req.t_start, &w, fault == DF_FAULT_NONE);
+    }
     if (!fault) {
       s->drive[dr].bytes += p->rbytes;
       s->drive[dr].reads++;
@@ -318,8 +332,48 @@ static void finish_entry(df_store *s, entry *e) {
   }
 }
 
+/* Bookkeeping of a finished read on drive d, any class (lock held). */
+static void drive_done(dstate *d, uint64_t bytes, int ok) {
+  d->inflight--;
+  d->inflight_bytes -= bytes;
+  double tnow = df_now();
+  if (d->inflight == 0) {
+    d->busy_s += tnow - d->busy_since;
+    d->win_busy += tnow - d->busy_since;
+  }
+  if (ok) {
+    d->win_bytes += (double)bytes;
+    if (d->inflight == 0 && d->win_busy > 0.02) {
+      /* Measured rate: bytes over busy time, smoothed. */
+      double r = d->win_bytes / d->win_busy;
+      d->rate = 0.7 * d->rate + 0.3 * r;
+      d->win_bytes = d->win_busy = 0;
+    }
+  }
+}
+
+/* A spine read finished: its callback runs without the store's lock (the
+ * spine stream takes its own lock, and submits under it). */
+static void spine_done(df_store *s, int drive, df_store_spine_req *q) {
+  pthread_mutex_lock(&s->mu);
+  dstate *d = &s->drive[drive];
+  d->spine_inflight--;
+  drive_done(d, q->req.len, !q->req.err && q->req.got == (int64_t)q->req.len);
+  pthread_mutex_unlock(&s->mu);
+  q->done(q->ud, q);
+  pthread_mutex_lock(&s->mu);
+  s->total_inflight--; /* after the callback: close waits until it returned */
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  df_io_kick(s->io, drive);
+}
+
 static void done_cb(void *ctx, int drive, df_io_req *req) {
   df_store *s = ctx;
+  if (req->tag == TAG_SPINE) {
+    spine_done(s, drive, (df_store_spine_req *)req);
+    return;
+  }
   part *p = (part *)req;
   entry *e = p->e;
   p->fault = DF_FAULT_NONE;
@@ -328,23 +382,8 @@ static void done_cb(void *ctx, int drive, df_io_req *req) {
   else if ((uint64_t)req->got < p->need) p->fault = DF_FAULT_SHORT;
   pthread_mutex_lock(&s->mu);
   dstate *d = &s->drive[drive];
-  d->inflight--;
-  d->inflight_bytes -= p->rbytes;
-  double tnow = df_now();
-  if (d->inflight == 0) {
-    d->busy_s += tnow - d->busy_since;
-    d->win_busy += tnow - d->busy_since;
-  }
+  drive_done(d, p->rbytes, !p->fault);
   p->queue = Q_NONE;
-  if (!p->fault) {
-    d->win_bytes += (double)p->rbytes;
-    if (d->inflight == 0 && d->win_busy > 0.02) {
-      /* Measured rate: bytes over busy time, smoothed. */
-      double r = d->win_bytes / d->win_busy;
-      d->rate = 0.7 * d->rate + 0.3 * r;
-      d->win_bytes = d->win_busy = 0;
-    }
-  }
   if (e->pending > 1) {
     e->pending--;
     s->total_inflight--;
@@ -352,7 +391,7 @@ static void done_cb(void *ctx, int drive, df_io_req *req) {
     finish_entry(s, e);
   }
   pthread_cond_broadcast(&s->cv);
-  if (d->q[1].n) df_io_kick(s->io, drive);
+  if (d->q[1].n || d->sq_n) df_io_kick(s->io, drive);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -394,3 +433,59 @@ void df_sched_cancel_queued(df_store *s) {
 }
 
 df_io_ops df_sched_ops(df_store *s) { return (df_io_ops){take_cb, done_cb, s}; }
+
+df_store_spine_req *df_sched_take_spine_queued(df_store *s) {
+  df_store_spine_req *all = NULL;
+  for (int i = 0; i < s->ndrives; i++) {
+    dstate *d = &s->drive[i];
+    while (d->sq_h) {
+      df_store_spine_req *q = d->sq_h;
+      d->sq_h = q->next;
+      d->queued_bytes -= q->req.len;
+      q->next = all;
+      all = q;
+    }
+    d->sq_t = NULL;
+    d->sq_n = 0;
+  }
+  return all;
+}
+
+/* ---- the spine's reads (store.h) ---- */
+
+int df_store_spine_drive(df_store *s, int fd) {
+  if (!s || !s->io || s->ndrives < 1) return -1;
+  struct stat fs, ds;
+  if (fstat(fd, &fs)) return 0;
+  for (int i = 0; i < s->ndrives; i++)
+    if (s->drive[i].path && !stat(s->drive[i].path, &ds) && ds.st_dev == fs.st_dev) return i;
+  return 0;
+}
+
+int df_store_spine_register(df_store *s, void *base, size_t len) {
+  return s->io ? df_io_register(s->io, base, len) : -1;
+}
+
+int df_store_spine_submit(df_store *s, int drive, df_store_spine_req *r) {
+  r->req.tag = TAG_SPINE;
+  r->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  r->t_enq = df_now(); /* under the lock, as the experts' queue times */
+  if (s->closing) {
+    pthread_mutex_unlock(&s->mu);
+    return -1;
+  }
+  dstate *d = &s->drive[drive];
+  if (d->sq_t) d->sq_t->next = r;
+  else d->sq_h = r;
+  d->sq_t = r;
+  d->sq_n++;
+  d->queued_bytes += r->req.len;
+  pthread_mutex_unlock(&s->mu);
+  df_io_kick(s->io, drive);
+  return 0;
+}
+
+const char *df_store_io_used(const df_store *s) { return s->io_kind == DF_IO_URING ? "uring" : "pread"; }
+
+double df_store_clock(const df_store *s) { return df_store_now_rel(s); }

@@ -2,6 +2,7 @@
  * (begin, next, end). See store_int.h for the files and what each owns. */
 #include "store/store.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,16 @@ void df_store_close(df_store *s) {
   pthread_mutex_lock(&s->mu);
   s->closing = 1;
   df_sched_cancel_queued(s);
+  df_store_spine_req *sq = df_sched_take_spine_queued(s);
+  pthread_mutex_unlock(&s->mu);
+  while (sq) { /* their callbacks run without the lock, as always */
+    df_store_spine_req *nx = sq->next;
+    sq->req.got = 0;
+    sq->req.err = ECANCELED;
+    sq->done(sq->ud, sq);
+    sq = nx;
+  }
+  pthread_mutex_lock(&s->mu);
   while (s->total_inflight > 0) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
   df_sampler_stop(s);

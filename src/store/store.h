@@ -16,6 +16,7 @@
 #include "base/err.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "store/io.h"
 #include "store/opts.h"
 
 typedef struct df_store df_store;
@@ -87,6 +88,36 @@ void df_store_log_reads(df_store *s, int on);
  * and returns how many it copied. */
 size_t df_store_reads_logged(const df_store *s);
 size_t df_store_read_log(const df_store *s, size_t from, size_t max, df_store_read *out);
+
+/* ---- the spine's reads ----
+ * The model's streamed spine layers (model/k3_stream.c) read through the
+ * store's drives and I/O engine, so one scheduler ranks every read of a
+ * drive (store/rank.h): the experts' demand reads first, then spine reads
+ * (demand reads known in advance), then speculative expert reads, which
+ * never start while a demand or spine read waits on that drive. */
+typedef struct df_store_spine_req {
+  df_io_req req; /* the caller fills fd, off, len, buf, buf_index; results as in io.h */
+  /* Called once the read finished (or was cancelled by df_store_close:
+   * req.err = ECANCELED), from a drive thread, without the store's lock. */
+  void (*done)(void *ud, struct df_store_spine_req *r);
+  void *ud;
+  double t_enq, t_take; /* set by the store: when queued, when a drive took it (its lock held) */
+  struct df_store_spine_req *next; /* the store's queue */
+} df_store_spine_req;
+/* The store drive that spine reads of the open file fd go to (the first
+ * drive on the same device, else drive 0), or -1 when the store has no
+ * drives (a model without routed experts): the caller reads on its own. */
+int df_store_spine_drive(df_store *s, int fd);
+/* Registers a spine buffer with the store's engine: its index, or -1. */
+int df_store_spine_register(df_store *s, void *base, size_t len);
+/* Queues one read on drive (from df_store_spine_drive); -1 (nothing
+ * queued, done is not called) once df_store_close has begun. May be called
+ * under the caller's lock: done never runs inside submit. */
+int df_store_spine_submit(df_store *s, int drive, df_store_spine_req *r);
+/* The I/O engine in use ("uring" or "pread"), and the trace's clock:
+ * seconds since the store opened. */
+const char *df_store_io_used(const df_store *s);
+double df_store_clock(const df_store *s);
 
 /* Total routed-expert bytes fetched so far (reads and cache hits are
  * reported separately in the stats JSON). */

@@ -4,10 +4,12 @@
  *   store.c    open/close and the batch API (begin/next/end), the read log
  *   records.c  where each record lives: the pack's files or the shards,
  *              O_DIRECT, and df_store_locate
- *   sched.c    the read scheduler: per-drive queues, copy choice, split
+ *   sched.c    the read scheduler: per-drive queues (the spine's too), copy choice, split
  *              reads, the drive threads' take/done callbacks, verification
  *   cache.c    slots, entries, the resident list, eviction, pinning, heat
  *   evict.c    the eviction order alone (a pure policy, unit-tested)
+ *   rank.c     which read a drive takes next: demand, spine, prefetch (a
+ *              pure policy, unit-tested)
  *   predict.c  the prefetch predictors (gate-ahead, previous token), recall
  *   stats.c    statistics: JSON, text, the one-line description
  *   sampler.c  the trace's periodic per-drive samples
@@ -36,6 +38,7 @@
 #define DF_STORE_SPLIT_MIN_BYTES (1u << 20) /* smaller records never split in the default mode */
 
 enum { E_LOADING = 1, E_READY, E_FAILED };            /* entry.state */
+enum { TAG_PART = 0, TAG_SPINE = 1 };                 /* df_io_req.tag */
 enum { Q_NONE = 0, Q_DEMAND, Q_PREFETCH, Q_FLIGHT };  /* part.queue: where a part waits */
 enum { P_GATE = 0, P_PREV = 1, NPRED = 2 };           /* the predictors */
 
@@ -83,6 +86,9 @@ typedef struct part {
   uint32_t need;    /* bytes the request must return (head pad + this part's record bytes) */
   uint64_t rbytes;  /* record bytes this part carries */
   double t_enq;     /* when it was queued (the trace's wait) */
+  double t_class;   /* when it joined the queue it waits in (promotion resets it) */
+  int taken_cls;    /* the rank class the drive took it in (the trace) */
+  double t_take;    /* when the drive took it (lock held: the trace orders reads by it) */
   df_store_fault fault; /* why this part failed, DF_FAULT_NONE = ok */
   int err;          /* errno of a DF_FAULT_IO */
   struct part *q_next, *q_prev; /* the drive queue it waits in */
@@ -134,6 +140,9 @@ typedef struct dstate {
   uint64_t inflight_bytes, queued_bytes; /* record bytes in flight / waiting (ETA) */
   double win_bytes, win_busy; /* the current rate-measurement window */
   dq q[2];                    /* 0 demand, 1 prefetch */
+  /* the spine's reads on this drive (df_store_spine_submit), FIFO */
+  df_store_spine_req *sq_h, *sq_t;
+  int sq_n, spine_inflight;
 } dstate;
 
 /* One predictor's last prediction for one layer. */
@@ -262,6 +271,9 @@ int df_sched_stale(const df_store *s, const entry *e);
 int df_sched_drop_stale(df_store *s, entry *e);          /* 1 if dropped (and freed) */
 void df_sched_drop_all_stale(df_store *s);
 void df_sched_cancel_queued(df_store *s);                /* close: fail everything queued */
+/* close: takes every queued spine read off its queue (the caller calls
+ * their done callbacks without the lock) */
+df_store_spine_req *df_sched_take_spine_queued(df_store *s);
 df_io_ops df_sched_ops(df_store *s);
 const char *df_store_fault_name(df_store_fault f, int err);
 

@@ -38,12 +38,15 @@ df_trace *df_trace_open(const char *path, int ndrives, char *const *drive_paths,
 }
 
 void df_trace_read(df_trace *t, double ts, int layer, int expert, int drive, uint64_t bytes,
-                   int demand, double wait, double service, int ok) {
+                   int demand, double wait, double service, const df_trace_when *w, int ok) {
+  static const char *const cls[] = {"demand", "spine", "prefetch"};
   pthread_mutex_lock(&t->mu);
   fprintf(t->f,
           "{\"k\":\"read\",\"t\":%.6f,\"layer\":%d,\"expert\":%d,\"drive\":%d,\"bytes\":%llu,"
-          "\"demand\":%d,\"wait\":%.6f,\"service\":%.6f,\"ok\":%d}\n",
-          ts, layer, expert, drive, (unsigned long long)bytes, demand, wait, service, ok);
+          "\"demand\":%d,\"wait\":%.6f,\"service\":%.6f,\"class\":\"%s\",\"queued\":%.6f,"
+          "\"start\":%.6f,\"ok\":%d}\n",
+          ts, layer, expert, drive, (unsigned long long)bytes, demand, wait, service,
+          cls[w->cls >= 0 && w->cls < 3 ? w->cls : 0], w->queued, w->start, ok);
   pthread_mutex_unlock(&t->mu);
 }
 

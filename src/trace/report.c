@@ -212,9 +212,16 @@ void df_trace_summary(const df_trace_data *d, const char *name, FILE *out) {
   summary_batches(d, out);
 }
 
-/* The chart: per-drive MB/s between consecutive samples on top, barrier
- * waits as bars below, on one time axis. */
-static void svg_write(const df_trace_data *d, FILE *g) {
+/* MB/s of sample i since the previous sample p of the same series. */
+static double smp_rate(const df_trace_smp *sm, size_t p, size_t i) {
+  return (double)(sm[i].bytes - sm[p].bytes) / (sm[i].t - sm[p].t) / 1e6;
+}
+
+/* The chart: per-drive MB/s of expert reads between consecutive samples on
+ * top, with the spine stream's MB/s (sp, its trace; NULL = none) as its own
+ * dashed series on the same axes, barrier waits as bars below, on one time
+ * axis (both traces use the store's clock). */
+static void svg_write(const df_trace_data *d, const df_trace_data *sp, FILE *g) {
   const df_trace_smp *sm = d->samples;
   const df_trace_bat *b = d->batches;
   size_t ns = d->nsamples, nb = d->nbatches;
@@ -240,6 +247,18 @@ static void svg_write(const df_trace_data *d, FILE *g) {
     lastk[sm[i].drive] = i;
   }
   free(lastk);
+  /* the spine's samples: one series whatever drive they name */
+  size_t nsp = sp ? sp->nsamples : 0;
+  for (size_t i = 0; i < nsp; i++) {
+    const df_trace_smp *q = &sp->samples[i];
+    if (q->t < ts0) ts0 = q->t;
+    if (q->t > ts1) ts1 = q->t;
+    if (i && q->t > sp->samples[i - 1].t) {
+      double v = smp_rate(sp->samples, i - 1, i);
+      if (v > ymax) ymax = v;
+    }
+  }
+  if (ts1 <= ts0) ts1 = ts0 + 1;
   int wl;
   double wmax = max_wait(d, &wl);
   double wm = wmax > 0 ? wmax : 1e-3;
@@ -248,8 +267,8 @@ static void svg_write(const df_trace_data *d, FILE *g) {
   fprintf(g,
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
           "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" "
-          "fill=\"white\"/>\n<text x=\"%d\" y=\"18\">expert reads per drive (MB/s)%s%s</text>\n",
-          W, H, L, emu ? " - EMULATED drives " : "", emu ? emu : "");
+          "fill=\"white\"/>\n<text x=\"%d\" y=\"18\">expert reads per drive%s (MB/s)%s%s</text>\n",
+          W, H, L, sp ? ", spine reads dashed" : "", emu ? " - EMULATED drives " : "", emu ? emu : "");
   fprintf(g, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T + ph, W - R,
           T + ph);
   fprintf(g, "<text x=\"4\" y=\"%d\">%.0f</text><text x=\"4\" y=\"%d\">0</text>\n", T + 8, ymax,
@@ -269,8 +288,21 @@ static void svg_write(const df_trace_data *d, FILE *g) {
       }
       p = i;
     }
-    fprintf(g, "\"/>\n<text x=\"%d\" y=\"%d\" fill=\"%s\">drive %d</text>\n", W - R - 200,
-            T + 12 + 12 * dr, col[dr % 8], dr);
+    fprintf(g, "\"/>\n<text x=\"%d\" y=\"%d\" fill=\"%s\">drive %d%s</text>\n", W - R - 200,
+            T + 12 + 12 * dr, col[dr % 8], dr, sp ? " experts" : "");
+  }
+  if (sp) {
+    fprintf(g, "<polyline class=\"spine\" fill=\"none\" stroke=\"black\" stroke-dasharray=\"4,3\" "
+               "points=\"");
+    for (size_t i = 1; i < nsp; i++) {
+      const df_trace_smp *q = &sp->samples[i];
+      if (!(q->t > sp->samples[i - 1].t)) continue;
+      double x = L + (q->t - ts0) / (ts1 - ts0) * (W - L - R);
+      double y = T + ph - smp_rate(sp->samples, i - 1, i) / ymax * ph;
+      fprintf(g, "%.1f,%.1f ", x, y);
+    }
+    fprintf(g, "\"/>\n<text x=\"%d\" y=\"%d\">spine stream (dashed)</text>\n", W - R - 200,
+            T + 12 + 12 * d->ndrives);
   }
   int by = H - B;
   fprintf(g, "<text x=\"%d\" y=\"%d\">layer barrier waits (max %.2f ms)</text>\n", L, by - HW - 2,
@@ -284,15 +316,31 @@ static void svg_write(const df_trace_data *d, FILE *g) {
   fprintf(g, "<text x=\"%d\" y=\"%d\">time (s): %.3f .. %.3f</text>\n</svg>\n", L, H - 10, ts0, ts1);
 }
 
-int df_trace_svg(const df_trace_data *d, const char *path, df_err *e) {
+int df_trace_svg(const df_trace_data *d, const df_trace_data *spine, const char *path, df_err *e) {
   char *buf = NULL;
   size_t len = 0;
   FILE *g = open_memstream(&buf, &len);
   if (!g) return df_err_errno(e, "--svg %s", path);
-  svg_write(d, g);
+  svg_write(d, spine, g);
   fclose(g);
   int rc = df_file_write_atomic(path, buf, len, e);
   free(buf);
+  return rc;
+}
+
+/* The spine stream's trace next to a store trace (PATH.spine.jsonl), parsed
+ * into sp: 1 when there is one, 0 when not, -1 when it does not parse. */
+static int load_spine(const char *path, df_trace_data *sp, df_err *e) {
+  size_t n = strlen(path) + 16;
+  char *sp_path = df_xmalloc(n);
+  snprintf(sp_path, n, "%s.spine.jsonl", path);
+  FILE *f = fopen(sp_path, "r");
+  int rc = 0;
+  if (f) {
+    rc = df_trace_parse(sp, f, sp_path, e) ? -1 : 1;
+    fclose(f);
+  }
+  free(sp_path);
   return rc;
 }
 
@@ -304,10 +352,24 @@ int df_trace_report(const char *path, FILE *out, const char *svg_path, df_err *e
   fclose(f);
   if (rc) return -1;
   df_trace_summary(&d, path, out);
-  if (svg_path) {
-    rc = df_trace_svg(&d, svg_path, e);
-    if (!rc) fprintf(out, "chart written to %s\n", svg_path);
+  df_trace_data sp;
+  int has_sp = load_spine(path, &sp, e);
+  if (has_sp < 0) {
+    df_trace_data_free(&d);
+    return -1;
   }
+  if (has_sp) {
+    uint64_t b = 0;
+    size_t nr = 0;
+    for (size_t i = 0; i < sp.nreads; i++)
+      if (sp.reads[i].ok) b += sp.reads[i].bytes, nr++;
+    fprintf(out, "spine stream (%s.spine.jsonl): %zu reads, %.1f MB\n", path, nr, (double)b / 1e6);
+  }
+  if (svg_path) {
+    rc = df_trace_svg(&d, has_sp ? &sp : NULL, svg_path, e);
+    if (!rc) fprintf(out, "chart written to %s%s\n", svg_path, has_sp ? " (expert and spine reads)" : "");
+  }
+  if (has_sp) df_trace_data_free(&sp);
   df_trace_data_free(&d);
   return rc;
 }

@@ -1,7 +1,8 @@
 /* `deltafin trace report`: reads a store trace (format: store/trace.h) and
  * summarises it: bytes, rates and busy time per drive, layer-batch barrier
  * waits and which drive finished last, and optionally an SVG chart of the
- * per-drive read rate over time with the barrier waits below it. */
+ * per-drive read rate over time (and the spine stream's, when its trace
+ * lies next to the file) with the barrier waits below it. */
 #ifndef DF_TRACE_REPORT_H
 #define DF_TRACE_REPORT_H
 
@@ -49,10 +50,13 @@ void df_trace_data_free(df_trace_data *d);
 
 /* The text summary of d to out (name: the trace's path). */
 void df_trace_summary(const df_trace_data *d, const char *name, FILE *out);
-/* The SVG chart of d, written to path (temp name, renamed when complete). */
-int df_trace_svg(const df_trace_data *d, const char *path, df_err *e);
+/* The SVG chart of d, written to path (temp name, renamed when complete);
+ * spine (the spine stream's trace, NULL = none) is drawn on the same axes
+ * as its own series. */
+int df_trace_svg(const df_trace_data *d, const df_trace_data *spine, const char *path, df_err *e);
 
-/* Parse + summary + (svg_path != NULL) chart. */
+/* Parse + summary + (svg_path != NULL) chart; a spine trace next to path
+ * (PATH.spine.jsonl) is summarised and charted with it. */
 int df_trace_report(const char *path, FILE *out, const char *svg_path, df_err *e);
 
 #endif
