@@ -98,8 +98,9 @@ int df_srv_encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
     df_chat_prompt_free(&pr);
   } else if (q->kind == DF_SERVE_CHAT)
     rc = df_chat_encode(S->tok, q->msgs, q->nmsgs, q->effort, 1, ids, n, &cap, &e);
-  else
-    rc = df_tok_encode(S->tok, q->prompt, q->prompt_len, ids, n, &cap, &e);
+  else /* a completions prompt is text the client may have rendered itself, specials
+          * included (vLLM and transformers read them too); chat content above never is */
+    rc = df_tok_encode_with_specials(S->tok, q->prompt, q->prompt_len, ids, n, &cap, &e);
   if (rc) {
     free(*ids);
     *ids = NULL;
