@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "base/util.h"
 
 struct cand {
@@ -49,12 +50,7 @@ void df_sampler_free(df_sampler *s) {
   free(s);
 }
 
-uint64_t df_sample_splitmix(uint64_t *x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t df_sample_splitmix(uint64_t *x) { return df_splitmix64(x); }
 
 static int argmax(const float *x, int n) {
   int b = 0;
@@ -149,7 +145,7 @@ int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, 
     sum = 0;
     for (int i = 0; i < n; i++) sum += s->cand[i].p;
   }
-  double u = (double)(df_sample_splitmix(rng) >> 11) * 0x1p-53 * sum, acc = 0;
+  double u = (double)(df_splitmix64(rng) >> 11) * 0x1p-53 * sum, acc = 0;
   for (int i = 0; i < n; i++) {
     acc += s->cand[i].p;
     if (u < acc) return s->cand[i].id;

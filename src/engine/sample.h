@@ -16,7 +16,7 @@
  *      p descending (ties: lower id first); top_k keeps the first k; top_p
  *      keeps the shortest prefix whose mass reaches top_p of the mass kept so
  *      far; min_p keeps those with p >= min_p * p_max.
- *   5. u = uniform [0, 1) from the seeded generator (splitmix64, 53 bits) times
+ *   5. u = uniform [0, 1) from the seeded generator (df_splitmix64, 53 bits) times
  *      the kept mass; the first candidate (sorted order when truncated, id
  *      order otherwise) whose running mass exceeds u is drawn.
  * Same seed, same logits, same options: the same id, on every machine. */
@@ -63,8 +63,8 @@ int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, 
 double df_sample_logprobs(const float *logits, int vocab, int id, int n, int *top_ids,
                           double *top_lp);
 
-/* The seeded generator (splitmix64): exposed for tests and for deriving the
- * seeds of further choices. */
+/* The seeded generator: base/rng.h's df_splitmix64, named here for the
+ * sampler's tests. */
 uint64_t df_sample_splitmix(uint64_t *x);
 
 #endif

@@ -68,16 +68,4 @@ int df_serve_framing(const char *const *cl, int ncl, const char *te, const char 
  * can neither forge a log line nor put terminal escapes in it. Returns out. */
 char *df_serve_log_escape(char *out, size_t cap, const char *in);
 
-/* FIFO of waiting jobs (bounded ring; removal from the middle keeps order). */
-typedef struct df_fifo {
-  void **slot;
-  int cap, head, n;
-} df_fifo;
-
-void df_fifo_init(df_fifo *f, int cap);
-void df_fifo_free(df_fifo *f);
-int df_fifo_push(df_fifo *f, void *p); /* -1 when full */
-void *df_fifo_pop(df_fifo *f);         /* NULL when empty */
-int df_fifo_remove(df_fifo *f, void *p); /* 1 if it was there */
-
 #endif

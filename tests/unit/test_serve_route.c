@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include "base/fifo.h"
 #include "serve/route.h"
 
 static void test_routes(void **st) {

@@ -1,0 +1,261 @@
+/* Chat requests: messages (content parts, tool calls), tools and
+ * response_format. */
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "serve/request_int.h"
+
+/* ---- messages ---- */
+
+/* Joins the text parts of a content array, as the K2/K3 templates do (no
+ * separator). Anything but text parts is refused, naming the part. */
+static int message_content(df_serve_req *r, const json_t *c, size_t i, char **out, size_t *outlen,
+                           df_serve_err *e) {
+  char p[160];
+  if (json_is_string(c)) {
+    *out = df_req_own_json_str(r, c, outlen);
+    return 0;
+  }
+  snprintf(p, sizeof p, "messages[%zu].content", i);
+  if (!json_is_array(c))
+    return BAD(e, p, "'%s' must be a string or an array of text parts, not %s", p,
+               df_req_json_kind(c));
+  size_t total = 0, j;
+  json_t *part;
+  json_array_foreach(c, j, part) {
+    snprintf(p, sizeof p, "messages[%zu].content[%zu]", i, j);
+    if (!json_is_object(part))
+      return BAD(e, p, "'%s' must be an object, not %s", p, df_req_json_kind(part));
+    json_t *type = json_object_get(part, "type");
+    snprintf(p, sizeof p, "messages[%zu].content[%zu].type", i, j);
+    if (!type) return BAD(e, p, "'%s' is required", p);
+    if (!json_is_string(type)) return BAD(e, p, "'%s' must be a string", p);
+    if (strcmp(json_string_value(type), "text"))
+      return BAD(e, p, "content part type '%s' is not supported: this model reads text only",
+                 json_string_value(type));
+    const char *k;
+    json_t *v;
+    json_object_foreach(part, k, v) {
+      /* a prompt-caching hint (Anthropic-style clients): caching is by prefix here */
+      if (!strcmp(k, "type") || !strcmp(k, "cache_control")) continue;
+      snprintf(p, sizeof p, "messages[%zu].content[%zu].%s", i, j, k);
+      if (strcmp(k, "text")) return BAD(e, p, "unrecognized field '%s' in a text part", k);
+      if (df_req_want_str(v, p, e)) return -1;
+      total += json_string_length(v);
+    }
+    if (!json_object_get(part, "text")) {
+      snprintf(p, sizeof p, "messages[%zu].content[%zu].text", i, j);
+      return BAD(e, p, "'%s' is required", p);
+    }
+  }
+  char *buf = df_req_own(r, "", 0);
+  buf = df_xrealloc(buf, total + 1);
+  r->owned[r->nowned - 1] = buf;
+  size_t off = 0;
+  json_array_foreach(c, j, part) {
+    json_t *t = json_object_get(part, "text");
+    size_t n = json_string_length(t);
+    memcpy(buf + off, json_string_value(t), n);
+    off += n;
+  }
+  buf[off] = 0;
+  *out = buf;
+  *outlen = off;
+  return 0;
+}
+
+/* An assistant's tool_calls from the history: [{id, type, function{name, arguments}}]. */
+static int parse_calls(df_serve_req *r, df_chat_msg *cm, const json_t *v, size_t i,
+                       df_serve_err *e) {
+  char p[160];
+  snprintf(p, sizeof p, "messages[%zu].tool_calls", i);
+  if (!json_is_array(v)) return BAD(e, p, "'%s' must be an array, not %s", p, df_req_json_kind(v));
+  size_t n = json_array_size(v);
+  df_chat_call *calls = df_req_own_raw(r, n * sizeof *calls);
+  for (size_t c = 0; c < n; c++) {
+    json_t *o = json_array_get(v, c);
+    snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu]", i, c);
+    if (!json_is_object(o))
+      return BAD(e, p, "'%s' must be an object, not %s", p, df_req_json_kind(o));
+    json_t *id = json_object_get(o, "id"), *type = json_object_get(o, "type"),
+           *fn = json_object_get(o, "function");
+    if (type && !(json_is_string(type) && !strcmp(json_string_value(type), "function")))
+      return BAD(e, p, "'%s.type' must be \"function\"", p);
+    if (id && !json_is_null(id)) {
+      if (!json_is_string(id)) return BAD(e, p, "'%s.id' must be a string", p);
+      calls[c].id = df_req_own_json_str(r, id, NULL);
+    }
+    snprintf(p, sizeof p, "messages[%zu].tool_calls[%zu].function", i, c);
+    if (!json_is_object(fn)) return BAD(e, p, "'%s' must be an object with a name", p);
+    json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+    if (!json_is_string(name) || !json_string_length(name))
+      return BAD(e, p, "'%s.name' must be a non-empty string", p);
+    calls[c].name = df_req_own_json_str(r, name, NULL);
+    if (args && !json_is_null(args)) {
+      if (!json_is_string(args)) return BAD(e, p, "'%s.arguments' must be a string of JSON", p);
+      calls[c].arguments = df_req_own_json_str(r, args, &calls[c].arguments_len);
+    }
+  }
+  cm->calls = calls;
+  cm->ncalls = n;
+  r->use_render = 1;
+  return 0;
+}
+
+/* text; json_object (any object); json_schema {name, schema, strict,
+ * description}: constrained decoding (serve/jsongram.h) */
+int df_req_parse_response_format(df_serve_req *r, const json_t *v, df_serve_err *e) {
+  json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+  const char *ts = t && json_is_string(t) ? json_string_value(t) : "";
+  if (!strcmp(ts, "text")) return 0;
+  if (!strcmp(ts, "json_object")) {
+    r->grammar = df_jg_object();
+    r->use_render = 1;
+    return 0;
+  }
+  if (strcmp(ts, "json_schema"))
+    return BAD(e, "response_format.type",
+               "'response_format.type' must be text, json_object or json_schema");
+  json_t *js = json_object_get(v, "json_schema");
+  json_t *schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+  if (!schema)
+    return BAD(e, "response_format.json_schema.schema",
+               "'response_format.json_schema.schema' is required");
+  char *text = json_dumps(schema, JSON_COMPACT);
+  char why[256] = "";
+  r->grammar = text ? df_jg_schema(text, strlen(text), why, sizeof why) : NULL;
+  free(text);
+  if (!r->grammar)
+    return df_req_unsupported("response_format.json_schema.schema", why[0] ? why : "unreadable", e);
+  r->use_render = 1;
+  return 0;
+}
+
+int df_req_parse_tools(df_serve_req *r, const json_t *v, df_serve_err *e) {
+  if (!json_is_array(v))
+    return BAD(e, "tools", "'tools' must be an array, not %s", df_req_json_kind(v));
+  size_t i;
+  json_t *t;
+  char p[160];
+  json_array_foreach(v, i, t) {
+    snprintf(p, sizeof p, "tools[%zu]", i);
+    json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+    json_t *fn = json_is_object(t) ? json_object_get(t, "function") : NULL;
+    if (!type || !json_is_string(type) || strcmp(json_string_value(type), "function"))
+      return BAD(e, p, "'%s' must be {\"type\":\"function\",\"function\":{...}}", p);
+    json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    if (!json_is_string(name) || !json_string_length(name))
+      return BAD(e, p, "'%s.function.name' must be a non-empty string", p);
+  }
+  if (!json_array_size(v)) return 0;
+  char *s = json_dumps(v, JSON_COMPACT);
+  if (!s) return BAD(e, "tools", "'tools' cannot be serialised");
+  r->tools_json = df_req_own(r, s, strlen(s));
+  r->tools_len = strlen(s);
+  free(s);
+  r->use_render = 1;
+  return 0;
+}
+
+int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
+  if (!json_is_array(arr))
+    return BAD(e, "messages", "'messages' must be an array, not %s", df_req_json_kind(arr));
+  size_t n = json_array_size(arr);
+  if (n == 0) return BAD(e, "messages", "'messages' must contain at least one message");
+  r->msgs = df_xcalloc(n, sizeof *r->msgs);
+  r->nmsgs = n;
+  int tool_run = 0; /* position within a run of consecutive tool messages */
+  char p[160];
+  for (size_t i = 0; i < n; i++) {
+    json_t *m = json_array_get(arr, i);
+    df_chat_msg *cm = &r->msgs[i];
+    snprintf(p, sizeof p, "messages[%zu]", i);
+    if (!json_is_object(m))
+      return BAD(e, p, "'%s' must be an object, not %s", p, df_req_json_kind(m));
+    json_t *role = json_object_get(m, "role");
+    snprintf(p, sizeof p, "messages[%zu].role", i);
+    if (!role) return BAD(e, p, "'%s' is required", p);
+    if (!json_is_string(role)) return BAD(e, p, "'%s' must be a string", p);
+    const char *rs = json_string_value(role);
+    /* "developer" is OpenAI's newer name for the system role. */
+    if (!strcmp(rs, "system") || !strcmp(rs, "developer")) cm->role = DF_ROLE_SYSTEM;
+    else if (!strcmp(rs, "user")) cm->role = DF_ROLE_USER;
+    else if (!strcmp(rs, "assistant")) cm->role = DF_ROLE_ASSISTANT;
+    else if (!strcmp(rs, "tool")) cm->role = DF_ROLE_TOOL;
+    else
+      return BAD(e, p, "role '%s' is not supported (system, developer, user, assistant, tool)", rs);
+
+    const char *k;
+    json_t *v;
+    const json_t *content = NULL, *name = NULL, *call_id = NULL;
+    json_object_foreach(m, k, v) {
+      snprintf(p, sizeof p, "messages[%zu].%s", i, k);
+      if (!strcmp(k, "role")) continue;
+      if (!strcmp(k, "content")) {
+        content = v;
+      } else if (!strcmp(k, "name")) {
+        /* the K3 chat format has no participant names: a tool message's name
+         * is its tool, on others it is accepted and not rendered */
+        if (json_is_null(v)) continue;
+        if (df_req_want_str(v, p, e)) return -1;
+        if (cm->role == DF_ROLE_TOOL) name = v;
+      } else if (!strcmp(k, "tool_call_id")) {
+        if (cm->role != DF_ROLE_TOOL) return BAD(e, p, "'%s' belongs on tool messages only", p);
+        if (df_req_want_str(v, p, e)) return -1;
+        call_id = v;
+      } else if (!strcmp(k, "reasoning_content")) {
+        if (cm->role != DF_ROLE_ASSISTANT)
+          return BAD(e, p, "'%s' belongs on assistant messages only", p);
+        if (json_is_null(v)) continue;
+        if (df_req_want_str(v, p, e)) return -1;
+        cm->reasoning = df_req_own_json_str(r, v, &cm->reasoning_len);
+      } else if (!strcmp(k, "tool_calls")) {
+        if (json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0)) continue;
+        if (cm->role != DF_ROLE_ASSISTANT)
+          return BAD(e, p, "'%s' belongs on assistant messages only", p);
+        if (parse_calls(r, cm, v, i, e)) return -1;
+      } else if (!strcmp(k, "function_call") || !strcmp(k, "refusal") || !strcmp(k, "audio")) {
+        if (json_is_null(v)) continue;
+        return df_req_unsupported(p, "only text messages are supported", e);
+      } else if (!strcmp(k, "parsed")) {
+        /* the SDK's .parse() result, sent back with the history */
+        if (json_is_null(v) || cm->role == DF_ROLE_ASSISTANT) continue;
+        return BAD(e, p, "'%s' belongs on assistant messages only", p);
+      } else if (!strcmp(k, "annotations")) {
+        /* output metadata (url citations) the SDK round-trips: nothing to render */
+        if (json_is_null(v) || json_is_array(v)) continue;
+        return BAD(e, p, "'%s' must be an array, not %s", p, df_req_json_kind(v));
+      } else {
+        return BAD(e, p, "unrecognized field '%s' in a message", k);
+      }
+    }
+    snprintf(p, sizeof p, "messages[%zu].content", i);
+    if (!content) return BAD(e, p, "'%s' is required", p);
+    if (json_is_null(content)) {
+      /* null content only makes sense for an assistant turn */
+      if (cm->role != DF_ROLE_ASSISTANT) return BAD(e, p, "'%s' must not be null", p);
+      cm->content = df_req_own(r, "", 0);
+      cm->content_len = 0;
+    } else if (message_content(r, content, i, (char **)&cm->content, &cm->content_len, e)) {
+      return -1;
+    }
+    if (cm->role == DF_ROLE_TOOL) {
+      snprintf(p, sizeof p, "messages[%zu].tool_call_id", i);
+      if (!call_id) return BAD(e, p, "'%s' is required on tool messages", p);
+      /* K3 names the tool; OpenAI only gives the call id unless a name is sent.
+       * The release's renderer finds the name from the call id. */
+      cm->tool_call_id = df_req_own_json_str(r, call_id, NULL);
+      cm->tool_name = name ? df_req_own_json_str(r, name, NULL) : NULL;
+      if (!cm->tool_name) cm->tool_name = cm->tool_call_id;
+      cm->tool_index = tool_run++;
+    } else {
+      tool_run = 0;
+    }
+  }
+  return 0;
+}
+
