@@ -363,6 +363,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
 char *df_engine_plan_text(const df_engine *en) {
   char *t = df_plan_text(&en->plan);
   df_k3_stream_stats ss;
+  df_k3_stream_settle(en->model); /* end of run: every read issued has landed */
   df_k3_stream_stats_get(en->model, &ss);
   size_t n = strlen(t) + 512;
   char *o = df_xmalloc(n);
@@ -386,6 +387,7 @@ char *df_engine_plan_json(const df_engine *en) {
   if (!o) o = json_object();
   json_object_set_new(o, "memory_source", json_string(en->mem_src));
   df_k3_stream_stats ss;
+  df_k3_stream_settle(en->model); /* end of run: every read issued has landed */
   df_k3_stream_stats_get(en->model, &ss);
   json_t *st = json_object();
   json_object_set_new(st, "units", json_integer(ss.units));

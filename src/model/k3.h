@@ -87,6 +87,11 @@ typedef struct df_k3_stream_stats {
   const char *io;
 } df_k3_stream_stats;
 void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
+/* Waits until no spine read is in flight (the next unit's, issued ahead):
+ * for end-of-run reports, whose figures then agree with the trace, which
+ * logs every read that lands. Never inside a measured window: the read it
+ * waits for belongs to the next pass. */
+void df_k3_stream_settle(const df_k3 *m);
 
 /* The reads one pass of the spine stream makes (every streamed unit's
  * extents in DF_K3_STREAM_CHUNK pieces, in forward order), for tools that

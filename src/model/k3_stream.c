@@ -537,19 +537,24 @@ int df_k3_embed_rows(const df_k3 *m, const int *ids, int T, float *out, df_err *
 
 /* ------------------------------------------------------------ stats */
 
-void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
-  memset(st, 0, sizeof *st);
+void df_k3_stream_settle(const df_k3 *m) {
   df_k3_stream *s = m->stream;
   if (!s) return;
   pthread_mutex_lock(&s->mu);
-  /* reads in flight (the next unit's, at most a ring's worth) finish first,
-   * so the figures agree with the trace, which logs every read that lands */
   for (;;) {
     int busy = 0;
     for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) busy |= s->slot[k].pending > 0;
     if (!busy) break;
     pthread_cond_wait(&s->cv, &s->mu);
   }
+  pthread_mutex_unlock(&s->mu);
+}
+
+void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
+  memset(st, 0, sizeof *st);
+  df_k3_stream *s = m->stream;
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
   st->units = s->units;
   st->bytes = s->bytes;
   st->weight_bytes = s->weight_bytes;
