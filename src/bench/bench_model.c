@@ -161,6 +161,8 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
 
   df_engine_opts eo = o->engine;
   eo.store.manifest = manifest;
+  /* the largest batch it runs, for the memory plan (as run does) */
+  if (eo.max_rows <= 0) eo.max_rows = o->prefill_chunk > 0 ? o->prefill_chunk : o->prompt_tokens;
   df_engine *en = NULL;
   if (df_engine_open(&en, &eo, e)) return -1;
   df_store *store = df_engine_store(en);

@@ -10,7 +10,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 "$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 ALL="--threads 1 --spine bf16 --kernels auto --cache-mb 0 --no-pack --io pread --prefetch gate
- --emulate-drives 2GB/s --split-reads off --gate-input x+shared --pin-mb 1 --queue-depth 4 --heat $tmp/h.heat"
+ --emulate-drives 2GB/s --split-reads off --gate-input x+shared --pin-mb 1 --queue-depth 4 --heat $tmp/h.heat
+ --mem-limit 8G --ctx 256"
 
 # every engine option, valid, on each command
 # shellcheck disable=SC2086
@@ -29,7 +30,8 @@ grep -q "config.json" "$tmp/e" || fail "serve did not get to the model: $(cat "$
 
 # the same bad values, the same messages
 for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-input y" "--spine f16" \
-           "--kernels fast" "--queue-depth 0" "--cache-mb -1" "--pin-mb x" "--threads 5000"; do
+           "--kernels fast" "--queue-depth 0" "--cache-mb -1" "--pin-mb x" "--threads 5000" \
+           "--mem-limit lots" "--ctx 0"; do
   msgs=""
   for cmd in run serve bench; do
     # shellcheck disable=SC2086
