@@ -25,7 +25,7 @@ const char *const df_expert_part_name[6] = {"w1.weight_packed", "w1.weight_scale
 static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
 df_tensor_class df_roster_classify(const char *name) {
-  if (starts(name, "vision_tower.") || starts(name, "mm_projector.")) return DF_TC_IGNORED;
+  if (df_st_is_vision_name(name)) return DF_TC_IGNORED;
   if (!starts(name, "language_model.")) return DF_TC_OTHER;
   if (starts(name, LAYERS) && strstr(name, EXPERTS)) return DF_TC_EXPERT;
   return DF_TC_SPINE;

@@ -90,6 +90,10 @@ typedef struct df_st_set {
  * shards of their own) is not needed by a text-only engine: it is listed in
  * skipped, its tensors are simply not in the set. Any other missing shard is
  * an error naming it and one text tensor it holds. */
+/* 1 for a tensor of the vision tower (vision_tower.*, mm_projector.*): the
+ * release keeps them in shards of their own, and a text-only engine never
+ * reads them. */
+int df_st_is_vision_name(const char *name);
 int df_st_set_open(df_st_set *s, const char *dir, df_err *e);
 void df_st_set_close(df_st_set *s);
 const df_tensor *df_st_set_find(const df_st_set *s, const char *name);

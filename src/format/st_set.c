@@ -31,9 +31,7 @@ static int shard_name_ok(const char *s) {
   return *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, "..");
 }
 
-/* The release keeps the vision tower (vision_tower.*, mm_projector.*) in
- * shards of its own; a text-only download may leave them out. */
-static int is_vision_name(const char *n) {
+int df_st_is_vision_name(const char *n) {
   return !strncmp(n, "vision_tower.", 13) || !strncmp(n, "mm_projector.", 13);
 }
 
@@ -62,7 +60,7 @@ static int set_index_files(df_st_set *s, const json_t *wm, const char *ipath, df
   /* a shard is needed when some text tensor is in it; remember one for messages */
   const char **text_of = df_xcalloc(u ? u : 1, sizeof *text_of);
   json_object_foreach((json_t *)wm, key, v) {
-    if (is_vision_name(key)) continue;
+    if (df_st_is_vision_name(key)) continue;
     const char *sh = json_string_value(v);
     const char **hit = bsearch(&sh, names, u, sizeof *names, cmp_str);
     if (hit && !text_of[hit - names]) text_of[hit - names] = key;

@@ -280,9 +280,6 @@ static int space_check(const char *dir, uint64_t need, const char *what, df_err 
 
 /* ---- vision-only shards ---- */
 
-static int is_vision_tensor(const char *name) {
-  return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "mm_projector.", 13);
-}
 
 /* vis[i] = 1 when the index maps only vision tensors to shard i. */
 static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *vis, df_err *e) {
@@ -309,7 +306,7 @@ static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *
     for (int i = 0; i < n; i++)
       if (!strcmp(file, sh[i].file->name)) {
         any[i] = 1;
-        if (!is_vision_tensor(k)) other[i] = 1;
+        if (!df_st_is_vision_name(k)) other[i] = 1;
       }
   }
   for (int i = 0; i < n; i++) vis[i] = any[i] && !other[i];

@@ -21,9 +21,6 @@ int df_stream_is_expert_tensor(const char *name) {
   return strstr(name, ".block_sparse_moe.experts.") != NULL;
 }
 
-static int is_vision(const char *name) {
-  return !strncmp(name, "vision_tower.", 13) || !strncmp(name, "mm_projector.", 13);
-}
 
 static void accumulate(df_dl_stats *ds, df_setup_report *rep) {
   rep->bytes_net += ds->bytes_net;
@@ -124,7 +121,7 @@ int df_stream_plan_build(df_stream_plan **out, const char *root, const df_hub_in
     int m = 0;
     for (int t = 0; t < f.ntensors; t++) {
       const df_tensor *x = &f.tensors[t];
-      if (!x->nbytes || df_stream_is_expert_tensor(x->name) || is_vision(x->name)) continue;
+      if (!x->nbytes || df_stream_is_expert_tensor(x->name) || df_st_is_vision_name(x->name)) continue;
       offs[2 * m] = x->offset;
       offs[2 * m + 1] = x->offset + x->nbytes;
       m++;
