@@ -248,8 +248,9 @@ static void issue(df_k3_stream *s, int k, int u) {
 
 /* ------------------------------------------------------------ open/close */
 
-void df_k3_stream_close(df_k3_stream *s) {
-  if (!s) return;
+/* Waits until no ring slot has a read in flight (a read issued ahead for the
+ * next pass included). */
+static void stream_wait_idle(df_k3_stream *s) {
   pthread_mutex_lock(&s->mu);
   for (;;) {
     int busy = 0;
@@ -258,6 +259,11 @@ void df_k3_stream_close(df_k3_stream *s) {
     pthread_cond_wait(&s->cv, &s->mu);
   }
   pthread_mutex_unlock(&s->mu);
+}
+
+void df_k3_stream_close(df_k3_stream *s) {
+  if (!s) return;
+  stream_wait_idle(s);
   if (s->io) df_io_close(s->io);
   if (s->tr) df_trace_close(s->tr);
   for (int f = 0; s->fds && f < s->m->nfiles; f++)
@@ -540,14 +546,7 @@ int df_k3_embed_rows(const df_k3 *m, const int *ids, int T, float *out, df_err *
 void df_k3_stream_settle(const df_k3 *m) {
   df_k3_stream *s = m->stream;
   if (!s) return;
-  pthread_mutex_lock(&s->mu);
-  for (;;) {
-    int busy = 0;
-    for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) busy |= s->slot[k].pending > 0;
-    if (!busy) break;
-    pthread_cond_wait(&s->cv, &s->mu);
-  }
-  pthread_mutex_unlock(&s->mu);
+  stream_wait_idle(s);
 }
 
 void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
