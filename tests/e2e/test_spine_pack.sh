@@ -1,0 +1,156 @@
+#!/bin/sh
+# The pack's spine section (deltafin pack --spine bf16|int8) on a generated
+# tiny model: streamed units read from it give the ids of the shards' path
+# (no pack) for several --mem-limit values from all resident to everything
+# streamed, bf16 and int8, 1 and 2 drives, expert cache off and on, and the
+# run says the spine streams from the pack on every drive; a section of the
+# other kind is left alone; doctor checks the section; one flipped byte in
+# a spine chunk fails the run with the unit, the drive file and the offset
+# named, before any token; a truncated drive file is a clear error; bench
+# replays the spine's reads with the store's spine depth (queue depth - 1).
+set -eu
+BIN=${DF_BIN:?set DF_BIN}
+tmp=$(mktemp -d /var/tmp/df_spinepack.XXXXXX 2>/dev/null || mktemp -d)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" -q >/dev/null 2>&1
+M="$tmp/m"
+P=3,1,4,1,5,9,2,6,5,3,5
+N=10
+"$BIN" convert-spine --model "$M" >/dev/null 2>&1
+# the references: no pack at all, the spine from the shards
+ref_bf16=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json | jq -c .output_ids)
+ref_int8=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --spine int8 | jq -c .output_ids)
+
+# the least memory with everything streamed (SPINE CACHE-MB), from the planner's refusal
+least() {
+  if "$BIN" run --model "$M" --prompt-ids $P --max-new 1 --spine "$1" --cache-mb "$2" --ctx 512 \
+      --mem-limit 100000 >/dev/null 2>"$tmp/e"; then fail "100 kB accepted"; fi
+  l=$(sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p' "$tmp/e")
+  [ -n "$l" ] || fail "no least memory in: $(cat "$tmp/e")"
+  echo "$l"
+}
+least_bf16=$(least bf16 0)
+
+# check SPINE STORE-ARGS...: ids and where the spine streamed from, for limits
+# from unlimited to the least (everything streamed), cache off and on
+check() {
+  spine=$1 ndr=$2 src=$3
+  shift 3
+  ref=$ref_bf16
+  [ "$spine" = int8 ] && ref=$ref_int8
+  for cache in 0 1; do
+    lo=$(least "$spine" $cache)
+    for lim in 0 4000000 $((lo + 300000)) "$lo"; do
+      extra=""
+      [ "$lim" -gt 0 ] && extra="--mem-limit $lim --ctx 512"
+      # shellcheck disable=SC2086
+      "$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --spine "$spine" --cache-mb $cache \
+        $extra "$@" >"$tmp/o" 2>"$tmp/e" || fail "$spine $* $extra: $(cat "$tmp/e")"
+      got=$(jq -c .output_ids "$tmp/o")
+      [ "$got" = "$ref" ] || fail "$spine $* $extra cache $cache: ids $got, expected $ref"
+      nst=$(jq .stats.plan.streamed_units "$tmp/o")
+      if [ "$nst" -gt 0 ]; then
+        jq -e --arg s "$src" --argjson d "$ndr" --argjson n $N '.stats.plan as $p
+          | $p.spine_stream.source == $s and $p.spine_stream.drives == $d
+          and $p.spine_stream.weight_bytes == $n * $p.streamed_spine_bytes_per_token
+          and $p.spine_stream.bytes_read >= $p.spine_stream.weight_bytes' "$tmp/o" >/dev/null ||
+          fail "$spine $* $extra: stream stats: $(jq -c .stats.plan.spine_stream "$tmp/o")"
+      fi
+      [ "$lim" = "$lo" ] && [ "$nst" -ne 9 ] && fail "$spine at the least limit streams $nst units"
+    done
+  done
+  echo "$spine $*: same ids, spine from $src on $ndr drive(s)"
+}
+
+# bf16 section on two drives (the model's default pack)
+"$BIN" pack --model "$M" --drives "$tmp/d0,$tmp/d1" --spine bf16 --heat "" -q >/dev/null
+jq -e '.spine.kind == "bf16" and (.spine.units | length) == 9
+  and ([.spine.units[][2][][0]] | unique) == [0, 1]' "$M/deltafin-pack.json" >/dev/null ||
+  fail "no bf16 spine section over both drives: $(jq -c .spine "$M/deltafin-pack.json" | head -c 400)"
+cp "$M/deltafin-pack.json" "$tmp/first.json"
+check bf16 2 pack
+# int8 runs against a bf16 section: the shards, with a note
+check int8 1 shards+int8
+"$BIN" run --model "$M" --prompt-ids $P --max-new 2 --spine int8 --mem-limit "$(least int8 0)" --ctx 512 --cache-mb 0 \
+  >/dev/null 2>"$tmp/e"
+grep -q "spine section is bf16 and this run reads the int8 spine" "$tmp/e" || fail "no note: $(cat "$tmp/e")"
+# --no-pack: the shards
+check bf16 1 shards --no-pack
+# the stats text says where it streams from
+"$BIN" run --model "$M" --prompt-ids $P --max-new 2 --mem-limit "$least_bf16" --cache-mb 0 --ctx 512 --stats \
+  >/dev/null 2>"$tmp/st"
+grep -q "^spine    stream: 9 units from the pack's spine section on 2 drives" "$tmp/st" ||
+  fail "--stats: $(grep spine "$tmp/st")"
+
+# doctor checks the section
+"$BIN" doctor --model "$M" -q >"$tmp/doc" || fail "doctor on a good pack: $(cat "$tmp/doc")"
+grep -q "spine section (bf16): 9 units, [0-9]* chunks: [0-9]* ok, 0 corrupt, 0 missing" "$tmp/doc" ||
+  fail "doctor: $(cat "$tmp/doc")"
+
+# int8 section on one drive, elsewhere (--manifest / --store), from --spine-dir
+"$BIN" convert-spine --model "$M" --out "$tmp/i8" -q
+"$BIN" pack --model "$M" --drives "$tmp/e0" --spine int8 --spine-dir "$tmp/i8" \
+  --manifest "$tmp/p1.json" -q >/dev/null
+jq -e '.spine.kind == "int8"' "$tmp/p1.json" >/dev/null || fail "no int8 section"
+check int8 1 pack --store "$tmp/p1.json"
+"$BIN" pack --model "$M" --drives "$tmp/e1" --spine bf16 --manifest "$tmp/p1b.json" -q >/dev/null
+check bf16 1 pack --store "$tmp/p1b.json"
+check int8 1 pack --store "$tmp/p1.json" --spine-dir "$tmp/i8"
+
+# packing again from scratch gives the same manifest (placement is deterministic)
+rm -rf "$tmp/d0" "$tmp/d1"
+"$BIN" pack --model "$M" --drives "$tmp/d0,$tmp/d1" --spine bf16 --heat "" -q >/dev/null
+cmp -s "$M/deltafin-pack.json" "$tmp/first.json" || fail "a second pack wrote another manifest"
+
+# one flipped byte in the first chunk of layer 2, everything streamed: the run
+# fails naming the unit, the drive file and the offset, and prints no token
+set -- $(jq -r '.spine.units[] | select(.[0] == 2) | .[2][0] | "\(.[0]) \(.[1])"' "$M/deltafin-pack.json")
+d=$1 off=$2
+f=$(jq -r --argjson d "$d" '.drives[$d] | "\(.path)/\(.file)"' "$M/deltafin-pack.json")
+cp "$f" "$tmp/good.dfpack"
+b=$(od -An -tu1 -j $((off + 777)) -N1 "$f" | tr -d ' ')
+printf "$(printf '\\%03o' $(((b + 1) % 256)))" | dd of="$f" bs=1 seek=$((off + 777)) conv=notrunc 2>/dev/null
+if "$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --mem-limit "$least_bf16" --cache-mb 0 --ctx 512 \
+    >"$tmp/o" 2>"$tmp/e"; then
+  fail "a corrupt spine chunk was accepted"
+fi
+[ ! -s "$tmp/o" ] || fail "a token was printed from a corrupt chunk: $(cat "$tmp/o")"
+grep -q "layer 2 from the pack's spine section: checksum mismatch in chunk 1 of [0-9]* (drive $d file $f, offset $off," "$tmp/e" ||
+  fail "corrupt chunk message: $(cat "$tmp/e")"
+if "$BIN" run --model "$M" --prompt-ids $P --max-new $N --mem-limit "$least_bf16" --cache-mb 0 --ctx 512 \
+    >"$tmp/o" 2>"$tmp/e"; then
+  fail "a corrupt spine chunk was accepted (text)"
+fi
+[ "$(tr -d '\n' <"$tmp/o")" = "" ] || fail "text output from a corrupt chunk: $(cat "$tmp/o")"
+rc=0
+"$BIN" doctor --model "$M" -q >"$tmp/doc" || rc=$?
+[ $rc -eq 2 ] || fail "doctor exit $rc on a corrupt spine chunk"
+grep -q "CORRUPT spine unit 2 chunk 1 of [0-9]*: drive $d (.*) offset $off: checksum mismatch" "$tmp/doc" ||
+  fail "doctor: $(cat "$tmp/doc")"
+# the shards are unharmed: --no-pack still gives the ids
+got=$("$BIN" run --model "$M" --prompt-ids $P --max-new $N --json --no-pack --mem-limit "$least_bf16" \
+  --cache-mb 0 --ctx 512 | jq -c .output_ids)
+[ "$got" = "$ref_bf16" ] || fail "--no-pack beside a corrupt section: $got"
+cp "$tmp/good.dfpack" "$f"
+
+# a truncated drive file: a clear error at start, whatever streams
+sz=$(stat -c %s "$f")
+truncate -s $((sz - 4096)) "$f"
+if "$BIN" run --model "$M" --prompt-ids $P --max-new 2 --mem-limit $((least_bf16 + 300000)) --cache-mb 0 --ctx 512 \
+    >"$tmp/o" 2>"$tmp/e"; then
+  fail "a truncated drive file was accepted"
+fi
+grep -q "drive $d file $f is cut short (truncated?).*spine section is incomplete" "$tmp/e" ||
+  fail "truncation message: $(cat "$tmp/e")"
+cp "$tmp/good.dfpack" "$f"
+echo "corrupt chunk and truncated drive file: clear errors, no token"
+
+# bench: the spine's reads replayed with the depth the store gives spine
+# reads (queue depth - 1), and said so
+"$BIN" bench --model "$M" --prompt-tokens 4 --new-tokens 3 --repeat 1 --mem-limit "$least_bf16" \
+  --cache-mb 0 --ctx 512 --queue-depth 5 --json >"$tmp/b" 2>"$tmp/e" || fail "bench: $(cat "$tmp/e")"
+jq -e '.spine_stream.source == "pack" and .spine_stream.drives == 2 and .spine_stream.replay_qd == 4' \
+  "$tmp/b" >/dev/null || fail "bench spine_stream: $(jq -c .spine_stream "$tmp/b")"
+echo "OK"
