@@ -173,6 +173,10 @@ int df_cmd_serve(int argc, char **argv) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
+  /* the kept prompt states are memory the plan must leave room for */
+  eo.reuse_bytes = so.reuse_mb > 0 ? (uint64_t)so.reuse_mb << 20 : 0;
+  eo.reuse_states = DF_SERVE_MAX_KEPT;
+
   df_err e;
   df_engine *en = NULL;
   if (df_engine_open(&en, &eo, &e)) return df_cli_fail("%s", e.msg);

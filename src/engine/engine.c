@@ -87,6 +87,8 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
                                                                       : in.expert_total_bytes;
   in.ctx_req = o->ctx;
   in.max_rows = o->max_rows > 0 ? o->max_rows : 64;
+  in.reuse_bytes = o->reuse_bytes;
+  in.reuse_states = o->reuse_states;
   if (df_plan_make(&en->plan, &in, e)) return df_err_prefix(e, "limit from %s: ", en->mem_src);
   df_k3_stream_opts so = {.io = o->store.io == DF_STORE_IO_PREAD ? "pread" : "uring",
                           .emulate_drives = o->store.emulate_drives,

@@ -40,6 +40,8 @@ typedef struct df_engine_opts {
   int ctx;                  /* positions to admit; <= 0 = planner decides */
   int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
   const char *spine_dir;    /* the row-int8 spine's folder; NULL = <model_dir>/spine-int8 */
+  uint64_t reuse_bytes;     /* serve --reuse-mb: kept sequence states take at most this... */
+  int reuse_states;         /* ...and at most this many (0 = no count limit); the plan counts them */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);

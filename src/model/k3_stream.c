@@ -402,7 +402,7 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
     size_t n = strlen(o->trace_path) + 16;
     char *tp = df_xmalloc(n);
     snprintf(tp, n, "%s.spine.jsonl", o->trace_path);
-    char *names[1] = {"spine stream (checkpoint shards)"};
+    char *names[1] = {"spine stream"};
     s->tr = df_trace_open(tp, 1, names, o->emulate_drives, o->io ? o->io : "uring", e);
     free(tp);
     if (!s->tr) goto fail;

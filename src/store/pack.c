@@ -581,6 +581,16 @@ static int write_record(pack_job *j, int l, int expert, const uint8_t *bytes, ui
   return 0;
 }
 
+/* --max-rate: sleeps while `written` bytes since t_start are ahead of the rate. */
+static void throttle(double max_rate, uint64_t written, double t_start) {
+  if (max_rate <= 0) return;
+  double ahead = (double)written / max_rate - (df_now() - t_start);
+  if (ahead > 0) {
+    struct timespec ts = {(time_t)ahead, (long)((ahead - floor(ahead)) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Every record copy still to write, read through the store (shards, no
  * cache) in groups of GROUP experts of one layer. */
 static int pack_copy_records(pack_job *j, df_err *e) {
@@ -636,13 +646,7 @@ static int pack_copy_records(pack_job *j, df_err *e) {
         break;
       }
       df_progress_update(&pr, written);
-      if (o->max_rate > 0) {
-        double ahead = (double)written / o->max_rate - (df_now() - t_start);
-        if (ahead > 0) {
-          struct timespec ts = {(time_t)ahead, (long)((ahead - floor(ahead)) * 1e9)};
-          nanosleep(&ts, NULL);
-        }
-      }
+      throttle(o->max_rate, written, t_start);
     }
   }
   if (!rc) df_progress_end(&pr);
@@ -710,10 +714,16 @@ static int pack_copy_spine(pack_job *j, df_err *e) {
   df_progress_begin(&pr, "pack spine", todo);
   if (!j->o->progress) pr.tty = 0;
   uint64_t written = 0;
+  double t_start = df_now();
   int rc = 0;
   for (int i = 0; i < m->spine.nunits && !rc; i++) {
     const df_mf_spine_unit *mu = &m->spine.units[i];
     const df_pack_spine_unit *u = &ps->units[i];
+    if (mu->unit != u->unit || mu->bytes != u->bytes) {
+      rc = df_err_set(e, "pack: the plan's spine unit %d does not match the model's (internal "
+                         "error); delete %s and pack again", mu->unit, j->plan_path);
+      break;
+    }
     uint8_t touched[DF_MF_MAX_DRIVES] = {0};
     uint64_t boff = 0;
     for (int c = mu->first; c < mu->first + mu->nchunks && !rc; c++) {
@@ -747,6 +757,7 @@ static int pack_copy_spine(pack_job *j, df_err *e) {
       if (touched[d] && (fflush(j->jf[d]) || fdatasync(fileno(j->jf[d]))))
         rc = df_err_errno(e, "pack: %s", j->jpath[d]);
     df_progress_update(&pr, written);
+    throttle(j->o->max_rate, written, t_start);
   }
   if (!rc) df_progress_end(&pr);
   for (int i = 0; i < nsrc; i++) close(src[i].fd);

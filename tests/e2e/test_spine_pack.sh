@@ -7,7 +7,10 @@
 # other kind is left alone; doctor checks the section; one flipped byte in
 # a spine chunk fails the run with the unit, the drive file and the offset
 # named, before any token; a truncated drive file is a clear error; bench
-# replays the spine's reads with the store's spine depth (queue depth - 1).
+# replays the spine's reads with the store's spine depth (queue depth - 1);
+# an interrupted pack resumes to the same manifest; deltafin plan reads the
+# spine balanced across drives only from a section, and counts serve's
+# kept conversation states (--reuse-mb).
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
 tmp=$(mktemp -d /var/tmp/df_spinepack.XXXXXX 2>/dev/null || mktemp -d)
@@ -99,10 +102,23 @@ check int8 1 pack --store "$tmp/p1.json"
 check bf16 1 pack --store "$tmp/p1b.json"
 check int8 1 pack --store "$tmp/p1.json" --spine-dir "$tmp/i8"
 
-# packing again from scratch gives the same manifest (placement is deterministic)
-rm -rf "$tmp/d0" "$tmp/d1"
-"$BIN" pack --model "$M" --drives "$tmp/d0,$tmp/d1" --spine bf16 --heat "" -q >/dev/null
-cmp -s "$M/deltafin-pack.json" "$tmp/first.json" || fail "a second pack wrote another manifest"
+# packing again from scratch, interrupted (slowed by --max-rate, stopped once
+# its plan is written) and resumed, gives the same manifest (placement is
+# deterministic, every chunk's checksum the same) and a pack doctor accepts
+rm -rf "$tmp/d0" "$tmp/d1" "$M/deltafin-pack.json"
+"$BIN" pack --model "$M" --drives "$tmp/d0,$tmp/d1" --spine bf16 --heat "" --max-rate 300KB/s -q \
+  >/dev/null 2>&1 &
+pid=$!
+i=0
+while [ ! -f "$M/deltafin-pack.json.plan" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 0.5
+kill "$pid" 2>/dev/null || fail "the slowed pack finished before it could be interrupted"
+wait "$pid" 2>/dev/null || true
+[ ! -f "$M/deltafin-pack.json" ] || fail "an interrupted pack wrote its manifest"
+"$BIN" pack --model "$M" --drives "$tmp/d0,$tmp/d1" --spine bf16 --heat "" >/dev/null 2>"$tmp/e"
+grep -q "resuming the pack planned" "$tmp/e" || fail "no resume: $(cat "$tmp/e")"
+cmp -s "$M/deltafin-pack.json" "$tmp/first.json" || fail "the resumed pack wrote another manifest"
+"$BIN" doctor --model "$M" -q >/dev/null || fail "doctor after a resumed pack"
 
 # one flipped byte in the first chunk of layer 2, everything streamed: the run
 # fails naming the unit, the drive file and the offset, and prints no token
@@ -153,4 +169,44 @@ echo "corrupt chunk and truncated drive file: clear errors, no token"
   --cache-mb 0 --ctx 512 --queue-depth 5 --json >"$tmp/b" 2>"$tmp/e" || fail "bench: $(cat "$tmp/e")"
 jq -e '.spine_stream.source == "pack" and .spine_stream.drives == 2 and .spine_stream.replay_qd == 4' \
   "$tmp/b" >/dev/null || fail "bench spine_stream: $(jq -c .spine_stream "$tmp/b")"
+echo "bench: spine replay at the store's spine depth"
+
+# deltafin plan: the spine is read balanced across the drives only from a
+# pack's spine section; --model looks at the model's pack
+"$BIN" plan --mem 16G --drives 2x5GB/s --spine bf16 --expert-hit 0 --json >"$tmp/p1"
+"$BIN" plan --mem 16G --drives 2x5GB/s --spine bf16 --expert-hit 0 --spine-from shards --json >"$tmp/p2"
+jq -e '.projection.spine_source == "pack" and .projection.spine_balanced == true' "$tmp/p1" >/dev/null ||
+  fail "plan default: $(jq -c .projection "$tmp/p1")"
+jq -e --slurpfile a "$tmp/p1" '.projection as $p | $p.spine_source == "shards"
+  and $p.spine_balanced == false and $p.spine_bytes_per_token == $a[0].projection.spine_bytes_per_token
+  and (($p.read_s_per_token - ($p.spine_bytes_per_token + $p.expert_bytes_per_token / 2) / 5e9) | fabs) < 1e-6
+  and $p.read_s_per_token > $a[0].projection.read_s_per_token' "$tmp/p2" >/dev/null ||
+  fail "plan --spine-from shards: $(jq -c .projection "$tmp/p2")"
+"$BIN" plan --mem 16G --drives 2x5GB/s --spine bf16 --spine-from shards >"$tmp/p3"
+grep -q "from the checkpoint shards, all on one drive (not balanced" "$tmp/p3" || fail "plan text: $(cat "$tmp/p3")"
+"$BIN" plan --model "$M" --mem "$least_bf16" --ctx 512 --drives 2x1GB/s --spine bf16 --json |
+  jq -e '.projection.spine_source == "pack"' >/dev/null || fail "plan --model with a bf16 section"
+"$BIN" plan --model "$M" --mem 4000000 --ctx 512 --drives 2x1GB/s --spine int8 --json |
+  jq -e '.projection.spine_source == "shards"' >/dev/null || fail "plan --model, int8, bf16 section"
+
+# the plan counts serve's kept conversation states: a limit that fits
+# without them is refused with them, naming them and --reuse-mb
+if "$BIN" plan --model "$M" --mem 100000 --ctx 512 --spine bf16 2>"$tmp/e" >/dev/null; then
+  fail "plan fit 100 kB"
+fi
+lp=$(sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p' "$tmp/e")
+"$BIN" plan --model "$M" --mem "$lp" --ctx 512 --spine bf16 --json >/dev/null ||
+  fail "plan at its least limit $lp"
+if "$BIN" plan --model "$M" --mem "$lp" --ctx 512 --spine bf16 --reuse-mb 1 2>"$tmp/e"; then
+  fail "plan --reuse-mb 1 fit in the least memory without reuse"
+fi
+grep -q "kept conversation states.*--reuse-mb" "$tmp/e" || fail "plan refusal: $(cat "$tmp/e")"
+"$BIN" plan --model "$M" --mem 64M --ctx 512 --spine bf16 --reuse-mb 1 --json |
+  jq -e '.plan.reuse_bytes > 0 and .plan.reuse_bytes <= 1048576' >/dev/null || fail "plan json reuse_bytes"
+if "$BIN" serve --model "$M" --mem-limit "$least_bf16" --ctx 512 --cache-mb 0 --reuse-mb 1 --port 1 \
+    2>"$tmp/e" >/dev/null; then
+  fail "serve started in the least memory without reuse"
+fi
+grep -q "kept conversation states.*--reuse-mb" "$tmp/e" || fail "serve refusal: $(cat "$tmp/e")"
+echo "plan: spine balance by source, serve's reuse states counted"
 echo "OK"
