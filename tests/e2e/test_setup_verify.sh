@@ -13,7 +13,7 @@
 #    record: the run fails naming the expert, its shard, offset and endpoint,
 #    prints no token and journals nothing of it; shard: the run fails naming
 #    the shard (removed), no token; arrival (explicit): it runs, warned and
-#    counted as unverified (the documented limit);
+#    counted as unverified (the documented limit); serve warns at start-up;
 #  - record sums added later to that arrival install drop the wrong record,
 #    and the next run (good hub) gives the original's ids;
 #  - --stream-verify shard on a good hub: the original's ids, the shards it
@@ -138,6 +138,14 @@ grep -q "UNVERIFIED EXPERTS" "$T/a.run" || fail "arrival: no start-up warning"
 [ "$(net "$T/a.json" stream_verify)" = arrival ] || fail "arrival: policy not reported"
 [ "$(net "$T/a.json" records_used_unverified)" -gt 0 ] || fail "arrival: unverified records not counted"
 $MAP is-present "$T/a" "$T/src" "$L" "$X" || fail "arrival: the expert was not fetched"
+# serve warns at start-up too
+SP=$(free_port)
+"$BIN" serve --model "$T/a" --port "$SP" >/dev/null 2>"$T/serve.err" &
+SERVE=$!
+HUB_PIDS="$HUB_PIDS $SERVE"
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$SP/health" >/dev/null 2>&1 && break; sleep 0.1; done
+kill "$SERVE"; wait "$SERVE" 2>/dev/null || true
+grep -q "UNVERIFIED EXPERTS" "$T/serve.err" || fail "serve: no start-up warning: $(cat "$T/serve.err")"
 
 # --- 5: record sums added to that install drop the wrong record ---
 "$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/a" \
