@@ -394,6 +394,36 @@ static int verify_options(const df_setup_opts *o, state *s, const char *endpoint
   return 0;
 }
 
+/* With record sums (given now, or stored), the header and spine tensors just
+ * fetched are checked against their spans: a wrong byte there is caught now,
+ * not when the shard completes. */
+static int check_spine(const state *s, const df_recsums *given, int fetched, const char *endpoint,
+                       df_err *e) {
+  if (!fetched) return 0;
+  df_recsums *rs = (df_recsums *)given;
+  char *buf = NULL;
+  size_t len = 0;
+  if (!rs && have_sums(s)) {
+    char *p = df_path_join(s->root, DF_RECSUMS_FILE);
+    df_http_cfg none = {0};
+    int rc = df_recsums_load(p, &none, &s->info, &rs, &buf, &len, e);
+    free(p);
+    if (rc) return -1;
+  }
+  int checked = 0, rc = rs ? df_recsums_check_spans(s->root, rs, endpoint, &checked, e) : 0;
+  if (!rc && checked) df_log_info("headers and spine checked against the record sums (%d spans)", checked);
+  if (rs != given) df_recsums_free(rs);
+  free(buf);
+  return rc;
+}
+
+static int store_sums(const state *s, const char *buf, size_t len, df_err *e) {
+  char *p = df_path_join(s->root, DF_RECSUMS_FILE);
+  int rc = df_file_write_atomic(p, buf, len, e);
+  free(p);
+  return rc;
+}
+
 static void warn_if_arrival(const state *s) {
   if (!strcmp(s->verify, "arrival") || (!s->verify[0] && !have_sums(s)))
     df_sverify_warn_arrival(s->root);
@@ -435,6 +465,9 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   if (ls < 0) goto out;
   if (ls == 0 && fetch_info(o, &s, endpoint, e)) goto out;
   if (o->stream && verify_options(o, &s, endpoint, &sums, &sums_buf, &sums_len, e)) goto out;
+  /* stored before anything is fetched: a rerun after a failure (or a kill)
+   * checks what it fetches against them too */
+  if (sums && store_sums(&s, sums_buf, sums_len, e)) goto out;
   if (write_state(&s, endpoint, o->stream, e)) goto out;
 
   int nf = s.info.nfiles;
@@ -529,6 +562,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
         space_check(s.root, df_stream_plan_missing(plan), "the spine of a stream install", e))
       goto out_tok;
     if (df_stream_plan_fetch(plan, &dl, rep, e)) goto out_tok;
+    if (check_spine(&s, sums, sums || df_stream_plan_missing(plan) > 0, endpoint, e)) goto out_tok;
     if (sums && df_recsums_install(s.root, sums, sums_buf, sums_len, o->record_sums, e)) goto out_tok;
     df_log_info("stream install ready: %.1f MB of spine and headers local; experts are fetched "
                 "when first needed",

@@ -13,6 +13,8 @@
 struct df_recsums {
   df_recsum_shard *sh;
   char **names, **shas; /* owned storage behind sh[] */
+  df_recsum_span **spans;
+  char ***span_names;
   int nsh;
   df_recsum *rec; /* sorted by (shard, off) */
   int nrec;
@@ -39,6 +41,46 @@ static int get_u64(const json_t *o, const char *k, uint64_t *v) {
   const json_t *x = json_object_get(o, k);
   if (!json_is_integer(x) || json_integer_value(x) < 0) return -1;
   *v = (uint64_t)json_integer_value(x);
+  return 0;
+}
+
+static int cmp_span(const void *a, const void *b) {
+  const df_recsum_span *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* shards[i].spans: optional; each inside the shard, disjoint. */
+static int parse_spans(df_recsums *r, int i, const json_t *sp, const char *label, df_err *e) {
+  if (!sp) return 0;
+  const char *nm = r->names[i];
+  if (!json_is_array(sp) || json_array_size(sp) > (1u << 20))
+    return df_err_set(e, "%s: shards[%d] (%s): 'spans' must be an array", label, i, nm);
+  int n = (int)json_array_size(sp);
+  df_recsum_span *v = df_xcalloc((size_t)(n ? n : 1), sizeof *v);
+  char **names = df_xcalloc((size_t)(n ? n : 1), sizeof *names);
+  r->spans[i] = v, r->span_names[i] = names;
+  r->sh[i].spans = v;
+  uint64_t size = r->sh[i].size;
+  for (int k = 0; k < n; k++) {
+    const json_t *x = json_array_get(sp, (size_t)k);
+    const char *t = json_string_value(json_object_get(x, "name"));
+    if (!json_is_object(x) || !t || !*t || strlen(t) > 1024 || get_u64(x, "offset", &v[k].off) ||
+        get_u64(x, "length", &v[k].len) ||
+        parse_sha(json_string_value(json_object_get(x, "sha256")), v[k].sha256))
+      return df_err_set(e,
+                        "%s: shards[%d] (%s): spans[%d] needs name, offset, length and sha256",
+                        label, i, nm, k);
+    names[k] = df_xstrdup(t);
+    v[k].name = names[k];
+    r->sh[i].nspans = k + 1;
+    if (!v[k].len || v[k].off > size || v[k].len > size - v[k].off)
+      return df_err_set(e, "%s: shards[%d] (%s): span %s is not inside the shard", label, i, nm, t);
+  }
+  qsort(v, (size_t)n, sizeof *v, cmp_span);
+  for (int k = 1; k < n; k++)
+    if (v[k - 1].off + v[k - 1].len > v[k].off)
+      return df_err_set(e, "%s: shards[%d] (%s): spans %s and %s overlap", label, i, nm,
+                        v[k - 1].name, v[k].name);
   return 0;
 }
 
@@ -85,6 +127,8 @@ int df_recsums_parse(const char *buf, size_t len, const char *label, df_recsums 
   r->sh = df_xcalloc((size_t)r->nsh, sizeof *r->sh);
   r->names = df_xcalloc((size_t)r->nsh, sizeof *r->names);
   r->shas = df_xcalloc((size_t)r->nsh, sizeof *r->shas);
+  r->spans = df_xcalloc((size_t)r->nsh, sizeof *r->spans);
+  r->span_names = df_xcalloc((size_t)r->nsh, sizeof *r->span_names);
   for (int i = 0; i < r->nsh; i++) {
     const json_t *s = json_array_get(sh, (size_t)i);
     const char *nm = json_string_value(json_object_get(s, "name"));
@@ -109,6 +153,7 @@ int df_recsums_parse(const char *buf, size_t len, const char *label, df_recsums 
       }
     r->sh[i].name = r->names[i] = df_xstrdup(nm);
     r->sh[i].sha256 = r->shas[i] = df_xstrdup(h);
+    if (parse_spans(r, i, json_object_get(s, "spans"), label, e)) goto out;
   }
   r->nrec = (int)json_array_size(rec);
   r->rec = df_xcalloc((size_t)(r->nrec ? r->nrec : 1), sizeof *r->rec);
@@ -175,7 +220,12 @@ void df_recsums_free(df_recsums *r) {
   for (int i = 0; i < r->nsh; i++) {
     free(r->names[i]);
     free(r->shas[i]);
+    for (int k = 0; r->span_names[i] && k < r->sh[i].nspans; k++) free(r->span_names[i][k]);
+    free(r->span_names[i]);
+    free(r->spans[i]);
   }
+  free(r->spans);
+  free(r->span_names);
   free(r->names);
   free(r->shas);
   free(r->sh);
@@ -247,9 +297,13 @@ int df_recsums_check_set(const df_recsums *r, const df_st_set *set, const df_con
   return rc;
 }
 
-int df_recsums_verify(const df_recsum *rs, const void *data) {
+int df_recsums_check_bytes(const uint8_t sha[32], const void *data, uint64_t len) {
   uint8_t d[32];
   unsigned int n = 0;
-  if (!EVP_Digest(data, rs->len, d, &n, EVP_sha256(), NULL) || n != 32) return -1;
-  return memcmp(d, rs->sha256, 32) ? -1 : 0;
+  if (!EVP_Digest(data, (size_t)len, d, &n, EVP_sha256(), NULL) || n != 32) return -1;
+  return memcmp(d, sha, 32) ? -1 : 0;
+}
+
+int df_recsums_verify(const df_recsum *rs, const void *data) {
+  return df_recsums_check_bytes(rs->sha256, data, rs->len);
 }

@@ -7,11 +7,15 @@
  * hashes every shard itself), carries every shard's name, size and sha256 and
  * every record's place and sha256. A stream install checks the shard list
  * against the hub's model info (so the sums are for the pinned revision) and
- * then verifies each fetched record before it is written.
+ * then verifies each fetched record before it is written. A shard's optional
+ * spans are the rest of what a stream install fetches from it (the header,
+ * named "header", and each tensor that is neither a routed expert nor a
+ * vision tensor): setup --stream checks them once they are local.
  *
  *   {"format": "deltafin-record-sums/1",
  *    "repo": "owner/name", "commit": "<40 hex>",          (optional, informative)
- *    "shards":  [{"name": N, "size": S, "sha256": H}, ...],
+ *    "shards":  [{"name": N, "size": S, "sha256": H,
+ *                 "spans": [{"name": T, "offset": O, "length": B, "sha256": H}, ...]}, ...],
  *    "records": [{"layer": L, "expert": X, "shard": <index into shards>,
  *                 "offset": O, "length": B, "sha256": H}, ...]}
  *
@@ -34,10 +38,18 @@
 
 typedef struct df_recsums df_recsums;
 
+typedef struct df_recsum_span {
+  const char *name; /* "header" or a tensor name */
+  uint64_t off, len;
+  uint8_t sha256[32];
+} df_recsum_span;
+
 typedef struct df_recsum_shard {
   const char *name;
   uint64_t size;
   const char *sha256; /* 64 lowercase hex */
+  const df_recsum_span *spans; /* sorted by offset, disjoint */
+  int nspans;
 } df_recsum_shard;
 
 typedef struct df_recsum {
@@ -70,6 +82,8 @@ int df_recsums_check_set(const df_recsums *r, const df_st_set *set, const struct
 
 /* 0 when data (rs->len bytes) has the record's sha256. */
 int df_recsums_verify(const df_recsum *rs, const void *data);
+/* 0 when data (len bytes) has the digest sha. */
+int df_recsums_check_bytes(const uint8_t sha[32], const void *data, uint64_t len);
 
 /* Hashes every shard of the model folder `dir` and writes the document to
  * `out` (temp name, then rename). Shards must be complete (no present-ranges
@@ -92,11 +106,17 @@ struct df_http_cfg;
  * against the model info. *buf holds the document's bytes (caller frees). */
 int df_recsums_load(const char *src, const struct df_http_cfg *hc, const df_hub_info *info,
                     df_recsums **out, char **buf, size_t *len, df_err *e);
-/* Stores them in the stream install at root (DF_RECSUMS_FILE, temp name then
- * rename) after checking them against the install's layout, and checks every
- * record already fetched against them: one that fails is dropped from its
- * shard's journal (so it is fetched again, and verified). */
+/* Checks them against the install's layout (headers local), checks every
+ * record already fetched against them (one that fails is dropped from its
+ * shard's journal, so it is fetched again, and verified) and stores them at
+ * root (DF_RECSUMS_FILE, temp name then rename; removed when they fail). */
 int df_recsums_install(const char *root, const df_recsums *rs, const char *buf, size_t len,
                        const char *label, df_err *e);
+/* Checks the spans (header and spine tensors) of every partial shard of the
+ * stream install at root that are local. A shard with a span that fails is
+ * removed (nothing wrong stays behind) and the error names it, the span and
+ * what to do. *checked: spans checked. */
+int df_recsums_check_spans(const char *root, const df_recsums *rs, const char *endpoint,
+                           int *checked, df_err *e);
 
 #endif

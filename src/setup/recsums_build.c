@@ -17,13 +17,17 @@
 #include "setup/download.h"
 #include "setup/install.h"
 #include "setup/recsums.h"
+#include "setup/stream.h"
 #include "store/source.h"
 
 #define BUF_BYTES (8u << 20)
 
+/* a piece of a shard to sum: a routed-expert record, or a span (the header,
+ * a spine tensor: name set) */
 typedef struct brec {
   int layer, expert;
-  uint64_t off;
+  uint64_t off, len;
+  const char *name;
   uint8_t sha[32];
 } brec;
 
@@ -39,7 +43,6 @@ typedef struct bshard {
 typedef struct bctx {
   bshard *sh;
   int n, next;
-  uint64_t rec_len;
   pthread_mutex_t mu;
   int failed;
   df_err err;
@@ -49,7 +52,7 @@ static void hex(const uint8_t *d, char out[65]) {
   for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-static int hash_shard(bshard *s, uint64_t rec_len, df_err *e) {
+static int hash_shard(bshard *s, df_err *e) {
   int fd = open(s->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return df_err_errno(e, "%s", s->path);
   EVP_MD_CTX *all = EVP_MD_CTX_new(), *rc = EVP_MD_CTX_new();
@@ -72,7 +75,7 @@ static int hash_shard(bshard *s, uint64_t rec_len, df_err *e) {
     /* records are disjoint and sorted: at most one is open across chunks */
     while (ri < s->nr && s->r[ri].off < c1) {
       brec *q = &s->r[ri];
-      uint64_t b = q->off > c0 ? q->off : c0, end = q->off + rec_len;
+      uint64_t b = q->off > c0 ? q->off : c0, end = q->off + q->len;
       uint64_t x = end < c1 ? end : c1;
       if (!in_rec) EVP_DigestInit_ex(rc, EVP_sha256(), NULL), in_rec = 1;
       EVP_DigestUpdate(rc, buf + (b - c0), (size_t)(x - b));
@@ -104,7 +107,7 @@ static void *worker(void *arg) {
     if (i >= c->n) break;
     if (c->sh[i].skip) continue;
     df_err e;
-    if (hash_shard(&c->sh[i], c->rec_len, &e)) {
+    if (hash_shard(&c->sh[i], &e)) {
       pthread_mutex_lock(&c->mu);
       if (!c->failed) c->err = e;
       c->failed = 1;
@@ -112,6 +115,32 @@ static void *worker(void *arg) {
     }
   }
   return NULL;
+}
+
+static void add_piece(bshard *s, brec b) {
+  if (s->nr == s->cap) s->r = df_xrealloc(s->r, (size_t)(s->cap = s->cap ? 2 * s->cap : 64) * sizeof *s->r);
+  s->r[s->nr++] = b;
+}
+
+/* What else a stream install fetches from this shard: the header (its
+ * length is the file's first 8 bytes) and every tensor that is neither a
+ * routed expert nor a vision tensor. */
+static int add_spans(bshard *s, const df_st_file *f, df_err *e) {
+  uint8_t b[8];
+  int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return df_err_errno(e, "%s", s->path);
+  ssize_t got = pread(fd, b, 8, 0);
+  close(fd);
+  if (got != 8) return df_err_set(e, "%s: cannot read its header length", s->path);
+  uint64_t n = 0;
+  for (int k = 7; k >= 0; k--) n = n << 8 | b[k];
+  add_piece(s, (brec){-1, -1, 0, 8 + n, "header", {0}});
+  for (int t = 0; t < f->ntensors; t++) {
+    const df_tensor *x = &f->tensors[t];
+    if (!x->nbytes || df_stream_is_expert_tensor(x->name) || df_st_is_vision_name(x->name)) continue;
+    add_piece(s, (brec){-1, -1, x->offset, x->nbytes, x->name, {0}});
+  }
+  return 0;
 }
 
 static int cmp_brec(const void *a, const void *b) {
@@ -184,16 +213,20 @@ int df_recsums_build(const char *dir, const char *out, int threads, df_recsums_r
   }
   for (int k = 0; k < nk; k++) {
     bshard *s = &sh[loc[k].file];
-    if (s->nr == s->cap) s->r = df_xrealloc(s->r, (size_t)(s->cap = s->cap ? 2 * s->cap : 64) * sizeof *s->r);
-    s->r[s->nr++] = (brec){c.first_k_dense + k / c.n_experts, k % c.n_experts, loc[k].off, {0}};
+    add_piece(s, (brec){c.first_k_dense + k / c.n_experts, k % c.n_experts, loc[k].off,
+                           lay.total, NULL, {0}});
   }
+  for (int i = 0; i < set.nfiles; i++)
+    if (add_spans(&sh[i], &set.files[i], e)) goto out;
   for (int i = 0; i < set.nfiles; i++) {
     bshard *s = &sh[i];
     qsort(s->r, (size_t)s->nr, sizeof *s->r, cmp_brec);
     char *jp = df_dl_journal_path(s->path, 1);
     int partial = df_file_exists(jp);
     free(jp);
-    if (partial && s->nr) {
+    int nrec = 0;
+    for (int k = 0; k < s->nr; k++) nrec += s->r[k].name == NULL;
+    if (partial && nrec) {
       df_err_set(e,
                  "%s: not complete (a stream install?): record sums come from complete, verified "
                  "shards; run deltafin setup --full first",
@@ -206,7 +239,7 @@ int df_recsums_build(const char *dir, const char *out, int threads, df_recsums_r
   int nw = threads > 0 ? threads : (int)(ncpu > 0 ? ncpu : 1);
   if (nw > set.nfiles) nw = set.nfiles;
   if (nw > 64) nw = 64;
-  bctx bc = {.sh = sh, .n = set.nfiles, .rec_len = lay.total};
+  bctx bc = {.sh = sh, .n = set.nfiles};
   pthread_mutex_init(&bc.mu, NULL);
   pthread_t th[64];
   for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, worker, &bc);
@@ -234,9 +267,21 @@ int df_recsums_build(const char *dir, const char *out, int threads, df_recsums_r
         goto out;
       }
     }
-    json_array_append_new(jsh, json_pack("{s:s,s:I,s:s}", "name", nm, "size", (json_int_t)s->size,
-                                         "sha256", s->sha));
+    json_t *spans = json_array();
     for (int k = 0; k < s->nr; k++) {
+      char h[65];
+      hex(s->r[k].sha, h);
+      if (s->r[k].name)
+        json_array_append_new(spans, json_pack("{s:s,s:I,s:I,s:s}", "name", s->r[k].name, "offset",
+                                               (json_int_t)s->r[k].off, "length",
+                                               (json_int_t)s->r[k].len, "sha256", h));
+    }
+    json_array_append_new(jsh, json_pack("{s:s,s:I,s:s,s:o}", "name", nm, "size",
+                                         (json_int_t)s->size, "sha256", s->sha, "spans", spans));
+    int nrec = 0;
+    for (int k = 0; k < s->nr; k++) {
+      if (s->r[k].name) continue;
+      nrec++;
       char h[65];
       hex(s->r[k].sha, h);
       json_array_append_new(jr, json_pack("{s:i,s:i,s:i,s:I,s:I,s:s}", "layer", s->r[k].layer,
@@ -245,7 +290,7 @@ int df_recsums_build(const char *dir, const char *out, int threads, df_recsums_r
                                           "sha256", h));
     }
     rep->shards++;
-    rep->records += s->nr;
+    rep->records += nrec;
     rep->bytes += s->size;
     idx++;
   }

@@ -116,13 +116,63 @@ int df_recsums_install(const char *root, const df_recsums *rs, const char *buf, 
                        set.files[i].path, &checked, &dropped, e);
   }
   df_st_set_close(&set);
-  if (rc) return -1;
   char *p = df_path_join(root, DF_RECSUMS_FILE);
-  rc = df_file_write_atomic(p, buf, len, e);
+  if (rc || df_file_write_atomic(p, buf, len, e)) {
+    unlink(p); /* sums that do not describe this install are never left to be trusted */
+    free(p);
+    return -1;
+  }
   free(p);
   if (!rc)
     df_log_info("record sums stored (%d records): every expert fetched is checked against them; "
                 "%d already fetched checked, %d dropped",
                 df_recsums_nrecords(rs), checked, dropped);
+  return rc;
+}
+
+int df_recsums_check_spans(const char *root, const df_recsums *rs, const char *endpoint,
+                           int *checked, df_err *e) {
+  *checked = 0;
+  int rc = 0;
+  uint8_t *tmp = NULL;
+  size_t cap = 0;
+  for (int si = 0; !rc && si < df_recsums_nshards(rs); si++) {
+    const df_recsum_shard *sh = df_recsums_shard(rs, si);
+    char *path = df_path_join(root, sh->name), *jp = df_dl_journal_path(path, 1);
+    df_ranges *rj = NULL;
+    int fd = -1;
+    /* a shard without a journal is complete and was verified whole */
+    if (sh->nspans && df_file_exists(jp)) {
+      rc = df_ranges_open(&rj, jp, e);
+      if (!rc && (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) rc = df_err_errno(e, "%s", path);
+    }
+    /* the header first: the spine ranges were planned from it */
+    for (int k = 0; !rc && rj && k < sh->nspans; k++) {
+      const df_recsum_span *sp = &sh->spans[k];
+      if (!df_ranges_covered(rj, sp->off, sp->off + sp->len)) continue;
+      if (sp->len > cap) tmp = df_xrealloc(tmp, cap = (size_t)sp->len);
+      ssize_t got = pread(fd, tmp, (size_t)sp->len, (off_t)sp->off);
+      (*checked)++;
+      if (got == (ssize_t)sp->len && !df_recsums_check_bytes(sp->sha256, tmp, sp->len)) continue;
+      /* nothing wrong stays behind: the data goes first, then its journal */
+      close(fd);
+      fd = -1;
+      df_ranges_close(rj);
+      rj = NULL;
+      unlink(path);
+      unlink(jp);
+      rc = df_err_set(e,
+                      "%s: %s (offset %llu, %llu bytes) as served by %s does not match the record "
+                      "sums' sha256: a damaged mirror, proxy or cache; the shard was removed, run "
+                      "deltafin setup --stream again to fetch it again",
+                      path, sp->name, (unsigned long long)sp->off, (unsigned long long)sp->len,
+                      endpoint);
+    }
+    if (fd >= 0) close(fd);
+    df_ranges_close(rj);
+    free(jp);
+    free(path);
+  }
+  free(tmp);
   return rc;
 }

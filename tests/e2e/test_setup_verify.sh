@@ -9,6 +9,8 @@
 #    original's ids, every fetched expert checked, none used unverified;
 #    a byte flipped once on the way is fetched again and the ids still match;
 #  - record sums of another checkpoint are refused at setup;
+#  - with record sums a corrupted served spine byte fails setup --stream
+#    naming the shard and tensor (the shard removed); a rerun refetches it;
 #  - a served blob with one corrupted byte in an expert the prompt needs:
 #    record: the run fails naming the expert, its shard, offset and endpoint,
 #    prints no token and journals nothing of it; shard: the run fails naming
@@ -105,6 +107,23 @@ rc=0
 "$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/x2" -q \
   --stream-verify record 2>"$T/x2.err" || rc=$?
 [ "$rc" != 0 ] && grep -q "needs record sums" "$T/x2.err" || fail "record without sums: $(cat "$T/x2.err")"
+
+# --- 3b: with record sums a corrupted served spine byte is caught by setup --stream ---
+cp -r "$T/hub/www/cdn" "$T/cdn.good"
+SSH=$($MAP corrupt-blob-spine "$T/hub/www" "$T/src" "$COMMIT")
+rc=0
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/sp" -q \
+  --record-sums "$T/sums.json" 2>"$T/sp.err" || rc=$?
+[ "$rc" != 0 ] && grep -q "$SSH: language_model" "$T/sp.err" && grep -q "record sums' sha256" "$T/sp.err" \
+  || fail "a corrupted served spine tensor: $(cat "$T/sp.err")"
+[ -e "$T/sp/$SSH" ] && fail "the shard with a wrong spine tensor was left behind"
+cp "$T"/cdn.good/* "$T/hub/www/cdn/"
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/sp" \
+  2>"$T/sp2.err" || fail "rerun after a wrong spine: $(cat "$T/sp2.err")"
+grep -q "spine checked against the record sums" "$T/sp2.err" || fail "the refetched spine was not checked"
+$MAP verify-present "$T/sp" "$T/src" || fail "a wrong spine byte stayed"
+"$BIN" run --model "$T/sp" --prompt-ids $IDS --max-new 6 --json >"$T/sp.json" 2>/dev/null || fail "run after the rerun"
+[ "$(ids "$T/sp.json")" = "$REF" ] || fail "ids after a refetched spine differ"
 
 # --- 4: one corrupted byte in a served expert the prompt needs ---
 "$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/c1" -q \

@@ -85,6 +85,13 @@ static void rejects(void **st) {
       {"\"shard\":1", "\"shard\":\"b\"", "needs layer"},
       {"\"repo\":\"o/n\"", "\"repo\":\"o/n\",\"repo\":\"x\"", "not JSON"},
       {"\"records\":[", "\"records\":{\"x\":[", "not JSON"},
+      {"\"size\":50,", "\"size\":50,\"spans\":[{\"name\":\"header\",\"offset\":0,\"length\":8,"
+       "\"sha256\":\"" SHA_ABC "\"},{\"name\":\"t\",\"offset\":7,\"length\":2,\"sha256\":\"" SHA_ABC "\"}],",
+       "overlap"},
+      {"\"size\":50,", "\"size\":50,\"spans\":[{\"name\":\"t\",\"offset\":49,\"length\":2,"
+       "\"sha256\":\"" SHA_ABC "\"}],", "not inside"},
+      {"\"size\":50,", "\"size\":50,\"spans\":[{\"name\":\"t\",\"offset\":1}],", "spans[0] needs"},
+      {"\"size\":50,", "\"size\":50,\"spans\":7,", "'spans' must be an array"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *s = with(bad[i].from, bad[i].to);
@@ -173,9 +180,35 @@ static void build_and_layout(void **st) {
     free(sb);
     free(sp);
   }
+  /* every span (header, spine tensors) is its bytes' sha256, and the
+   * first is the header: [0, 8 + the little-endian length in bytes 0-7) */
+  int nspans = 0;
+  for (int i = 0; i < df_recsums_nshards(r); i++) {
+    const df_recsum_shard *sh = df_recsums_shard(r, i);
+    char *sp = df_path_join(model, sh->name), *sb;
+    size_t sl;
+    assert_int_equal(df_file_read(sp, &sb, &sl, &e), 0);
+    assert_true(sh->nspans > 0);
+    uint64_t hl = 0;
+    for (int k = 7; k >= 0; k--) hl = hl << 8 | (uint8_t)sb[k];
+    assert_string_equal(sh->spans[0].name, "header");
+    assert_true(sh->spans[0].off == 0 && sh->spans[0].len == 8 + hl);
+    for (int k = 0; k < sh->nspans; k++) {
+      const df_recsum_span *x = &sh->spans[k];
+      assert_true(x->off + x->len <= sl);
+      assert_int_equal(df_recsums_check_bytes(x->sha256, sb + x->off, x->len), 0);
+      assert_null(strstr(x->name, ".experts."));
+      nspans++;
+    }
+    free(sb);
+    free(sp);
+  }
+  assert_true(nspans > df_recsums_nshards(r));
   df_recsums_free(r);
   /* the first record one byte shorter: the layout check names it */
-  char *p = strstr(buf, "\"length\":");
+  char *p = strstr(buf, "\"records\":");
+  assert_non_null(p);
+  p = strstr(p, "\"length\":");
   assert_non_null(p);
   p += strlen("\"length\":");
   char *end;
