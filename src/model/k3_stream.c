@@ -100,6 +100,7 @@ struct df_k3_stream {
   uint64_t reads, wasted, passes;
   double wait_s;
   df_trace *tr; /* spine reads in the store's trace format (own file), NULL = none */
+  char *trace_path, *trace_emu, *trace_io; /* opened at start, when the drives are known */
   double t0;
   int queued, inflight;
 };
@@ -203,7 +204,7 @@ static void read_done(df_k3_stream *s, sreq *r) {
     double base = s->store ? df_now() - df_store_clock(s->store) : s->t0;
     df_trace_when w = {1, (s->store ? r->sr.t_enq : r->t_enq) - base,
                        (s->store ? r->sr.t_take : req->t_start) - base};
-    df_trace_read(s->tr, req->t_done - base, unit, -1, 0,
+    df_trace_read(s->tr, req->t_done - base, unit, -1, s->sec ? r->drive : 0,
                   req->got > 0 ? (uint64_t)req->got : 0, 1, req->t_start - r->t_enq,
                   req->t_done - req->t_start, &w, ok);
     df_trace_sample(s->tr, df_now() - base, 0, s->bytes, s->reads, s->inflight,
@@ -323,6 +324,9 @@ void df_k3_stream_close(df_k3_stream *s) {
   stream_wait_idle(s);
   if (s->io) df_io_close(s->io);
   if (s->tr) df_trace_close(s->tr);
+  free(s->trace_path);
+  free(s->trace_emu);
+  free(s->trace_io);
   for (int f = 0; s->fds && f < s->m->nfiles; f++)
     if (s->fds[f] >= 0) close(s->fds[f]);
   free(s->fds);
@@ -400,12 +404,10 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
   s->t0 = df_now();
   if (o && o->trace_path && *o->trace_path) {
     size_t n = strlen(o->trace_path) + 16;
-    char *tp = df_xmalloc(n);
-    snprintf(tp, n, "%s.spine.jsonl", o->trace_path);
-    char *names[1] = {"spine stream"};
-    s->tr = df_trace_open(tp, 1, names, o->emulate_drives, o->io ? o->io : "uring", e);
-    free(tp);
-    if (!s->tr) goto fail;
+    s->trace_path = df_xmalloc(n);
+    snprintf(s->trace_path, n, "%s.spine.jsonl", o->trace_path);
+    s->trace_emu = o->emulate_drives ? df_xstrdup(o->emulate_drives) : NULL;
+    s->trace_io = df_xstrdup(o->io ? o->io : "uring");
   }
   s->qd = o && o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
   for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) {
@@ -516,6 +518,26 @@ static int use_section(df_k3_stream *s, df_store *st, const df_mf_spine *sec, df
   return 1;
 }
 
+/* The spine's trace names the drives its reads go to: the pack's drive
+ * files when they come from its spine section (a read's "drive" is then the
+ * store's drive index, as in the experts' trace), else one "spine stream". */
+static int open_trace(df_k3_stream *s, df_store *st, df_err *e) {
+  char *names[DF_MF_MAX_DRIVES] = {"spine stream"};
+  int n = 1;
+  if (s->sec) {
+    n = 0;
+    for (int c = 0; c < s->sec->nchunks; c++)
+      if (s->sec->chunks[c].drive + 1 > n) n = s->sec->chunks[c].drive + 1;
+    for (int d = 0; d < n; d++) {
+      const char *p = NULL;
+      df_store_pack_file(st, d, &p, NULL);
+      names[d] = (char *)(p ? p : "?");
+    }
+  }
+  s->tr = df_trace_open(s->trace_path, n, names, s->trace_emu, s->trace_io, e);
+  return s->tr ? 0 : -1;
+}
+
 int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e) {
   df_k3_stream *s = m->stream;
   if (!s || s->started) return 0;
@@ -551,6 +573,7 @@ int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e) {
       s->slot[k].bidx = df_io_register(s->io, s->slot[k].buf, s->slot_bytes);
     s->ndrives = 1;
   }
+  if (s->trace_path && !s->tr && open_trace(s, st, e)) return -1;
   s->started = 1;
   return 0;
 }
@@ -715,7 +738,7 @@ void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
   st->wasted = s->wasted;
   st->passes = s->passes;
   st->wait_s = s->wait_s;
-  st->direct = s->direct;
+  st->direct = s->sec ? df_store_o_direct(s->store) : s->direct;
   st->registered = s->slot[0].bidx >= 0;
   st->io = s->kind == DF_IO_URING ? "uring" : "pread";
   st->source = s->sec ? "pack" : m->int8 ? "shards+int8" : "shards";

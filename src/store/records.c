@@ -170,6 +170,8 @@ int df_store_pack_file(const df_store *s, int drive, const char **path, uint64_t
   return s->fds[drive];
 }
 
+int df_store_o_direct(const df_store *s) { return s->o_direct; }
+
 void df_store_close_files(df_store *s) {
   df_mf_spine_free(&s->spine);
   s->has_spine = 0;

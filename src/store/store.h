@@ -124,6 +124,9 @@ const df_mf_spine *df_store_spine_section(const df_store *s);
 /* A pack drive's file: its fd (-1 = unreadable, or not a pack), path and
  * size when the store opened it. */
 int df_store_pack_file(const df_store *s, int drive, const char **path, uint64_t *size);
+/* 1 when every file of the store (the pack's drive files) was opened with
+ * O_DIRECT. */
+int df_store_o_direct(const df_store *s);
 /* The I/O engine in use ("uring" or "pread"), and the trace's clock:
  * seconds since the store opened. */
 const char *df_store_io_used(const df_store *s);

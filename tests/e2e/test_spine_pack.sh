@@ -86,6 +86,22 @@ check bf16 1 shards --no-pack
   >/dev/null 2>"$tmp/st"
 grep -q "^spine    stream: 9 units from the pack's spine section on 2 drives" "$tmp/st" ||
   fail "--stats: $(grep spine "$tmp/st")"
+# the spine's trace names both drive files and its reads land on both, as
+# the manifest's chunks say, and the trace report accepts it
+"$BIN" run --model "$M" --prompt-ids $P --max-new 2 --mem-limit "$least_bf16" --cache-mb 0 --ctx 512 \
+  --trace "$tmp/tr" >/dev/null 2>&1
+python3 - "$tmp/tr.spine.jsonl" "$M/deltafin-pack.json" <<'PY' || fail "spine trace drives"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+mf = json.load(open(sys.argv[2]))
+want = sorted({c[0] for u in mf["spine"]["units"] for c in u[2]})
+assert want == [0, 1], want
+head = lines[0]
+assert len(head["drives"]) == 2 and all(d.endswith(mf["drives"][i]["file"]) for i, d in enumerate(head["drives"])), head
+got = sorted({l["drive"] for l in lines if l.get("k") == "read"})
+assert got == want, (got, want)
+PY
+"$BIN" trace report "$tmp/tr.spine.jsonl" >/dev/null || fail "trace report refuses the spine trace"
 
 # doctor checks the section
 "$BIN" doctor --model "$M" -q >"$tmp/doc" || fail "doctor on a good pack: $(cat "$tmp/doc")"
