@@ -88,6 +88,7 @@ int df_src_check_scales(const df_expert_layout *l, const uint8_t *rec) {
 
 struct df_src_remote {
   df_fetcher *f;
+  int ahead; /* --fetch-ahead on */
 };
 
 int df_src_remote_open(df_src_remote **out, const df_st_set *set, df_err *e) {
@@ -118,23 +119,51 @@ int df_src_remote_ensure(df_src_remote *r, df_src_need *need, int n, df_err *e) 
     if (!df_fetcher_local(r->f, need[i].file, need[i].off, need[i].len, &need[i].xxh))
       q[m++] = (df_fetch_req){need[i].file, need[i].off, need[i].len, need[i].layer, need[i].expert};
   int rc = m ? df_fetcher_fetch(r->f, q, m, e) : 0;
-  free(q);
   for (int i = 0; !rc && i < n; i++)
     if (!df_fetcher_local(r->f, need[i].file, need[i].off, need[i].len, &need[i].xxh))
       rc = df_err_set(e, "layer %d expert %d: not local after its fetch", need[i].layer,
                       need[i].expert);
+  if (!rc && r->ahead) {
+    /* records fetched ahead that this batch needs: the predictions that paid */
+    for (int i = 0; i < n; i++)
+      q[i] = (df_fetch_req){need[i].file, need[i].off, need[i].len, need[i].layer, need[i].expert};
+    df_fetcher_demanded(r->f, q, n);
+  }
+  free(q);
   return rc;
+}
+
+void df_src_remote_set_ahead(df_src_remote *r, int on) {
+  r->ahead = on;
+  df_fetcher_set_ahead(r->f, on);
+}
+
+void df_src_remote_ahead(df_src_remote *r, const df_src_need *need, int n) {
+  if (!r->ahead) return;
+  df_fetch_req q[64];
+  for (int i = 0; i < n;) {
+    int m = 0;
+    for (; i < n && m < 64; i++)
+      q[m++] = (df_fetch_req){need[i].file, need[i].off, need[i].len, need[i].layer, need[i].expert};
+    df_fetcher_ahead(r->f, q, m);
+  }
 }
 
 char *df_src_remote_stats_json(df_src_remote *r) {
   df_fetcher_stats st;
   df_fetcher_get_stats(r->f, &st);
-  char buf[512];
+  char buf[1024];
   snprintf(buf, sizeof buf,
            "{\"records_fetched\":%llu,\"bytes_fetched\":%llu,\"http_requests\":%llu,"
-           "\"http_retries\":%llu,\"wait_seconds\":%.6f,\"shards_partial\":%d}",
+           "\"http_retries\":%llu,\"wait_seconds\":%.6f,\"shards_partial\":%d,"
+           "\"fetch_ahead\":%s,\"ahead_records_fetched\":%llu,\"ahead_bytes_fetched\":%llu,"
+           "\"ahead_http_requests\":%llu,\"ahead_used\":%llu,\"ahead_failed\":%llu,"
+           "\"ahead_dropped\":%llu}",
            (unsigned long long)st.records, (unsigned long long)st.bytes,
            (unsigned long long)st.requests, (unsigned long long)st.retries, st.wait_s,
-           st.shards_partial);
+           st.shards_partial, r->ahead ? "true" : "false", (unsigned long long)st.ahead_records,
+           (unsigned long long)st.ahead_bytes, (unsigned long long)st.ahead_requests,
+           (unsigned long long)st.ahead_used, (unsigned long long)st.ahead_failed,
+           (unsigned long long)st.ahead_dropped);
   return df_xstrdup(buf);
 }

@@ -159,6 +159,14 @@ char *df_store_stats_text(const df_store *s) {
        (double)json_integer_value(json_object_get(net, "bytes_fetched")) / 1e6,
        (long long)json_integer_value(json_object_get(net, "http_requests")),
        (long long)json_integer_value(json_object_get(net, "http_retries")), s->net_wait);
+    if (s->fetch_ahead)
+      AP("network fetch-ahead: %lld experts fetched ahead (%.1f MB in %lld HTTP requests), %lld "
+         "of them then used, %lld failed\n",
+         (long long)json_integer_value(json_object_get(net, "ahead_records_fetched")),
+         (double)json_integer_value(json_object_get(net, "ahead_bytes_fetched")) / 1e6,
+         (long long)json_integer_value(json_object_get(net, "ahead_http_requests")),
+         (long long)json_integer_value(json_object_get(net, "ahead_used")),
+         (long long)json_integer_value(json_object_get(net, "ahead_failed")));
     json_decref(net);
   }
   AP("prefill read amplification %.2f; %llu reads split over two copies\n", amp(s),

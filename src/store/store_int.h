@@ -175,6 +175,7 @@ struct df_store {
   rec *recs;            /* by key */
   struct df_src_remote *remote; /* stream install: records fetched on demand (source.h); NULL = all local */
   double net_wait;      /* time df_store_begin waited on network fetches */
+  int fetch_ahead;      /* --fetch-ahead on: predictions of records not local go to the network */
 
   /* ---- I/O (sched.c) ---- */
   df_io *io;

@@ -1,0 +1,43 @@
+#include "setup/reclock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+static int lock_op(int fd, int cmd, short type, uint64_t off, uint64_t len) {
+  struct flock fl;
+  memset(&fl, 0, sizeof fl); /* l_pid must be 0 for OFD locks */
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = (off_t)off;
+  fl.l_len = (off_t)len;
+  int rc;
+  do rc = fcntl(fd, cmd, &fl);
+  while (rc < 0 && errno == EINTR);
+  return rc;
+}
+
+int df_reclock_claim(int fd, df_ranges *rj, uint64_t off, uint64_t len, int wait, df_err *e) {
+  if (lock_op(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, F_WRLCK, off, len)) {
+    if (!wait && (errno == EAGAIN || errno == EACCES)) return DF_RECLOCK_BUSY;
+    return df_err_errno(e, "locking bytes %llu-%llu of a stream shard", (unsigned long long)off,
+                        (unsigned long long)(off + len));
+  }
+  /* Whoever held the range before us may have journalled it: the journal
+   * on disk, not our memory of it, says whether it is still missing. */
+  uint64_t xxh;
+  if (df_ranges_refresh(rj, e)) {
+    df_reclock_release(fd, off, len);
+    return -1;
+  }
+  if (df_ranges_lookup(rj, off, off + len, &xxh) == 0 || df_ranges_covered(rj, off, off + len)) {
+    df_reclock_release(fd, off, len);
+    return DF_RECLOCK_LOCAL;
+  }
+  return DF_RECLOCK_MINE;
+}
+
+void df_reclock_release(int fd, uint64_t off, uint64_t len) {
+  (void)lock_op(fd, F_OFD_SETLK, F_UNLCK, off, len);
+}
