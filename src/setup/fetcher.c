@@ -65,6 +65,7 @@ struct df_fetcher {
     pthread_t th;
   } athr[AHEAD_CONNS];
   int nathr, astop;
+  int abusy;                     /* workers between taking a guess and finishing it */
   double apause_until;           /* after a failed speculative fetch */
   uint64_t *aset;                /* fetched ahead, not yet demanded: sorted ahead_key()s */
   int naset, capaset;
@@ -703,10 +704,15 @@ static void *ahead_worker(void *arg) {
     }
     df_fetch_req q = f->aq[--f->naq]; /* the newest guess is the likeliest still useful */
     if (!f->sh[q.file].stream || f->sh[q.file].bad) continue;
+    f->abusy++;
     pthread_mutex_unlock(&f->mu);
     int local = df_fetcher_local(f, q.file, q.off, q.len, &xxh);
     pthread_mutex_lock(&f->mu);
-    if (local || overlaps_flight(f, q.file, q.off, q.len) || f->demand_active || f->astop) continue;
+    if (local || overlaps_flight(f, q.file, q.off, q.len) || f->demand_active || f->astop) {
+      f->abusy--;
+      pthread_cond_broadcast(&f->cv);
+      continue;
+    }
     flight_add(f, &q);
     pthread_mutex_unlock(&f->mu);
     df_err e;
@@ -714,6 +720,7 @@ static void *ahead_worker(void *arg) {
     if (got > 0 && maybe_complete(f, q.file, &e)) df_log_warn("%s", e.msg);
     pthread_mutex_lock(&f->mu);
     flight_remove(f, q.file, q.off, q.len);
+    f->abusy--;
     pthread_cond_broadcast(&f->cv);
     if (got > 0) {
       f->st.ahead_records++;
@@ -734,8 +741,8 @@ static void *ahead_worker(void *arg) {
 void df_fetcher_set_ahead(df_fetcher *f, int on) {
   if (on && !f->nathr) {
     char *tok = df_setup_token();
-    /* a guess is not worth long retries: one, and a shorter stall */
-    df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 1, .stall_s = 10};
+    /* a guess is not worth long retries: one, soon, and a shorter stall */
+    df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 1, .backoff_s = 0.02, .stall_s = 10};
     f->astop = 0;
     for (int i = 0; i < AHEAD_CONNS; i++) {
       f->athr[i] = (struct ahead_thr){.f = f, .h = df_http_new(&hc)};
@@ -794,5 +801,12 @@ void df_fetcher_demanded(df_fetcher *f, const df_fetch_req *r, int n) {
       f->st.ahead_used++;
     }
   }
+  pthread_mutex_unlock(&f->mu);
+}
+
+void df_fetcher_settle(df_fetcher *f) {
+  pthread_mutex_lock(&f->mu);
+  f->naq = 0;
+  while (f->abusy) pthread_cond_wait(&f->cv, &f->mu);
   pthread_mutex_unlock(&f->mu);
 }

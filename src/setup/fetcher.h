@@ -55,6 +55,10 @@ void df_fetcher_set_ahead(df_fetcher *f, int on);
  * no-op while fetch-ahead is off). The queue is bounded: the oldest guesses
  * are dropped. */
 void df_fetcher_ahead(df_fetcher *f, const df_fetch_req *r, int n);
+/* For reports at the end of a generation: drops the queued guesses (they
+ * were for positions that will not come) and waits for the speculative
+ * fetches in flight, so that the counters include every one started. */
+void df_fetcher_settle(df_fetcher *f);
 /* The caller needs these records now (local already, or made local by
  * df_fetcher_fetch): those fetched ahead count as used, once. */
 void df_fetcher_demanded(df_fetcher *f, const df_fetch_req *r, int n);

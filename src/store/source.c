@@ -138,6 +138,10 @@ void df_src_remote_set_ahead(df_src_remote *r, int on) {
   df_fetcher_set_ahead(r->f, on);
 }
 
+void df_src_remote_settle(df_src_remote *r) {
+  if (r->ahead) df_fetcher_settle(r->f);
+}
+
 void df_src_remote_ahead(df_src_remote *r, const df_src_need *need, int n) {
   if (!r->ahead) return;
   df_fetch_req q[64];

@@ -51,6 +51,8 @@ void df_src_remote_set_ahead(df_src_remote *r, int on);
 /* A prediction: fetch these records ahead if they are not local (never
  * blocks; a no-op while fetch-ahead is off). */
 void df_src_remote_ahead(df_src_remote *r, const df_src_need *need, int n);
+/* End-of-generation reports: see df_fetcher_settle. */
+void df_src_remote_settle(df_src_remote *r);
 /* 1 if the record is local (no fetch), *xxh as above. */
 int df_src_remote_local(df_src_remote *r, int file, uint64_t off, uint64_t len, uint64_t *xxh);
 /* Network statistics as a JSON object text (caller frees). */
