@@ -13,7 +13,9 @@
  *
  * OFD locks conflict between open file descriptions, not between threads
  * using one: the fetcher's threads share one description per shard and keep
- * their own in-process table of records in flight. */
+ * their own in-process table of records in flight. A filesystem without
+ * OFD locks gets one warning and unlocked claims (the journal re-read
+ * still applies). */
 #ifndef DF_SETUP_RECLOCK_H
 #define DF_SETUP_RECLOCK_H
 
