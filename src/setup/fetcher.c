@@ -717,9 +717,16 @@ static void *ahead_worker(void *arg) {
     pthread_mutex_unlock(&f->mu);
     df_err e;
     int got = ahead_one(f, t->h, &q, &e);
-    if (got > 0 && maybe_complete(f, q.file, &e)) df_log_warn("%s", e.msg);
     pthread_mutex_lock(&f->mu);
     flight_remove(f, q.file, q.off, q.len);
+    pthread_cond_broadcast(&f->cv); /* a demand waiting for it goes on now */
+    if (got > 0) {
+      /* the shard may be complete now: its sha256 (long) without the lock,
+       * after the flight ended */
+      pthread_mutex_unlock(&f->mu);
+      if (maybe_complete(f, q.file, &e)) df_log_warn("%s", e.msg);
+      pthread_mutex_lock(&f->mu);
+    }
     f->abusy--;
     pthread_cond_broadcast(&f->cv);
     if (got > 0) {
