@@ -653,6 +653,15 @@ static void aset_add(df_fetcher *f, uint64_t key) {
   f->naset++;
 }
 
+/* 1 (and removed) when key is in aset (mu held). */
+static int aset_take(df_fetcher *f, uint64_t key) {
+  int p = aset_pos(f, key);
+  if (p >= f->naset || f->aset[p] != key) return 0;
+  memmove(f->aset + p, f->aset + p + 1, (size_t)(f->naset - p - 1) * sizeof *f->aset);
+  f->naset--;
+  return 1;
+}
+
 static void ahead_unqueue(df_fetcher *f, const df_fetch_req *q) {
   int k = 0;
   for (int i = 0; i < f->naq; i++)
@@ -714,32 +723,37 @@ static void *ahead_worker(void *arg) {
       continue;
     }
     flight_add(f, &q);
+    /* among the records fetched ahead from now: the record is local (and a
+     * demand may find it so, without waiting) before its flight ends */
+    aset_add(f, ahead_key(q.file, q.off));
     pthread_mutex_unlock(&f->mu);
     df_err e;
     int got = ahead_one(f, t->h, &q, &e);
     pthread_mutex_lock(&f->mu);
     flight_remove(f, q.file, q.off, q.len);
-    pthread_cond_broadcast(&f->cv); /* a demand waiting for it goes on now */
-    if (got > 0) {
-      /* the shard may be complete now: its sha256 (long) without the lock,
-       * after the flight ended */
-      pthread_mutex_unlock(&f->mu);
-      if (maybe_complete(f, q.file, &e)) df_log_warn("%s", e.msg);
-      pthread_mutex_lock(&f->mu);
-    }
-    f->abusy--;
-    pthread_cond_broadcast(&f->cv);
     if (got > 0) {
       f->st.ahead_records++;
       f->st.ahead_bytes += q.len;
-      aset_add(f, ahead_key(q.file, q.off));
-    } else if (got < 0) {
+    } else {
+      aset_take(f, ahead_key(q.file, q.off)); /* not fetched by this guess */
+    }
+    if (got < 0) {
       f->st.ahead_failed++;
       f->apause_until = df_now() + AHEAD_PAUSE_S;
       f->naq = 0;
       df_log_debug("fetch-ahead of layer %d expert %d failed (a demand fetch will retry): %s",
                    q.layer, q.expert, e.msg);
     }
+    pthread_cond_broadcast(&f->cv);
+    if (got > 0) {
+      /* the shard may be complete now: its sha256 (long) after the flight
+       * ended, without the lock */
+      pthread_mutex_unlock(&f->mu);
+      if (maybe_complete(f, q.file, &e)) df_log_warn("%s", e.msg);
+      pthread_mutex_lock(&f->mu);
+    }
+    f->abusy--;
+    pthread_cond_broadcast(&f->cv);
   }
   pthread_mutex_unlock(&f->mu);
   return NULL;
@@ -799,15 +813,8 @@ void df_fetcher_ahead(df_fetcher *f, const df_fetch_req *r, int n) {
 
 void df_fetcher_demanded(df_fetcher *f, const df_fetch_req *r, int n) {
   pthread_mutex_lock(&f->mu);
-  for (int i = 0; i < n && f->naset; i++) {
-    uint64_t key = ahead_key(r[i].file, r[i].off);
-    int p = aset_pos(f, key);
-    if (p < f->naset && f->aset[p] == key) {
-      memmove(f->aset + p, f->aset + p + 1, (size_t)(f->naset - p - 1) * sizeof *f->aset);
-      f->naset--;
-      f->st.ahead_used++;
-    }
-  }
+  for (int i = 0; i < n && f->naset; i++)
+    if (aset_take(f, ahead_key(r[i].file, r[i].off))) f->st.ahead_used++;
   pthread_mutex_unlock(&f->mu);
 }
 
