@@ -27,6 +27,7 @@ DF_CMD_DECL(bench)
 DF_CMD_DECL(trace)
 DF_CMD_DECL(setup)
 DF_CMD_DECL(warm)
+DF_CMD_DECL(record_sums)
 DF_CMD_DECL(plan)
 DF_CMD_DECL(eval)
 

@@ -7,6 +7,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "setup/install.h"
+#include "setup/sverify.h"
 #include "store/io.h"
 
 void df_cmd_setup_help(void) {
@@ -49,6 +50,16 @@ void df_cmd_setup_help(void) {
       "  --with-vision         also download shards that hold only vision tensors\n"
       "                        (by default only their header: the text model never\n"
       "                        reads them)\n"
+      "  --record-sums F|URL   (--stream) a sha256 per expert record (made by deltafin\n"
+      "                        record-sums from a verified full install): each fetched\n"
+      "                        expert is checked before it is used; checked against\n"
+      "                        this revision's model info. Also adds them to an\n"
+      "                        existing stream install.\n"
+      "  --stream-verify P     (--stream) record (needs record sums), shard (an expert's\n"
+      "                        whole shard is fetched and checked against the hub's\n"
+      "                        sha256 before it is used) or arrival (unverified:\n"
+      "                        wrong bytes served give wrong tokens). Default: record\n"
+      "                        with record sums, else arrival (with a warning).\n"
       "  --no-space-check      skip the free-space check\n"
       "  --json                print a JSON report on stdout\n"
       "  -q, --quiet           no progress output\n");
@@ -59,6 +70,7 @@ int df_cmd_setup(int argc, char **argv) {
   o.progress = 1;
   int full = 0, stream = 0, json = 0;
   const char *drives = NULL;
+  df_stream_verify sv;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long n;
@@ -75,6 +87,12 @@ int df_cmd_setup(int argc, char **argv) {
     else if (!strcmp(a, "--model-root")) o.model_root = v, i++;
     else if (!strcmp(a, "--from")) o.from_dir = v, i++;
     else if (!strcmp(a, "--drives")) drives = v, i++;
+    else if (!strcmp(a, "--record-sums")) o.record_sums = v, i++;
+    else if (!strcmp(a, "--stream-verify")) {
+      if (df_sverify_parse(v, &sv))
+        return df_cli_fail("--stream-verify: '%s' is not record, shard or arrival", v);
+      o.stream_verify = v, i++;
+    }
     else if (!strcmp(a, "--spine")) {
       if (strcmp(v, "int8") && strcmp(v, "bf16"))
         return df_cli_fail("--spine: '%s' is not int8 or bf16", v);
@@ -115,6 +133,8 @@ int df_cmd_setup(int argc, char **argv) {
   if (!o.revision) return df_cli_fail("setup: --revision REV is required (a commit sha pins it)");
   if (!o.model_root) return df_cli_fail("setup: --model-root DIR is required");
   o.stream = stream;
+  if (!stream && (o.record_sums || o.stream_verify))
+    return df_cli_fail("setup: --record-sums and --stream-verify are for --stream installs");
   char *dl = NULL;
   const char *paths[64];
   if (drives) {

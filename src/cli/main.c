@@ -28,6 +28,8 @@ static const df_cmd cmds[] = {
     {"setup", "install a model from a Hugging Face endpoint", df_cmd_setup, df_cmd_setup_help},
     {"warm", "fetch the experts a recorded trace needs (stream installs)", df_cmd_warm,
      df_cmd_warm_help},
+    {"record-sums", "a sha256 per expert record, to verify stream installs", df_cmd_record_sums,
+     df_cmd_record_sums_help},
     {"plan", "memory plan and a projected decode token for a machine", df_cmd_plan,
      df_cmd_plan_help},
 };

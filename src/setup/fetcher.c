@@ -19,6 +19,8 @@
 #include "setup/install.h"
 #include "setup/ranges.h"
 #include "setup/reclock.h"
+#include "setup/recsums.h"
+#include "setup/sverify.h"
 
 #define MAX_RUN_BYTES (64u << 20) /* one coalesced range request at most */
 #define AHEAD_CONNS 2     /* speculative requests in flight at most */
@@ -32,6 +34,7 @@ typedef struct fshard {
   const df_hub_file *hf;
   df_ranges *rj;
   int fd;
+  int rs_shard; /* its index in the record sums, -1 = not listed */
 } fshard;
 
 typedef struct flight {
@@ -69,7 +72,13 @@ struct df_fetcher {
   double apause_until;           /* after a failed speculative fetch */
   uint64_t *aset;                /* fetched ahead, not yet demanded: sorted ahead_key()s */
   int naset, capaset;
+  df_recsums *sums;             /* the install's record sums, NULL = none */
+  df_stream_verify installed;   /* as setup recorded it (auto when it did not) */
+  df_stream_verify policy;      /* in force: never auto */
 };
+
+/* record sums and --stream-verify: see "verification" below */
+static int load_verify(df_fetcher *f, df_err *e);
 
 static const char *base_name(const char *p) {
   const char *s = strrchr(p, '/');
@@ -162,6 +171,7 @@ int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_
     }
     free(jp);
   }
+  if (load_verify(f, e)) goto fail;
   /* A decode step needs top-k records per layer at once: enough connections
    * to ask for them in one round trip. DF_FETCH_CONNECTIONS overrides. */
   const char *cv = getenv("DF_FETCH_CONNECTIONS");
@@ -207,6 +217,7 @@ void df_fetcher_close(df_fetcher *f) {
   free(f->pool);
   free(f->free_h);
   free(f->fl);
+  df_recsums_free(f->sums);
   df_hub_info_free(&f->info);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
@@ -224,15 +235,19 @@ int df_fetcher_local(df_fetcher *f, int file, uint64_t off, uint64_t len, uint64
   pthread_mutex_unlock(&f->mu);
   if (bad) return 0;
   if (!stream) return 1;
+  if (f->policy == DF_SVERIFY_SHARD) return 0; /* not until its shard is proven */
   if (df_ranges_lookup(s->rj, off, off + len, xxh) == 0) return 1;
   /* Covered by other ranges (chunks of an interrupted `setup --full`):
-   * local, checked when the shard completes. */
+   * local, checked when the shard completes; with record sums not proven
+   * yet, so fetched (and checked) as a record. */
+  if (f->sums) return 0;
   return df_ranges_covered(s->rj, off, off + len);
 }
 
 void df_fetcher_get_stats(df_fetcher *f, df_fetcher_stats *out) {
   pthread_mutex_lock(&f->mu);
   *out = f->st;
+  out->policy = f->policy;
   out->requests = out->retries = 0;
   for (int i = 0; i < f->npool; i++) {
     df_http_stats hs;
@@ -280,13 +295,66 @@ static int mem_sink(void *ud, uint64_t off, const void *data, size_t n, df_err *
   return 0;
 }
 
+/* ---- verification: record sums ----
+ * With record sums every fetched record is checked against its sha256 before
+ * a byte of it is written or journalled (so nothing unproven is ever read). A
+ * mismatch is fetched once more (a transient fault on the way), then refused
+ * naming the record, its shard, offset and the endpoint. */
+static int check_run(df_fetcher *f, const run_t *r, const df_fetch_req *todo, const uint8_t *buf,
+                     const df_fetch_req **bad, df_err *e) {
+  *bad = NULL;
+  const fshard *s = &f->sh[r->file];
+  /* no sums, or a chunk of a whole-shard fetch (the shard's sha256 proves it) */
+  if (!f->sums || todo[r->first].layer < 0) return 0;
+  for (int k = 0; k < r->count; k++) {
+    const df_fetch_req *q = &todo[r->first + k];
+    const df_recsum *rs = s->rs_shard < 0 ? NULL : df_recsums_lookup(f->sums, s->rs_shard, q->off);
+    if (!rs || rs->len != q->len || rs->layer != q->layer || rs->expert != q->expert)
+      return df_err_set(e,
+                        "layer %d expert %d (%s, offset %llu): the record sums in %s have no entry "
+                        "for it; they do not describe this install: add the sums of this commit "
+                        "(deltafin setup --stream ... --record-sums FILE)",
+                        q->layer, q->expert, base_name(s->path), (unsigned long long)q->off, f->dir);
+    if (df_recsums_verify(rs, buf + (q->off - r->off))) {
+      *bad = q;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+static int fetch_checked(df_fetcher *f, df_http *h, const run_t *r, const df_fetch_req *todo,
+                         membuf *m, df_err *e) {
+  fshard *s = &f->sh[r->file];
+  for (int attempt = 0;; attempt++) {
+    if (df_http_get_range(h, s->url, r->off, r->len, (int64_t)s->hf->size, mem_sink, m, e)) return -1;
+    const df_fetch_req *bad;
+    if (check_run(f, r, todo, m->p, &bad, e)) return -1;
+    pthread_mutex_lock(&f->mu);
+    if (!bad && f->sums && todo[r->first].layer >= 0) f->st.verified += (uint64_t)r->count;
+    if (bad && !attempt) f->st.refetched++;
+    pthread_mutex_unlock(&f->mu);
+    if (!bad) return 0;
+    if (attempt)
+      return df_err_set(e,
+                        "layer %d expert %d: the bytes served for %s at offset %llu (%llu bytes) by "
+                        "%s do not match the record sums' sha256, twice: a damaged mirror, proxy or "
+                        "cache; the expert is not used (nothing was written)",
+                        bad->layer, bad->expert, base_name(s->path), (unsigned long long)bad->off,
+                        (unsigned long long)bad->len, f->endpoint);
+    df_log_warn("layer %d expert %d: the bytes served for %s at offset %llu do not match the record "
+                "sums' sha256: fetching them again from %s",
+                bad->layer, bad->expert, base_name(s->path), (unsigned long long)bad->off, f->endpoint);
+  }
+}
+
 /* Fetches a run and writes it at its offset; the records' hashes go to
  * hash[] (journalled by the caller after one sync per shard). */
 static int fetch_run(df_fetcher *f, df_http *h, const run_t *r, const df_fetch_req *todo,
                      uint64_t *hash, df_err *e) {
   fshard *s = &f->sh[r->file];
   membuf m = {df_xmalloc(r->len), r->off};
-  int rc = df_http_get_range(h, s->url, r->off, r->len, (int64_t)s->hf->size, mem_sink, &m, e);
+  int rc = fetch_checked(f, h, r, todo, &m, e);
   if (!rc) {
     uint64_t done = 0;
     while (done < r->len) {
@@ -388,6 +456,178 @@ static int maybe_complete(df_fetcher *f, int file, df_err *e) {
   free(jp);
   df_log_info("%s: complete and verified (sha256)", s->path);
   return 0;
+}
+
+/* ---- verification: the policy, and --stream-verify shard ---- */
+
+/* The policy recorded by setup and the record sums stored beside the
+ * install (checked against the model info: sums of another revision are
+ * refused, never half-used). */
+static int load_verify(df_fetcher *f, df_err *e) {
+  char *p = df_path_join(f->dir, DF_SETUP_STATE);
+  json_t *o = json_load_file(p, 0, NULL);
+  const json_t *v = json_object_get(o, "stream_verify");
+  int rc = 0;
+  if (v && (!json_is_string(v) || df_sverify_parse(json_string_value(v), &f->installed)))
+    rc = df_err_set(e, "%s: 'stream_verify' is not record, shard or arrival; run deltafin setup "
+                    "--stream --stream-verify POLICY again", p);
+  json_decref(o);
+  free(p);
+  if (rc) return -1;
+  char *sp = df_path_join(f->dir, DF_RECSUMS_FILE), *buf = NULL;
+  size_t len = 0;
+  if (df_file_exists(sp)) {
+    rc = df_file_read(sp, &buf, &len, e);
+    if (!rc) rc = df_recsums_parse(buf, len, sp, &f->sums, e);
+    if (!rc) rc = df_recsums_check_info(f->sums, &f->info, sp, e);
+    free(buf);
+  }
+  free(sp);
+  for (int i = 0; !rc && i < f->n; i++)
+    f->sh[i].rs_shard = f->sums ? df_recsums_find_shard(f->sums, base_name(f->sh[i].path)) : -1;
+  if (!rc) rc = df_fetcher_set_verify(f, DF_SVERIFY_AUTO, 0, e);
+  return rc;
+}
+
+int df_fetcher_set_verify(df_fetcher *f, df_stream_verify want, int warn, df_err *e) {
+  df_stream_verify p = want != DF_SVERIFY_AUTO ? want : f->installed;
+  if (p == DF_SVERIFY_AUTO) p = f->sums ? DF_SVERIFY_RECORD : DF_SVERIFY_ARRIVAL;
+  if (p == DF_SVERIFY_RECORD && !f->sums)
+    return df_err_set(e,
+                      "%s: --stream-verify record needs record sums (%s); add them with deltafin "
+                      "setup --stream ... --record-sums FILE|URL (deltafin record-sums makes them "
+                      "from a verified full install), or use --stream-verify shard",
+                      f->dir, DF_RECSUMS_FILE);
+  f->policy = p;
+  if (warn && p == DF_SVERIFY_ARRIVAL) df_sverify_warn_arrival(f->dir);
+  return 0;
+}
+
+df_stream_verify df_fetcher_verify_policy(const df_fetcher *f) { return f->policy; }
+
+int df_fetcher_proven(df_fetcher *f, int file, uint64_t off, uint64_t len) {
+  if (file < 0 || file >= f->n) return 0;
+  fshard *s = &f->sh[file];
+  pthread_mutex_lock(&f->mu);
+  int stream = s->stream, bad = s->bad;
+  pthread_mutex_unlock(&f->mu);
+  if (bad) return 0;
+  if (!stream) return 1;
+  uint64_t x;
+  /* with record sums every exactly journalled record was checked (on
+   * arrival, or when the sums were added to the install) */
+  return f->policy != DF_SVERIFY_SHARD && f->sums && df_ranges_lookup(s->rj, off, off + len, &x) == 0;
+}
+
+#define SHARD_RUN_BYTES (16u << 20)
+
+typedef struct gapv {
+  df_fetch_req *v;
+  int n, cap, file;
+} gapv;
+
+static void add_gap(void *ud, uint64_t b, uint64_t end) {
+  gapv *g = ud;
+  for (uint64_t o = b; o < end; o += SHARD_RUN_BYTES) {
+    if (g->n == g->cap) g->v = df_xrealloc(g->v, (size_t)(g->cap = g->cap ? 2 * g->cap : 64) * sizeof *g->v);
+    uint64_t l = end - o < SHARD_RUN_BYTES ? end - o : SHARD_RUN_BYTES;
+    g->v[g->n++] = (df_fetch_req){g->file, o, l, -1, -1}; /* a chunk, not a record */
+  }
+}
+
+/* Fetches every missing range of a partial shard (in parallel), journals
+ * them, and verifies the whole shard against the hub's sha256; a mismatch
+ * removes it (maybe_complete). Another caller completing the same shard is
+ * waited for. */
+static int complete_shard(df_fetcher *f, int file, const df_fetch_req *why, df_err *e) {
+  fshard *s = &f->sh[file];
+  uint64_t size = s->hf->size;
+  pthread_mutex_lock(&f->mu);
+  while (s->stream && !s->bad && overlaps_flight(f, file, 0, size)) pthread_cond_wait(&f->cv, &f->mu);
+  int stream = s->stream, bad = s->bad;
+  if (stream && !bad) {
+    if (f->nfl == f->capfl) {
+      f->capfl = f->capfl ? 2 * f->capfl : 64;
+      f->fl = df_xrealloc(f->fl, (size_t)f->capfl * sizeof *f->fl);
+    }
+    f->fl[f->nfl++] = (flight){file, 0, size};
+  }
+  pthread_mutex_unlock(&f->mu);
+  if (bad)
+    return df_err_set(e, "layer %d expert %d: shard %s failed verification; run deltafin setup "
+                      "--full to fetch it again", why->layer, why->expert, s->path);
+  if (!stream) return 0;
+  gapv g = {.file = file};
+  df_ranges_gaps(s->rj, 0, size, add_gap, &g);
+  int rc = 0;
+  if (g.n) {
+    df_log_info("%s: --stream-verify shard: fetching the rest of the shard (%.1f MB) for layer %d "
+                "expert %d",
+                base_name(s->path), (double)(size - df_ranges_bytes(s->rj)) / 1e6, why->layer,
+                why->expert);
+    run_t *runs = df_xmalloc((size_t)g.n * sizeof *runs);
+    for (int i = 0; i < g.n; i++) runs[i] = (run_t){file, g.v[i].off, g.v[i].len, i, 1};
+    uint64_t *hash = df_xcalloc((size_t)g.n, sizeof *hash);
+    job_ctx c = {.f = f, .todo = g.v, .hash = hash, .runs = runs, .nruns = g.n};
+    pthread_mutex_init(&c.mu, NULL);
+    int nw = g.n < f->npool ? g.n : f->npool;
+    if (nw > 64) nw = 64;
+    pthread_t th[64];
+    for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, fetch_worker, &c);
+    for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&c.mu);
+    df_range *v = df_xmalloc((size_t)g.n * sizeof *v);
+    uint64_t bytes = 0;
+    for (int i = 0; i < g.n; i++) {
+      v[i] = (df_range){g.v[i].off, g.v[i].off + g.v[i].len, hash[i]};
+      bytes += g.v[i].len;
+    }
+    /* same durability order as records: bytes synced, then journalled */
+    if (!c.failed && fdatasync(s->fd)) {
+      df_err_errno(&c.err, "syncing %s", s->path);
+      c.failed = 1;
+    }
+    if (!c.failed && df_ranges_add_many(s->rj, v, g.n, &c.err)) c.failed = 1;
+    if (c.failed) {
+      *e = c.err;
+      rc = -1;
+    }
+    free(v);
+    free(hash);
+    free(runs);
+    pthread_mutex_lock(&f->mu);
+    if (!rc) f->st.bytes += bytes;
+    pthread_mutex_unlock(&f->mu);
+  }
+  free(g.v);
+  pthread_mutex_lock(&f->mu);
+  flight_remove(f, file, 0, size);
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  if (!rc) rc = maybe_complete(f, file, e);
+  if (rc)
+    df_err_prefix(e, "layer %d expert %d could not be used (--stream-verify shard: its shard %s is "
+                  "fetched from %s and checked first): ",
+                  why->layer, why->expert, base_name(s->path), f->endpoint);
+  return rc;
+}
+
+/* --stream-verify shard: the requested records' partial shards are
+ * completed and proven before any of their records is used. */
+static int shard_first(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
+  double t0 = df_now();
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    if (r[i].file < 0 || r[i].file >= f->n) continue;
+    pthread_mutex_lock(&f->mu);
+    int todo = f->sh[r[i].file].stream || f->sh[r[i].file].bad;
+    pthread_mutex_unlock(&f->mu);
+    if (todo) rc = complete_shard(f, r[i].file, &r[i], e);
+  }
+  pthread_mutex_lock(&f->mu);
+  f->st.wait_s += df_now() - t0;
+  pthread_mutex_unlock(&f->mu);
+  return rc;
 }
 
 static void ahead_unqueue(df_fetcher *f, const df_fetch_req *q);
@@ -584,6 +824,7 @@ static int fetch_round(df_fetcher *f, const df_fetch_req *r, int n, df_fetch_req
 }
 
 int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
+  if (f->policy == DF_SVERIFY_SHARD && shard_first(f, r, n, e)) return -1;
   double t0 = df_now();
   df_fetch_req *todo = df_xmalloc((size_t)(n ? n : 1) * sizeof *todo);
   df_fetch_req *later = df_xmalloc((size_t)(n ? n : 1) * sizeof *later);

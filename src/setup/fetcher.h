@@ -24,6 +24,7 @@
 
 #include "base/err.h"
 #include "format/safetensors.h"
+#include "setup/sverify.h"
 
 typedef struct df_fetcher df_fetcher;
 
@@ -71,8 +72,25 @@ typedef struct df_fetcher_stats {
   uint64_t ahead_dropped; /* guesses dropped from the full queue */
   double wait_s;       /* time callers spent waiting in df_fetcher_fetch */
   int shards_partial;  /* shards still being filled */
+  df_stream_verify policy; /* in force */
+  uint64_t verified;   /* fetched records checked against the record sums */
+  uint64_t refetched;  /* records fetched again after a record-sum mismatch */
 } df_fetcher_stats;
 void df_fetcher_get_stats(df_fetcher *f, df_fetcher_stats *out);
+
+/* ---- verification (sverify.h) ----
+ * The policy in force: `want` (a run/serve override), else the one setup
+ * recorded, else record when the install holds record sums (DIR/
+ * deltafin-record-sums.json, checked against the model info at open), else
+ * arrival (with warn: the loud warning). record without sums is an error.
+ * With record sums every fetched record is checked before it is written
+ * (whatever the policy); with shard a record of a partial shard is not local
+ * until its whole shard is fetched and verified. */
+int df_fetcher_set_verify(df_fetcher *f, df_stream_verify want, int warn, df_err *e);
+df_stream_verify df_fetcher_verify_policy(const df_fetcher *f);
+/* 1 when the record's bytes are proven: its shard verified, or checked
+ * against the record sums. */
+int df_fetcher_proven(df_fetcher *f, int file, uint64_t off, uint64_t len);
 
 /* Parallel connections (default 8, or DF_FETCH_CONNECTIONS). */
 void df_fetcher_set_connections(df_fetcher *f, int n);

@@ -18,7 +18,9 @@
 #include "setup/download.h"
 #include "setup/http.h"
 #include "setup/hub.h"
+#include "setup/recsums.h"
 #include "setup/stream.h"
+#include "setup/sverify.h"
 #include "store/pack.h"
 
 char *df_setup_token(void) {
@@ -71,12 +73,14 @@ typedef struct state {
   df_hub_info info;
   char *info_json;
   size_t info_len;
+  char verify[16]; /* --stream-verify as recorded ("" = auto) */
 } state;
 
 static int write_state(state *s, const char *endpoint, int stream, df_err *e) {
   json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "format", "deltafin-setup/1", "repo", s->repo,
                         "revision", s->revision, "commit", s->commit, "endpoint", endpoint,
                         "mode", stream ? "stream" : "full");
+  if (s->verify[0]) json_object_set_new(o, "stream_verify", json_string(s->verify));
   char *txt = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS);
   json_decref(o);
   char *p = df_path_join(s->root, DF_SETUP_STATE);
@@ -121,6 +125,9 @@ static int load_state(state *s, const char *repo, const char *revision, df_err *
                p, r, v, c, revision);
   } else {
     snprintf(s->commit, sizeof s->commit, "%s", c);
+    const char *sv = json_string_value(json_object_get(o, "stream_verify"));
+    df_stream_verify pv;
+    if (sv && !df_sverify_parse(sv, &pv)) snprintf(s->verify, sizeof s->verify, "%s", sv);
     rc = 1;
   }
   json_decref(o);
@@ -346,6 +353,84 @@ static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df
   return rc;
 }
 
+/* ---- stream verification (sverify.h, recsums.h) ---- */
+
+static int have_sums(const state *s) {
+  char *p = df_path_join(s->root, DF_RECSUMS_FILE);
+  int r = df_file_exists(p);
+  free(p);
+  return r;
+}
+
+/* Before anything is fetched: the policy to record (an explicit one wins,
+ * else the recorded one stays) and the record sums, loaded and checked
+ * against the pinned revision's model info. */
+static int verify_options(const df_setup_opts *o, state *s, const char *endpoint,
+                          df_recsums **sums, char **buf, size_t *len, df_err *e) {
+  df_stream_verify want;
+  if (o->stream_verify) {
+    if (df_sverify_parse(o->stream_verify, &want))
+      return df_err_set(e, "--stream-verify: '%s' is not record, shard or arrival", o->stream_verify);
+    snprintf(s->verify, sizeof s->verify, "%s", o->stream_verify);
+  }
+  if (o->record_sums) {
+    /* the token goes only to the endpoint it is for, never to another host */
+    size_t el = strlen(endpoint);
+    int ours = !strncmp(o->record_sums, endpoint, el) && o->record_sums[el] == '/';
+    char *tok = ours ? df_setup_token() : NULL;
+    df_http_cfg hc = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
+                      .stall_s = o->stall_s, .what = o->record_sums};
+    int rc = df_recsums_load(o->record_sums, &hc, &s->info, sums, buf, len, e);
+    if (tok) {
+      memset(tok, 0, strlen(tok));
+      free(tok);
+    }
+    if (rc) return -1;
+  }
+  if (!strcmp(s->verify, "record") && !*sums && !have_sums(s))
+    return df_err_set(e, "--stream-verify record needs record sums: add --record-sums FILE|URL "
+                      "(deltafin record-sums --model DIR --out FILE makes them from a verified "
+                      "full install of %s@%s)", s->repo, s->commit);
+  return 0;
+}
+
+/* With record sums (given now, or stored), the header and spine tensors just
+ * fetched are checked against their spans: a wrong byte there is caught now,
+ * not when the shard completes. */
+static int check_spine(const state *s, const df_recsums *given, int fetched, const char *endpoint,
+                       df_err *e) {
+  if (!fetched) return 0;
+  df_recsums *rs = (df_recsums *)given;
+  char *buf = NULL;
+  size_t len = 0;
+  if (!rs && have_sums(s)) {
+    char *p = df_path_join(s->root, DF_RECSUMS_FILE);
+    df_http_cfg none = {0};
+    int rc = df_recsums_load(p, &none, &s->info, &rs, &buf, &len, e);
+    free(p);
+    if (rc) return -1;
+  }
+  int checked = 0, rc = rs ? df_recsums_check_spans(s->root, rs, endpoint, &checked, e) : 0;
+  if (!rc && checked) df_log_info("headers and spine checked against the record sums (%d spans)", checked);
+  if (rs != given) df_recsums_free(rs);
+  free(buf);
+  return rc;
+}
+
+static int store_sums(const state *s, const char *buf, size_t len, df_err *e) {
+  char *p = df_path_join(s->root, DF_RECSUMS_FILE);
+  int rc = df_file_write_atomic(p, buf, len, e);
+  free(p);
+  return rc;
+}
+
+static void warn_if_arrival(const state *s) {
+  if (!strcmp(s->verify, "arrival") || (!s->verify[0] && !have_sums(s)))
+    df_sverify_warn_arrival(s->root);
+  else
+    df_log_info("stream verify: %s", s->verify[0] ? s->verify : "record (record sums present)");
+}
+
 int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   memset(rep, 0, sizeof *rep);
   double t0 = df_now();
@@ -372,10 +457,17 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   df_dl_item *items = NULL;
   char **dests = NULL, **urls = NULL;
   df_stream_plan *plan = NULL;
+  df_recsums *sums = NULL;
+  char *sums_buf = NULL;
+  size_t sums_len = 0;
   int rc = -1, nitems = 0;
   int ls = load_state(&s, o->repo, o->revision, e);
   if (ls < 0) goto out;
   if (ls == 0 && fetch_info(o, &s, endpoint, e)) goto out;
+  if (o->stream && verify_options(o, &s, endpoint, &sums, &sums_buf, &sums_len, e)) goto out;
+  /* stored before anything is fetched: a rerun after a failure (or a kill)
+   * checks what it fetches against them too */
+  if (sums && store_sums(&s, sums_buf, sums_len, e)) goto out;
   if (write_state(&s, endpoint, o->stream, e)) goto out;
 
   int nf = s.info.nfiles;
@@ -470,9 +562,12 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
         space_check(s.root, df_stream_plan_missing(plan), "the spine of a stream install", e))
       goto out_tok;
     if (df_stream_plan_fetch(plan, &dl, rep, e)) goto out_tok;
+    if (check_spine(&s, sums, sums || df_stream_plan_missing(plan) > 0, endpoint, e)) goto out_tok;
+    if (sums && df_recsums_install(s.root, sums, sums_buf, sums_len, o->record_sums, e)) goto out_tok;
     df_log_info("stream install ready: %.1f MB of spine and headers local; experts are fetched "
                 "when first needed",
                 (double)df_stream_plan_local_bytes(plan) / 1e6);
+    warn_if_arrival(&s);
   } else {
     int nsteps = 1 + (o->spine != NULL) + (o->ndrives > 0), step = 1;
     df_log_info("step %d/%d: download (%.2f GB missing of %.2f GB)", step++, nsteps,
@@ -568,6 +663,8 @@ out_tok:
 out:
   rep->seconds = df_now() - t0;
   df_stream_plan_free(plan);
+  df_recsums_free(sums);
+  free(sums_buf);
   for (int i = 0; i < nitems; i++) {
     free(dests[i]);
     free(urls[i]);

@@ -46,6 +46,8 @@ typedef struct df_setup_opts {
   int progress;
   int no_space_check;
   int with_vision;         /* --full: also download shards that hold only vision tensors */
+  const char *record_sums; /* --stream: record sums to store (a file or an http(s) URL), or NULL */
+  const char *stream_verify; /* --stream: record, shard or arrival to record; NULL = keep/auto */
 } df_setup_opts;
 
 typedef struct df_setup_report {

@@ -42,7 +42,9 @@ int df_reclock_claim(int fd, df_ranges *rj, uint64_t off, uint64_t len, int wait
     df_reclock_release(fd, off, len);
     return -1;
   }
-  if (df_ranges_lookup(rj, off, off + len, &xxh) == 0 || df_ranges_covered(rj, off, off + len)) {
+  /* exactly journalled, as every fetcher journals a record (a range only
+   * covered by other ranges is the fetcher's to judge: df_fetcher_local) */
+  if (df_ranges_lookup(rj, off, off + len, &xxh) == 0) {
     df_reclock_release(fd, off, len);
     return DF_RECLOCK_LOCAL;
   }

@@ -108,6 +108,7 @@ int df_warm_run(const char *dir, const char *trace_path, int fetch, int progress
   if (df_src_locate(&set, &c, loc, e)) goto out;
   int fo = df_fetcher_open(&f, dir, &set, e);
   if (fo < 0) goto out;
+  if (f && df_fetcher_set_verify(f, DF_SVERIFY_AUTO, 1, e)) goto out;
   df_expert_layout lay;
   df_expert_layout_of(&c, &lay);
   df_warm_item *miss = df_xmalloc((size_t)(nused ? nused : 1) * sizeof *miss);

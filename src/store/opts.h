@@ -5,6 +5,8 @@
 #ifndef DF_STORE_OPTS_H
 #define DF_STORE_OPTS_H
 
+#include "setup/sverify.h"
+
 typedef enum {
   DF_STORE_IO_URING = 0, /* io_uring, registered buffers (falls back to pread) */
   DF_STORE_IO_PREAD = 1, /* qd pread threads per drive */
@@ -40,6 +42,7 @@ typedef struct df_store_opts {
   int queue_depth;          /* reads in flight per drive; <= 0 = default (8) */
   const char *heat_path;    /* NULL = <model_dir>/deltafin.heat; "" = no heat file */
   int fetch_ahead;          /* stream installs: predictors may fetch over the network; 0 = never */
+  df_stream_verify stream_verify; /* stream installs: override the installed policy; 0 = as installed */
 } df_store_opts;
 
 /* Names ("uring", "auto", "always"...); NULL for a value out of range. */

@@ -148,7 +148,7 @@ int df_store_open_shards(df_store *s, const df_st_set *set, df_err *e) {
   free(loc);
   /* a stream install: records already fetched carry the checksum their
    * reads are verified against */
-  if (df_src_remote_open(&s->remote, set, e)) return -1;
+  if (df_src_remote_open_verify(&s->remote, set, (df_stream_verify)s->stream_verify, e)) return -1;
   for (size_t k = 0; s->remote && k < s->nkeys; k++) {
     copyloc *c = &s->recs[k].c[0];
     df_src_remote_local(s->remote, c->file, c->off, s->rec_bytes, &c->xxh);

@@ -1,5 +1,6 @@
 #include "store/source.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,23 +90,67 @@ int df_src_check_scales(const df_expert_layout *l, const uint8_t *rec) {
 struct df_src_remote {
   df_fetcher *f;
   int ahead; /* --fetch-ahead on */
+  /* distinct records used while not proven (set of file << 44 | offset) */
+  uint64_t *unv;
+  size_t unv_cap, unv_n;
+  pthread_mutex_t mu;
 };
 
-int df_src_remote_open(df_src_remote **out, const df_st_set *set, df_err *e) {
+static int remote_open(df_src_remote **out, const df_st_set *set, df_stream_verify want, int warn,
+                       df_err *e) {
   *out = NULL;
   df_fetcher *f;
   int rc = df_fetcher_open(&f, set->dir, set, e);
   if (rc <= 0) return rc;
+  if (df_fetcher_set_verify(f, want, warn, e)) {
+    df_fetcher_close(f);
+    return -1;
+  }
   df_src_remote *r = df_xcalloc(1, sizeof *r);
   r->f = f;
+  pthread_mutex_init(&r->mu, NULL);
   *out = r;
   return 0;
+}
+
+int df_src_remote_open_verify(df_src_remote **out, const df_st_set *set, df_stream_verify want,
+                              df_err *e) {
+  return remote_open(out, set, want, 1, e);
+}
+
+int df_src_remote_open(df_src_remote **out, const df_st_set *set, df_err *e) {
+  return remote_open(out, set, DF_SVERIFY_AUTO, 0, e);
 }
 
 void df_src_remote_close(df_src_remote *r) {
   if (!r) return;
   df_fetcher_close(r->f);
+  free(r->unv);
+  pthread_mutex_destroy(&r->mu);
   free(r);
+}
+
+static void unv_insert(uint64_t *t, size_t cap, uint64_t k, size_t *n) {
+  size_t i = (size_t)(XXH3_64bits(&k, sizeof k) & (cap - 1));
+  while (t[i] && t[i] != k) i = (i + 1) & (cap - 1);
+  if (!t[i]) t[i] = k, (*n)++;
+}
+
+/* Counts a used record that nothing proved (a stream install under
+ * --stream-verify arrival): --stats and --json report how many. */
+static void note_unverified(df_src_remote *r, int file, uint64_t off) {
+  uint64_t k = ((uint64_t)file + 1) << 44 | off; /* never 0: 0 marks a free slot */
+  pthread_mutex_lock(&r->mu);
+  if (2 * (r->unv_n + 1) > r->unv_cap) {
+    size_t nc = r->unv_cap ? 2 * r->unv_cap : 1024, nn = 0;
+    uint64_t *t = df_xcalloc(nc, sizeof *t);
+    for (size_t i = 0; i < r->unv_cap; i++)
+      if (r->unv[i]) unv_insert(t, nc, r->unv[i], &nn);
+    free(r->unv);
+    r->unv = t, r->unv_cap = nc;
+  }
+  unv_insert(r->unv, r->unv_cap, k, &r->unv_n);
+  pthread_mutex_unlock(&r->mu);
 }
 
 int df_src_remote_local(df_src_remote *r, int file, uint64_t off, uint64_t len, uint64_t *xxh) {
@@ -123,6 +168,9 @@ int df_src_remote_ensure(df_src_remote *r, df_src_need *need, int n, df_err *e) 
     if (!df_fetcher_local(r->f, need[i].file, need[i].off, need[i].len, &need[i].xxh))
       rc = df_err_set(e, "layer %d expert %d: not local after its fetch", need[i].layer,
                       need[i].expert);
+  for (int i = 0; !rc && i < n; i++)
+    if (!df_fetcher_proven(r->f, need[i].file, need[i].off, need[i].len))
+      note_unverified(r, need[i].file, need[i].off);
   if (!rc && r->ahead) {
     /* records fetched ahead that this batch needs: the predictions that paid */
     for (int i = 0; i < n; i++)
@@ -156,16 +204,23 @@ void df_src_remote_ahead(df_src_remote *r, const df_src_need *need, int n) {
 char *df_src_remote_stats_json(df_src_remote *r) {
   df_fetcher_stats st;
   df_fetcher_get_stats(r->f, &st);
-  char buf[1024];
+  pthread_mutex_lock(&r->mu);
+  size_t unv = r->unv_n;
+  pthread_mutex_unlock(&r->mu);
+  char buf[1280];
   snprintf(buf, sizeof buf,
            "{\"records_fetched\":%llu,\"bytes_fetched\":%llu,\"http_requests\":%llu,"
            "\"http_retries\":%llu,\"wait_seconds\":%.6f,\"shards_partial\":%d,"
+           "\"stream_verify\":\"%s\",\"records_verified\":%llu,\"records_refetched\":%llu,"
+           "\"records_used_unverified\":%llu,"
            "\"fetch_ahead\":%s,\"ahead_records_fetched\":%llu,\"ahead_bytes_fetched\":%llu,"
            "\"ahead_http_requests\":%llu,\"ahead_used\":%llu,\"ahead_failed\":%llu,"
            "\"ahead_dropped\":%llu}",
            (unsigned long long)st.records, (unsigned long long)st.bytes,
            (unsigned long long)st.requests, (unsigned long long)st.retries, st.wait_s,
-           st.shards_partial, r->ahead ? "true" : "false", (unsigned long long)st.ahead_records,
+           st.shards_partial, df_sverify_name(st.policy), (unsigned long long)st.verified,
+           (unsigned long long)st.refetched, (unsigned long long)unv,
+           r->ahead ? "true" : "false", (unsigned long long)st.ahead_records,
            (unsigned long long)st.ahead_bytes, (unsigned long long)st.ahead_requests,
            (unsigned long long)st.ahead_used, (unsigned long long)st.ahead_failed,
            (unsigned long long)st.ahead_dropped);

@@ -8,6 +8,7 @@
 #include "base/err.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "setup/sverify.h"
 #include "store/store.h"
 
 typedef struct df_src_loc {
@@ -33,6 +34,11 @@ typedef struct df_src_remote df_src_remote;
 /* 0 with *out = NULL when every record of the set is local (no stream
  * install, or one whose shards are complete), 0 with *out set, or -1. */
 int df_src_remote_open(df_src_remote **out, const df_st_set *set, df_err *e);
+/* The same for reading records (the store), with a --stream-verify override
+ * (DF_SVERIFY_AUTO: as installed); prints the loud warning when the policy in
+ * force is arrival. */
+int df_src_remote_open_verify(df_src_remote **out, const df_st_set *set, df_stream_verify want,
+                              df_err *e);
 void df_src_remote_close(df_src_remote *r);
 
 typedef struct df_src_need {

@@ -171,6 +171,12 @@ char *df_store_stats_text(const df_store *s) {
          (long long)json_integer_value(json_object_get(net, "ahead_http_requests")),
          (long long)json_integer_value(json_object_get(net, "ahead_used")),
          (long long)json_integer_value(json_object_get(net, "ahead_failed")));
+    AP("stream verify: %s; %lld experts checked against record sums (%lld fetched again after a "
+       "mismatch); %lld experts used unverified\n",
+       json_string_value(json_object_get(net, "stream_verify")),
+       (long long)json_integer_value(json_object_get(net, "records_verified")),
+       (long long)json_integer_value(json_object_get(net, "records_refetched")),
+       (long long)json_integer_value(json_object_get(net, "records_used_unverified")));
     json_decref(net);
   }
   AP("prefill read amplification %.2f; %llu reads split over two copies\n", amp(s),

@@ -43,6 +43,7 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   s->recs = df_xcalloc(s->nkeys, sizeof *s->recs);
   s->by_key = df_xcalloc(s->nkeys, sizeof *s->by_key);
   const char *model_dir = o->model_dir ? o->model_dir : set->dir;
+  s->stream_verify = (int)o->stream_verify;
 
   char *mpath = NULL;
   if (o->manifest && o->no_pack) {

@@ -12,6 +12,8 @@ without following redirects, and damages responses on purpose:
   --require-token T     answer 401 unless "Authorization: Bearer T" is sent
   --rate BYTES/S   throttle all bodies together (an emulated link)
   --latency-ms N   wait N ms before each response (an emulated round trip)
+  --flip-first N   flip one byte in the middle of the body of the first N
+                   responses on --only paths (a transient corrupting hop)
   --only REGEX     faults only on paths matching REGEX (default: /cdn/)
 
 Faults are drawn from a seeded generator, one draw per request. Every request
@@ -64,6 +66,7 @@ def main():
     ap.add_argument("--require-token")
     ap.add_argument("--rate", type=float, default=0)
     ap.add_argument("--latency-ms", type=float, default=0)
+    ap.add_argument("--flip-first", type=int, default=0)
     ap.add_argument("--only", default="/cdn/")
     ap.add_argument("--log")
     a = ap.parse_args()
@@ -74,6 +77,7 @@ def main():
     statuses = [(int(s.split(":", 1)[0]), re.compile(s.split(":", 1)[1])) for s in a.status]
     only = re.compile(a.only)
     bucket = Bucket(a.rate)
+    flips = [0]
 
     def draw():
         with rng_lock:
@@ -122,6 +126,11 @@ def main():
             if a.require_token and self.headers.get("Authorization") != "Bearer " + a.require_token:
                 return self.plain(401, "Invalid credentials in Authorization header")
             fault = draw() if only.search(self.path) else ""
+            if not fault and only.search(self.path):
+                with rng_lock:
+                    if flips[0] < a.flip_first:
+                        flips[0] += 1
+                        fault = "flip"
             if fault == "500":
                 return self.plain(500, "injected server error")
             up = http.client.HTTPConnection("127.0.0.1", a.upstream, timeout=30)
@@ -144,6 +153,9 @@ def main():
                         v = "bytes %d-%d/%d" % (b + 1, min(e + 1, t - 1), t)
                 self.send_header(k, v)
             self.end_headers()
+            if fault == "flip" and body:
+                k = len(body) // 2
+                body = body[:k] + bytes([body[k] ^ 0x20]) + body[k + 1:]
             n = len(body)
             if fault in ("reset", "short") and n > 1:
                 n = max(1, n // 2)

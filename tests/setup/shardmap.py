@@ -21,8 +21,17 @@ the journal format directly; shares no code with deltafin).
   served LOG WWW SRC COMMIT    from nginx's access log: "RECORDS BYTES" of the
                                expert records served (each must be served whole,
                                no byte of one served twice)
+  corrupt-blob-record WWW SRC COMMIT L X   the same for layer L expert X;
+                               prints "shard offset" of the record
+  check-sums DOC SRC           a record-sums document lists exactly SRC's shards,
+                               their spans (header, spine tensors) and routed-expert
+                               records, with their sha256
+  corrupt-blob-spine WWW SRC COMMIT   flip a byte of a spine tensor in a served
+                               blob; prints the shard's name
+  is-present ROOT SRC L X      exit 0 when layer L expert X is present
 """
 import glob
+import hashlib
 import json
 import os
 import re
@@ -243,6 +252,62 @@ def main():
             nrec += 1
             nbytes += served
         print(nrec, nbytes)
+    elif cmd == "corrupt-blob-record":
+        www, src, commit, L, X = a
+        info = json.load(open(os.path.join(www, "api", commit + ".json")))
+        sha = {s["rfilename"]: s["lfs"]["sha256"] for s in info["siblings"] if "lfs" in s}
+        s, b, e = records(src)[(int(L), int(X))]
+        with open(os.path.join(www, "cdn", sha[s]), "r+b") as f:
+            f.seek(b + 11)
+            x = f.read(1)
+            f.seek(b + 11)
+            f.write(bytes([x[0] ^ 0x04]))
+        print(s, b)
+    elif cmd == "corrupt-blob-spine":
+        www, src, commit = a
+        info = json.load(open(os.path.join(www, "api", commit + ".json")))
+        sha = {s["rfilename"]: s["lfs"]["sha256"] for s in info["siblings"] if "lfs" in s}
+        s = shards(src)[-1]
+        b, e = max(spine_ranges(src, s)[1:], key=lambda r: r[1] - r[0])
+        with open(os.path.join(www, "cdn", sha[s]), "r+b") as f:
+            f.seek((b + e) // 2)
+            x = f.read(1)
+            f.seek((b + e) // 2)
+            f.write(bytes([x[0] ^ 0x08]))
+        print(s)
+    elif cmd == "check-sums":
+        doc, src = json.load(open(a[0])), a[1]
+        assert doc["format"] == "deltafin-record-sums/1", doc["format"]
+        names = [x["name"] for x in doc["shards"]]
+        if names != shards(src):
+            sys.exit("shards %s, expected %s" % (names, shards(src)))
+        for x in doc["shards"]:
+            data = open(os.path.join(src, x["name"]), "rb").read()
+            if x["size"] != len(data) or x["sha256"] != hashlib.sha256(data).hexdigest():
+                sys.exit("shard %s: wrong size or sha256" % x["name"])
+            # spans: exactly what a stream install fetches besides the experts
+            got_sp = sorted((y["offset"], y["offset"] + y["length"], y["sha256"]) for y in x["spans"])
+            want_sp = sorted((b, e, hashlib.sha256(data[b:e]).hexdigest()) for b, e in spine_ranges(src, x["name"]))
+            if got_sp != want_sp:
+                sys.exit("shard %s: spans differ from the header and spine tensors" % x["name"])
+        recs = records(src)
+        got = {(r["layer"], r["expert"]): r for r in doc["records"]}
+        if set(got) != set(recs):
+            sys.exit("records differ: %s" % sorted(set(got) ^ set(recs))[:5])
+        for key, (s, b, e) in recs.items():
+            r = got[key]
+            if names[r["shard"]] != s or r["offset"] != b or r["length"] != e - b:
+                sys.exit("layer %d expert %d: wrong place" % key)
+            with open(os.path.join(src, s), "rb") as f:
+                f.seek(b)
+                if hashlib.sha256(f.read(e - b)).hexdigest() != r["sha256"]:
+                    sys.exit("layer %d expert %d: wrong sha256" % key)
+        print(len(recs))
+    elif cmd == "is-present":
+        root, src, L, X = a
+        s, b, e = records(src)[(int(L), int(X))]
+        u = journal(root, s)
+        sys.exit(0 if u is None or covered(u, b, e) else 1)
     else:
         sys.exit("unknown command " + cmd)
 
