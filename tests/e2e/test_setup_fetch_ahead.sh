@@ -14,7 +14,8 @@
 #  - two processes started together on one cold install (a throttled link,
 #    so their fetches overlap): every record served exactly once, both give
 #    the original's ids; one of them killed mid-fetch: the other completes,
-#    nothing wrong is journalled.
+#    nothing wrong is journalled;
+#  - with record sums, every record fetched ahead is checked like a demanded one.
 set -eu
 BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
@@ -141,4 +142,17 @@ wait "$PB" || fail "the survivor of a killed fetcher failed: $(cat "$T/k.err")"
 [ "$(ids "$T/k.json")" = "$(ids "$T/ref.json")" ] || fail "ids differ after the other process was killed"
 $MAP verify-present "$T/k" "$T/src" || fail "a killed fetch left wrong bytes journalled"
 stop_proxy
+
+# --- 6: record sums: records fetched ahead are checked before they are written, as demanded ones ---
+"$BIN" record-sums --model "$T/orig" --out "$T/sums.json" -q || fail "record-sums failed"
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/rs" -q \
+  --record-sums "$T/sums.json" 2>"$T/rs.err" || fail "setup --stream --record-sums: $(cat "$T/rs.err")"
+"$BIN" run --model "$T/rs" --prompt-ids $IDS --max-new 10 --fetch-ahead on --json >"$T/o6.json" \
+  2>"$T/o6.err" || fail "run with record sums and --fetch-ahead on: $(cat "$T/o6.err")"
+[ "$(ids "$T/o6.json")" = "$(ids "$T/ref.json")" ] || fail "ids with record sums and fetch-ahead differ"
+F6=$(net "$T/o6.json" records_fetched)
+A6=$(net "$T/o6.json" ahead_records_fetched)
+[ "$A6" -gt 0 ] || fail "nothing fetched ahead with record sums"
+[ "$(net "$T/o6.json" records_verified)" = "$((F6 + A6))" ] || fail "records checked != fetched + fetched ahead: $(cat "$T/o6.json")"
+[ "$(net "$T/o6.json" records_used_unverified)" = 0 ] || fail "records used unverified with record sums"
 echo "PASS setup fetch-ahead"
