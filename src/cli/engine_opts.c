@@ -9,6 +9,7 @@
 typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
   K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX, K_SPINE_DIR,
+  K_FETCH_AHEAD,
   K_STREAM_VERIFY
 } opt_key;
 
@@ -43,6 +44,10 @@ static const opt_def defs[] = {
     {"--ctx", "N", K_CTX, "context positions to admit (default: the memory plan's)"},
     {"--spine-dir", "DIR", K_SPINE_DIR,
      "where `convert-spine --out` wrote the int8 spine (default DIR/spine-int8)"},
+    {"--fetch-ahead", "on|off", K_FETCH_AHEAD,
+     "stream installs: let the prefetch predictors fetch experts that are not local over the "
+     "network in the background, below demand fetches (default off: only what a batch needs "
+     "is fetched)"},
     {"--stream-verify", "POLICY", K_STREAM_VERIFY,
      "stream installs: record (each fetched expert against the record sums), shard (an expert's "
      "whole shard fetched and checked against the hub's sha256 first) or arrival (unverified); "
@@ -107,6 +112,11 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
       return df_cli_fail("--mem-limit: '%s' is not a size like 48G or 512M", v), -1;
     return 0;
   case K_SPINE_DIR: o->spine_dir = v; return 0;
+  case K_FETCH_AHEAD:
+    if (!strcmp(v, "on")) o->store.fetch_ahead = 1;
+    else if (!strcmp(v, "off")) o->store.fetch_ahead = 0;
+    else return df_cli_fail("--fetch-ahead: '%s' is not on or off", v), -1;
+    return 0;
   case K_STREAM_VERIFY:
     if (df_sverify_parse(v, &o->store.stream_verify))
       return df_cli_fail("--stream-verify: '%s' is not record, shard or arrival", v), -1;

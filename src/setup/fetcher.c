@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -17,10 +18,14 @@
 #include "setup/hub.h"
 #include "setup/install.h"
 #include "setup/ranges.h"
+#include "setup/reclock.h"
 #include "setup/recsums.h"
 #include "setup/sverify.h"
 
 #define MAX_RUN_BYTES (64u << 20) /* one coalesced range request at most */
+#define AHEAD_CONNS 2     /* speculative requests in flight at most */
+#define AHEAD_QUEUE 32    /* predictions waiting; the oldest is dropped beyond */
+#define AHEAD_PAUSE_S 2.0 /* no speculation for this long after one failed */
 
 typedef struct fshard {
   int stream;          /* still partial: has a journal */
@@ -52,6 +57,21 @@ struct df_fetcher {
   df_http **free_h;
   df_fetcher_stats st;
   char last_err[1024];
+  /* fetch-ahead: speculative fetches for the store's predictors */
+  int demand_active;             /* demand fetches running: no speculative one starts */
+  df_fetch_req aq[AHEAD_QUEUE];  /* queued predictions, oldest first */
+  int naq;
+  pthread_cond_t acv;            /* wakes the ahead workers */
+  struct ahead_thr {
+    df_fetcher *f;
+    df_http *h;
+    pthread_t th;
+  } athr[AHEAD_CONNS];
+  int nathr, astop;
+  int abusy;                     /* workers between taking a guess and finishing it */
+  double apause_until;           /* after a failed speculative fetch */
+  uint64_t *aset;                /* fetched ahead, not yet demanded: sorted ahead_key()s */
+  int naset, capaset;
   df_recsums *sums;             /* the install's record sums, NULL = none */
   df_stream_verify installed;   /* as setup recorded it (auto when it did not) */
   df_stream_verify policy;      /* in force: never auto */
@@ -113,6 +133,7 @@ int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_
   f->dir = df_xstrdup(dir);
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
+  pthread_cond_init(&f->acv, NULL);
   if (load_install(f, e)) goto fail;
   f->n = set->nfiles;
   f->sh = df_xcalloc((size_t)f->n, sizeof *f->sh);
@@ -182,6 +203,9 @@ void df_fetcher_set_connections(df_fetcher *f, int n) {
 
 void df_fetcher_close(df_fetcher *f) {
   if (!f) return;
+  df_fetcher_set_ahead(f, 0);
+  free(f->aset);
+  pthread_cond_destroy(&f->acv);
   for (int i = 0; i < f->n; i++) {
     df_ranges_close(f->sh[i].rj);
     if (f->sh[i].fd >= 0) close(f->sh[i].fd);
@@ -230,6 +254,12 @@ void df_fetcher_get_stats(df_fetcher *f, df_fetcher_stats *out) {
     df_http_get_stats(f->pool[i], &hs);
     out->requests += hs.requests;
     out->retries += hs.retries;
+  }
+  out->ahead_requests = 0;
+  for (int i = 0; i < f->nathr; i++) {
+    df_http_stats hs;
+    df_http_get_stats(f->athr[i].h, &hs);
+    out->ahead_requests += hs.requests;
   }
   pthread_mutex_unlock(&f->mu);
 }
@@ -417,8 +447,10 @@ static int maybe_complete(df_fetcher *f, int file, df_err *e) {
   }
   char *jp = df_dl_journal_path(s->path, 1);
   pthread_mutex_lock(&f->mu);
-  s->stream = 0;
-  f->st.shards_partial--;
+  if (s->stream) { /* a demand and a speculative fetch may both complete it */
+    s->stream = 0;
+    f->st.shards_partial--;
+  }
   pthread_mutex_unlock(&f->mu);
   unlink(jp);
   free(jp);
@@ -598,19 +630,38 @@ static int shard_first(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
   return rc;
 }
 
-int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
-  if (f->policy == DF_SVERIFY_SHARD && shard_first(f, r, n, e)) return -1;
-  double t0 = df_now();
-  df_fetch_req *todo = df_xmalloc((size_t)(n ? n : 1) * sizeof *todo);
-  int nt = 0, waits = 0, rc = 0;
+static void ahead_unqueue(df_fetcher *f, const df_fetch_req *q);
+
+static void flight_add(df_fetcher *f, const df_fetch_req *q) {
+  if (f->nfl == f->capfl) {
+    f->capfl = f->capfl ? 2 * f->capfl : 64;
+    f->fl = df_xrealloc(f->fl, (size_t)f->capfl * sizeof *f->fl);
+  }
+  f->fl[f->nfl++] = (flight){q->file, q->off, q->len};
+}
+
+/* Ends flights of this process without fetching them (done elsewhere). */
+static void flights_drop(df_fetcher *f, const df_fetch_req *q, int n) {
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < n; i++) flight_remove(f, q[i].file, q[i].off, q[i].len);
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* This caller's share of r[]: the records neither local nor in flight go to
+ * todo (each now a flight of this caller); *waits counts those another
+ * caller of this process is fetching. -1 for a shard that failed. */
+static int claim_flights(df_fetcher *f, const df_fetch_req *r, int n, df_fetch_req *todo, int *nt,
+                         int *waits, df_err *e) {
   uint64_t xxh;
+  *nt = *waits = 0;
   pthread_mutex_lock(&f->mu);
   for (int i = 0; i < n; i++) {
     const df_fetch_req *q = &r[i];
     if (q->file < 0 || q->file >= f->n) continue;
     if (f->sh[q->file].bad) {
       pthread_mutex_unlock(&f->mu);
-      free(todo);
+      flights_drop(f, todo, *nt);
       return df_err_set(e, "layer %d expert %d: shard %s failed verification; run deltafin setup "
                         "--full to fetch it again",
                         q->layer, q->expert, f->sh[q->file].path);
@@ -621,107 +672,396 @@ int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
     pthread_mutex_lock(&f->mu);
     if (local) continue;
     if (overlaps_flight(f, q->file, q->off, q->len)) {
-      waits++;
+      (*waits)++;
       continue;
     }
     int dup = 0;
-    for (int k = 0; k < nt && !dup; k++)
+    for (int k = 0; k < *nt && !dup; k++)
       dup = todo[k].file == q->file && todo[k].off == q->off && todo[k].len == q->len;
     if (dup) continue;
-    if (f->nfl == f->capfl) {
-      f->capfl = f->capfl ? 2 * f->capfl : 64;
-      f->fl = df_xrealloc(f->fl, (size_t)f->capfl * sizeof *f->fl);
-    }
-    f->fl[f->nfl++] = (flight){q->file, q->off, q->len};
-    todo[nt++] = *q;
+    ahead_unqueue(f, q); /* a demand fetch takes a queued prediction over */
+    flight_add(f, q);
+    todo[(*nt)++] = *q;
   }
   pthread_mutex_unlock(&f->mu);
-  if (nt) {
-    qsort(todo, (size_t)nt, sizeof *todo, cmp_req);
-    run_t *runs = df_xmalloc((size_t)nt * sizeof *runs);
-    int nr = 0;
-    for (int i = 0; i < nt; i++) {
-      run_t *last = nr ? &runs[nr - 1] : NULL;
-      if (last && last->file == todo[i].file && last->off + last->len == todo[i].off &&
-          last->len + todo[i].len <= MAX_RUN_BYTES) {
-        last->len += todo[i].len;
-        last->count++;
-      } else {
-        runs[nr++] = (run_t){todo[i].file, todo[i].off, todo[i].len, i, 1};
-      }
+  return 0;
+}
+
+/* Other processes on this install: every record of todo (sorted) is locked
+ * without waiting; one another process journalled meanwhile is dropped,
+ * one another process holds now moves to later[] (claimed one at a time,
+ * waiting, once this caller holds no lock), the rest stay in todo, locked. */
+static int lock_claimed(df_fetcher *f, df_fetch_req *todo, int *nt, df_fetch_req *later, int *nl,
+                        df_err *e) {
+  int k = 0, rc = 0;
+  *nl = 0;
+  for (int i = 0; i < *nt; i++) {
+    fshard *s = &f->sh[todo[i].file];
+    int st = rc ? -1 : df_reclock_claim(s->fd, s->rj, todo[i].off, todo[i].len, 0, e);
+    if (st == DF_RECLOCK_MINE) todo[k++] = todo[i];
+    else if (st == DF_RECLOCK_BUSY) later[(*nl)++] = todo[i];
+    else {
+      if (st < 0) rc = -1;
+      flights_drop(f, &todo[i], 1);
     }
-    uint64_t *hash = df_xcalloc((size_t)nt, sizeof *hash);
-    job_ctx c = {.f = f, .todo = todo, .hash = hash, .runs = runs, .nruns = nr};
-    pthread_mutex_init(&c.mu, NULL);
-    int nw = nr < f->npool ? nr : f->npool;
-    pthread_t th[64];
-    if (nw > 64) nw = 64;
-    for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, fetch_worker, &c);
-    for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&c.mu);
-    /* Durability order: every fetched byte of a shard is synced, then its
-     * records are journalled (one write, one sync): a kill in between only
-     * loses records, never journals bytes that are not on disk. */
-    if (!c.failed) {
-      df_range *v = df_xmalloc((size_t)nt * sizeof *v);
-      for (int i = 0; i < nt && !c.failed;) {
-        int j = i, file = todo[i].file;
-        fshard *sh = &f->sh[file];
-        while (j < nt && todo[j].file == file) {
-          v[j - i] = (df_range){todo[j].off, todo[j].off + todo[j].len, hash[j]};
-          j++;
-        }
-        if (fdatasync(sh->fd)) {
-          df_err_errno(&c.err, "syncing %s", sh->path);
-          c.failed = 1;
-        } else if (df_ranges_add_many(sh->rj, v, j - i, &c.err)) {
-          c.failed = 1;
-        }
-        i = j;
-      }
-      free(v);
-    }
-    free(hash);
-    uint64_t bytes = 0;
-    for (int i = 0; i < nt; i++) bytes += todo[i].len;
-    pthread_mutex_lock(&f->mu);
-    for (int i = 0; i < nt; i++) flight_remove(f, todo[i].file, todo[i].off, todo[i].len);
-    if (!c.failed) {
-      f->st.records += (uint64_t)nt;
-      f->st.bytes += bytes;
+  }
+  *nt = k;
+  if (rc) {
+    for (int i = 0; i < k; i++) df_reclock_release(f->sh[todo[i].file].fd, todo[i].off, todo[i].len);
+    flights_drop(f, todo, k);
+    flights_drop(f, later, *nl);
+    *nt = *nl = 0;
+  }
+  return rc;
+}
+
+/* Fetches todo[0..nt) (sorted; flights and locks of this caller), writes,
+ * syncs and journals them, then releases the locks and the flights. */
+static int fetch_locked(df_fetcher *f, const df_fetch_req *todo, int nt, df_err *e) {
+  int rc = 0;
+  run_t *runs = df_xmalloc((size_t)nt * sizeof *runs);
+  int nr = 0;
+  for (int i = 0; i < nt; i++) {
+    run_t *last = nr ? &runs[nr - 1] : NULL;
+    if (last && last->file == todo[i].file && last->off + last->len == todo[i].off &&
+        last->len + todo[i].len <= MAX_RUN_BYTES) {
+      last->len += todo[i].len;
+      last->count++;
     } else {
-      snprintf(f->last_err, sizeof f->last_err, "%s", c.err.msg);
-    }
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-    free(runs);
-    if (c.failed) {
-      *e = c.err;
-      char more[48] = "";
-      if (nt > 1) snprintf(more, sizeof more, " (and %d more)", nt - 1);
-      df_err_prefix(e, "layer %d expert %d%s could not be fetched from %s: ", todo[0].layer,
-                    todo[0].expert, more, f->endpoint);
-      rc = -1;
+      runs[nr++] = (run_t){todo[i].file, todo[i].off, todo[i].len, i, 1};
     }
   }
-  if (!rc && waits) {
-    /* Records another caller is fetching: wait for it, then check. */
-    pthread_mutex_lock(&f->mu);
-    for (int i = 0; i < n; i++)
-      while (r[i].file >= 0 && r[i].file < f->n && overlaps_flight(f, r[i].file, r[i].off, r[i].len))
-        pthread_cond_wait(&f->cv, &f->mu);
-    pthread_mutex_unlock(&f->mu);
-    for (int i = 0; i < n && !rc; i++)
-      if (!df_fetcher_local(f, r[i].file, r[i].off, r[i].len, &xxh))
-        rc = df_err_set(e, "layer %d expert %d could not be fetched: %s", r[i].layer, r[i].expert,
-                        f->last_err);
+  uint64_t *hash = df_xcalloc((size_t)nt, sizeof *hash);
+  job_ctx c = {.f = f, .todo = todo, .hash = hash, .runs = runs, .nruns = nr};
+  pthread_mutex_init(&c.mu, NULL);
+  int nw = nr < f->npool ? nr : f->npool;
+  pthread_t th[64];
+  if (nw > 64) nw = 64;
+  for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, fetch_worker, &c);
+  for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&c.mu);
+  /* Durability order: every fetched byte of a shard is synced, then its
+   * records are journalled (one write, one sync): a kill in between only
+   * loses records, never journals bytes that are not on disk. */
+  if (!c.failed) {
+    df_range *v = df_xmalloc((size_t)nt * sizeof *v);
+    for (int i = 0; i < nt && !c.failed;) {
+      int j = i, file = todo[i].file;
+      fshard *sh = &f->sh[file];
+      while (j < nt && todo[j].file == file) {
+        v[j - i] = (df_range){todo[j].off, todo[j].off + todo[j].len, hash[j]};
+        j++;
+      }
+      if (fdatasync(sh->fd)) {
+        df_err_errno(&c.err, "syncing %s", sh->path);
+        c.failed = 1;
+      } else if (df_ranges_add_many(sh->rj, v, j - i, &c.err)) {
+        c.failed = 1;
+      }
+      i = j;
+    }
+    free(v);
   }
-  if (!rc)
-    for (int i = 0; i < nt && !rc; i++)
-      if (i == 0 || todo[i].file != todo[i - 1].file) rc = maybe_complete(f, todo[i].file, e);
-  free(todo);
+  free(hash);
+  /* journalled (or failed): other processes may take the records now */
+  for (int i = 0; i < nt; i++) df_reclock_release(f->sh[todo[i].file].fd, todo[i].off, todo[i].len);
+  uint64_t bytes = 0;
+  for (int i = 0; i < nt; i++) bytes += todo[i].len;
   pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < nt; i++) flight_remove(f, todo[i].file, todo[i].off, todo[i].len);
+  if (!c.failed) {
+    f->st.records += (uint64_t)nt;
+    f->st.bytes += bytes;
+  } else {
+    snprintf(f->last_err, sizeof f->last_err, "%s", c.err.msg);
+  }
+  pthread_cond_broadcast(&f->cv);
+  pthread_mutex_unlock(&f->mu);
+  free(runs);
+  if (c.failed) {
+    *e = c.err;
+    char more[48] = "";
+    if (nt > 1) snprintf(more, sizeof more, " (and %d more)", nt - 1);
+    df_err_prefix(e, "layer %d expert %d%s could not be fetched from %s: ", todo[0].layer,
+                  todo[0].expert, more, f->endpoint);
+    rc = -1;
+  }
+  return rc;
+}
+
+/* The records of r[] that another caller of this process is fetching. */
+static void wait_flights(df_fetcher *f, const df_fetch_req *r, int n) {
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < n; i++)
+    while (r[i].file >= 0 && r[i].file < f->n && overlaps_flight(f, r[i].file, r[i].off, r[i].len))
+      pthread_cond_wait(&f->cv, &f->mu);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* One round: claim, lock, fetch, wait for the others' records. */
+static int fetch_round(df_fetcher *f, const df_fetch_req *r, int n, df_fetch_req *todo,
+                       df_fetch_req *later, df_err *e) {
+  int nt, nl, waits;
+  if (claim_flights(f, r, n, todo, &nt, &waits, e)) return -1;
+  qsort(todo, (size_t)nt, sizeof *todo, cmp_req);
+  int rc = lock_claimed(f, todo, &nt, later, &nl, e);
+  if (!rc && nt) rc = fetch_locked(f, todo, nt, e);
+  for (int i = 0; i < nl; i++) {
+    /* held by another process: wait for it holding no lock of our own */
+    fshard *s = &f->sh[later[i].file];
+    int st = rc ? -1 : df_reclock_claim(s->fd, s->rj, later[i].off, later[i].len, 1, e);
+    if (st == DF_RECLOCK_MINE) rc = fetch_locked(f, &later[i], 1, e);
+    else {
+      if (st < 0) rc = -1;
+      flights_drop(f, &later[i], 1);
+    }
+  }
+  if (!rc && waits) wait_flights(f, r, n);
+  for (int i = 0; i < n && !rc; i++)
+    if (r[i].file >= 0 && r[i].file < f->n && (i == 0 || r[i].file != r[i - 1].file))
+      rc = maybe_complete(f, r[i].file, e);
+  return rc;
+}
+
+int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
+  if (f->policy == DF_SVERIFY_SHARD && shard_first(f, r, n, e)) return -1;
+  double t0 = df_now();
+  df_fetch_req *todo = df_xmalloc((size_t)(n ? n : 1) * sizeof *todo);
+  df_fetch_req *later = df_xmalloc((size_t)(n ? n : 1) * sizeof *later);
+  pthread_mutex_lock(&f->mu);
+  f->demand_active++; /* speculative fetches start nothing new meanwhile */
+  pthread_mutex_unlock(&f->mu);
+  int rc = 0;
+  uint64_t xxh;
+  /* A record waited for may still be missing after its round: the other
+   * fetch failed (a speculative one, or another caller's): fetch it then. */
+  for (int round = 0; !rc; round++) {
+    rc = fetch_round(f, r, n, todo, later, e);
+    int miss = -1;
+    for (int i = 0; i < n && !rc && miss < 0; i++)
+      if (r[i].file >= 0 && r[i].file < f->n && !df_fetcher_local(f, r[i].file, r[i].off, r[i].len, &xxh))
+        miss = i;
+    if (rc || miss < 0) break;
+    if (round == 3) {
+      pthread_mutex_lock(&f->mu);
+      rc = df_err_set(e, "layer %d expert %d could not be fetched: %s", r[miss].layer,
+                      r[miss].expert, f->last_err[0] ? f->last_err : "still missing after 4 tries");
+      pthread_mutex_unlock(&f->mu);
+    }
+  }
+  free(todo);
+  free(later);
+  pthread_mutex_lock(&f->mu);
+  f->demand_active--;
+  pthread_cond_broadcast(&f->acv);
   f->st.wait_s += df_now() - t0;
   pthread_mutex_unlock(&f->mu);
   return rc;
+}
+
+/* ---- fetch-ahead: speculative fetches for the store's predictors ----
+ * A bounded queue of predicted records and AHEAD_CONNS workers with their own
+ * connections. A worker starts a request only while no demand fetch runs
+ * (a demand fetch then waits behind nothing but the requests already in
+ * flight), takes the newest prediction first, and fetches one record per
+ * request under the same flights and cross-process locks as demand fetches,
+ * never waiting for a lock (a guess is dropped instead). A failure is
+ * counted and pauses speculation; it never fails a caller: a demand for that
+ * record fetches it itself. */
+
+static uint64_t ahead_key(int file, uint64_t off) { return (uint64_t)file << 44 | off; }
+
+/* Index of key in aset, or where it would go (mu held). */
+static int aset_pos(const df_fetcher *f, uint64_t key) {
+  int lo = 0, hi = f->naset;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (f->aset[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void aset_add(df_fetcher *f, uint64_t key) {
+  int i = aset_pos(f, key);
+  if (i < f->naset && f->aset[i] == key) return;
+  if (f->naset == f->capaset) {
+    f->capaset = f->capaset ? 2 * f->capaset : 64;
+    f->aset = df_xrealloc(f->aset, (size_t)f->capaset * sizeof *f->aset);
+  }
+  memmove(f->aset + i + 1, f->aset + i, (size_t)(f->naset - i) * sizeof *f->aset);
+  f->aset[i] = key;
+  f->naset++;
+}
+
+/* 1 (and removed) when key is in aset (mu held). */
+static int aset_take(df_fetcher *f, uint64_t key) {
+  int p = aset_pos(f, key);
+  if (p >= f->naset || f->aset[p] != key) return 0;
+  memmove(f->aset + p, f->aset + p + 1, (size_t)(f->naset - p - 1) * sizeof *f->aset);
+  f->naset--;
+  return 1;
+}
+
+static void ahead_unqueue(df_fetcher *f, const df_fetch_req *q) {
+  int k = 0;
+  for (int i = 0; i < f->naq; i++)
+    if (!(f->aq[i].file == q->file && f->aq[i].off < q->off + q->len && q->off < f->aq[i].off + f->aq[i].len))
+      f->aq[k++] = f->aq[i];
+  f->naq = k;
+}
+
+/* Fetches one claimed record (its flight is ours): 1 fetched, 0 nothing to
+ * do (local now, or another process holds it), -1 failed. */
+static int ahead_one(df_fetcher *f, df_http *h, const df_fetch_req *q, df_err *e) {
+  fshard *s = &f->sh[q->file];
+  int st = df_reclock_claim(s->fd, s->rj, q->off, q->len, 0, e);
+  if (st != DF_RECLOCK_MINE) return st < 0 ? -1 : 0;
+  run_t run = {q->file, q->off, q->len, 0, 1};
+  uint64_t hash = 0;
+  int rc = fetch_run(f, h, &run, q, &hash, e);
+  if (!rc && fdatasync(s->fd)) rc = df_err_errno(e, "syncing %s", s->path);
+  if (!rc) rc = df_ranges_add(s->rj, q->off, q->off + q->len, hash, e);
+  df_reclock_release(s->fd, q->off, q->len);
+  return rc ? -1 : 1;
+}
+
+/* Waits on acv (mu held), until `until` when it is in the future. */
+static void ahead_sleep(df_fetcher *f, double until) {
+  if (until <= df_now()) {
+    pthread_cond_wait(&f->acv, &f->mu);
+    return;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double d = until - df_now();
+  ts.tv_sec += (time_t)d;
+  ts.tv_nsec += (long)((d - (double)(time_t)d) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_cond_timedwait(&f->acv, &f->mu, &ts);
+}
+
+static void *ahead_worker(void *arg) {
+  struct ahead_thr *t = arg;
+  df_fetcher *f = t->f;
+  uint64_t xxh;
+  pthread_mutex_lock(&f->mu);
+  while (!f->astop) {
+    double pause = f->apause_until;
+    if (!f->naq || f->demand_active || df_now() < pause) {
+      ahead_sleep(f, df_now() < pause ? pause : 0);
+      continue;
+    }
+    df_fetch_req q = f->aq[--f->naq]; /* the newest guess is the likeliest still useful */
+    if (!f->sh[q.file].stream || f->sh[q.file].bad) continue;
+    f->abusy++;
+    pthread_mutex_unlock(&f->mu);
+    int local = df_fetcher_local(f, q.file, q.off, q.len, &xxh);
+    pthread_mutex_lock(&f->mu);
+    if (local || overlaps_flight(f, q.file, q.off, q.len) || f->demand_active || f->astop) {
+      f->abusy--;
+      pthread_cond_broadcast(&f->cv);
+      continue;
+    }
+    flight_add(f, &q);
+    /* among the records fetched ahead from now: the record is local (and a
+     * demand may find it so, without waiting) before its flight ends */
+    aset_add(f, ahead_key(q.file, q.off));
+    pthread_mutex_unlock(&f->mu);
+    df_err e;
+    int got = ahead_one(f, t->h, &q, &e);
+    pthread_mutex_lock(&f->mu);
+    flight_remove(f, q.file, q.off, q.len);
+    if (got > 0) {
+      f->st.ahead_records++;
+      f->st.ahead_bytes += q.len;
+    } else {
+      aset_take(f, ahead_key(q.file, q.off)); /* not fetched by this guess */
+    }
+    if (got < 0) {
+      f->st.ahead_failed++;
+      f->apause_until = df_now() + AHEAD_PAUSE_S;
+      f->naq = 0;
+      df_log_debug("fetch-ahead of layer %d expert %d failed (a demand fetch will retry): %s",
+                   q.layer, q.expert, e.msg);
+    }
+    pthread_cond_broadcast(&f->cv);
+    if (got > 0) {
+      /* the shard may be complete now: its sha256 (long) after the flight
+       * ended, without the lock */
+      pthread_mutex_unlock(&f->mu);
+      if (maybe_complete(f, q.file, &e)) df_log_warn("%s", e.msg);
+      pthread_mutex_lock(&f->mu);
+    }
+    f->abusy--;
+    pthread_cond_broadcast(&f->cv);
+  }
+  pthread_mutex_unlock(&f->mu);
+  return NULL;
+}
+
+void df_fetcher_set_ahead(df_fetcher *f, int on) {
+  if (on && !f->nathr) {
+    char *tok = df_setup_token();
+    /* a guess is not worth long retries: one, soon, and a shorter stall */
+    df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 1, .backoff_s = 0.02, .stall_s = 10};
+    f->astop = 0;
+    for (int i = 0; i < AHEAD_CONNS; i++) {
+      f->athr[i] = (struct ahead_thr){.f = f, .h = df_http_new(&hc)};
+    }
+    pthread_mutex_lock(&f->mu);
+    f->nathr = AHEAD_CONNS;
+    pthread_mutex_unlock(&f->mu);
+    for (int i = 0; i < AHEAD_CONNS; i++) pthread_create(&f->athr[i].th, NULL, ahead_worker, &f->athr[i]);
+    if (tok) {
+      memset(tok, 0, strlen(tok));
+      free(tok);
+    }
+  } else if (!on && f->nathr) {
+    pthread_mutex_lock(&f->mu);
+    f->astop = 1;
+    f->naq = 0;
+    pthread_cond_broadcast(&f->acv);
+    pthread_mutex_unlock(&f->mu);
+    for (int i = 0; i < f->nathr; i++) pthread_join(f->athr[i].th, NULL);
+    pthread_mutex_lock(&f->mu);
+    for (int i = 0; i < f->nathr; i++) df_http_free(f->athr[i].h);
+    f->nathr = 0;
+    pthread_mutex_unlock(&f->mu);
+  }
+}
+
+void df_fetcher_ahead(df_fetcher *f, const df_fetch_req *r, int n) {
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < n && f->nathr; i++) {
+    const df_fetch_req *q = &r[i];
+    if (q->file < 0 || q->file >= f->n || !f->sh[q->file].stream) continue;
+    if (overlaps_flight(f, q->file, q->off, q->len)) continue;
+    int dup = 0;
+    for (int k = 0; k < f->naq && !dup; k++)
+      dup = f->aq[k].file == q->file && f->aq[k].off == q->off;
+    if (dup) continue;
+    if (f->naq == AHEAD_QUEUE) {
+      memmove(f->aq, f->aq + 1, (AHEAD_QUEUE - 1) * sizeof *f->aq);
+      f->naq--;
+      f->st.ahead_dropped++;
+    }
+    f->aq[f->naq++] = *q;
+  }
+  pthread_cond_signal(&f->acv);
+  pthread_mutex_unlock(&f->mu);
+}
+
+void df_fetcher_demanded(df_fetcher *f, const df_fetch_req *r, int n) {
+  pthread_mutex_lock(&f->mu);
+  for (int i = 0; i < n && f->naset; i++)
+    if (aset_take(f, ahead_key(r[i].file, r[i].off))) f->st.ahead_used++;
+  pthread_mutex_unlock(&f->mu);
+}
+
+void df_fetcher_settle(df_fetcher *f) {
+  pthread_mutex_lock(&f->mu);
+  f->naq = 0;
+  while (f->abusy) pthread_cond_wait(&f->cv, &f->mu);
+  pthread_mutex_unlock(&f->mu);
 }

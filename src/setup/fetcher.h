@@ -11,7 +11,12 @@
  *   complete shard is verified against the hub's sha256 (which proves every
  *   record fetched from it) and its journal removed; a mismatch is an error
  *   naming the shard, and its records are refused from then on.
- * - Nothing is fetched speculatively: only what a caller asks for. */
+ * - Nothing is fetched speculatively unless asked (df_fetcher_set_ahead:
+ *   `--fetch-ahead on`): then predicted records are fetched in the
+ *   background, below every demand fetch, a few at a time.
+ * - Never more than one fetch of a record, across threads (a table of
+ *   records in flight) and across processes (byte-range locks on the shard
+ *   and a re-read of its journal: reclock.h). */
 #ifndef DF_SETUP_FETCHER_H
 #define DF_SETUP_FETCHER_H
 
@@ -44,8 +49,27 @@ typedef struct df_fetch_req {
  * record that could not be fetched (and the endpoint). */
 int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e);
 
+/* Fetch-ahead (default off): on starts the background workers, off stops
+ * them (waiting for the requests in flight). */
+void df_fetcher_set_ahead(df_fetcher *f, int on);
+/* Queues records a predictor expects (never blocks on the network; a
+ * no-op while fetch-ahead is off). The queue is bounded: the oldest guesses
+ * are dropped. */
+void df_fetcher_ahead(df_fetcher *f, const df_fetch_req *r, int n);
+/* For reports at the end of a generation: drops the queued guesses (they
+ * were for positions that will not come) and waits for the speculative
+ * fetches in flight, so that the counters include every one started. */
+void df_fetcher_settle(df_fetcher *f);
+/* The caller needs these records now (local already, or made local by
+ * df_fetcher_fetch): those fetched ahead count as used, once. */
+void df_fetcher_demanded(df_fetcher *f, const df_fetch_req *r, int n);
+
 typedef struct df_fetcher_stats {
-  uint64_t records, bytes, requests, retries;
+  uint64_t records, bytes, requests, retries; /* demand fetches */
+  uint64_t ahead_records, ahead_bytes, ahead_requests; /* speculative fetches */
+  uint64_t ahead_used;    /* records fetched ahead that a caller then needed */
+  uint64_t ahead_failed;  /* speculative fetches that failed (never an error) */
+  uint64_t ahead_dropped; /* guesses dropped from the full queue */
   double wait_s;       /* time callers spent waiting in df_fetcher_fetch */
   int shards_partial;  /* shards still being filled */
   df_stream_verify policy; /* in force */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -81,6 +82,7 @@ int df_ranges_parse(const char *buf, size_t len, const char *label, df_range **o
 struct df_ranges {
   char *path;
   int fd;
+  uint64_t seen; /* journal bytes reflected in v (others' appends after it: df_ranges_refresh) */
   pthread_mutex_t mu;
   df_range *v;
   int n, cap;
@@ -119,6 +121,7 @@ int df_ranges_open(df_ranges **out, const char *path, df_err *e) {
   df_ranges *r = df_xcalloc(1, sizeof *r);
   r->path = df_xstrdup(path);
   r->fd = fd;
+  r->seen = good;
   pthread_mutex_init(&r->mu, NULL);
   r->v = v;
   r->n = r->cap = n;
@@ -133,6 +136,34 @@ void df_ranges_close(df_ranges *r) {
   free(r->v);
   free(r->path);
   free(r);
+}
+
+/* The index of the entry equal to [begin, end), or -1 (the caller holds mu). */
+static int find_exact(const df_ranges *r, uint64_t begin, uint64_t end) {
+  int lo = 0, hi = r->n;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (r->v[mid].begin < begin) lo = mid + 1;
+    else hi = mid;
+  }
+  for (int i = lo; i < r->n && r->v[i].begin == begin; i++)
+    if (r->v[i].end == end) return i;
+  return -1;
+}
+
+/* Inserts x in begin order (the caller holds mu). */
+static void insert_sorted(df_ranges *r, const df_range *x) {
+  if (r->n + 1 > r->cap) {
+    r->cap = r->cap ? r->cap * 2 : 64;
+    r->v = df_xrealloc(r->v, (size_t)r->cap * sizeof *r->v);
+  }
+  int i = r->n;
+  while (i > 0 && cmp_range(&r->v[i - 1], x) > 0) {
+    r->v[i] = r->v[i - 1];
+    i--;
+  }
+  r->v[i] = *x;
+  r->n++;
 }
 
 int df_ranges_add_many(df_ranges *r, const df_range *v, int n, df_err *e) {
@@ -153,21 +184,56 @@ int df_ranges_add_many(df_ranges *r, const df_range *v, int n, df_err *e) {
     pthread_mutex_unlock(&r->mu);
     return df_err_errno(e, "appending to %s", r->path);
   }
+  /* O_APPEND leaves the offset after our lines: when nothing else was
+   * appended since `seen`, they are all of it (else refresh reads them) */
+  off_t end = lseek(r->fd, 0, SEEK_CUR);
+  if (end >= 0 && (uint64_t)end == r->seen + len) r->seen = (uint64_t)end;
   if (r->n + n > r->cap) {
     while (r->n + n > r->cap) r->cap = r->cap ? r->cap * 2 : 64;
     r->v = df_xrealloc(r->v, (size_t)r->cap * sizeof *r->v);
   }
-  for (int k = 0; k < n; k++) {
-    int i = r->n;
-    while (i > 0 && cmp_range(&r->v[i - 1], &v[k]) > 0) {
-      r->v[i] = r->v[i - 1];
-      i--;
-    }
-    r->v[i] = v[k];
-    r->n++;
-  }
+  for (int k = 0; k < n; k++) insert_sorted(r, &v[k]);
   pthread_mutex_unlock(&r->mu);
   return 0;
+}
+
+int df_ranges_refresh(df_ranges *r, df_err *e) {
+  pthread_mutex_lock(&r->mu);
+  struct stat st;
+  if (fstat(r->fd, &st)) {
+    pthread_mutex_unlock(&r->mu);
+    return df_err_errno(e, "%s", r->path);
+  }
+  if ((uint64_t)st.st_size <= r->seen) {
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+  }
+  size_t len = (size_t)((uint64_t)st.st_size - r->seen), got = 0;
+  char *buf = df_xmalloc(len);
+  while (got < len) {
+    ssize_t k = pread(r->fd, buf + got, len - got, (off_t)(r->seen + got));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  char label[1100];
+  snprintf(label, sizeof label, "%s (lines after byte %llu)", r->path, (unsigned long long)r->seen);
+  df_range *v = NULL;
+  int n = 0;
+  size_t good = 0;
+  /* a torn last line is an append still being written (or a killed one):
+   * left for the next refresh; damage before it is an error */
+  int rc = df_ranges_parse(buf, got, label, &v, &n, &good, e);
+  free(buf);
+  if (!rc) {
+    for (int k = 0; k < n; k++) {
+      if (find_exact(r, v[k].begin, v[k].end) < 0) insert_sorted(r, &v[k]);
+    }
+    r->seen += good;
+  }
+  free(v);
+  pthread_mutex_unlock(&r->mu);
+  return rc;
 }
 
 int df_ranges_add(df_ranges *r, uint64_t begin, uint64_t end, uint64_t hash, df_err *e) {
@@ -187,22 +253,11 @@ int df_ranges_covered(df_ranges *r, uint64_t begin, uint64_t end) {
 }
 
 int df_ranges_lookup(df_ranges *r, uint64_t begin, uint64_t end, uint64_t *hash) {
-  int rc = -1;
   pthread_mutex_lock(&r->mu);
-  int lo = 0, hi = r->n;
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (r->v[mid].begin < begin) lo = mid + 1;
-    else hi = mid;
-  }
-  for (int i = lo; i < r->n && r->v[i].begin == begin; i++)
-    if (r->v[i].end == end) {
-      *hash = r->v[i].hash;
-      rc = 0;
-      break;
-    }
+  int i = find_exact(r, begin, end);
+  if (i >= 0) *hash = r->v[i].hash;
   pthread_mutex_unlock(&r->mu);
-  return rc;
+  return i >= 0 ? 0 : -1;
 }
 
 uint64_t df_ranges_bytes(df_ranges *r) {

@@ -39,6 +39,11 @@ void df_ranges_close(df_ranges *r);
 int df_ranges_add(df_ranges *r, uint64_t begin, uint64_t end, uint64_t hash, df_err *e);
 /* Appends several ranges with one write and one fsync. */
 int df_ranges_add_many(df_ranges *r, const df_range *v, int n, df_err *e);
+/* Reads what other processes appended to the journal since this handle
+ * last saw it (run and warm, or two runs, fetching into one install) and
+ * adds their ranges. A torn last line (an append not yet complete) is left
+ * for a later refresh. -1 when the new lines are damaged. */
+int df_ranges_refresh(df_ranges *r, df_err *e);
 /* 1 if [begin, end) is fully inside the union of the ranges. */
 int df_ranges_covered(df_ranges *r, uint64_t begin, uint64_t end);
 /* The entry exactly equal to [begin, end): 0 and *hash set, or -1. */

@@ -41,6 +41,7 @@ typedef struct df_store_opts {
   long pin_mb;              /* keep the hottest experts (by the heat file) resident; 0 = none */
   int queue_depth;          /* reads in flight per drive; <= 0 = default (8) */
   const char *heat_path;    /* NULL = <model_dir>/deltafin.heat; "" = no heat file */
+  int fetch_ahead;          /* stream installs: predictors may fetch over the network; 0 = never */
   df_stream_verify stream_verify; /* stream installs: override the installed policy; 0 = as installed */
 } df_store_opts;
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/source.h"
 #include "store/store_int.h"
 
 #define AUTO_MIN_SAMPLES 8 /* recall samples before `auto` may switch a predictor off */
@@ -58,9 +59,24 @@ int df_pred_on(const df_store *s, int p, int li) {
   return s->recall_samples[p][li] < AUTO_MIN_SAMPLES || s->recall_ewma[p][li] >= AUTO_RECALL;
 }
 
+/* A stream install's predicted record that is not local: with
+ * --fetch-ahead on the fetcher gets it in the background (1), else the
+ * prediction is dropped (1: the shard holds a hole there); 0 when local. */
+static int ahead_remote(df_store *s, int key, int layer, int expert) {
+  const copyloc *c = &s->recs[key].c[0];
+  uint64_t xxh;
+  if (df_src_remote_local(s->remote, c->file, c->off, s->rec_bytes, &xxh)) return 0;
+  if (s->fetch_ahead) {
+    df_src_need nd = {c->file, layer, expert, c->off, s->rec_bytes, 0};
+    df_src_remote_ahead(s->remote, &nd, 1);
+  }
+  return 1;
+}
+
 static void prefetch_one(df_store *s, int p, long pass, int layer, int expert) {
   int key = (layer - s->first_layer) * s->n_experts + expert;
   if (s->by_key[key]) return;
+  if (s->remote && ahead_remote(s, key, layer, expert)) return;
   /* only spare budget: a speculative load never evicts anything, and never
    * takes the last free slot of the in-flight allowance */
   if (s->n_unref + 1 >= s->cache_slots + s->prefetch_allowance) return;

@@ -90,12 +90,15 @@ int df_sched_enqueue(df_store *s, entry *e, int demand) {
     }
   }
   if (best < 0) return -1;
-  const copyloc *ca = &r->c[best];
-  uint64_t unused;
+  copyloc *ca = &r->c[best];
+  uint64_t xxh;
   /* a stream install's record that was not fetched: the shard holds a hole
    * there, never read it (demand reads fetch first; prefetches are skipped) */
-  if (s->remote && !df_src_remote_local(s->remote, ca->file, ca->off, s->rec_bytes, &unused))
+  if (s->remote && !df_src_remote_local(s->remote, ca->file, ca->off, s->rec_bytes, &xxh))
     return -1;
+  /* local since the store opened without a demand for it yet (fetched
+   * ahead, or by another process): its checksum before its first read */
+  if (s->remote && !ca->xxh) ca->xxh = xxh;
   e->tried |= (uint8_t)(1u << best);
   /* split point m (record bytes from the best copy), 0 = no split */
   uint64_t m = 0, g = DF_IO_ALIGN;

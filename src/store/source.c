@@ -89,6 +89,7 @@ int df_src_check_scales(const df_expert_layout *l, const uint8_t *rec) {
 
 struct df_src_remote {
   df_fetcher *f;
+  int ahead; /* --fetch-ahead on */
   /* distinct records used while not proven (set of file << 44 | offset) */
   uint64_t *unv;
   size_t unv_cap, unv_n;
@@ -163,7 +164,6 @@ int df_src_remote_ensure(df_src_remote *r, df_src_need *need, int n, df_err *e) 
     if (!df_fetcher_local(r->f, need[i].file, need[i].off, need[i].len, &need[i].xxh))
       q[m++] = (df_fetch_req){need[i].file, need[i].off, need[i].len, need[i].layer, need[i].expert};
   int rc = m ? df_fetcher_fetch(r->f, q, m, e) : 0;
-  free(q);
   for (int i = 0; !rc && i < n; i++)
     if (!df_fetcher_local(r->f, need[i].file, need[i].off, need[i].len, &need[i].xxh))
       rc = df_err_set(e, "layer %d expert %d: not local after its fetch", need[i].layer,
@@ -171,7 +171,34 @@ int df_src_remote_ensure(df_src_remote *r, df_src_need *need, int n, df_err *e) 
   for (int i = 0; !rc && i < n; i++)
     if (!df_fetcher_proven(r->f, need[i].file, need[i].off, need[i].len))
       note_unverified(r, need[i].file, need[i].off);
+  if (!rc && r->ahead) {
+    /* records fetched ahead that this batch needs: the predictions that paid */
+    for (int i = 0; i < n; i++)
+      q[i] = (df_fetch_req){need[i].file, need[i].off, need[i].len, need[i].layer, need[i].expert};
+    df_fetcher_demanded(r->f, q, n);
+  }
+  free(q);
   return rc;
+}
+
+void df_src_remote_set_ahead(df_src_remote *r, int on) {
+  r->ahead = on;
+  df_fetcher_set_ahead(r->f, on);
+}
+
+void df_src_remote_settle(df_src_remote *r) {
+  if (r->ahead) df_fetcher_settle(r->f);
+}
+
+void df_src_remote_ahead(df_src_remote *r, const df_src_need *need, int n) {
+  if (!r->ahead) return;
+  df_fetch_req q[64];
+  for (int i = 0; i < n;) {
+    int m = 0;
+    for (; i < n && m < 64; i++)
+      q[m++] = (df_fetch_req){need[i].file, need[i].off, need[i].len, need[i].layer, need[i].expert};
+    df_fetcher_ahead(r->f, q, m);
+  }
 }
 
 char *df_src_remote_stats_json(df_src_remote *r) {
@@ -180,15 +207,22 @@ char *df_src_remote_stats_json(df_src_remote *r) {
   pthread_mutex_lock(&r->mu);
   size_t unv = r->unv_n;
   pthread_mutex_unlock(&r->mu);
-  char buf[768];
+  char buf[1280];
   snprintf(buf, sizeof buf,
            "{\"records_fetched\":%llu,\"bytes_fetched\":%llu,\"http_requests\":%llu,"
            "\"http_retries\":%llu,\"wait_seconds\":%.6f,\"shards_partial\":%d,"
            "\"stream_verify\":\"%s\",\"records_verified\":%llu,\"records_refetched\":%llu,"
-           "\"records_used_unverified\":%llu}",
+           "\"records_used_unverified\":%llu,"
+           "\"fetch_ahead\":%s,\"ahead_records_fetched\":%llu,\"ahead_bytes_fetched\":%llu,"
+           "\"ahead_http_requests\":%llu,\"ahead_used\":%llu,\"ahead_failed\":%llu,"
+           "\"ahead_dropped\":%llu}",
            (unsigned long long)st.records, (unsigned long long)st.bytes,
            (unsigned long long)st.requests, (unsigned long long)st.retries, st.wait_s,
            st.shards_partial, df_sverify_name(st.policy), (unsigned long long)st.verified,
-           (unsigned long long)st.refetched, (unsigned long long)unv);
+           (unsigned long long)st.refetched, (unsigned long long)unv,
+           r->ahead ? "true" : "false", (unsigned long long)st.ahead_records,
+           (unsigned long long)st.ahead_bytes, (unsigned long long)st.ahead_requests,
+           (unsigned long long)st.ahead_used, (unsigned long long)st.ahead_failed,
+           (unsigned long long)st.ahead_dropped);
   return df_xstrdup(buf);
 }

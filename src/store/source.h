@@ -51,6 +51,14 @@ typedef struct df_src_need {
  * record local, fetching the missing ones (blocking), and fills their xxh.
  * -1 with e naming the expert that could not be fetched. */
 int df_src_remote_ensure(df_src_remote *r, df_src_need *need, int n, df_err *e);
+/* Fetch-ahead (`--fetch-ahead on`; default off): records the predictors
+ * expect may be fetched over the network in the background. */
+void df_src_remote_set_ahead(df_src_remote *r, int on);
+/* A prediction: fetch these records ahead if they are not local (never
+ * blocks; a no-op while fetch-ahead is off). */
+void df_src_remote_ahead(df_src_remote *r, const df_src_need *need, int n);
+/* End-of-generation reports: see df_fetcher_settle. */
+void df_src_remote_settle(df_src_remote *r);
 /* 1 if the record is local (no fetch), *xxh as above. */
 int df_src_remote_local(df_src_remote *r, int file, uint64_t off, uint64_t len, uint64_t *xxh);
 /* Network statistics as a JSON object text (caller frees). */

@@ -31,6 +31,9 @@ char *df_store_describe(const df_store *s) {
 
 char *df_store_stats_json(const df_store *s) {
   df_store *m = (df_store *)s;
+  /* reports come after a generation: the guesses fetched ahead for it are
+   * counted whole (the queued ones, for positions that will not come, go) */
+  if (s->remote) df_src_remote_settle(s->remote);
   pthread_mutex_lock(&m->mu);
   json_t *o = json_object();
   json_object_set_new(o, "source", json_string(s->from_pack ? "pack" : "shards"));
@@ -134,6 +137,7 @@ char *df_store_stats_json(const df_store *s) {
 
 char *df_store_stats_text(const df_store *s) {
   df_store *m = (df_store *)s;
+  if (s->remote) df_src_remote_settle(s->remote); /* as in df_store_stats_json */
   char *desc = df_store_describe(s);
   size_t cap = 4096 + (size_t)s->ndrives * 200 + (size_t)s->n_layers * 64, n = 0;
   char *b = df_xmalloc(cap);
@@ -159,6 +163,14 @@ char *df_store_stats_text(const df_store *s) {
        (double)json_integer_value(json_object_get(net, "bytes_fetched")) / 1e6,
        (long long)json_integer_value(json_object_get(net, "http_requests")),
        (long long)json_integer_value(json_object_get(net, "http_retries")), s->net_wait);
+    if (s->fetch_ahead)
+      AP("network fetch-ahead: %lld experts fetched ahead (%.1f MB in %lld HTTP requests), %lld "
+         "of them then used, %lld failed\n",
+         (long long)json_integer_value(json_object_get(net, "ahead_records_fetched")),
+         (double)json_integer_value(json_object_get(net, "ahead_bytes_fetched")) / 1e6,
+         (long long)json_integer_value(json_object_get(net, "ahead_http_requests")),
+         (long long)json_integer_value(json_object_get(net, "ahead_used")),
+         (long long)json_integer_value(json_object_get(net, "ahead_failed")));
     AP("stream verify: %s; %lld experts checked against record sums (%lld fetched again after a "
        "mismatch); %lld experts used unverified\n",
        json_string_value(json_object_get(net, "stream_verify")),

@@ -68,6 +68,10 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     rc = df_store_open_shards(s, set, e);
   }
   if (rc) goto fail;
+  if (s->remote && o->fetch_ahead) {
+    s->fetch_ahead = 1;
+    df_src_remote_set_ahead(s->remote, 1);
+  }
   /* shard records are not aligned: their buffer holds the head pad too */
   s->slot_bytes = DF_IO_ROUND_UP(s->rec_bytes) + (s->from_pack ? 0 : DF_IO_ALIGN);
 

@@ -179,6 +179,7 @@ struct df_store {
   struct df_src_remote *remote; /* stream install: records fetched on demand (source.h); NULL = all local */
   int stream_verify;            /* --stream-verify override (df_stream_verify), for the remote */
   double net_wait;      /* time df_store_begin waited on network fetches */
+  int fetch_ahead;      /* --fetch-ahead on: predictions of records not local go to the network */
 
   /* ---- I/O (sched.c) ---- */
   df_io *io;

@@ -11,7 +11,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 ALL="--threads 1 --spine bf16 --kernels auto --cache-mb 0 --no-pack --io pread --prefetch gate
  --emulate-drives 2GB/s --split-reads off --gate-input x+shared --pin-mb 1 --queue-depth 4 --heat $tmp/h.heat
- --mem-limit 8G --ctx 256"
+ --mem-limit 8G --ctx 256 --fetch-ahead on"
 
 # every engine option, valid, on each command
 # shellcheck disable=SC2086
@@ -31,7 +31,7 @@ grep -q "config.json" "$tmp/e" || fail "serve did not get to the model: $(cat "$
 # the same bad values, the same messages
 for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-input y" "--spine f16" \
            "--kernels fast" "--queue-depth 0" "--cache-mb -1" "--pin-mb x" "--threads 5000" \
-           "--mem-limit lots" "--ctx 0"; do
+           "--mem-limit lots" "--ctx 0" "--fetch-ahead maybe"; do
   msgs=""
   for cmd in run serve bench; do
     # shellcheck disable=SC2086
@@ -54,7 +54,7 @@ for cmd in run serve bench; do
 done
 cmp -s "$tmp/help.run" "$tmp/help.serve" || fail "run and serve print different engine help"
 cmp -s "$tmp/help.run" "$tmp/help.bench" || fail "run and bench print different engine help"
-for o in --pin-mb --heat --queue-depth --split-reads --gate-input --io --prefetch; do
+for o in --pin-mb --heat --queue-depth --split-reads --gate-input --io --prefetch --fetch-ahead; do
   grep -q -- "$o" "$tmp/help.serve" || fail "serve --help lacks $o"
 done
 

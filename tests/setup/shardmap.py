@@ -18,6 +18,9 @@ the journal format directly; shares no code with deltafin).
   top-n TRACE N                the N most used (demand reads), "layer expert"
   corrupt-blob-expert WWW SRC COMMIT   flip a byte of an expert record in a
                                served blob; prints the shard's name
+  served LOG WWW SRC COMMIT    from nginx's access log: "RECORDS BYTES" of the
+                               expert records served (each must be served whole,
+                               no byte of one served twice)
   corrupt-blob-record WWW SRC COMMIT L X   the same for layer L expert X;
                                prints "shard offset" of the record
   check-sums DOC SRC           a record-sums document lists exactly SRC's shards,
@@ -221,6 +224,34 @@ def main():
             f.seek(b + 11)
             f.write(bytes([x[0] ^ 0x04]))
         print(s)
+    elif cmd == "served":
+        log, www, src, commit = a
+        info = json.load(open(os.path.join(www, "api", commit + ".json")))
+        by_sha = {s["lfs"]["sha256"]: s["rfilename"] for s in info["siblings"] if "lfs" in s}
+        got = {}  # shard -> list of served [b, e)
+        for line in open(log):
+            f = line.split(" ", 4)
+            if len(f) < 5 or f[0] != "GET" or not f[1].startswith("/cdn/") or f[2] != "206":
+                continue
+            shard = by_sha.get(f[1][5:])
+            m = re.match(r'"bytes=(\d+)-(\d+)"', f[4].strip())
+            if not shard or not m:
+                continue
+            b, e = int(m.group(1)), int(m.group(2)) + 1
+            if int(f[3]) != e - b:
+                sys.exit("%s: range %d-%d sent %s bytes" % (shard, b, e, f[3]))
+            got.setdefault(shard, []).append((b, e))
+        nrec = nbytes = 0
+        for key, (s, b, e) in sorted(records(src).items()):
+            served = sum(max(0, min(e, y) - max(b, x)) for x, y in got.get(s, []))
+            if served == 0:
+                continue
+            if served != e - b:
+                sys.exit("layer %d expert %d: %d of its %d bytes served (twice, or in part)" %
+                         (key[0], key[1], served, e - b))
+            nrec += 1
+            nbytes += served
+        print(nrec, nbytes)
     elif cmd == "corrupt-blob-record":
         www, src, commit, L, X = a
         info = json.load(open(os.path.join(www, "api", commit + ".json")))
