@@ -379,6 +379,9 @@ static void *fetch_worker(void *arg) {
   job_ctx *c = arg;
   df_fetcher *f = c->f;
   pthread_mutex_lock(&f->mu);
+  /* two callers at once (a demand fetch and a shard completion) may start
+   * more workers than the pool has connections: wait for one */
+  while (f->nfree == 0) pthread_cond_wait(&f->cv, &f->mu);
   df_http *h = f->free_h[--f->nfree];
   pthread_mutex_unlock(&f->mu);
   for (;;) {
@@ -396,6 +399,7 @@ static void *fetch_worker(void *arg) {
   }
   pthread_mutex_lock(&f->mu);
   f->free_h[f->nfree++] = h;
+  pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
   return NULL;
 }
