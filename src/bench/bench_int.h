@@ -49,6 +49,8 @@ typedef struct df_bench_result {
    * time, and its own ceiling (its reads replayed, same engine and drive) */
   double spine_decode_bytes, decode_seconds;
   int spine_units, spine_qd, have_spine_ceiling;
+  char spine_source[16]; /* "pack", "shards", "shards+int8" */
+  int spine_drives;
   df_bench_ceiling_res spine_ceiling;
 } df_bench_result;
 

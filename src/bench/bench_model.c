@@ -136,7 +136,7 @@ typedef struct spine_rd {
   df_bench_reads rd;
 } spine_rd;
 
-static void spine_read_cb(void *ud, const char *path, uint64_t off, uint32_t len) {
+static void spine_read_cb(void *ud, const char *path, int drive, uint64_t off, uint32_t len) {
   df_bench_reads *rd = &((spine_rd *)ud)->rd;
   if (len != DF_K3_STREAM_CHUNK) return;
   int f = 0;
@@ -145,10 +145,10 @@ static void spine_read_cb(void *ud, const char *path, uint64_t off, uint32_t len
     rd->files = df_xrealloc(rd->files, (size_t)(f + 1) * sizeof *rd->files);
     rd->drive = df_xrealloc(rd->drive, (size_t)(f + 1) * sizeof *rd->drive);
     rd->files[f] = df_xstrdup(path);
-    rd->drive[f] = 0;
+    rd->drive[f] = drive; /* the store drive the real read is queued on */
     rd->nfiles = f + 1;
   }
-  rd->ndrives = 1;
+  if (drive + 1 > rd->ndrives) rd->ndrives = drive + 1;
   rd->len = len;
   rd->r = df_xrealloc(rd->r, (size_t)(rd->n + 1) * sizeof *rd->r);
   rd->r[rd->n++] = (df_bench_read){f, off, len};
@@ -278,11 +278,15 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   int sqd = df_engine_spine_reads(en, spine_read_cb, &srd);
   res->spine_units = sqd > 0;
   res->spine_qd = sqd;
+  const char *ssrc = df_engine_spine_source(en, &res->spine_drives);
+  snprintf(res->spine_source, sizeof res->spine_source, "%s", ssrc ? ssrc : "");
   df_engine_close(en);
   en = NULL;
   if (!o->no_ceiling && srd.rd.n > 0) {
-    /* the spine's own drive: its reads replayed through the same engine,
-     * queue depth and emulation, two passes' worth */
+    /* the spine's drives: its reads replayed through the same engine and
+     * emulation, each on the drive the real read goes to, with as many in
+     * flight per drive as the store lets spine reads have (queue depth - 1,
+     * rank.h), two passes' worth */
     df_bench_ceiling_opts co = {.io = res->io, .qd = sqd, .emulate = o->engine.store.emulate_drives,
                                 .max_bytes = 2.0 * srd.rd.n * (double)srd.rd.len};
     if (df_bench_ceiling(&srd.rd, &co, &res->spine_ceiling, e) == 0) res->have_spine_ceiling = 1;
@@ -342,7 +346,10 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
                    "this is not a storage efficiency (repeat on a quiet machine, or with a model larger "
                    "than that cache)\n");
     double read_t = r->decode.expert_bytes_per_token.median / (r->ceiling.gbps * 1e9);
-    fprintf(out, "decode per token: compute (not waiting on experts) %.4f s vs reading its experts at the ceiling %.4f s: %s\n",
+    /* the store only sees expert waits: with a streamed spine the rest
+     * also holds the waits for the spine's reads */
+    fprintf(out, "decode per token: compute (not waiting on experts%s) %.4f s vs reading its experts at the ceiling %.4f s: %s\n",
+            r->spine_units ? "; includes waiting on the spine stream" : "",
             r->decode.compute_s_per_token.median, read_t,
             r->decode.compute_s_per_token.median < read_t ? "I/O-bound" : "compute-bound");
   } else if (!o->no_ceiling) {
@@ -351,18 +358,23 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
   if (r->spine_units && r->decode_seconds > 0) {
     double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
     double eg = r->decode_bytes / r->decode_seconds / 1e9;
-    fprintf(out, "spine stream (decode): %.1f MB per token, %.3f GB/s from the spine's drive%s\n",
+    int from_pack = !strcmp(r->spine_source, "pack");
+    fprintf(out, "spine stream (decode): %.1f MB per token, %.3f GB/s from %s (%d drive%s)%s\n",
             r->spine_decode_bytes / (r->new_tokens * (double)r->repeat) / 1e6, sg,
-            o->engine.store.emulate_drives ? " (EMULATED)" : "");
+            from_pack ? "the pack's spine section" : "the shards", r->spine_drives,
+            r->spine_drives == 1 ? "" : "s", o->engine.store.emulate_drives ? " (EMULATED)" : "");
     if (r->have_spine_ceiling) {
-      fprintf(out, "spine ceiling: its %d reads of %u MiB replayed (%s, qd %d), no compute: %.3f GB/s; "
-                   "spine efficiency %.1f%%\n",
+      fprintf(out, "spine ceiling: its %d reads of %u MiB replayed on their drives (%s, qd %d per drive: "
+                   "the spine reads the store keeps in flight, its queue depth - 1), no compute: "
+                   "%.3f GB/s; spine efficiency %.1f%%\n",
               r->spine_ceiling.reads, DF_K3_STREAM_CHUNK >> 20, r->io, r->spine_qd, r->spine_ceiling.gbps,
               100 * sg / r->spine_ceiling.gbps);
       if (r->have_ceiling && o->engine.store.emulate_drives)
         fprintf(out, "total streamed (spine + experts) %.3f GB/s vs the drives' ceiling %.3f GB/s: %.1f%% "
-                     "(EMULATED: the spine's shards share emulated drive 0 with the experts)\n",
-                sg + eg, r->ceiling.gbps, 100 * (sg + eg) / r->ceiling.gbps);
+                     "(EMULATED: %s)\n",
+                sg + eg, r->ceiling.gbps, 100 * (sg + eg) / r->ceiling.gbps,
+                from_pack ? "the pack's spine section shares the emulated drives with the experts"
+                          : "the spine's shards share emulated drive 0 with the experts");
       else if (r->have_ceiling)
         fprintf(out, "total streamed (spine + experts) %.3f GB/s; expert ceiling %.3f GB/s, spine ceiling "
                      "%.3f GB/s (real drives: whether they share one is not known here)\n",
@@ -441,6 +453,9 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
     json_t *sp = json_object();
     double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
     json_object_set_new(sp, "decode_bytes", json_real(r->spine_decode_bytes));
+    json_object_set_new(sp, "source", json_string(r->spine_source));
+    json_object_set_new(sp, "drives", json_integer(r->spine_drives));
+    json_object_set_new(sp, "replay_qd", json_integer(r->spine_qd));
     json_object_set_new(sp, "decode_gbps", json_real(sg));
     json_object_set_new(sp, "expert_decode_gbps", json_real(r->decode_bytes / r->decode_seconds / 1e9));
     json_object_set_new(sp, "ceiling_gbps", r->have_spine_ceiling ? json_real(r->spine_ceiling.gbps) : json_null());

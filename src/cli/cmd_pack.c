@@ -6,6 +6,9 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "format/config.h"
+#include "format/safetensors.h"
+#include "model/k3.h"
 #include "store/io.h"
 #include "store/manifest.h"
 #include "store/pack.h"
@@ -32,12 +35,47 @@ void df_cmd_pack_help(void) {
       "                       uniform without one)\n"
       "  --manifest FILE      write the manifest here instead of DIR/deltafin-pack.json\n"
       "  --max-rate RATE      write at most RATE (e.g. 200MB/s)\n"
+      "  --spine bf16|int8    also write the spine section: every spine unit that can stream\n"
+      "                       (layers, then the head) after the experts on the same drives,\n"
+      "                       cut into 4 KiB-aligned chunks balanced over them, one xxh3-64\n"
+      "                       each; run/serve/bench with the same --spine then stream\n"
+      "                       non-resident units from it on every drive at once\n"
+      "  --spine-dir DIR      with --spine int8: the row-int8 spine (default DIR/spine-int8,\n"
+      "                       made by deltafin convert-spine)\n"
       "  -q, --quiet          no progress output\n");
+}
+
+/* The spine section's source: the model loaded as a run would (its units
+ * and their extents), kept open while the pack copies from its files. */
+typedef struct spine_src {
+  df_config cfg;
+  df_st_set set;
+  df_k3 *m;
+  df_pack_spine sp;
+} spine_src;
+
+static int spine_open(spine_src *ss, const char *model, const char *kind, const char *dir,
+                      df_err *e) {
+  memset(ss, 0, sizeof *ss);
+  char *cp = df_path_join(model, "config.json");
+  int rc = df_config_load(&ss->cfg, cp, e);
+  free(cp);
+  if (rc || df_st_set_open(&ss->set, model, e)) return -1;
+  if (df_k3_load_from(&ss->m, &ss->set, &ss->cfg, !strcmp(kind, "int8"), model, dir, e)) return -1;
+  if (df_k3_spine_layout(ss->m, &ss->sp) < 1)
+    return df_err_set(e, "pack --spine: %s has no spine unit that can stream", model);
+  return 0;
+}
+
+static void spine_close(spine_src *ss) {
+  df_k3_spine_layout_free(&ss->sp);
+  if (ss->m) df_k3_free(ss->m);
+  df_st_set_close(&ss->set);
 }
 
 int df_cmd_pack(int argc, char **argv) {
   df_pack_opts o = {0};
-  const char *drives = NULL;
+  const char *drives = NULL, *spine = NULL, *spine_dir = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--model") && v) o.model_dir = v, i++;
@@ -53,12 +91,18 @@ int df_cmd_pack(int argc, char **argv) {
     else if (!strcmp(a, "--max-rate") && v) {
       if (df_io_parse_rate(v, &o.max_rate)) return df_cli_fail("--max-rate: '%s' is not like 200MB/s", v);
       i++;
-    } else if (!strcmp(a, "--measure")) o.measure = 1;
+    } else if (!strcmp(a, "--spine") && v) {
+      if (strcmp(v, "bf16") && strcmp(v, "int8")) return df_cli_fail("--spine: '%s' is not bf16 or int8", v);
+      spine = v, i++;
+    } else if (!strcmp(a, "--spine-dir") && v) spine_dir = v, i++;
+    else if (!strcmp(a, "--measure")) o.measure = 1;
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) df_log_verbose = 0;
     else return df_cli_fail("pack: unknown or incomplete option '%s' (see deltafin pack --help)", a);
   }
   if (!o.model_dir) return df_cli_fail("pack: --model DIR is required");
   if (!drives || !*drives) return df_cli_fail("pack: --drives PATH[,PATH...] is required");
+  if (spine_dir && (!spine || strcmp(spine, "int8")))
+    return df_cli_fail("pack: --spine-dir goes with --spine int8");
   char *dl = df_xstrdup(drives);
   const char *paths[DF_MF_MAX_DRIVES];
   double bw[DF_MF_MAX_DRIVES];
@@ -89,7 +133,15 @@ int df_cmd_pack(int argc, char **argv) {
     o.bandwidth = bw;
     o.progress = df_log_verbose > 0;
     df_err e;
-    if (df_pack(&o, &e)) rc = df_cli_fail("%s", e.msg);
+    spine_src ss;
+    int have = 0;
+    if (spine) {
+      if (spine_open(&ss, o.model_dir, spine, spine_dir, &e)) rc = df_cli_fail("%s", e.msg);
+      else o.spine = &ss.sp;
+      have = 1;
+    }
+    if (!rc && df_pack(&o, &e)) rc = df_cli_fail("%s", e.msg);
+    if (have) spine_close(&ss);
   }
   free(dl);
   return rc;

@@ -16,13 +16,15 @@
 #include "model/k3.h"
 #include "plan/plan.h"
 #include "store/io.h"
+#include "store/manifest.h"
 #include "store/store.h"
 #include "synth/synth.h"
 
 void df_cmd_plan_help(void) {
   printf(
       "usage: deltafin plan [--mem SIZE] [--drives SPEC] [--model DIR] [--spine bf16|int8]\n"
-      "                     [--ctx N] [--compute FILE] [--expert-hit F] [--json]\n"
+      "                     [--ctx N] [--compute FILE] [--expert-hit F] [--reuse-mb N]\n"
+      "                     [--spine-from pack|shards] [--json]\n"
       "\n"
       "Prints what the memory planner keeps resident and what streams for a machine\n"
       "with SIZE of memory for deltafin, and a PROJECTION of one decode token: the\n"
@@ -41,6 +43,11 @@ void df_cmd_plan_help(void) {
       "  --compute FILE    `deltafin run --json` output with stats.decode_compute\n"
       "  --expert-hit F    fraction of routed experts served from the RAM cache (default:\n"
       "                    the cache's share of all experts, i.e. uniform routing)\n"
+      "  --reuse-mb N      budget serve's kept conversation states (serve --reuse-mb)\n"
+      "  --spine-from SRC  pack: the spine streams from a pack's spine section (pack --spine),\n"
+      "                    balanced across the drives with the experts; shards: from the\n"
+      "                    checkpoint's shards on one drive (default: pack for full K3; for\n"
+      "                    --model, pack when its pack has a spine section of this kind)\n"
       "  --json            one JSON object\n");
 }
 
@@ -81,7 +88,8 @@ int df_cmd_plan(int argc, char **argv) {
     df_cmd_plan_help();
     return 0;
   }
-  const char *model = NULL, *drives = "1x7GB/s", *compute = NULL;
+  const char *model = NULL, *drives = "1x7GB/s", *compute = NULL, *spine_from = NULL;
+  uint64_t reuse = 0;
   uint64_t mem = 0;
   int int8 = 1, as_json = 0, ctx = 0;
   double hit = -1;
@@ -99,6 +107,14 @@ int df_cmd_plan(int argc, char **argv) {
     } else if (!strcmp(a, "--drives")) drives = val;
     else if (!strcmp(a, "--model")) model = val;
     else if (!strcmp(a, "--compute")) compute = val;
+    else if (!strcmp(a, "--spine-from")) {
+      if (strcmp(val, "pack") && strcmp(val, "shards"))
+        return df_cli_fail("--spine-from: '%s' is not pack or shards", val);
+      spine_from = val;
+    } else if (!strcmp(a, "--reuse-mb")) {
+      if (df_cli_int(a, val, 0, 1 << 30, &v)) return 1;
+      reuse = (uint64_t)v << 20;
+    }
     else if (!strcmp(a, "--spine")) {
       if (!strcmp(val, "bf16")) int8 = 0;
       else if (!strcmp(val, "int8")) int8 = 1;
@@ -168,6 +184,25 @@ int df_cmd_plan(int argc, char **argv) {
   in.cache_default = (int64_t)in.expert_total_bytes;
   in.ctx_req = ctx;
   in.max_rows = 1; /* decode */
+  in.reuse_bytes = reuse;
+  in.reuse_states = reuse ? DF_PLAN_SERVE_KEPT : 0;
+  /* where the spine streams from decides whether its reads are spread over
+   * the drives: a pack's spine section is; the shards sit on one drive */
+  if (!spine_from) {
+    spine_from = "pack";
+    if (model) {
+      char *mp = df_path_join(model, DF_PACK_MANIFEST_NAME);
+      df_manifest mf;
+      df_err me;
+      spine_from = "shards";
+      if (df_file_exists(mp) && !df_manifest_load(&mf, mp, &me)) {
+        if (mf.has_spine && !strcmp(mf.spine.kind, int8 ? "int8" : "bf16")) spine_from = "pack";
+        df_manifest_free(&mf);
+      }
+      free(mp);
+    }
+  }
+  int balanced = !strcmp(spine_from, "pack") || ndrives == 1;
   df_plan p;
   int rc = df_plan_make(&p, &in, &e);
   if (rc) {
@@ -177,7 +212,10 @@ int df_cmd_plan(int argc, char **argv) {
   if (hit < 0) hit = (double)p.cache_bytes / (double)in.expert_total_bytes;
   double spine_b = (double)p.streamed_per_token + (double)p.embed_row_bytes;
   double exp_b = (double)nmoe * cfg.top_k * (double)lay.total * (1 - hit);
-  double io_s = (spine_b + exp_b) / bw;
+  /* balanced: every drive reads its share of both; else the spine's drive
+   * reads the whole spine and its share of the experts (equal drives) */
+  double io_s = balanced ? (spine_b + exp_b) / bw
+                         : (spine_b + exp_b / ndrives) / (bw / ndrives);
   /* compute per token from measured parts */
   double comp_s = -1, parts[DF_K3_T_N];
   int have_comp = 0;
@@ -231,6 +269,8 @@ int df_cmd_plan(int argc, char **argv) {
     json_object_set_new(pr, "label", json_string("PROJECTION"));
     json_object_set_new(pr, "drives", json_integer(ndrives));
     json_object_set_new(pr, "drive_bytes_per_s", json_real(bw));
+    json_object_set_new(pr, "spine_source", json_string(spine_from));
+    json_object_set_new(pr, "spine_balanced", json_boolean(balanced));
     json_object_set_new(pr, "expert_hit", json_real(hit));
     json_object_set_new(pr, "spine_bytes_per_token", json_real(spine_b));
     json_object_set_new(pr, "expert_bytes_per_token", json_real(exp_b));
@@ -251,10 +291,20 @@ int df_cmd_plan(int argc, char **argv) {
     free(t);
     printf("PROJECTION (not a measurement) of one decode token on %d drive%s, %.1f GB/s together:\n",
            ndrives, ndrives == 1 ? "" : "s", bw / 1e9);
-    printf("  spine streamed   %8.2f GB (non-resident layers, one embedding row)\n", spine_b / 1e9);
+    printf("  spine streamed   %8.2f GB (non-resident layers, one embedding row), %s\n", spine_b / 1e9,
+           !strcmp(spine_from, "pack")
+               ? (ndrives > 1 ? "from the pack's spine section, read balanced across the drives"
+                              : "from the pack's spine section")
+               : ndrives > 1 ? "from the checkpoint shards, all on one drive (not balanced: pack "
+                               "--spine spreads it)"
+                             : "from the checkpoint shards");
     printf("  routed experts   %8.2f GB (%d MoE layers x top-%d x %.1f MB, %.1f%% from the RAM cache)\n",
            exp_b / 1e9, nmoe, cfg.top_k, lay.total / 1e6, 100 * hit);
-    printf("  reading          %8.2f s at %.1f GB/s\n", io_s, bw / 1e9);
+    if (balanced)
+      printf("  reading          %8.2f s at %.1f GB/s\n", io_s, bw / 1e9);
+    else
+      printf("  reading          %8.2f s (the spine's drive at %.1f GB/s reads the spine and its share "
+             "of the experts)\n", io_s, bw / ndrives / 1e9);
     if (have_comp) {
       printf("  compute          %8.2f s (%d KDA x %.1f ms, %d MLA x %.1f ms, %d dense FFN x %.1f ms,\n"
              "                              %d MoE trunks x %.1f ms + %d x %d experts x %.2f ms, head %.1f ms;\n"

@@ -47,7 +47,8 @@ void df_cmd_serve_help(void) {
       "  --reuse-mb N             conversation reuse: keep the state at the end of a prompt\n"
       "                           (up to N MiB, default 1024) and the state at the end of a\n"
       "                           reply; a prompt extending either prefills only its new\n"
-      "                           part (usage.prompt_tokens_details.cached_tokens). 0 = off\n"
+      "                           part (usage.prompt_tokens_details.cached_tokens). 0 = off;\n"
+      "                           the memory plan sets the kept states' memory aside\n"
       "  --request-timeout S      a request's headers and body must arrive within S seconds\n"
       "                           (default 30; 0 = no limit)\n"
       "  --max-client-connections N  connections one client address may hold (default 256;\n"
@@ -172,6 +173,10 @@ int df_cmd_serve(int argc, char **argv) {
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+  /* the kept prompt states are memory the plan must leave room for */
+  eo.reuse_bytes = so.reuse_mb > 0 ? (uint64_t)so.reuse_mb << 20 : 0;
+  eo.reuse_states = DF_SERVE_MAX_KEPT;
 
   df_err e;
   df_engine *en = NULL;

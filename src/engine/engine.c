@@ -87,6 +87,8 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
                                                                       : in.expert_total_bytes;
   in.ctx_req = o->ctx;
   in.max_rows = o->max_rows > 0 ? o->max_rows : 64;
+  in.reuse_bytes = o->reuse_bytes;
+  in.reuse_states = o->reuse_states;
   if (df_plan_make(&en->plan, &in, e)) return df_err_prefix(e, "limit from %s: ", en->mem_src);
   df_k3_stream_opts so = {.io = o->store.io == DF_STORE_IO_PREAD ? "pread" : "uring",
                           .emulate_drives = o->store.emulate_drives,
@@ -370,9 +372,13 @@ char *df_engine_plan_text(const df_engine *en) {
   int k = snprintf(o, n, "%s", t);
   if (ss.units)
     snprintf(o + k, n - (size_t)k,
-             "spine    stream: %d units, %.1f MB read in %" PRIu64 " reads (%s%s%s), waited %.3f s, "
-             "wasted %.1f MB; memory from %s\n",
-             ss.units, ss.bytes / 1e6, ss.reads, ss.io, ss.direct ? ", O_DIRECT" : "",
+             "spine    stream: %d units from %s on %d drive%s, %.1f MB read in %" PRIu64
+             " reads (%s%s%s), waited %.3f s, wasted %.1f MB; memory from %s\n",
+             ss.units,
+             !strcmp(ss.source, "pack") ? "the pack's spine section"
+             : !strcmp(ss.source, "shards") ? "the shards" : "the shards and the int8 spine",
+             ss.drives, ss.drives == 1 ? "" : "s", ss.bytes / 1e6, ss.reads, ss.io,
+             ss.direct ? ", O_DIRECT" : "",
              ss.registered ? ", registered buffers" : "", ss.wait_s, ss.wasted / 1e6, en->mem_src);
   else
     snprintf(o + k, n - (size_t)k, "spine    all resident; memory from %s\n", en->mem_src);
@@ -399,6 +405,8 @@ char *df_engine_plan_json(const df_engine *en) {
   json_object_set_new(st, "wait_s", json_real(ss.wait_s));
   json_object_set_new(st, "o_direct", json_boolean(ss.direct));
   json_object_set_new(st, "io", ss.io ? json_string(ss.io) : json_null());
+  json_object_set_new(st, "source", ss.units ? json_string(ss.source) : json_null());
+  json_object_set_new(st, "drives", json_integer(ss.units ? ss.drives : 0));
   json_object_set_new(o, "spine_stream", st);
   char *r = json_dumps(o, JSON_COMPACT);
   json_decref(o);
@@ -406,9 +414,17 @@ char *df_engine_plan_json(const df_engine *en) {
 }
 
 int df_engine_spine_reads(const df_engine *en,
-                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void (*fn)(void *ud, const char *path, int drive, uint64_t off,
+                                     uint32_t len),
                           void *ud) {
   return df_k3_stream_reads(en->model, fn, ud);
+}
+
+const char *df_engine_spine_source(const df_engine *en, int *drives) {
+  df_k3_stream_stats ss;
+  df_k3_stream_stats_get(en->model, &ss);
+  if (drives) *drives = ss.units ? ss.drives : 0;
+  return ss.units ? ss.source : NULL;
 }
 
 uint64_t df_engine_spine_stream_bytes(const df_engine *en) {

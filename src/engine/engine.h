@@ -40,6 +40,8 @@ typedef struct df_engine_opts {
   int ctx;                  /* positions to admit; <= 0 = planner decides */
   int max_rows;             /* largest batch the caller runs (prefill chunk); <= 0 = 64 */
   const char *spine_dir;    /* the row-int8 spine's folder; NULL = <model_dir>/spine-int8 */
+  uint64_t reuse_bytes;     /* serve --reuse-mb: kept sequence states take at most this... */
+  int reuse_states;         /* ...and at most this many (0 = no count limit); the plan counts them */
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -156,12 +158,16 @@ char *df_engine_plan_json(const df_engine *en);
 /* Spine bytes read from the drives by the spine stream since the engine
  * opened (0 when the whole spine is resident). */
 uint64_t df_engine_spine_stream_bytes(const df_engine *en);
-/* The reads one pass of the spine stream makes (path, offset, length), for
- * the bench's spine ceiling; returns the stream's queue depth (0: nothing
- * streams). */
+/* The reads one pass of the spine stream makes (path, store drive, offset,
+ * length), for the bench's spine ceiling; returns the spine reads in flight
+ * per drive (df_k3_stream_reads; 0: nothing streams). */
 int df_engine_spine_reads(const df_engine *en,
-                          void (*fn)(void *ud, const char *path, uint64_t off, uint32_t len),
+                          void (*fn)(void *ud, const char *path, int drive, uint64_t off,
+                                     uint32_t len),
                           void *ud);
+/* Where the spine streams from ("pack", "shards", "shards+int8"; NULL when
+ * nothing streams) and over how many drives. */
+const char *df_engine_spine_source(const df_engine *en, int *drives);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
 

@@ -23,6 +23,7 @@
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"
+#include "store/pack.h"
 #include "store/store.h"
 
 #define DF_SPINE_INT8_DIR "spine-int8"
@@ -73,8 +74,14 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
  * through the expert store's scheduler and drives (store.h, spine reads),
  * ranked with the experts' reads; a store without drives (st NULL or no
  * routed experts) leaves it its own engine with the options' io and
- * emulation. Call after df_store_open and before the first forward pass;
- * free the model before closing the store. */
+ * emulation. When the store's pack has a spine section of this model's
+ * kind and layout (deltafin pack --spine), streamed units are read from it
+ * instead of the shards: each chunk from its drive, its xxh3 checked before
+ * the unit is used (a mismatch fails the pass with a message naming the
+ * unit, the drive file and the offset); a section of the other kind, or of
+ * another layout, is left alone (shards, with a note). A section cut short
+ * (a truncated drive file) is an error here. Call after df_store_open and
+ * before the first forward pass; free the model before closing the store. */
 int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e);
 
 typedef struct df_k3_stream_stats {
@@ -85,6 +92,9 @@ typedef struct df_k3_stream_stats {
   double wait_s;        /* time the forward pass waited for spine data */
   int direct, registered;
   const char *io;
+  const char *source; /* where streamed units are read from: "pack" (its spine section),
+                       * "shards" (bf16) or "shards+int8" (the row-int8 spine folder) */
+  int drives;         /* drives the spine's reads go to */
 } df_k3_stream_stats;
 void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
 /* Waits until no spine read is in flight (the next unit's, issued ahead):
@@ -93,11 +103,22 @@ void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
  * waits for belongs to the next pass. */
 void df_k3_stream_settle(const df_k3 *m);
 
+/* The spine section `deltafin pack --spine` writes: every unit that can
+ * stream (layers, then the head) as the file ranges of its stream buffer
+ * (paths valid while m lives); returns the number of units. The layout id
+ * is what a run compares with the pack's section (k3_spine_layout.c). */
+int df_k3_spine_layout(const df_k3 *m, df_pack_spine *out);
+void df_k3_spine_layout_free(df_pack_spine *sp);
+uint64_t df_k3_spine_layout_id(const df_k3 *m);
+
 /* The reads one pass of the spine stream makes (every streamed unit's
- * extents in DF_K3_STREAM_CHUNK pieces, in forward order), for tools that
- * replay them (the bench's spine ceiling). Returns the queue depth used. */
+ * extents in DF_K3_STREAM_CHUNK pieces, or its chunks of the pack's spine
+ * section, in forward order, with the store drive each goes to), for tools
+ * that replay them (the bench's spine ceiling). Returns the spine reads in
+ * flight per drive: through the store its df_store_spine_depth (queue depth
+ * - 1), else the stream's own engine's depth. */
 #define DF_K3_STREAM_CHUNK (8u << 20)
-typedef void (*df_k3_read_fn)(void *ud, const char *path, uint64_t off, uint32_t len);
+typedef void (*df_k3_read_fn)(void *ud, const char *path, int drive, uint64_t off, uint32_t len);
 int df_k3_stream_reads(const df_k3 *m, df_k3_read_fn fn, void *ud);
 
 /* Compute time of decode passes (one position) by part, summed since load:

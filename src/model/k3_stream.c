@@ -1,5 +1,6 @@
 /* The spine stream: units the plan leaves out of memory are read every pass
- * from the shards with O_DIRECT into DF_PLAN_RING_SLOTS aligned buffers,
+ * from the shards (or from the pack's spine section, below) with O_DIRECT
+ * into DF_PLAN_RING_SLOTS aligned buffers,
  * through the expert store's scheduler and drives (df_store_spine_*), which
  * ranks them after the experts' demand reads and before any speculative
  * read (store/rank.h); only a store without drives (no routed experts)
@@ -15,7 +16,15 @@
  * that skips the head) costs the bytes already read for it, counted as
  * wasted. Resident units are the mmapped tensors and never pass through
  * here. The bytes in a buffer are the shard's bytes, so results do not
- * depend on which units stream. */
+ * depend on which units stream.
+ *
+ * A pack's spine section (store/pack.h) holds each unit's buffer image
+ * (its extents back to back) cut into chunks over the pack's drives: with
+ * one, a unit's requests are its chunks, each queued on its own drive, so a
+ * unit's read uses every drive; each chunk's xxh3 is checked when it lands
+ * (in the drive thread, before the unit can be taken). The buffer holds the
+ * same bytes as from the shards (the pieces' offsets are the same), so ids
+ * do not depend on where the spine streams from. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -25,6 +34,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -43,6 +53,8 @@ typedef struct sreq {
   struct df_k3_stream *s;
   int slot;
   uint64_t need; /* bytes the read must return (less than len only at EOF) */
+  int drive;     /* the store drive it is queued on */
+  int chunk;     /* pack: its chunk in the spine section; -1 = a shard read */
   double t_enq;
   struct sreq *next;
 } sreq;
@@ -54,7 +66,7 @@ typedef struct sslot {
   int pending; /* requests not yet done */
   int inuse;
   int err;
-  char errmsg[256];
+  char errmsg[1024];
   sreq *reqs;
   union {
     df_k3_layer layer;
@@ -65,7 +77,10 @@ typedef struct sslot {
 struct df_k3_stream {
   df_k3 *m;
   df_store *store; /* reads go through its scheduler; NULL = own engine (io) */
-  int drive;       /* the store's drive for the spine's reads */
+  int drive;       /* the store's drive for the spine's reads (shards) */
+  const df_mf_spine *sec; /* the pack's spine section the units stream from; NULL = shards */
+  int *sec_unit;   /* per model unit: its index in sec->units, -1 = none */
+  int ndrives;     /* drives the reads go to */
   df_io *io;
   df_io_kind kind;
   df_io_emu emu;   /* for the own engine */
@@ -85,6 +100,7 @@ struct df_k3_stream {
   uint64_t reads, wasted, passes;
   double wait_s;
   df_trace *tr; /* spine reads in the store's trace format (own file), NULL = none */
+  char *trace_path, *trace_emu, *trace_io; /* opened at start, when the drives are known */
   double t0;
   int queued, inflight;
 };
@@ -151,13 +167,31 @@ static df_io_req *take_cb(void *ctx, int drive) {
   return r ? &r->sr.req : NULL;
 }
 
+/* A failed or corrupt chunk of the pack's spine section, for the message. */
+static void chunk_fault(const df_k3_stream *s, const sreq *r, const char *why, char *out, size_t n) {
+  const df_mf_chunk *ch = &s->sec->chunks[r->chunk];
+  const char *path = NULL;
+  df_store_pack_file(s->store, ch->drive, &path, NULL);
+  int u = s->slot[r->slot].unit;
+  const df_mf_spine_unit *su = u >= 0 && s->sec_unit[u] >= 0 ? &s->sec->units[s->sec_unit[u]] : NULL;
+  snprintf(out, n, "%s in chunk %d of %d (drive %d file %s, offset %" PRIu64 ", %" PRIu64 " bytes)",
+           why, su ? r->chunk - su->first + 1 : 0, su ? su->nchunks : 0, ch->drive,
+           path ? path : "?", ch->offset, ch->len);
+}
+
 static void read_done(df_k3_stream *s, sreq *r) {
   df_io_req *req = &r->sr.req;
+  /* a chunk of the pack's section is checked before anyone can use it (the
+   * slot's pending count still holds it), outside the lock */
+  int bad = s->sec && r->chunk >= 0 && !req->err && (uint64_t)req->got >= r->need &&
+            XXH3_64bits(req->buf, (size_t)r->need) != s->sec->chunks[r->chunk].xxh3;
   pthread_mutex_lock(&s->mu);
   sslot *sl = &s->slot[r->slot];
-  if (!sl->err && (req->err || (uint64_t)req->got < r->need)) {
-    sl->err = req->err ? req->err : EIO;
-    snprintf(sl->errmsg, sizeof sl->errmsg, "%s", req->err ? strerror(req->err) : "short read (file truncated?)");
+  if (!sl->err && (req->err || (uint64_t)req->got < r->need || bad)) {
+    sl->err = req->err ? req->err : bad ? EBADMSG : EIO;
+    const char *why = req->err ? strerror(req->err) : bad ? "checksum mismatch" : "short read (file truncated?)";
+    if (s->sec && r->chunk >= 0) chunk_fault(s, r, why, sl->errmsg, sizeof sl->errmsg);
+    else snprintf(sl->errmsg, sizeof sl->errmsg, "%s", why);
   }
   if (req->got > 0) s->bytes += (uint64_t)req->got;
   s->reads++;
@@ -170,7 +204,7 @@ static void read_done(df_k3_stream *s, sreq *r) {
     double base = s->store ? df_now() - df_store_clock(s->store) : s->t0;
     df_trace_when w = {1, (s->store ? r->sr.t_enq : r->t_enq) - base,
                        (s->store ? r->sr.t_take : req->t_start) - base};
-    df_trace_read(s->tr, req->t_done - base, unit, -1, 0,
+    df_trace_read(s->tr, req->t_done - base, unit, -1, s->sec ? r->drive : 0,
                   req->got > 0 ? (uint64_t)req->got : 0, 1, req->t_start - r->t_enq,
                   req->t_done - req->t_start, &w, ok);
     df_trace_sample(s->tr, df_now() - base, 0, s->bytes, s->reads, s->inflight,
@@ -201,7 +235,29 @@ static void issue(df_k3_stream *s, int k, int u) {
   sl->err = 0;
   sl->errmsg[0] = 0;
   int n = 0;
-  for (int i = 0; i < un->nex; i++) {
+  if (s->sec) {
+    const df_mf_spine_unit *su = &s->sec->units[s->sec_unit[u]];
+    uint64_t boff = 0;
+    for (int c = su->first; c < su->first + su->nchunks; c++) {
+      const df_mf_chunk *ch = &s->sec->chunks[c];
+      sreq *r = &sl->reqs[n++];
+      memset(r, 0, sizeof *r);
+      r->sr.req.fd = df_store_pack_file(s->store, ch->drive, NULL, NULL);
+      r->sr.req.off = ch->offset;
+      r->sr.req.len = (uint32_t)ch->len;
+      r->sr.req.buf = sl->buf + boff;
+      r->sr.req.buf_index = sl->bidx;
+      r->sr.done = store_done;
+      r->s = s;
+      r->slot = k;
+      r->need = ch->len; /* the file's size was checked at start */
+      r->drive = ch->drive;
+      r->chunk = c;
+      r->t_enq = df_now();
+      boff += ch->len;
+    }
+  }
+  for (int i = 0; !s->sec && i < un->nex; i++) {
     const df_k3_extent *x = &un->ex[i];
     for (uint64_t o = 0; o < x->len; o += CHUNK) {
       sreq *r = &sl->reqs[n++];
@@ -217,6 +273,8 @@ static void issue(df_k3_stream *s, int k, int u) {
       r->s = s;
       r->slot = k;
       r->need = off >= fs ? 0 : (fs - off < len ? fs - off : len);
+      r->drive = s->drive;
+      r->chunk = -1;
       r->t_enq = df_now();
     }
   }
@@ -227,7 +285,7 @@ static void issue(df_k3_stream *s, int k, int u) {
       /* the store's queue keeps the order: a layer's reads in file order;
        * queued there or in flight, they count as in flight here */
       s->inflight++;
-      if (df_store_spine_submit(s->store, s->drive, &r->sr)) {
+      if (df_store_spine_submit(s->store, r->drive, &r->sr)) {
         /* the store is closing (the model is being freed): no read */
         s->inflight--;
         sl->pending--;
@@ -266,10 +324,14 @@ void df_k3_stream_close(df_k3_stream *s) {
   stream_wait_idle(s);
   if (s->io) df_io_close(s->io);
   if (s->tr) df_trace_close(s->tr);
+  free(s->trace_path);
+  free(s->trace_emu);
+  free(s->trace_io);
   for (int f = 0; s->fds && f < s->m->nfiles; f++)
     if (s->fds[f] >= 0) close(s->fds[f]);
   free(s->fds);
   free(s->fsize);
+  free(s->sec_unit);
   for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) {
     free(s->slot[k].buf);
     free(s->slot[k].reqs);
@@ -342,12 +404,10 @@ int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_
   s->t0 = df_now();
   if (o && o->trace_path && *o->trace_path) {
     size_t n = strlen(o->trace_path) + 16;
-    char *tp = df_xmalloc(n);
-    snprintf(tp, n, "%s.spine.jsonl", o->trace_path);
-    char *names[1] = {"spine stream (checkpoint shards)"};
-    s->tr = df_trace_open(tp, 1, names, o->emulate_drives, o->io ? o->io : "uring", e);
-    free(tp);
-    if (!s->tr) goto fail;
+    s->trace_path = df_xmalloc(n);
+    snprintf(s->trace_path, n, "%s.spine.jsonl", o->trace_path);
+    s->trace_emu = o->emulate_drives ? df_xstrdup(o->emulate_drives) : NULL;
+    s->trace_io = df_xstrdup(o->io ? o->io : "uring");
   }
   s->qd = o && o->queue_depth > 0 ? o->queue_depth : DEFAULT_QD;
   for (int k = 0; k < DF_PLAN_RING_SLOTS; k++) {
@@ -379,15 +439,124 @@ fail:
   return -1;
 }
 
+static const char *unit_name(const df_k3 *m, int u, char *buf, size_t n) {
+  if (u < m->cfg->n_layers) snprintf(buf, n, "layer %d", u);
+  else snprintf(buf, n, "the head");
+  return buf;
+}
+
+/* 1 when the streamed units read from the pack's spine section (checked:
+ * every streamed unit in it, every chunk inside its drive's file), 0 when
+ * the section is of another kind or layout (the shards then), -1 on error. */
+static int use_section(df_k3_stream *s, df_store *st, const df_mf_spine *sec, df_err *e) {
+  const df_k3 *m = s->m;
+  const char *kind = m->int8 ? "int8" : "bf16";
+  if (strcmp(sec->kind, kind)) {
+    df_log_info("the pack's spine section is %s and this run reads the %s spine: it streams from "
+                "the shards", sec->kind, kind);
+    return 0;
+  }
+  if (sec->layout != df_k3_spine_layout_id(m)) {
+    df_log_warn("the pack's spine section does not match this model's %s spine (packed from other "
+                "files?): the spine streams from the shards; re-run deltafin pack --spine %s",
+                kind, kind);
+    return 0;
+  }
+  int *map = df_xmalloc((size_t)m->nunits * sizeof *map);
+  for (int u = 0; u < m->nunits; u++) map[u] = -1;
+  for (int i = 0; i < sec->nunits; i++)
+    if (sec->units[i].unit < m->nunits) map[sec->units[i].unit] = i;
+  int maxreq = 0;
+  uint8_t used[DF_MF_MAX_DRIVES] = {0};
+  char un_s[32];
+  for (int u = 0; u < m->nunits; u++) {
+    const df_k3_unit *un = &m->units[u];
+    if (un->resident) continue;
+    if (map[u] < 0 || sec->units[map[u]].bytes != un->read) {
+      free(map);
+      return df_err_set(e, "spine stream: the pack's spine section has no %s of %" PRIu64
+                           " bytes though its layout matches (damaged manifest?); re-run deltafin "
+                           "pack --spine %s, or run with --no-pack",
+                        unit_name(m, u, un_s, sizeof un_s), un->read, kind);
+    }
+    const df_mf_spine_unit *su = &sec->units[map[u]];
+    if (su->nchunks > maxreq) maxreq = su->nchunks;
+    for (int c = su->first; c < su->first + su->nchunks; c++) used[sec->chunks[c].drive] = 1;
+  }
+  /* the whole section, streamed units or not: a drive file cut short is an
+   * error whatever this run's plan (another limit would stream that unit) */
+  for (int i = 0; i < sec->nunits; i++) {
+    const df_mf_spine_unit *su = &sec->units[i];
+    for (int c = su->first; c < su->first + su->nchunks; c++) {
+      const df_mf_chunk *ch = &sec->chunks[c];
+      const char *path = NULL;
+      uint64_t size = 0;
+      int fd = df_store_pack_file(st, ch->drive, &path, &size);
+      if (fd < 0 || ch->offset + ch->len > size) {
+        df_err_set(e, "spine stream: %s, chunk %d of %d: drive %d file %s %s (offset %" PRIu64
+                      ", %" PRIu64 " bytes, the file has %" PRIu64 "): the pack's spine section "
+                      "is incomplete; re-run deltafin pack --spine %s, or run with --no-pack",
+                   su->unit < m->nunits ? unit_name(m, su->unit, un_s, sizeof un_s) : "unit ?",
+                   c - su->first + 1, su->nchunks, ch->drive, path ? path : "?",
+                   fd < 0 ? "cannot be read" : "is cut short (truncated?)", ch->offset, ch->len,
+                   size, kind);
+        free(map);
+        return -1;
+      }
+    }
+  }
+  for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
+    if (maxreq > s->maxreq) {
+      free(s->slot[k].reqs);
+      s->slot[k].reqs = df_xcalloc((size_t)maxreq, sizeof *s->slot[k].reqs);
+    }
+  if (maxreq > s->maxreq) s->maxreq = maxreq;
+  s->ndrives = 0;
+  for (int d = 0; d < DF_MF_MAX_DRIVES; d++) s->ndrives += used[d];
+  s->sec = sec;
+  s->sec_unit = map;
+  return 1;
+}
+
+/* The spine's trace names the drives its reads go to: the pack's drive
+ * files when they come from its spine section (a read's "drive" is then the
+ * store's drive index, as in the experts' trace), else one "spine stream". */
+static int open_trace(df_k3_stream *s, df_store *st, df_err *e) {
+  char *names[DF_MF_MAX_DRIVES] = {"spine stream"};
+  int n = 1;
+  if (s->sec) {
+    n = 0;
+    for (int c = 0; c < s->sec->nchunks; c++)
+      if (s->sec->chunks[c].drive + 1 > n) n = s->sec->chunks[c].drive + 1;
+    for (int d = 0; d < n; d++) {
+      const char *p = NULL;
+      df_store_pack_file(st, d, &p, NULL);
+      names[d] = (char *)(p ? p : "?");
+    }
+  }
+  s->tr = df_trace_open(s->trace_path, n, names, s->trace_emu, s->trace_io, e);
+  return s->tr ? 0 : -1;
+}
+
 int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e) {
   df_k3_stream *s = m->stream;
   if (!s || s->started) return 0;
+  const df_mf_spine *sec = st ? df_store_spine_section(st) : NULL;
+  if (sec) {
+    s->store = st; /* use_section reads the store's pack files */
+    int r = use_section(s, st, sec, e);
+    s->store = NULL;
+    if (r < 0) return -1;
+  }
   int drive = -1;
   for (int f = 0; st && f < m->nfiles && drive < 0; f++)
     if (s->fds[f] >= 0) drive = df_store_spine_drive(st, s->fds[f]);
+  if (s->sec) drive = 0; /* each chunk names its own drive */
   if (drive >= 0) {
     s->store = st;
     s->drive = drive;
+    s->qd = df_store_spine_depth(st); /* what a drive keeps in flight (rank.h) */
+    if (!s->sec) s->ndrives = 1;
     s->kind = !strcmp(df_store_io_used(st), "pread") ? DF_IO_PREAD : DF_IO_URING;
     for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
       s->slot[k].bidx = df_store_spine_register(st, s->slot[k].buf, s->slot_bytes);
@@ -402,7 +571,9 @@ int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e) {
     }
     for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
       s->slot[k].bidx = df_io_register(s->io, s->slot[k].buf, s->slot_bytes);
+    s->ndrives = 1;
   }
+  if (s->trace_path && !s->tr && open_trace(s, st, e)) return -1;
   s->started = 1;
   return 0;
 }
@@ -456,8 +627,14 @@ static void *acquire(const df_k3 *m, int unit, int next, df_err *e) {
     sl->unit = -1;
     pthread_mutex_unlock(&s->mu);
     const df_k3_unit *un = &m->units[unit];
-    df_err_set(e, "spine stream: %s %d: reading %s: %s", unit < m->cfg->n_layers ? "layer" : "head",
-               unit, un->nex ? df_k3_file_path(m, un->ex[0].file) : "?", msg);
+    char un_s[32];
+    if (s->sec)
+      df_err_set(e, "spine stream: %s from the pack's spine section: %s; nothing computed from "
+                    "it (check with deltafin doctor; re-run deltafin pack --spine %s, or run with "
+                    "--no-pack)", unit_name(m, unit, un_s, sizeof un_s), msg, s->sec->kind);
+    else
+      df_err_set(e, "spine stream: %s %d: reading %s: %s", unit < m->cfg->n_layers ? "layer" : "head",
+                 unit, un->nex ? df_k3_file_path(m, un->ex[0].file) : "?", msg);
     return NULL;
   }
   sl->inuse = 1;
@@ -561,22 +738,36 @@ void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st) {
   st->wasted = s->wasted;
   st->passes = s->passes;
   st->wait_s = s->wait_s;
-  st->direct = s->direct;
+  st->direct = s->sec ? df_store_o_direct(s->store) : s->direct;
   st->registered = s->slot[0].bidx >= 0;
   st->io = s->kind == DF_IO_URING ? "uring" : "pread";
+  st->source = s->sec ? "pack" : m->int8 ? "shards+int8" : "shards";
+  st->drives = s->ndrives;
   pthread_mutex_unlock(&s->mu);
 }
 
 int df_k3_stream_reads(const df_k3 *m, df_k3_read_fn fn, void *ud) {
-  if (!m->stream) return 0;
+  const df_k3_stream *s = m->stream;
+  if (!s) return 0;
   for (int u = 0; u < m->nunits; u++) {
     const df_k3_unit *un = &m->units[u];
     if (un->resident) continue;
+    if (s->sec) {
+      const df_mf_spine_unit *su = &s->sec->units[s->sec_unit[u]];
+      for (int c = su->first; c < su->first + su->nchunks; c++) {
+        const df_mf_chunk *ch = &s->sec->chunks[c];
+        const char *path = NULL;
+        df_store_pack_file(s->store, ch->drive, &path, NULL);
+        fn(ud, path, ch->drive, ch->offset, (uint32_t)ch->len);
+      }
+      continue;
+    }
     for (int i = 0; i < un->nex; i++)
       for (uint64_t o = 0; o < un->ex[i].len; o += CHUNK) {
         uint64_t len = un->ex[i].len - o < CHUNK ? un->ex[i].len - o : CHUNK;
-        fn(ud, df_k3_file_path(m, un->ex[i].file), un->ex[i].off + o, (uint32_t)len);
+        fn(ud, df_k3_file_path(m, un->ex[i].file), s->store ? s->drive : 0, un->ex[i].off + o,
+           (uint32_t)len);
       }
   }
-  return m->stream->qd;
+  return s->qd;
 }

@@ -13,6 +13,20 @@
 #define CTX_MIN 1024        /* an automatic context is never shrunk below this */
 #define THREADS_BOUND 64    /* per-thread scratch is budgeted for this many threads */
 
+/* What the kept conversation states can take for a context of ctx. */
+static uint64_t reuse_of(const df_plan_in *in, int ctx) {
+  if (!in->reuse_bytes) return 0;
+  if (in->reuse_states <= 0) return in->reuse_bytes;
+  uint64_t one = df_plan_state_bytes(in->cfg, ctx) + 4 * (uint64_t)in->cfg->vocab;
+  uint64_t all = (uint64_t)in->reuse_states * one;
+  return all < in->reuse_bytes ? all : in->reuse_bytes;
+}
+
+/* Per-sequence memory: the live state and the kept ones. */
+static uint64_t seq_bytes(const df_plan_in *in, int ctx) {
+  return df_plan_state_bytes(in->cfg, ctx) + reuse_of(in, ctx);
+}
+
 uint64_t df_plan_state_bytes(const df_config *c, int ctx) {
   uint64_t P = (uint64_t)c->kda_heads * c->kda_head_dim, D = (uint64_t)c->kda_head_dim;
   uint64_t K1 = c->kda_conv - 1 > 0 ? (uint64_t)(c->kda_conv - 1) : 1;
@@ -89,7 +103,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   uint64_t M = in->mem_limit;
 
   /* everything resident? */
-  if (base + df_plan_state_bytes(c, ctx) + spine <= M) {
+  if (base + seq_bytes(in, ctx) + spine <= M) {
     for (int u = 0; u < in->nunits; u++) p->resident[u] = 1;
   } else {
     /* Streaming. The ring holds the largest streamed unit twice, so which
@@ -117,7 +131,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
     for (;;) {
       int found = 0;
       uint64_t best_res = 0, best_ring = 0;
-      uint64_t st = df_plan_state_bytes(c, ctx);
+      uint64_t st = seq_bytes(in, ctx);
       for (int ci = 0; ci < n; ci++) {
         uint64_t R = in->unit_read[ord[ci]];
         memcpy(cand, p->resident, (size_t)nu);
@@ -158,24 +172,29 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
       }
       if (least == UINT64_MAX) least = base + forced + st, lring = 0; /* nothing can stream */
       free(cand), free(best), free(ord);
+      char kept[96] = "";
+      if (in->reuse_bytes)
+        snprintf(kept, sizeof kept, " + kept conversation states %.2f MB", mb(reuse_of(in, ctx)));
       return df_err_set(e,
                         "memory plan: %.2f MB do not fit even with spine layers streamed and "
                         "no expert cache; at least %.2f MB (%" PRIu64 " bytes) are needed (state "
-                        "for %d positions %.2f MB, stream ring %.2f MB, experts in flight %.2f MB, "
+                        "for %d positions %.2f MB%s, stream ring %.2f MB, experts in flight %.2f MB, "
                         "scratch %.2f MB, small tensors %.2f MB%s%s); raise --mem-limit, lower "
-                        "--ctx or --prefill-chunk%s",
-                        mb(M), mb(least), least, ctx, mb(st), mb(lring), mb(p->expert_min_bytes),
+                        "--ctx or --prefill-chunk%s%s",
+                        mb(M), mb(least), least, ctx, mb(df_plan_state_bytes(c, ctx)),
+                        kept,
+                        mb(lring), mb(p->expert_min_bytes),
                         mb(p->scratch_bytes), mb(p->fixed_bytes),
                         least > base + forced + st + lring ? ", spine units larger than the ring" : "",
                         least > base + forced + st + lring ? " that stay resident" : "",
-                        p->cache_given ? ", or --cache-mb" : "");
+                        p->cache_given ? ", or --cache-mb" : "", in->reuse_bytes ? ", or --reuse-mb" : "");
     }
     memcpy(p->resident, best, (size_t)nu);
     /* the winner's ring may be smaller than its candidate size: fill what
      * that frees (which can only shrink the ring further) until nothing fits */
     for (int changed = 1; changed;) {
       changed = 0;
-      uint64_t used = base + df_plan_state_bytes(c, ctx) + DF_PLAN_RING_SLOTS * max_read(in, p->resident);
+      uint64_t used = base + seq_bytes(in, ctx) + DF_PLAN_RING_SLOTS * max_read(in, p->resident);
       for (int u = 0; u < nu; u++) used += p->resident[u] ? in->unit_bytes[u] : 0;
       for (int i = 0; i < n && used <= M; i++) {
         int u = ord[i];
@@ -194,6 +213,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   }
   p->ctx = ctx;
   p->state_bytes = df_plan_state_bytes(c, ctx);
+  p->reuse_bytes = reuse_of(in, ctx);
   for (int u = 0; u < in->nunits; u++) {
     if (p->resident[u]) {
       p->resident_bytes += in->unit_bytes[u];
@@ -204,7 +224,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
     }
   }
   uint64_t used = p->scratch_bytes + p->fixed_bytes + p->expert_min_bytes + p->state_bytes +
-                  p->ring_bytes + p->resident_bytes;
+                  p->reuse_bytes + p->ring_bytes + p->resident_bytes;
   if (p->cache_given) {
     p->cache_bytes = cache_given;
   } else {
@@ -254,11 +274,12 @@ char *df_plan_text(const df_plan *p) {
            "plan     memory %.1f MB: resident spine %.1f MB (%d units: layers %s), streamed %d "
            "units (layers %s) %.1f MB per token, embedding one %" PRIu64 "-byte row per position\n"
            "plan     stream ring %d x %.1f MB, expert cache %.1f MB + %.1f MB in flight, state "
-           "%.1f MB for %d positions, scratch %.1f MB, small tensors %.1f MB\n",
+           "%.1f MB for %d positions, kept conversation states %.1f MB, scratch %.1f MB, small "
+           "tensors %.1f MB\n",
            p->mem_limit / 1e6, p->resident_bytes / 1e6, p->n_resident, res, p->n_streamed, str,
            p->streamed_per_token / 1e6, p->embed_row_bytes, p->ring_slots, p->ring_slot_bytes / 1e6,
            p->cache_bytes / 1e6, p->expert_min_bytes / 1e6, p->state_bytes / 1e6, p->ctx,
-           p->scratch_bytes / 1e6, p->fixed_bytes / 1e6);
+           p->reuse_bytes / 1e6, p->scratch_bytes / 1e6, p->fixed_bytes / 1e6);
   return buf;
 }
 
@@ -268,6 +289,7 @@ char *df_plan_json(const df_plan *p) {
   I("mem_limit", p->mem_limit);
   I("ctx", p->ctx);
   I("state_bytes", p->state_bytes);
+  I("reuse_bytes", p->reuse_bytes);
   I("scratch_bytes", p->scratch_bytes);
   I("small_tensor_bytes", p->fixed_bytes);
   I("expert_inflight_bytes", p->expert_min_bytes);

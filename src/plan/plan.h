@@ -10,7 +10,10 @@
  * resident before the expert cache gets memory (unless the cache size was
  * given explicitly), and among spine units the planner maximises resident
  * bytes: largest unit first, ties to the lower unit index. The embedding is
- * read one row per position and is never resident.
+ * read one row per position and is never resident. A server's kept
+ * conversation states (serve --reuse-mb) are budgeted like the live state:
+ * min(the reuse budget, its state count x one state for the admitted
+ * context and its logits), before anything else gets memory.
  *
  * df_plan_make is a pure function of its inputs (config, unit sizes, memory),
  * so it is unit-tested; df_plan_mem_detect reads the machine. */
@@ -24,6 +27,7 @@
 #include "format/config.h"
 
 #define DF_PLAN_RING_SLOTS 2 /* the unit computing and the next one arriving */
+#define DF_PLAN_SERVE_KEPT 8 /* kept conversation states of a server (serve/server.h) */
 
 typedef struct df_plan_in {
   const df_config *cfg;
@@ -40,12 +44,17 @@ typedef struct df_plan_in {
   int64_t cache_default;       /* the store's default cache when the planner decides */
   int ctx_req;                 /* context asked for; <= 0 = min(max_position_embeddings, 8192) */
   int max_rows;                /* largest batch (prefill chunk), for scratch and experts in flight */
+  uint64_t reuse_bytes;        /* conversation reuse (serve --reuse-mb): kept sequence states
+                                * take at most this; 0 = none kept */
+  int reuse_states;            /* and at most this many, each a state for ctx positions plus
+                                * its logits (0 = no count limit) */
 } df_plan_in;
 
 typedef struct df_plan {
   uint64_t mem_limit;
   int ctx;                     /* positions admitted */
   uint64_t state_bytes;        /* KDA state + MLA latent cache for ctx positions */
+  uint64_t reuse_bytes;        /* kept states for conversation reuse (df_plan_in.reuse_*) */
   uint64_t scratch_bytes;      /* activations for max_rows rows, logits */
   uint64_t fixed_bytes;        /* always-resident small tensors */
   uint64_t expert_min_bytes;   /* experts one batch holds in flight (the store needs them) */

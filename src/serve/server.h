@@ -4,6 +4,7 @@
 #ifndef DF_SERVE_SERVER_H
 #define DF_SERVE_SERVER_H
 
+#include "plan/plan.h"
 #include <stddef.h>
 
 #include "base/err.h"
@@ -27,6 +28,7 @@ typedef struct df_serve_opts {
   int max_client_conns;     /* connections one client address may hold; 0: no limit */
   long reuse_mb;            /* conversation reuse: the kept prompt state may take this
                                much (MiB); 0: every request starts from a reset */
+#define DF_SERVE_MAX_KEPT DF_PLAN_SERVE_KEPT /* kept prompt states at most (the plan counts them) */
   const char *allow_hosts[16]; /* Host names accepted besides IP literals, localhost and
                                   --host ("*": any) */
   int nallow_hosts;

@@ -26,7 +26,7 @@ typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 
 typedef struct srv srv;
 
-#define MAX_KEPT 8
+#define MAX_KEPT DF_SERVE_MAX_KEPT
 typedef struct kept {
   df_session_snap *snap;
   int *ids, n;

@@ -1,5 +1,6 @@
-/* `deltafin doctor`: every copy of every record of a pack read back
- * (O_DIRECT) and checked against the manifest's xxh3 (see pack.h). */
+/* `deltafin doctor`: every copy of every record of a pack, and every chunk
+ * of its spine section, read back (O_DIRECT) and checked against the
+ * manifest's xxh3 (see pack.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,6 +17,48 @@
 #include "store/pack.h"
 #include "store/source.h"
 #include "store/store.h"
+
+/* The spine section's chunks (one copy each): a bad chunk leaves its unit
+ * without a good source in the pack. */
+static void check_spine(const df_manifest *m, const int *fd, FILE *out, df_doctor_report *rep) {
+  if (!m->has_spine) return;
+  const df_mf_spine *sp = &m->spine;
+  uint64_t cmax = 0;
+  for (int c = 0; c < sp->nchunks; c++)
+    if (sp->chunks[c].len > cmax) cmax = sp->chunks[c].len;
+  uint8_t *buf = df_xaligned(DF_IO_ALIGN, (size_t)cmax);
+  for (int i = 0; i < sp->nunits; i++) {
+    const df_mf_spine_unit *u = &sp->units[i];
+    for (int c = u->first; c < u->first + u->nchunks; c++) {
+      const df_mf_chunk *ch = &sp->chunks[c];
+      rep->spine_chunks++;
+      int64_t got = fd[ch->drive] < 0 ? -1 : df_pread_all(fd[ch->drive], buf, (size_t)ch->len, ch->offset);
+      if (got < (int64_t)ch->len) {
+        rep->spine_missing++;
+        fprintf(out, "MISSING spine unit %d chunk %d of %d: drive %d (%s) offset %" PRIu64 ": %s\n",
+                u->unit, c - u->first + 1, u->nchunks, ch->drive, m->drives[ch->drive].path,
+                ch->offset, fd[ch->drive] < 0 ? "drive file missing"
+                            : got < 0 ? strerror(errno) : "past the end of the file");
+      } else if (XXH3_64bits(buf, (size_t)ch->len) != ch->xxh3) {
+        rep->spine_corrupt++;
+        fprintf(out, "CORRUPT spine unit %d chunk %d of %d: drive %d (%s) offset %" PRIu64
+                     ": checksum mismatch\n",
+                u->unit, c - u->first + 1, u->nchunks, ch->drive, m->drives[ch->drive].path,
+                ch->offset);
+      } else {
+        rep->spine_ok++;
+      }
+    }
+  }
+  free(buf);
+  fprintf(out, "spine section (%s): %d units, %" PRIu64 " chunks: %" PRIu64 " ok, %" PRIu64
+               " corrupt, %" PRIu64 " missing%s\n",
+          sp->kind, sp->nunits, rep->spine_chunks, rep->spine_ok, rep->spine_corrupt,
+          rep->spine_missing,
+          rep->spine_corrupt || rep->spine_missing
+              ? "; re-run deltafin pack --spine (or run with --no-pack)"
+              : "");
+}
 
 int df_doctor(const char *model_dir, const char *manifest, FILE *out, int progress,
               df_doctor_report *rep, df_err *e) {
@@ -115,14 +158,16 @@ int df_doctor(const char *model_dir, const char *manifest, FILE *out, int progre
     df_progress_update(&pr, seen);
   }
   df_progress_end(&pr);
+  check_spine(&m, fd, out, rep);
   fprintf(out,
           "%s: %" PRIu64 " experts, %" PRIu64 " copies on %d drive%s: %" PRIu64 " ok, %" PRIu64
           " corrupt, %" PRIu64 " missing; %s\n",
           mpath, rep->records, rep->copies, m.ndrives, m.ndrives == 1 ? "" : "s", rep->ok,
           rep->corrupt, rep->missing,
           rep->lost ? "SOME EXPERTS HAVE NO GOOD COPY: re-run deltafin pack"
-                    : rep->corrupt || rep->missing ? "every expert still has a good copy"
-                                                   : "all good");
+          : rep->corrupt || rep->missing ? "every expert still has a good copy"
+          : rep->spine_corrupt || rep->spine_missing ? "every expert is good, the spine section is not"
+                                                     : "all good");
   for (int d = 0; d < m.ndrives; d++)
     if (fd[d] >= 0) close(fd[d]);
   free(fd);

@@ -13,6 +13,33 @@
 #define MAX_EXPERTS 65536
 #define MAX_RECORD_BYTES (1ull << 34)
 #define MAX_FILE_BYTES (1ull << 52)
+#define MAX_SPINE_CHUNKS (1 << 22)
+
+void df_mf_spine_free(df_mf_spine *s) {
+  if (!s) return;
+  free(s->units);
+  free(s->chunks);
+  memset(s, 0, sizeof *s);
+}
+
+void df_manifest_take_spine(df_manifest *m, df_mf_spine *out) {
+  *out = m->spine;
+  memset(&m->spine, 0, sizeof m->spine);
+  m->has_spine = 0;
+}
+
+const df_mf_spine_unit *df_manifest_spine_unit(const df_manifest *m, int unit) {
+  if (!m->has_spine) return NULL;
+  int lo = 0, hi = m->spine.nunits - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    int u = m->spine.units[mid].unit;
+    if (u == unit) return &m->spine.units[mid];
+    if (u < unit) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return NULL;
+}
 
 void df_manifest_free(df_manifest *m) {
   if (!m) return;
@@ -22,6 +49,7 @@ void df_manifest_free(df_manifest *m) {
   }
   free(m->drives);
   free(m->recs);
+  df_mf_spine_free(&m->spine);
   memset(m, 0, sizeof *m);
 }
 
@@ -35,9 +63,9 @@ char *df_manifest_file_path(const df_manifest *m, int drive) {
   return df_path_join(m->drives[drive].path, m->drives[drive].file);
 }
 
-/* Only these keys, each present. */
-static int check_keys(json_t *o, const char *const *keys, int n, const char *where,
-                      const char *label, df_err *e) {
+/* Only these keys, the first nreq of them present. */
+static int check_keys_opt(json_t *o, const char *const *keys, int n, int nreq, const char *where,
+                          const char *label, df_err *e) {
   if (!json_is_object(o)) return df_err_set(e, "%s: %s must be an object", label, where);
   const char *k;
   json_t *v;
@@ -46,10 +74,16 @@ static int check_keys(json_t *o, const char *const *keys, int n, const char *whe
     for (int i = 0; i < n; i++) ok |= !strcmp(k, keys[i]);
     if (!ok) return df_err_set(e, "%s: unknown field '%s' in %s", label, k, where);
   }
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < nreq; i++)
     if (!json_object_get(o, keys[i]))
       return df_err_set(e, "%s: missing field '%s' in %s", label, keys[i], where);
   return 0;
+}
+
+/* Only these keys, each present. */
+static int check_keys(json_t *o, const char *const *keys, int n, const char *where,
+                      const char *label, df_err *e) {
+  return check_keys_opt(o, keys, n, n, where, label, e);
 }
 
 static int get_u64(json_t *v, uint64_t lo, uint64_t hi, uint64_t *out, const char *field,
@@ -91,14 +125,66 @@ static int get_hex(json_t *v, uint64_t *out, const char *field, const char *labe
   return 0;
 }
 
+/* A byte range of a drive's file: record rec, or spine chunk -1 - rec. */
 typedef struct span {
-  uint64_t off;
+  uint64_t off, len;
   int rec;
 } span;
 
 static int cmp_span(const void *a, const void *b) {
   const span *x = a, *y = b;
   return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static void span_name(char *buf, size_t n, int rec) {
+  if (rec >= 0) snprintf(buf, n, "records[%d]", rec);
+  else snprintf(buf, n, "spine chunk %d", -1 - rec);
+}
+
+static int kind_ok(const char *k) { return !strcmp(k, "bf16") || !strcmp(k, "int8"); }
+
+/* The spine section alone: kinds, units in order, chunks aligned, inside
+ * their drive's file, adding up to each unit's bytes. */
+static int check_spine(const df_manifest *m, const char *label, df_err *e) {
+  const df_mf_spine *sp = &m->spine;
+  if (!kind_ok(sp->kind)) return df_err_set(e, "%s: spine.kind must be \"bf16\" or \"int8\"", label);
+  if (sp->nunits < 1 || sp->nunits > MAX_LAYERS + 1)
+    return df_err_set(e, "%s: spine.units must hold 1..%d units", label, MAX_LAYERS + 1);
+  if (sp->nchunks < sp->nunits || sp->nchunks > MAX_SPINE_CHUNKS)
+    return df_err_set(e, "%s: spine: %d chunks for %d units", label, sp->nchunks, sp->nunits);
+  int next = 0;
+  for (int i = 0; i < sp->nunits; i++) {
+    const df_mf_spine_unit *u = &sp->units[i];
+    if (u->unit < 0 || u->unit > MAX_LAYERS || (i > 0 && u->unit <= sp->units[i - 1].unit))
+      return df_err_set(e, "%s: spine.units[%d]: unit %d is out of order (increasing, each once)",
+                        label, i, u->unit);
+    if (u->first != next || u->nchunks < 1 || u->nchunks > sp->nchunks - next)
+      return df_err_set(e, "%s: spine.units[%d] (unit %d): chunks do not follow the previous unit's",
+                        label, i, u->unit);
+    next += u->nchunks;
+    uint64_t sum = 0;
+    for (int c = u->first; c < u->first + u->nchunks; c++) {
+      const df_mf_chunk *ch = &sp->chunks[c];
+      if (ch->drive < 0 || ch->drive >= m->ndrives)
+        return df_err_set(e, "%s: spine unit %d chunk %d: drive %d does not exist", label, u->unit,
+                          c - u->first, ch->drive);
+      if (ch->len < 1 || ch->len % m->align || ch->offset % m->align)
+        return df_err_set(e, "%s: spine unit %d chunk %d: offset and len must be non-empty "
+                             "multiples of %u", label, u->unit, c - u->first, m->align);
+      if (ch->offset > m->drives[ch->drive].bytes || m->drives[ch->drive].bytes - ch->offset < ch->len)
+        return df_err_set(e, "%s: spine unit %d chunk %d ends past drives[%d].bytes", label, u->unit,
+                          c - u->first, ch->drive);
+      sum += ch->len;
+      if (sum > MAX_FILE_BYTES)
+        return df_err_set(e, "%s: spine unit %d is larger than any file", label, u->unit);
+    }
+    if (sum != u->bytes)
+      return df_err_set(e, "%s: spine unit %d: its chunks hold %" PRIu64 " bytes, not %" PRIu64,
+                        label, u->unit, sum, u->bytes);
+  }
+  if (next != sp->nchunks)
+    return df_err_set(e, "%s: spine: %d chunks belong to no unit", label, sp->nchunks - next);
+  return 0;
 }
 
 int df_manifest_check(const df_manifest *m, const char *label, df_err *e) {
@@ -159,19 +245,27 @@ int df_manifest_check(const df_manifest *m, const char *label, df_err *e) {
       ncopies++;
     }
   }
-  /* No overlaps: per drive, sorted offsets at least `padded` apart. */
-  span *sp = df_xmalloc((ncopies ? ncopies : 1) * sizeof *sp);
+  if (m->has_spine && check_spine(m, label, e)) return -1;
+  /* No overlaps: per drive, sorted by offset, each span ends before the next begins. */
+  size_t nspan = ncopies + (m->has_spine ? (size_t)m->spine.nchunks : 0);
+  span *sp = df_xmalloc((nspan ? nspan : 1) * sizeof *sp);
   int rc = 0;
   for (int d = 0; d < m->ndrives && !rc; d++) {
     size_t n = 0;
     for (int i = 0; i < m->nrecs; i++)
       for (int c = 0; c < m->recs[i].ncopies; c++)
-        if (m->recs[i].copies[c].drive == d) sp[n++] = (span){m->recs[i].copies[c].offset, i};
+        if (m->recs[i].copies[c].drive == d)
+          sp[n++] = (span){m->recs[i].copies[c].offset, padded, i};
+    for (int c = 0; m->has_spine && c < m->spine.nchunks; c++)
+      if (m->spine.chunks[c].drive == d)
+        sp[n++] = (span){m->spine.chunks[c].offset, m->spine.chunks[c].len, -1 - c};
     qsort(sp, n, sizeof *sp, cmp_span);
     for (size_t k = 1; k < n; k++)
-      if (sp[k].off - sp[k - 1].off < padded) {
-        rc = df_err_set(e, "%s: records[%d] and records[%d] overlap on drive %d", label,
-                        sp[k - 1].rec, sp[k].rec, d);
+      if (sp[k].off - sp[k - 1].off < sp[k - 1].len) {
+        char a[48], b[48];
+        span_name(a, sizeof a, sp[k - 1].rec);
+        span_name(b, sizeof b, sp[k].rec);
+        rc = df_err_set(e, "%s: %s and %s overlap on drive %d", label, a, b, d);
         break;
       }
   }
@@ -179,14 +273,73 @@ int df_manifest_check(const df_manifest *m, const char *label, df_err *e) {
   return rc;
 }
 
-static const char *const top_keys[] = {"format", "version", "model", "align", "drives", "records"};
+static const char *const top_keys[] = {"format", "version", "model",  "align",
+                                       "drives", "records", "spine"}; /* spine optional */
+static const char *const spine_keys[] = {"kind", "layout", "units"};
 static const char *const model_keys[] = {"fingerprint", "first_layer", "n_layers", "n_experts",
                                          "record_bytes"};
 static const char *const drive_keys[] = {"path", "file", "bytes", "bandwidth"};
 
+static int parse_spine(df_manifest *m, json_t *o, const char *label, df_err *e) {
+  char field[96];
+  df_mf_spine *sp = &m->spine;
+  m->has_spine = 1;
+  if (check_keys(o, spine_keys, 3, "spine", label, e)) return -1;
+  json_t *k = json_object_get(o, "kind");
+  if (!json_is_string(k) || !kind_ok(json_string_value(k)))
+    return df_err_set(e, "%s: spine.kind must be \"bf16\" or \"int8\"", label);
+  snprintf(sp->kind, sizeof sp->kind, "%s", json_string_value(k));
+  if (get_hex(json_object_get(o, "layout"), &sp->layout, "spine.layout", label, e)) return -1;
+  json_t *us = json_object_get(o, "units");
+  if (!json_is_array(us) || json_array_size(us) < 1 || json_array_size(us) > MAX_LAYERS + 1)
+    return df_err_set(e, "%s: spine.units must be an array of 1..%d units", label, MAX_LAYERS + 1);
+  size_t total = 0;
+  for (size_t i = 0; i < json_array_size(us); i++) {
+    json_t *u = json_array_get(us, i), *cs = json_is_array(u) ? json_array_get(u, 2) : NULL;
+    if (!json_is_array(u) || json_array_size(u) != 3 || !json_is_array(cs) ||
+        json_array_size(cs) < 1)
+      return df_err_set(e, "%s: spine.units[%zu] must be [unit, bytes, [chunks...]]", label, i);
+    total += json_array_size(cs);
+    if (total > MAX_SPINE_CHUNKS)
+      return df_err_set(e, "%s: spine: more than %d chunks", label, MAX_SPINE_CHUNKS);
+  }
+  sp->nunits = (int)json_array_size(us);
+  sp->units = df_xcalloc((size_t)sp->nunits, sizeof *sp->units);
+  sp->nchunks = (int)total;
+  sp->chunks = df_xcalloc(total, sizeof *sp->chunks);
+  int c = 0;
+  for (int i = 0; i < sp->nunits; i++) {
+    json_t *u = json_array_get(us, (size_t)i), *cs = json_array_get(u, 2);
+    df_mf_spine_unit *mu = &sp->units[i];
+    snprintf(field, sizeof field, "spine.units[%d] unit", i);
+    if (get_int(json_array_get(u, 0), 0, MAX_LAYERS, &mu->unit, field, label, e)) return -1;
+    snprintf(field, sizeof field, "spine.units[%d] bytes", i);
+    if (get_u64(json_array_get(u, 1), 1, MAX_FILE_BYTES, &mu->bytes, field, label, e)) return -1;
+    mu->first = c;
+    mu->nchunks = (int)json_array_size(cs);
+    for (int j = 0; j < mu->nchunks; j++, c++) {
+      json_t *ch = json_array_get(cs, (size_t)j);
+      df_mf_chunk *mc = &sp->chunks[c];
+      if (!json_is_array(ch) || json_array_size(ch) != 4)
+        return df_err_set(e, "%s: spine.units[%d] chunk %d must be [drive, offset, len, xxh3]",
+                          label, i, j);
+      snprintf(field, sizeof field, "spine.units[%d] chunk %d drive", i, j);
+      if (get_int(json_array_get(ch, 0), 0, DF_MF_MAX_DRIVES, &mc->drive, field, label, e))
+        return -1;
+      snprintf(field, sizeof field, "spine.units[%d] chunk %d offset", i, j);
+      if (get_u64(json_array_get(ch, 1), 0, MAX_FILE_BYTES, &mc->offset, field, label, e)) return -1;
+      snprintf(field, sizeof field, "spine.units[%d] chunk %d len", i, j);
+      if (get_u64(json_array_get(ch, 2), 1, MAX_FILE_BYTES, &mc->len, field, label, e)) return -1;
+      snprintf(field, sizeof field, "spine.units[%d] chunk %d xxh3", i, j);
+      if (get_hex(json_array_get(ch, 3), &mc->xxh3, field, label, e)) return -1;
+    }
+  }
+  return 0;
+}
+
 static int parse_obj(df_manifest *m, json_t *root, const char *label, df_err *e) {
   char field[96];
-  if (check_keys(root, top_keys, 6, "the manifest", label, e)) return -1;
+  if (check_keys_opt(root, top_keys, 7, 6, "the manifest", label, e)) return -1;
   json_t *fmt = json_object_get(root, "format");
   if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "deltafin-pack"))
     return df_err_set(e, "%s: format must be \"deltafin-pack\"", label);
@@ -271,6 +424,8 @@ static int parse_obj(df_manifest *m, json_t *root, const char *label, df_err *e)
       if (get_hex(json_array_get(cp, 2), &mr->copies[c].xxh3, field, label, e)) return -1;
     }
   }
+  json_t *spj = json_object_get(root, "spine");
+  if (spj && parse_spine(m, spj, label, e)) return -1;
   return df_manifest_check(m, label, e);
 }
 
@@ -333,6 +488,26 @@ char *df_manifest_to_json(const df_manifest *m) {
     json_array_append_new(recs, json_pack("[iio]", r->layer, r->expert, cs));
   }
   json_object_set_new(root, "records", recs);
+  if (m->has_spine) {
+    const df_mf_spine *sp = &m->spine;
+    json_t *so = json_object(), *us = json_array();
+    json_object_set_new(so, "kind", json_string(sp->kind));
+    snprintf(hex, sizeof hex, "%016" PRIx64, sp->layout);
+    json_object_set_new(so, "layout", json_string(hex));
+    for (int i = 0; i < sp->nunits; i++) {
+      const df_mf_spine_unit *u = &sp->units[i];
+      json_t *cs = json_array();
+      for (int c = u->first; c < u->first + u->nchunks; c++) {
+        const df_mf_chunk *ch = &sp->chunks[c];
+        snprintf(hex, sizeof hex, "%016" PRIx64, ch->xxh3);
+        json_array_append_new(cs, json_pack("[iIIs]", ch->drive, (json_int_t)ch->offset,
+                                            (json_int_t)ch->len, hex));
+      }
+      json_array_append_new(us, json_pack("[iIo]", u->unit, (json_int_t)u->bytes, cs));
+    }
+    json_object_set_new(so, "units", us);
+    json_object_set_new(root, "spine", so);
+  }
   char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(root);
   char *out = df_xstrdup(s);

@@ -20,9 +20,11 @@
 #include "store/heat.h"
 #include "store/manifest.h"
 #include "store/source.h"
+#include "store/spine_place.h"
 #include "store/store.h"
 
 #define GROUP 8 /* experts read per batch while packing */
+#define SPINE_CHUNK (8u << 20) /* the spine stream's request size (DF_K3_STREAM_CHUNK) */
 
 int df_pack_measure_drive(const char *dir, uint64_t bytes, double *rate, df_err *e) {
   char *p = df_path_join(dir, ".deltafin-measure.tmp");
@@ -144,8 +146,12 @@ static void journal_load(const char *path, uint64_t plan_id, const df_manifest *
     unsigned chk;
     char again[128];
     if (sscanf(line, "%d %d %" SCNx64 " %x", &key, &copy, &xxh, &chk) != 4) break;
-    if (key < 0 || key >= m->nrecs || copy < 0 || copy >= m->recs[key].ncopies ||
-        m->recs[key].copies[copy].drive != drive)
+    /* items: records [0, nrecs), then spine chunks (one copy each) */
+    int nchunks = m->has_spine ? m->spine.nchunks : 0;
+    if (key < 0 || key >= m->nrecs + nchunks) break;
+    if (key < m->nrecs ? copy < 0 || copy >= m->recs[key].ncopies ||
+                             m->recs[key].copies[copy].drive != drive
+                       : copy != 0 || m->spine.chunks[key - m->nrecs].drive != drive)
       break;
     journal_line(again, sizeof again, key, copy, xxh);
     if (strcmp(again, line)) break; /* torn or foreign line: stop trusting the rest */
@@ -197,6 +203,7 @@ typedef struct pack_job {
   char **jpath;          /* journal per drive */
   FILE **jf;
   size_t nk;             /* records */
+  size_t nitems;         /* records, then spine chunks: the journal's keys */
   uint64_t *done_xxh;    /* [record][copy]: the hash of what was written */
   uint8_t *done;         /* [record][copy]: 0 to write, 2 written not durable, 1 journalled */
 } pack_job;
@@ -212,6 +219,20 @@ static int pack_check_opts(const df_pack_opts *o, df_err *e) {
   if (o->replicas_hot > 0 && o->ndrives < 2)
     return df_err_set(e, "pack: --replicas-hot needs at least two drives (a copy on the same "
                          "drive protects against nothing)");
+  const df_pack_spine *sp = o->spine;
+  if (sp) {
+    if (!sp->kind || (strcmp(sp->kind, "bf16") && strcmp(sp->kind, "int8")))
+      return df_err_set(e, "pack: --spine must be bf16 or int8");
+    if (sp->nunits < 1) return df_err_set(e, "pack: --spine: the model has no streamable spine unit");
+    for (int u = 0; u < sp->nunits; u++) {
+      uint64_t sum = 0;
+      for (int x = 0; x < sp->units[u].nex; x++) sum += sp->units[u].ex[x].len;
+      if (!sp->units[u].bytes || sp->units[u].bytes % DF_IO_ALIGN || sum != sp->units[u].bytes ||
+          (u > 0 && sp->units[u].unit <= sp->units[u - 1].unit))
+        return df_err_set(e, "pack: spine unit %d: inconsistent layout (internal error)",
+                          sp->units[u].unit);
+    }
+  }
   return 0;
 }
 
@@ -314,12 +335,15 @@ static int pack_resolve_drives(pack_job *j, df_err *e) {
 /* The plan's first line: a plan is reused only for the same model files,
  * drives and replica share. */
 static void plan_header(pack_job *j) {
-  size_t hl = 256;
+  size_t hl = 320;
   for (int d = 0; d < j->o->ndrives; d++) hl += strlen(j->dabs[d]) + 1;
   j->header = df_xmalloc(hl);
   int n = snprintf(j->header, hl, "deltafin-pack-plan 1 %016" PRIx64 " %.6g %s", j->fingerprint,
                    j->o->replicas_hot, j->fname);
   for (int d = 0; d < j->o->ndrives; d++) n += snprintf(j->header + n, hl - (size_t)n, " %s", j->dabs[d]);
+  if (j->o->spine)
+    n += snprintf(j->header + n, hl - (size_t)n, " spine %s %016" PRIx64, j->o->spine->kind,
+                  j->o->spine->layout);
   snprintf(j->header + n, hl - (size_t)n, "\n");
 }
 
@@ -397,6 +421,27 @@ static int plan_heat(pack_job *j, df_heat *heat, int *found, df_err *e) {
   return rc;
 }
 
+/* The spine section: after each drive's expert records, balanced by bytes. */
+static void plan_spine(pack_job *j, const double *bw) {
+  const df_pack_spine *ps = j->o->spine;
+  df_manifest *m = &j->m;
+  int nd = m->ndrives;
+  int *ids = df_xmalloc((size_t)ps->nunits * sizeof *ids);
+  uint64_t *bytes = df_xmalloc((size_t)ps->nunits * sizeof *bytes);
+  uint64_t *base = df_xmalloc((size_t)nd * sizeof *base), *end = df_xmalloc((size_t)nd * sizeof *end);
+  for (int u = 0; u < ps->nunits; u++) ids[u] = ps->units[u].unit, bytes[u] = ps->units[u].bytes;
+  for (int d = 0; d < nd; d++) base[d] = m->drives[d].bytes;
+  df_spine_place(&m->spine, ids, bytes, ps->nunits, nd, bw, SPINE_CHUNK, DF_IO_ALIGN, base, end);
+  snprintf(m->spine.kind, sizeof m->spine.kind, "%s", ps->kind);
+  m->spine.layout = ps->layout;
+  m->has_spine = 1;
+  for (int d = 0; d < nd; d++) m->drives[d].bytes = end[d];
+  free(ids);
+  free(bytes);
+  free(base);
+  free(end);
+}
+
 /* A new plan: skeleton, placement, checked, written before any record. */
 static int plan_new(pack_job *j, df_err *e) {
   if (plan_bandwidths(j, e)) return -1;
@@ -410,6 +455,7 @@ static int plan_new(pack_job *j, df_err *e) {
   double *pbw = df_xmalloc((size_t)j->o->ndrives * sizeof *pbw);
   for (int d = 0; d < j->o->ndrives; d++) pbw[d] = j->known ? j->bw[d] : 1.0;
   place(&j->m, found ? heat.count : NULL, pbw, j->o->replicas_hot);
+  if (j->o->spine) plan_spine(j, j->known ? j->bw : NULL);
   free(pbw);
   df_heat_free(&heat);
   if (df_manifest_check(&j->m, "pack plan", e)) return -1;
@@ -433,11 +479,12 @@ static int pack_plan(pack_job *j, df_err *e) {
  * then opened for appending. */
 static int drive_journal(pack_job *j, int d, df_err *e) {
   journal_load(j->jpath[d], j->plan_id, &j->m, d, j->done_xxh, j->done);
-  char *tmp = df_xmalloc(64 + j->nk * 48);
+  char *tmp = df_xmalloc(64 + j->nitems * DF_MF_MAX_COPIES * 48);
   size_t tn = (size_t)sprintf(tmp, "plan %016" PRIx64 "\n", j->plan_id);
-  for (size_t k = 0; k < j->nk; k++)
-    for (int c = 0; c < j->m.recs[k].ncopies; c++)
-      if (j->m.recs[k].copies[c].drive == d && DONE(j, k, c)) {
+  for (size_t k = 0; k < j->nitems; k++)
+    for (int c = 0; c < (k < j->nk ? j->m.recs[k].ncopies : 1); c++)
+      if ((k < j->nk ? j->m.recs[k].copies[c].drive : j->m.spine.chunks[k - j->nk].drive) == d &&
+          DONE(j, k, c)) {
         char l[96];
         journal_line(l, sizeof l, (int)k, c, DONE_XXH(j, k, c));
         memcpy(tmp + tn, l, strlen(l));
@@ -479,8 +526,9 @@ static int drive_file(pack_job *j, int d, int *direct, df_err *e) {
 
 static int pack_open_drives(pack_job *j, df_err *e) {
   j->nk = (size_t)j->m.nrecs;
-  j->done_xxh = df_xcalloc(j->nk * DF_MF_MAX_COPIES, sizeof *j->done_xxh);
-  j->done = df_xcalloc(j->nk * DF_MF_MAX_COPIES, 1);
+  j->nitems = j->nk + (j->m.has_spine ? (size_t)j->m.spine.nchunks : 0);
+  j->done_xxh = df_xcalloc(j->nitems * DF_MF_MAX_COPIES, sizeof *j->done_xxh);
+  j->done = df_xcalloc(j->nitems * DF_MF_MAX_COPIES, 1);
   int direct = 1;
   for (int d = 0; d < j->m.ndrives; d++)
     if (drive_file(j, d, &direct, e) || drive_journal(j, d, e)) return -1;
@@ -531,6 +579,16 @@ static int write_record(pack_job *j, int l, int expert, const uint8_t *bytes, ui
     *written += j->lay.total;
   }
   return 0;
+}
+
+/* --max-rate: sleeps while `written` bytes since t_start are ahead of the rate. */
+static void throttle(double max_rate, uint64_t written, double t_start) {
+  if (max_rate <= 0) return;
+  double ahead = (double)written / max_rate - (df_now() - t_start);
+  if (ahead > 0) {
+    struct timespec ts = {(time_t)ahead, (long)((ahead - floor(ahead)) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* Every record copy still to write, read through the store (shards, no
@@ -588,19 +646,123 @@ static int pack_copy_records(pack_job *j, df_err *e) {
         break;
       }
       df_progress_update(&pr, written);
-      if (o->max_rate > 0) {
-        double ahead = (double)written / o->max_rate - (df_now() - t_start);
-        if (ahead > 0) {
-          struct timespec ts = {(time_t)ahead, (long)((ahead - floor(ahead)) * 1e9)};
-          nanosleep(&ts, NULL);
-        }
-      }
+      throttle(o->max_rate, written, t_start);
     }
   }
   if (!rc) df_progress_end(&pr);
   free(list);
   free(wbuf);
   df_store_close(src);
+  return rc;
+}
+
+/* ---- the spine section ---- */
+
+/* An open source file of the spine's extents (by path, opened once). */
+typedef struct spine_src {
+  const char *path;
+  int fd;
+} spine_src;
+
+static int src_fd(spine_src *src, int *nsrc, const char *path, df_err *e) {
+  for (int i = 0; i < *nsrc; i++)
+    if (!strcmp(src[i].path, path)) return src[i].fd;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return df_err_errno(e, "pack: spine source %s", path);
+  src[*nsrc] = (spine_src){path, fd};
+  (*nsrc)++;
+  return fd;
+}
+
+/* Bytes [boff, boff + len) of unit u's buffer image into buf (zeros past a
+ * file's end, as the stream's buffer never uses them). */
+static int spine_image(const df_pack_spine_unit *u, uint64_t boff, uint64_t len, uint8_t *buf,
+                       spine_src *src, int *nsrc, df_err *e) {
+  memset(buf, 0, (size_t)len);
+  uint64_t xb = 0;
+  for (int x = 0; x < u->nex && len; x++) {
+    const df_pack_extent *ex = &u->ex[x];
+    uint64_t lo = boff > xb ? boff : xb, hi = boff + len < xb + ex->len ? boff + len : xb + ex->len;
+    if (lo < hi) {
+      int fd = src_fd(src, nsrc, ex->path, e);
+      if (fd < 0) return -1;
+      int64_t got = df_pread_all(fd, buf + (lo - boff), (size_t)(hi - lo), ex->off + (lo - xb));
+      if (got < 0) return df_err_errno(e, "pack: reading spine unit %d from %s", u->unit, ex->path);
+    }
+    xb += ex->len;
+  }
+  return 0;
+}
+
+/* Every spine chunk still to write: its image built from the source files,
+ * hashed, written, made durable and journalled unit by unit. */
+static int pack_copy_spine(pack_job *j, df_err *e) {
+  const df_manifest *m = &j->m;
+  const df_pack_spine *ps = j->o->spine;
+  if (!m->has_spine || !ps) return 0;
+  uint64_t todo = 0, cmax = 0;
+  for (int c = 0; c < m->spine.nchunks; c++) {
+    if (!DONE(j, j->nk + (size_t)c, 0)) todo += m->spine.chunks[c].len;
+    if (m->spine.chunks[c].len > cmax) cmax = m->spine.chunks[c].len;
+  }
+  if (!todo) return 0;
+  uint8_t *buf = df_xaligned(DF_IO_ALIGN, (size_t)cmax);
+  int nsrc = 0, capsrc = 0;
+  for (int u = 0; u < ps->nunits; u++) capsrc += ps->units[u].nex;
+  spine_src *src = df_xcalloc((size_t)capsrc + 1, sizeof *src);
+  df_progress pr;
+  df_progress_begin(&pr, "pack spine", todo);
+  if (!j->o->progress) pr.tty = 0;
+  uint64_t written = 0;
+  double t_start = df_now();
+  int rc = 0;
+  for (int i = 0; i < m->spine.nunits && !rc; i++) {
+    const df_mf_spine_unit *mu = &m->spine.units[i];
+    const df_pack_spine_unit *u = &ps->units[i];
+    if (mu->unit != u->unit || mu->bytes != u->bytes) {
+      rc = df_err_set(e, "pack: the plan's spine unit %d does not match the model's (internal "
+                         "error); delete %s and pack again", mu->unit, j->plan_path);
+      break;
+    }
+    uint8_t touched[DF_MF_MAX_DRIVES] = {0};
+    uint64_t boff = 0;
+    for (int c = mu->first; c < mu->first + mu->nchunks && !rc; c++) {
+      const df_mf_chunk *ch = &m->spine.chunks[c];
+      size_t k = j->nk + (size_t)c;
+      if (!DONE(j, k, 0)) {
+        if (spine_image(u, boff, ch->len, buf, src, &nsrc, e)) rc = -1;
+        else if (df_pwrite_all(j->fd[ch->drive], buf, (size_t)ch->len, ch->offset))
+          rc = df_err_errno(e, "pack: writing %s/%s", j->dabs[ch->drive], j->fname);
+        else {
+          DONE_XXH(j, k, 0) = XXH3_64bits(buf, (size_t)ch->len);
+          DONE(j, k, 0) = 2;
+          touched[ch->drive] = 1;
+          written += ch->len;
+        }
+      }
+      boff += ch->len;
+    }
+    for (int d = 0; d < m->ndrives && !rc; d++)
+      if (touched[d] && fdatasync(j->fd[d]))
+        rc = df_err_errno(e, "pack: fdatasync %s/%s", j->dabs[d], j->fname);
+    for (int c = mu->first; c < mu->first + mu->nchunks && !rc; c++) {
+      size_t k = j->nk + (size_t)c;
+      if (DONE(j, k, 0) != 2) continue;
+      char line[96];
+      journal_line(line, sizeof line, (int)k, 0, DONE_XXH(j, k, 0));
+      fputs(line, j->jf[m->spine.chunks[c].drive]);
+      DONE(j, k, 0) = 1;
+    }
+    for (int d = 0; d < m->ndrives && !rc; d++)
+      if (touched[d] && (fflush(j->jf[d]) || fdatasync(fileno(j->jf[d]))))
+        rc = df_err_errno(e, "pack: %s", j->jpath[d]);
+    df_progress_update(&pr, written);
+    throttle(j->o->max_rate, written, t_start);
+  }
+  if (!rc) df_progress_end(&pr);
+  for (int i = 0; i < nsrc; i++) close(src[i].fd);
+  free(src);
+  free(buf);
   return rc;
 }
 
@@ -615,6 +777,8 @@ static int pack_finish(pack_job *j, df_err *e) {
                              "changed during the pack?); delete %s and pack again",
                           m->recs[k].layer, m->recs[k].expert, j->plan_path);
     }
+  for (int c = 0; m->has_spine && c < m->spine.nchunks; c++)
+    m->spine.chunks[c].xxh3 = DONE_XXH(j, j->nk + (size_t)c, 0);
   char *js = df_manifest_to_json(m);
   int wr = df_file_write_atomic(j->mpath, js, strlen(js), e);
   free(js);
@@ -631,8 +795,20 @@ static int pack_finish(pack_job *j, df_err *e) {
     printf("packed %zu experts (%.3f GB) onto %d drive%s, %" PRIu64 " with a second copy; manifest %s\n",
            j->nk, (double)j->nk * (double)j->lay.total / 1e9, m->ndrives, m->ndrives == 1 ? "" : "s",
            nrep, j->mpath);
-    for (int d = 0; d < m->ndrives; d++)
-      printf("  drive %d %s: %.3f GB\n", d, m->drives[d].path, (double)m->drives[d].bytes / 1e9);
+    if (m->has_spine) {
+      uint64_t sb = 0;
+      for (int u = 0; u < m->spine.nunits; u++) sb += m->spine.units[u].bytes;
+      printf("spine section (%s): %d units, %.3f GB in %d chunks\n", m->spine.kind,
+             m->spine.nunits, (double)sb / 1e9, m->spine.nchunks);
+    }
+    for (int d = 0; d < m->ndrives; d++) {
+      uint64_t sb = 0;
+      for (int c = 0; m->has_spine && c < m->spine.nchunks; c++)
+        if (m->spine.chunks[c].drive == d) sb += m->spine.chunks[c].len;
+      printf("  drive %d %s: %.3f GB", d, m->drives[d].path, (double)m->drives[d].bytes / 1e9);
+      if (m->has_spine) printf(" (spine %.3f GB)", (double)sb / 1e9);
+      printf("\n");
+    }
   }
   return 0;
 }
@@ -642,7 +818,8 @@ int df_pack(const df_pack_opts *o, df_err *e) {
   pack_job j;
   pack_job_init(&j, o);
   int rc = pack_open_model(&j, e) || pack_resolve_drives(&j, e) || pack_plan(&j, e) ||
-                   pack_open_drives(&j, e) || pack_copy_records(&j, e) || pack_finish(&j, e)
+                   pack_open_drives(&j, e) || pack_copy_records(&j, e) || pack_copy_spine(&j, e) ||
+                   pack_finish(&j, e)
                ? -1
                : 0;
   pack_job_free(&j);

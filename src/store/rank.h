@@ -32,6 +32,8 @@ typedef struct df_rank_drive {
   int pf_max;          /* speculative reads in flight at most */
 } df_rank_drive;
 
+/* Spine reads a drive of queue depth qd keeps in flight at most (rule 2). */
+int df_rank_spine_max(int qd);
 /* The class the drive takes next, or DF_RANK_NONE. */
 df_rank_class df_rank_next(const df_rank_drive *d);
 

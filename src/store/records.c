@@ -112,7 +112,9 @@ int df_store_open_pack(df_store *s, const df_st_set *set, const char *mpath, df_
   }
   for (int i = 0; i < m.ndrives; i++) free(why[i]);
   free(why);
-  free(size);
+  s->pack_size = size;
+  s->has_spine = m.has_spine;
+  if (m.has_spine) df_manifest_take_spine(&m, &s->spine);
   df_manifest_free(&m);
   return rc;
 }
@@ -157,7 +159,24 @@ int df_store_open_shards(df_store *s, const df_st_set *set, df_err *e) {
 }
 
 
+const df_mf_spine *df_store_spine_section(const df_store *s) {
+  return s && s->from_pack && s->has_spine ? &s->spine : NULL;
+}
+
+int df_store_pack_file(const df_store *s, int drive, const char **path, uint64_t *size) {
+  if (!s || !s->from_pack || drive < 0 || drive >= s->n_fds) return -1;
+  if (path) *path = s->file_paths[drive];
+  if (size) *size = s->pack_size ? s->pack_size[drive] : 0;
+  return s->fds[drive];
+}
+
+int df_store_o_direct(const df_store *s) { return s->o_direct; }
+
 void df_store_close_files(df_store *s) {
+  df_mf_spine_free(&s->spine);
+  s->has_spine = 0;
+  free(s->pack_size);
+  s->pack_size = NULL;
   df_src_remote_close(s->remote);
   s->remote = NULL;
   for (int i = 0; i < s->n_fds; i++) {

@@ -465,6 +465,8 @@ int df_store_spine_drive(df_store *s, int fd) {
   return 0;
 }
 
+int df_store_spine_depth(const df_store *s) { return df_rank_spine_max(s->queue_depth); }
+
 int df_store_spine_register(df_store *s, void *base, size_t len) {
   return s->io ? df_io_register(s->io, base, len) : -1;
 }

@@ -17,6 +17,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "store/io.h"
+#include "store/manifest.h"
 #include "store/opts.h"
 
 typedef struct df_store df_store;
@@ -114,6 +115,18 @@ int df_store_spine_register(df_store *s, void *base, size_t len);
  * queued, done is not called) once df_store_close has begun. May be called
  * under the caller's lock: done never runs inside submit. */
 int df_store_spine_submit(df_store *s, int drive, df_store_spine_req *r);
+/* How many spine reads a drive keeps in flight at most (the ranking's
+ * rule, rank.h: one slot below the queue depth, at least one). */
+int df_store_spine_depth(const df_store *s);
+/* The pack's spine section (pack --spine), or NULL (shards, or a pack
+ * without one). Its chunks' drives are the store's drives. */
+const df_mf_spine *df_store_spine_section(const df_store *s);
+/* A pack drive's file: its fd (-1 = unreadable, or not a pack), path and
+ * size when the store opened it. */
+int df_store_pack_file(const df_store *s, int drive, const char **path, uint64_t *size);
+/* 1 when every file of the store (the pack's drive files) was opened with
+ * O_DIRECT. */
+int df_store_o_direct(const df_store *s);
 /* The I/O engine in use ("uring" or "pread"), and the trace's clock:
  * seconds since the store opened. */
 const char *df_store_io_used(const df_store *s);

@@ -173,6 +173,9 @@ struct df_store {
   int ndrives;
   dstate *drive;
   rec *recs;            /* by key */
+  int has_spine;        /* the pack has a spine section (pack --spine) */
+  df_mf_spine spine;    /* it, taken from the manifest */
+  uint64_t *pack_size;  /* per pack drive: its file's size at open (0 = unreadable) */
   struct df_src_remote *remote; /* stream install: records fetched on demand (source.h); NULL = all local */
   int stream_verify;            /* --stream-verify override (df_stream_verify), for the remote */
   double net_wait;      /* time df_store_begin waited on network fetches */

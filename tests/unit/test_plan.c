@@ -5,7 +5,8 @@
  * left), and refuse with the
  * least memory it names only when that much is really missing. Plus the
  * explicit cache, the automatic context, units that cannot stream, the size
- * parser and the JSON/text summaries. */
+ * parser and the JSON/text summaries, and a server's kept conversation
+ * states (serve --reuse-mb), which take memory before the spine does. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -47,7 +48,7 @@ static df_plan_in base_in(uint64_t M) {
 
 static uint64_t used_of(const df_plan *p) {
   return p->scratch_bytes + p->fixed_bytes + p->expert_min_bytes + p->state_bytes + p->ring_bytes +
-         p->resident_bytes + p->cache_bytes;
+         p->resident_bytes + p->cache_bytes + p->reuse_bytes;
 }
 
 static void test_sweep(void **st) {
@@ -261,6 +262,76 @@ static void test_summaries(void **st) {
   df_plan_free(&p);
 }
 
+/* The kept conversation states: budgeted as min(--reuse-mb, states x one
+ * state with its logits), counted in what the plan uses, taken from the
+ * spine before anything else, shown in both summaries and named in a
+ * refusal. */
+static void test_reuse(void **st) {
+  (void)st;
+  uint64_t one = df_plan_state_bytes(&cfg, 512) + 4 * (uint64_t)cfg.vocab;
+  uint64_t total = 0;
+  for (int u = 0; u < NU; u++) total += ub[u];
+  df_plan p0, p1;
+  df_err e;
+  /* a limit where everything is resident without reuse */
+  df_plan_in in = base_in(total + 4000000);
+  in.cache_req = 0;
+  assert_int_equal(df_plan_make(&p0, &in, &e), 0);
+  assert_int_equal(p0.n_streamed, 0);
+  assert_int_equal(p0.reuse_bytes, 0);
+  /* a budget above what 8 states take: 8 states are counted */
+  in.reuse_bytes = 100 * one;
+  in.reuse_states = 8;
+  assert_int_equal(df_plan_make(&p1, &in, &e), 0);
+  assert_int_equal(p1.reuse_bytes, 8 * one);
+  df_plan_free(&p1);
+  /* a budget below that: the budget */
+  in.reuse_bytes = 3 * one + 5;
+  assert_int_equal(df_plan_make(&p1, &in, &e), 0);
+  assert_int_equal(p1.reuse_bytes, 3 * one + 5);
+  df_plan_free(&p1);
+  /* no count limit: the budget as given; the spine makes room for it */
+  in.reuse_states = 0;
+  in.reuse_bytes = 4000000;
+  assert_int_equal(df_plan_make(&p1, &in, &e), 0);
+  assert_int_equal(p1.reuse_bytes, 4000000);
+  assert_true(used_of(&p1) <= in.mem_limit);
+  assert_true(p1.resident_bytes < p0.resident_bytes);
+  assert_true(p1.n_streamed > 0);
+  assert_int_equal(p1.state_bytes, p0.state_bytes);
+  /* the summaries show it */
+  char *j = df_plan_json(&p1);
+  json_t *o = json_loads(j, 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(o, "reuse_bytes")), 4000000);
+  json_decref(o);
+  free(j);
+  char *t = df_plan_text(&p1);
+  assert_non_null(strstr(t, "kept conversation states 4.0 MB"));
+  free(t);
+  df_plan_free(&p1);
+  df_plan_free(&p0);
+  /* the least memory without reuse fits nothing more: with reuse it is
+   * refused, the least named grows by the reuse budget, and --reuse-mb is
+   * named as a way out */
+  in = base_in(100000);
+  assert_int_equal(df_plan_make(&p0, &in, &e), -1);
+  df_plan_free(&p0);
+  unsigned long long least0 = 0, least1 = 0;
+  assert_non_null(strstr(e.msg, "bytes)"));
+  assert_int_equal(sscanf(strstr(e.msg, "MB (") + 4, "%llu", &least0), 1);
+  in = base_in(least0);
+  assert_int_equal(df_plan_make(&p0, &in, &e), 0);
+  df_plan_free(&p0);
+  in.reuse_bytes = 2000000;
+  in.reuse_states = 0;
+  assert_int_equal(df_plan_make(&p0, &in, &e), -1);
+  df_plan_free(&p0);
+  assert_non_null(strstr(e.msg, "kept conversation states 2.00 MB"));
+  assert_non_null(strstr(e.msg, "--reuse-mb"));
+  assert_int_equal(sscanf(strstr(e.msg, "MB (") + 4, "%llu", &least1), 1);
+  assert_int_equal(least1, least0 + 2000000);
+}
+
 static void test_parse_size(void **st) {
   (void)st;
   uint64_t v;
@@ -294,6 +365,7 @@ int main(void) {
       cmocka_unit_test(test_ring_choice),    cmocka_unit_test(test_random),
       cmocka_unit_test(test_refuse_message), cmocka_unit_test(test_summaries),
       cmocka_unit_test(test_parse_size),     cmocka_unit_test(test_detect),
+      cmocka_unit_test(test_reuse),
   };
   return cmocka_run_group_tests(t, setup, NULL);
 }
