@@ -41,7 +41,7 @@ served() { $MAP served "$T/hub/logs/access.log" "$T/hub/www" "$T/src" "$COMMIT";
 "$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/base" -q \
   2>"$T/base.err" || fail "setup --stream: $(cat "$T/base.err")"
 RB=$($MAP record-bytes "$T/src")
-fresh() { rm -rf "$T/$1"; cp -r --sparse=always "$T/base" "$T/$1"; }
+fresh() { rm -rf "${T:?}/${1:?}"; cp -r --sparse=always "$T/base" "$T/$1"; }
 
 # --- 1: the default fetches nothing speculatively (the predictors are on: auto, and gate) ---
 for pf in auto gate; do
