@@ -47,7 +47,7 @@ typedef struct df_bench_result {
   char *drives_json;
   /* the spine stream (issue 11): bytes it read in the decode phases, their
    * time, and its own ceiling (its reads replayed, same engine and drive) */
-  double spine_decode_bytes, decode_seconds;
+  double spine_decode_bytes, spine_decode_wait, decode_seconds;
   int spine_units, spine_qd, have_spine_ceiling;
   char spine_source[16]; /* "pack", "shards", "shards+int8" */
   int spine_drives;

@@ -339,7 +339,7 @@ int df_cmd_run(int argc, char **argv) {
     json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
     json_object_set(js, "plan", plan ? plan : json_null());
     json_object_set_new(js, "spine_stream_bytes",
-                        json_integer((json_int_t)df_engine_spine_stream_bytes(en)));
+                        json_integer((json_int_t)df_engine_spine_stream_bytes(en, NULL)));
     json_decref(ev);
     json_object_set_new(o, "stats", js);
     char *txt = json_dumps(o, JSON_COMPACT);

@@ -427,9 +427,10 @@ const char *df_engine_spine_source(const df_engine *en, int *drives) {
   return ss.units ? ss.source : NULL;
 }
 
-uint64_t df_engine_spine_stream_bytes(const df_engine *en) {
+uint64_t df_engine_spine_stream_bytes(const df_engine *en, double *wait_s) {
   df_k3_stream_stats ss;
   df_k3_stream_stats_get(en->model, &ss);
+  if (wait_s) *wait_s = ss.wait_s;
   return ss.bytes;
 }
 

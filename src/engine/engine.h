@@ -156,8 +156,9 @@ df_store *df_engine_store(df_engine *en);
 char *df_engine_plan_text(const df_engine *en);
 char *df_engine_plan_json(const df_engine *en);
 /* Spine bytes read from the drives by the spine stream since the engine
- * opened (0 when the whole spine is resident). */
-uint64_t df_engine_spine_stream_bytes(const df_engine *en);
+ * opened (0 when the whole spine is resident); *wait_s (if not NULL): the
+ * time the forward pass waited for them. */
+uint64_t df_engine_spine_stream_bytes(const df_engine *en, double *wait_s);
 /* The reads one pass of the spine stream makes (path, store drive, offset,
  * length), for the bench's spine ceiling; returns the spine reads in flight
  * per drive (df_k3_stream_reads; 0: nothing streams). */
