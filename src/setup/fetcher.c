@@ -539,6 +539,58 @@ static void add_gap(void *ud, uint64_t b, uint64_t end) {
   }
 }
 
+/* Fetches todo[0..nt) (sorted by file and offset) over the pool's
+ * connections, adjacent records coalesced into one request when asked,
+ * writes them at their offsets, then per shard syncs the bytes and only
+ * then journals them (a kill in between only loses ranges, never journals
+ * bytes that are not on disk). -1 with *err set on the first failure. */
+static int fetch_journal(df_fetcher *f, const df_fetch_req *todo, int nt, int coalesce, df_err *err) {
+  run_t *runs = df_xmalloc((size_t)(nt ? nt : 1) * sizeof *runs);
+  int nr = 0;
+  for (int i = 0; i < nt; i++) {
+    run_t *last = nr ? &runs[nr - 1] : NULL;
+    if (coalesce && last && last->file == todo[i].file && last->off + last->len == todo[i].off &&
+        last->len + todo[i].len <= MAX_RUN_BYTES) {
+      last->len += todo[i].len;
+      last->count++;
+    } else {
+      runs[nr++] = (run_t){todo[i].file, todo[i].off, todo[i].len, i, 1};
+    }
+  }
+  uint64_t *hash = df_xcalloc((size_t)(nt ? nt : 1), sizeof *hash);
+  job_ctx c = {.f = f, .todo = todo, .hash = hash, .runs = runs, .nruns = nr};
+  pthread_mutex_init(&c.mu, NULL);
+  int nw = nr < f->npool ? nr : f->npool;
+  pthread_t th[64];
+  if (nw > 64) nw = 64;
+  for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, fetch_worker, &c);
+  for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&c.mu);
+  if (!c.failed) {
+    df_range *v = df_xmalloc((size_t)(nt ? nt : 1) * sizeof *v);
+    for (int i = 0; i < nt && !c.failed;) {
+      int j = i, file = todo[i].file;
+      fshard *sh = &f->sh[file];
+      while (j < nt && todo[j].file == file) {
+        v[j - i] = (df_range){todo[j].off, todo[j].off + todo[j].len, hash[j]};
+        j++;
+      }
+      if (fdatasync(sh->fd)) {
+        df_err_errno(&c.err, "syncing %s", sh->path);
+        c.failed = 1;
+      } else if (df_ranges_add_many(sh->rj, v, j - i, &c.err)) {
+        c.failed = 1;
+      }
+      i = j;
+    }
+    free(v);
+  }
+  free(hash);
+  free(runs);
+  if (c.failed) *err = c.err;
+  return c.failed ? -1 : 0;
+}
+
 /* Fetches every missing range of a partial shard (in parallel), journals
  * them, and verifies the whole shard against the hub's sha256; a mismatch
  * removes it (maybe_complete). Another caller completing the same shard is
@@ -561,48 +613,26 @@ static int complete_shard(df_fetcher *f, int file, const df_fetch_req *why, df_e
     return df_err_set(e, "layer %d expert %d: shard %s failed verification; run deltafin setup "
                       "--full to fetch it again", why->layer, why->expert, s->path);
   if (!stream) return 0;
+  /* other processes: the whole shard is claimed (waiting, holding no other
+   * claim), which also re-reads its journal: what they fetched meanwhile is
+   * not fetched again, and none of its records is fetched twice */
+  int cl = df_reclock_claim(s->fd, s->rj, 0, size, 1, e);
+  int rc = cl < 0 ? -1 : 0;
   gapv g = {.file = file};
-  df_ranges_gaps(s->rj, 0, size, add_gap, &g);
-  int rc = 0;
+  if (cl == DF_RECLOCK_MINE) df_ranges_gaps(s->rj, 0, size, add_gap, &g);
   if (g.n) {
     df_log_info("%s: --stream-verify shard: fetching the rest of the shard (%.1f MB) for layer %d "
                 "expert %d",
                 base_name(s->path), (double)(size - df_ranges_bytes(s->rj)) / 1e6, why->layer,
                 why->expert);
-    run_t *runs = df_xmalloc((size_t)g.n * sizeof *runs);
-    for (int i = 0; i < g.n; i++) runs[i] = (run_t){file, g.v[i].off, g.v[i].len, i, 1};
-    uint64_t *hash = df_xcalloc((size_t)g.n, sizeof *hash);
-    job_ctx c = {.f = f, .todo = g.v, .hash = hash, .runs = runs, .nruns = g.n};
-    pthread_mutex_init(&c.mu, NULL);
-    int nw = g.n < f->npool ? g.n : f->npool;
-    if (nw > 64) nw = 64;
-    pthread_t th[64];
-    for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, fetch_worker, &c);
-    for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
-    pthread_mutex_destroy(&c.mu);
-    df_range *v = df_xmalloc((size_t)g.n * sizeof *v);
     uint64_t bytes = 0;
-    for (int i = 0; i < g.n; i++) {
-      v[i] = (df_range){g.v[i].off, g.v[i].off + g.v[i].len, hash[i]};
-      bytes += g.v[i].len;
-    }
-    /* same durability order as records: bytes synced, then journalled */
-    if (!c.failed && fdatasync(s->fd)) {
-      df_err_errno(&c.err, "syncing %s", s->path);
-      c.failed = 1;
-    }
-    if (!c.failed && df_ranges_add_many(s->rj, v, g.n, &c.err)) c.failed = 1;
-    if (c.failed) {
-      *e = c.err;
-      rc = -1;
-    }
-    free(v);
-    free(hash);
-    free(runs);
+    for (int i = 0; i < g.n; i++) bytes += g.v[i].len;
+    rc = fetch_journal(f, g.v, g.n, 0, e);
     pthread_mutex_lock(&f->mu);
     if (!rc) f->st.bytes += bytes;
     pthread_mutex_unlock(&f->mu);
   }
+  if (cl == DF_RECLOCK_MINE) df_reclock_release(s->fd, 0, size);
   free(g.v);
   pthread_mutex_lock(&f->mu);
   flight_remove(f, file, 0, size);
@@ -722,75 +752,29 @@ static int lock_claimed(df_fetcher *f, df_fetch_req *todo, int *nt, df_fetch_req
 /* Fetches todo[0..nt) (sorted; flights and locks of this caller), writes,
  * syncs and journals them, then releases the locks and the flights. */
 static int fetch_locked(df_fetcher *f, const df_fetch_req *todo, int nt, df_err *e) {
-  int rc = 0;
-  run_t *runs = df_xmalloc((size_t)nt * sizeof *runs);
-  int nr = 0;
-  for (int i = 0; i < nt; i++) {
-    run_t *last = nr ? &runs[nr - 1] : NULL;
-    if (last && last->file == todo[i].file && last->off + last->len == todo[i].off &&
-        last->len + todo[i].len <= MAX_RUN_BYTES) {
-      last->len += todo[i].len;
-      last->count++;
-    } else {
-      runs[nr++] = (run_t){todo[i].file, todo[i].off, todo[i].len, i, 1};
-    }
-  }
-  uint64_t *hash = df_xcalloc((size_t)nt, sizeof *hash);
-  job_ctx c = {.f = f, .todo = todo, .hash = hash, .runs = runs, .nruns = nr};
-  pthread_mutex_init(&c.mu, NULL);
-  int nw = nr < f->npool ? nr : f->npool;
-  pthread_t th[64];
-  if (nw > 64) nw = 64;
-  for (int i = 0; i < nw; i++) pthread_create(&th[i], NULL, fetch_worker, &c);
-  for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&c.mu);
-  /* Durability order: every fetched byte of a shard is synced, then its
-   * records are journalled (one write, one sync): a kill in between only
-   * loses records, never journals bytes that are not on disk. */
-  if (!c.failed) {
-    df_range *v = df_xmalloc((size_t)nt * sizeof *v);
-    for (int i = 0; i < nt && !c.failed;) {
-      int j = i, file = todo[i].file;
-      fshard *sh = &f->sh[file];
-      while (j < nt && todo[j].file == file) {
-        v[j - i] = (df_range){todo[j].off, todo[j].off + todo[j].len, hash[j]};
-        j++;
-      }
-      if (fdatasync(sh->fd)) {
-        df_err_errno(&c.err, "syncing %s", sh->path);
-        c.failed = 1;
-      } else if (df_ranges_add_many(sh->rj, v, j - i, &c.err)) {
-        c.failed = 1;
-      }
-      i = j;
-    }
-    free(v);
-  }
-  free(hash);
+  df_err err = {0};
+  int failed = fetch_journal(f, todo, nt, 1, &err) != 0;
   /* journalled (or failed): other processes may take the records now */
   for (int i = 0; i < nt; i++) df_reclock_release(f->sh[todo[i].file].fd, todo[i].off, todo[i].len);
   uint64_t bytes = 0;
   for (int i = 0; i < nt; i++) bytes += todo[i].len;
   pthread_mutex_lock(&f->mu);
   for (int i = 0; i < nt; i++) flight_remove(f, todo[i].file, todo[i].off, todo[i].len);
-  if (!c.failed) {
+  if (!failed) {
     f->st.records += (uint64_t)nt;
     f->st.bytes += bytes;
   } else {
-    snprintf(f->last_err, sizeof f->last_err, "%s", c.err.msg);
+    snprintf(f->last_err, sizeof f->last_err, "%s", err.msg);
   }
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
-  free(runs);
-  if (c.failed) {
-    *e = c.err;
-    char more[48] = "";
-    if (nt > 1) snprintf(more, sizeof more, " (and %d more)", nt - 1);
-    df_err_prefix(e, "layer %d expert %d%s could not be fetched from %s: ", todo[0].layer,
-                  todo[0].expert, more, f->endpoint);
-    rc = -1;
-  }
-  return rc;
+  if (!failed) return 0;
+  *e = err;
+  char more[48] = "";
+  if (nt > 1) snprintf(more, sizeof more, " (and %d more)", nt - 1);
+  df_err_prefix(e, "layer %d expert %d%s could not be fetched from %s: ", todo[0].layer,
+                todo[0].expert, more, f->endpoint);
+  return -1;
 }
 
 /* The records of r[] that another caller of this process is fetching. */

@@ -90,6 +90,16 @@ def journal(root, s):
     return union(rs)
 
 
+def local_ranges(root, s):
+    """What is local of a shard: its journal's ranges, or the whole file for
+    a shard at its final name without a journal (complete and verified, by
+    the install's invariant); None when there is neither."""
+    u = journal(root, s)
+    if u is None and os.path.exists(os.path.join(root, s)):
+        return [(0, os.path.getsize(os.path.join(root, s)))]
+    return u
+
+
 def union(rs):
     out = []
     for b, e in sorted(rs):
@@ -132,14 +142,14 @@ def main():
             want = {tuple(int(x) for x in l.split()) for l in open(a[2]) if l.strip()}
         present = set()
         for s in shards(src):
-            u = journal(root, s)
+            u = local_ranges(root, s)
             if u is None:
-                sys.exit("no journal for %s" % s)
+                sys.exit("no journal and no complete shard for %s" % s)
             for b, e in spine_ranges(src, s):
                 if not covered(u, b, e):
                     sys.exit("%s: spine/header range %d-%d not present" % (s, b, e))
         for key, (s, b, e) in records(src).items():
-            u = journal(root, s)
+            u = local_ranges(root, s)
             if covered(u, b, e):
                 present.add(key)
             elif overlaps(u, b, e):
@@ -151,7 +161,7 @@ def main():
     elif cmd == "verify-present":
         root, src = a[0], a[1]
         for s in shards(src):
-            u = journal(root, s) or []
+            u = local_ranges(root, s) or []
             with open(os.path.join(root, s), "rb") as f, open(os.path.join(src, s), "rb") as g:
                 for b, e in u:
                     f.seek(b)
