@@ -226,15 +226,22 @@ void df_fetcher_close(df_fetcher *f) {
   free(f);
 }
 
+/* A shard's state under the lock: 0 = failed verification (or no such
+ * shard), 1 = complete and verified, 2 = still partial (stream). */
+static int shard_state(df_fetcher *f, int file) {
+  if (file < 0 || file >= f->n) return 0;
+  const fshard *s = &f->sh[file];
+  pthread_mutex_lock(&f->mu);
+  int st = s->bad ? 0 : s->stream ? 2 : 1;
+  pthread_mutex_unlock(&f->mu);
+  return st;
+}
+
 int df_fetcher_local(df_fetcher *f, int file, uint64_t off, uint64_t len, uint64_t *xxh) {
   *xxh = 0;
-  if (file < 0 || file >= f->n) return 0;
+  int state = shard_state(f, file);
+  if (state < 2) return state;
   fshard *s = &f->sh[file];
-  pthread_mutex_lock(&f->mu);
-  int stream = s->stream, bad = s->bad;
-  pthread_mutex_unlock(&f->mu);
-  if (bad) return 0;
-  if (!stream) return 1;
   if (f->policy == DF_SVERIFY_SHARD) return 0; /* not until its shard is proven */
   if (df_ranges_lookup(s->rj, off, off + len, xxh) == 0) return 1;
   /* Covered by other ranges (chunks of an interrupted `setup --full`):
@@ -510,13 +517,9 @@ int df_fetcher_set_verify(df_fetcher *f, df_stream_verify want, int warn, df_err
 df_stream_verify df_fetcher_verify_policy(const df_fetcher *f) { return f->policy; }
 
 int df_fetcher_proven(df_fetcher *f, int file, uint64_t off, uint64_t len) {
-  if (file < 0 || file >= f->n) return 0;
+  int state = shard_state(f, file);
+  if (state < 2) return state;
   fshard *s = &f->sh[file];
-  pthread_mutex_lock(&f->mu);
-  int stream = s->stream, bad = s->bad;
-  pthread_mutex_unlock(&f->mu);
-  if (bad) return 0;
-  if (!stream) return 1;
   uint64_t x;
   /* with record sums every exactly journalled record was checked (on
    * arrival, or when the sums were added to the install) */
