@@ -21,15 +21,9 @@
 #  - --stream-verify shard on a good hub: the original's ids, the shards it
 #    used complete and verified.
 set -eu
-BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
-T=$(mktemp -d /tmp/df_e2e_verify.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-MAP="python3 $DF_SRC/tests/setup/shardmap.py"
-ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
-net() { python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["stats"]["store"]["network"]; print(n[sys.argv[2]])' "$1" "$2"; }
+hub_test_begin verify
 
 REPO=test-org/K3-tiny
 COMMIT=0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c
