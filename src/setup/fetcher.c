@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -73,6 +74,7 @@ struct df_fetcher {
   uint64_t *aset;                /* fetched ahead, not yet demanded: sorted ahead_key()s */
   int naset, capaset;
   df_recsums *sums;             /* the install's record sums, NULL = none */
+  int lock_fd;                  /* DF_SETUP_FETCH_LOCK, held shared while open */
   df_stream_verify installed;   /* as setup recorded it (auto when it did not) */
   df_stream_verify policy;      /* in force: never auto */
 };
@@ -120,6 +122,18 @@ static int load_install(df_fetcher *f, df_err *e) {
   return rc;
 }
 
+/* Shared for as long as the fetcher is open: setup adds record sums only
+ * while no fetcher holds it (install.h, DF_SETUP_FETCH_LOCK). */
+static int hold_fetch_lock(df_fetcher *f, df_err *e) {
+  char *p = df_path_join(f->dir, DF_SETUP_FETCH_LOCK);
+  f->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(p);
+  if (f->lock_fd < 0) return df_err_errno(e, "%s/%s", f->dir, DF_SETUP_FETCH_LOCK);
+  if (flock(f->lock_fd, LOCK_SH | LOCK_NB) == 0) return 0;
+  return df_err_set(e, "%s: deltafin setup is adding record sums to this stream install; run again "
+                       "when it has finished", f->dir);
+}
+
 int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_err *e) {
   *out = NULL;
   int any = 0;
@@ -130,11 +144,12 @@ int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_
   }
   if (!any) return 0;
   df_fetcher *f = df_xcalloc(1, sizeof *f);
+  f->lock_fd = -1;
   f->dir = df_xstrdup(dir);
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
   pthread_cond_init(&f->acv, NULL);
-  if (load_install(f, e)) goto fail;
+  if (load_install(f, e) || hold_fetch_lock(f, e)) goto fail;
   f->n = set->nfiles;
   f->sh = df_xcalloc((size_t)f->n, sizeof *f->sh);
   for (int i = 0; i < f->n; i++) {
@@ -219,6 +234,7 @@ void df_fetcher_close(df_fetcher *f) {
   free(f->fl);
   df_recsums_free(f->sums);
   df_hub_info_free(&f->info);
+  if (f->lock_fd >= 0) close(f->lock_fd);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
   free(f->endpoint);
