@@ -20,11 +20,10 @@
 #include "store/heat.h"
 #include "store/manifest.h"
 #include "store/source.h"
-#include "store/spine_place.h"
 #include "store/store.h"
+#include "store/pack_int.h"
 
 #define GROUP 8 /* experts read per batch while packing */
-#define SPINE_CHUNK (8u << 20) /* the spine stream's request size (DF_K3_STREAM_CHUNK) */
 
 int df_pack_measure_drive(const char *dir, uint64_t bytes, double *rate, df_err *e) {
   char *p = df_path_join(dir, ".deltafin-measure.tmp");
@@ -123,7 +122,7 @@ static void place(df_manifest *m, const float *heat, const double *bw, double pc
 
 /* ---- journal ---- */
 
-static void journal_line(char *buf, size_t cap, int key, int copy, uint64_t xxh) {
+void df_pack_journal_line(char *buf, size_t cap, int key, int copy, uint64_t xxh) {
   int n = snprintf(buf, cap, "%d %d %016" PRIx64, key, copy, xxh);
   uint32_t chk = (uint32_t)XXH3_64bits(buf, (size_t)n);
   snprintf(buf + n, cap - (size_t)n, " %08x\n", chk);
@@ -153,7 +152,7 @@ static void journal_load(const char *path, uint64_t plan_id, const df_manifest *
                              m->recs[key].copies[copy].drive != drive
                        : copy != 0 || m->spine.chunks[key - m->nrecs].drive != drive)
       break;
-    journal_line(again, sizeof again, key, copy, xxh);
+    df_pack_journal_line(again, sizeof again, key, copy, xxh);
     if (strcmp(again, line)) break; /* torn or foreign line: stop trusting the rest */
     done_xxh[(size_t)key * DF_MF_MAX_COPIES + (size_t)copy] = xxh;
     done[(size_t)key * DF_MF_MAX_COPIES + (size_t)copy] = 1;
@@ -183,33 +182,6 @@ static char *model_id(const char *dir) {
  * (read through the store, written to every copy, fsynced, journalled) ->
  * the manifest, last and atomically. */
 
-typedef struct pack_job {
-  const df_pack_opts *o;
-  df_config cfg;
-  df_st_set set;
-  df_expert_layout lay;
-  uint64_t fingerprint;  /* of the checkpoint files (a pack is tied to them) */
-  df_manifest m;         /* the plan, and at the end the manifest */
-  char *mpath;           /* where the manifest goes */
-  char *plan_path;       /* <manifest>.plan: the placement, written before any record */
-  char *header;          /* the plan's first line: model, drives, replica share */
-  char *plan_text;       /* header + plan JSON (its hash ties the journals to it) */
-  uint64_t plan_id;
-  char *fname;           /* the pack file's name on every drive */
-  char **dabs;           /* absolute drive folders */
-  double *bw;            /* declared or measured bandwidth per drive, 0 = unknown */
-  int known;             /* drives with a bandwidth (all or none) */
-  int *fd;               /* pack file per drive */
-  char **jpath;          /* journal per drive */
-  FILE **jf;
-  size_t nk;             /* records */
-  size_t nitems;         /* records, then spine chunks: the journal's keys */
-  uint64_t *done_xxh;    /* [record][copy]: the hash of what was written */
-  uint8_t *done;         /* [record][copy]: 0 to write, 2 written not durable, 1 journalled */
-} pack_job;
-
-#define DONE(j, k, c) ((j)->done[(k) * DF_MF_MAX_COPIES + (size_t)(c)])
-#define DONE_XXH(j, k, c) ((j)->done_xxh[(k) * DF_MF_MAX_COPIES + (size_t)(c)])
 
 static int pack_check_opts(const df_pack_opts *o, df_err *e) {
   if (o->ndrives < 1 || o->ndrives > DF_MF_MAX_DRIVES)
@@ -421,27 +393,6 @@ static int plan_heat(pack_job *j, df_heat *heat, int *found, df_err *e) {
   return rc;
 }
 
-/* The spine section: after each drive's expert records, balanced by bytes. */
-static void plan_spine(pack_job *j, const double *bw) {
-  const df_pack_spine *ps = j->o->spine;
-  df_manifest *m = &j->m;
-  int nd = m->ndrives;
-  int *ids = df_xmalloc((size_t)ps->nunits * sizeof *ids);
-  uint64_t *bytes = df_xmalloc((size_t)ps->nunits * sizeof *bytes);
-  uint64_t *base = df_xmalloc((size_t)nd * sizeof *base), *end = df_xmalloc((size_t)nd * sizeof *end);
-  for (int u = 0; u < ps->nunits; u++) ids[u] = ps->units[u].unit, bytes[u] = ps->units[u].bytes;
-  for (int d = 0; d < nd; d++) base[d] = m->drives[d].bytes;
-  df_spine_place(&m->spine, ids, bytes, ps->nunits, nd, bw, SPINE_CHUNK, DF_IO_ALIGN, base, end);
-  snprintf(m->spine.kind, sizeof m->spine.kind, "%s", ps->kind);
-  m->spine.layout = ps->layout;
-  m->has_spine = 1;
-  for (int d = 0; d < nd; d++) m->drives[d].bytes = end[d];
-  free(ids);
-  free(bytes);
-  free(base);
-  free(end);
-}
-
 /* A new plan: skeleton, placement, checked, written before any record. */
 static int plan_new(pack_job *j, df_err *e) {
   if (plan_bandwidths(j, e)) return -1;
@@ -455,7 +406,7 @@ static int plan_new(pack_job *j, df_err *e) {
   double *pbw = df_xmalloc((size_t)j->o->ndrives * sizeof *pbw);
   for (int d = 0; d < j->o->ndrives; d++) pbw[d] = j->known ? j->bw[d] : 1.0;
   place(&j->m, found ? heat.count : NULL, pbw, j->o->replicas_hot);
-  if (j->o->spine) plan_spine(j, j->known ? j->bw : NULL);
+  if (j->o->spine) df_pack_plan_spine(j, j->known ? j->bw : NULL);
   free(pbw);
   df_heat_free(&heat);
   if (df_manifest_check(&j->m, "pack plan", e)) return -1;
@@ -486,7 +437,7 @@ static int drive_journal(pack_job *j, int d, df_err *e) {
       if ((k < j->nk ? j->m.recs[k].copies[c].drive : j->m.spine.chunks[k - j->nk].drive) == d &&
           DONE(j, k, c)) {
         char l[96];
-        journal_line(l, sizeof l, (int)k, c, DONE_XXH(j, k, c));
+        df_pack_journal_line(l, sizeof l, (int)k, c, DONE_XXH(j, k, c));
         memcpy(tmp + tn, l, strlen(l));
         tn += strlen(l);
       }
@@ -547,7 +498,7 @@ static int group_commit(pack_job *j, int l, const int *list, int n, const uint8_
     for (int c = 0; c < j->m.recs[k].ncopies; c++)
       if (DONE(j, k, c) == 2) {
         char line[96];
-        journal_line(line, sizeof line, (int)k, c, DONE_XXH(j, k, c));
+        df_pack_journal_line(line, sizeof line, (int)k, c, DONE_XXH(j, k, c));
         fputs(line, j->jf[j->m.recs[k].copies[c].drive]);
         DONE(j, k, c) = 1;
       }
@@ -582,7 +533,7 @@ static int write_record(pack_job *j, int l, int expert, const uint8_t *bytes, ui
 }
 
 /* --max-rate: sleeps while `written` bytes since t_start are ahead of the rate. */
-static void throttle(double max_rate, uint64_t written, double t_start) {
+void df_pack_throttle(double max_rate, uint64_t written, double t_start) {
   if (max_rate <= 0) return;
   double ahead = (double)written / max_rate - (df_now() - t_start);
   if (ahead > 0) {
@@ -646,123 +597,13 @@ static int pack_copy_records(pack_job *j, df_err *e) {
         break;
       }
       df_progress_update(&pr, written);
-      throttle(o->max_rate, written, t_start);
+      df_pack_throttle(o->max_rate, written, t_start);
     }
   }
   if (!rc) df_progress_end(&pr);
   free(list);
   free(wbuf);
   df_store_close(src);
-  return rc;
-}
-
-/* ---- the spine section ---- */
-
-/* An open source file of the spine's extents (by path, opened once). */
-typedef struct spine_src {
-  const char *path;
-  int fd;
-} spine_src;
-
-static int src_fd(spine_src *src, int *nsrc, const char *path, df_err *e) {
-  for (int i = 0; i < *nsrc; i++)
-    if (!strcmp(src[i].path, path)) return src[i].fd;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return df_err_errno(e, "pack: spine source %s", path);
-  src[*nsrc] = (spine_src){path, fd};
-  (*nsrc)++;
-  return fd;
-}
-
-/* Bytes [boff, boff + len) of unit u's buffer image into buf (zeros past a
- * file's end, as the stream's buffer never uses them). */
-static int spine_image(const df_pack_spine_unit *u, uint64_t boff, uint64_t len, uint8_t *buf,
-                       spine_src *src, int *nsrc, df_err *e) {
-  memset(buf, 0, (size_t)len);
-  uint64_t xb = 0;
-  for (int x = 0; x < u->nex && len; x++) {
-    const df_pack_extent *ex = &u->ex[x];
-    uint64_t lo = boff > xb ? boff : xb, hi = boff + len < xb + ex->len ? boff + len : xb + ex->len;
-    if (lo < hi) {
-      int fd = src_fd(src, nsrc, ex->path, e);
-      if (fd < 0) return -1;
-      int64_t got = df_pread_all(fd, buf + (lo - boff), (size_t)(hi - lo), ex->off + (lo - xb));
-      if (got < 0) return df_err_errno(e, "pack: reading spine unit %d from %s", u->unit, ex->path);
-    }
-    xb += ex->len;
-  }
-  return 0;
-}
-
-/* Every spine chunk still to write: its image built from the source files,
- * hashed, written, made durable and journalled unit by unit. */
-static int pack_copy_spine(pack_job *j, df_err *e) {
-  const df_manifest *m = &j->m;
-  const df_pack_spine *ps = j->o->spine;
-  if (!m->has_spine || !ps) return 0;
-  uint64_t todo = 0, cmax = 0;
-  for (int c = 0; c < m->spine.nchunks; c++) {
-    if (!DONE(j, j->nk + (size_t)c, 0)) todo += m->spine.chunks[c].len;
-    if (m->spine.chunks[c].len > cmax) cmax = m->spine.chunks[c].len;
-  }
-  if (!todo) return 0;
-  uint8_t *buf = df_xaligned(DF_IO_ALIGN, (size_t)cmax);
-  int nsrc = 0, capsrc = 0;
-  for (int u = 0; u < ps->nunits; u++) capsrc += ps->units[u].nex;
-  spine_src *src = df_xcalloc((size_t)capsrc + 1, sizeof *src);
-  df_progress pr;
-  df_progress_begin(&pr, "pack spine", todo);
-  if (!j->o->progress) pr.tty = 0;
-  uint64_t written = 0;
-  double t_start = df_now();
-  int rc = 0;
-  for (int i = 0; i < m->spine.nunits && !rc; i++) {
-    const df_mf_spine_unit *mu = &m->spine.units[i];
-    const df_pack_spine_unit *u = &ps->units[i];
-    if (mu->unit != u->unit || mu->bytes != u->bytes) {
-      rc = df_err_set(e, "pack: the plan's spine unit %d does not match the model's (internal "
-                         "error); delete %s and pack again", mu->unit, j->plan_path);
-      break;
-    }
-    uint8_t touched[DF_MF_MAX_DRIVES] = {0};
-    uint64_t boff = 0;
-    for (int c = mu->first; c < mu->first + mu->nchunks && !rc; c++) {
-      const df_mf_chunk *ch = &m->spine.chunks[c];
-      size_t k = j->nk + (size_t)c;
-      if (!DONE(j, k, 0)) {
-        if (spine_image(u, boff, ch->len, buf, src, &nsrc, e)) rc = -1;
-        else if (df_pwrite_all(j->fd[ch->drive], buf, (size_t)ch->len, ch->offset))
-          rc = df_err_errno(e, "pack: writing %s/%s", j->dabs[ch->drive], j->fname);
-        else {
-          DONE_XXH(j, k, 0) = XXH3_64bits(buf, (size_t)ch->len);
-          DONE(j, k, 0) = 2;
-          touched[ch->drive] = 1;
-          written += ch->len;
-        }
-      }
-      boff += ch->len;
-    }
-    for (int d = 0; d < m->ndrives && !rc; d++)
-      if (touched[d] && fdatasync(j->fd[d]))
-        rc = df_err_errno(e, "pack: fdatasync %s/%s", j->dabs[d], j->fname);
-    for (int c = mu->first; c < mu->first + mu->nchunks && !rc; c++) {
-      size_t k = j->nk + (size_t)c;
-      if (DONE(j, k, 0) != 2) continue;
-      char line[96];
-      journal_line(line, sizeof line, (int)k, 0, DONE_XXH(j, k, 0));
-      fputs(line, j->jf[m->spine.chunks[c].drive]);
-      DONE(j, k, 0) = 1;
-    }
-    for (int d = 0; d < m->ndrives && !rc; d++)
-      if (touched[d] && (fflush(j->jf[d]) || fdatasync(fileno(j->jf[d]))))
-        rc = df_err_errno(e, "pack: %s", j->jpath[d]);
-    df_progress_update(&pr, written);
-    throttle(j->o->max_rate, written, t_start);
-  }
-  if (!rc) df_progress_end(&pr);
-  for (int i = 0; i < nsrc; i++) close(src[i].fd);
-  free(src);
-  free(buf);
   return rc;
 }
 
@@ -818,7 +659,7 @@ int df_pack(const df_pack_opts *o, df_err *e) {
   pack_job j;
   pack_job_init(&j, o);
   int rc = pack_open_model(&j, e) || pack_resolve_drives(&j, e) || pack_plan(&j, e) ||
-                   pack_open_drives(&j, e) || pack_copy_records(&j, e) || pack_copy_spine(&j, e) ||
+                   pack_open_drives(&j, e) || pack_copy_records(&j, e) || df_pack_copy_spine(&j, e) ||
                    pack_finish(&j, e)
                ? -1
                : 0;
