@@ -51,7 +51,7 @@ int df_bench_reads_from_store(df_bench_reads *rd, const df_store *s, const df_st
     rd->drive[l.file] = l.drive;
     if (l.drive + 1 > rd->ndrives) rd->ndrives = l.drive + 1;
     rd->len = l.bytes;
-    rd->r[rd->n++] = (df_bench_read){l.file, l.read_off, l.read_len};
+    rd->r[rd->n++] = (df_bench_read){l.file, l.read_off, l.read_len, (uint32_t)l.bytes};
   }
   if (rd->n == 0) return df_err_set(e, "the store logged no successful expert reads to replay");
   return 0;
@@ -142,8 +142,14 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
   }
   /* replay the recorded reads in order, cycling, up to max_bytes */
   long total = rd->n;
-  if (o->max_bytes > 0 && rd->len > 0) {
-    long want = (long)(o->max_bytes / (double)rd->len + 0.5);
+  double pass_bytes = 0;
+  uint32_t max_span = 0;
+  for (int i = 0; i < rd->n; i++) {
+    pass_bytes += rd->r[i].bytes;
+    if (rd->r[i].read_len > max_span) max_span = rd->r[i].read_len;
+  }
+  if (o->max_bytes > 0 && pass_bytes > 0) {
+    long want = (long)(o->max_bytes / (pass_bytes / rd->n) + 0.5);
     if (want > total) total = want;
   }
   c.total = (int)total;
@@ -155,6 +161,7 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
     d->seq[d->n++] = ri;
   }
   c.slot_bytes = DF_IO_ROUND_UP(rd->len) + DF_IO_ALIGN;
+  if (c.slot_bytes < DF_IO_ROUND_UP(max_span)) c.slot_bytes = DF_IO_ROUND_UP(max_span);
   df_io_ops ops = {c_take, c_done, &c};
   df_io *io = NULL;
   if (df_io_open(&io, kind, rd->ndrives, qd, emu.bw > 0 ? &emu : NULL, &ops, e)) goto done_d;
@@ -189,7 +196,8 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
     df_err_set(e, "%d of %d replayed reads failed (first: %s)", c.errs, c.total, c.err);
   } else {
     out->reads = c.total;
-    out->bytes = (double)c.total * (double)rd->len;
+    out->bytes = 0;
+    for (long i = 0; i < total; i++) out->bytes += rd->r[i % rd->n].bytes;
     out->seconds = t1 - t0;
     out->gbps = out->bytes / out->seconds / 1e9;
     rc = 0;

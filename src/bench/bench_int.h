@@ -59,6 +59,7 @@ typedef struct df_bench_read {
   int file;
   uint64_t read_off; /* the aligned span the store reads for the record */
   uint32_t read_len;
+  uint32_t bytes;    /* what the read delivers that counts (the record; a spine chunk: all of it) */
 } df_bench_read;
 
 typedef struct df_bench_reads {
@@ -66,7 +67,7 @@ typedef struct df_bench_reads {
   char **files;   /* paths */
   int *drive;     /* drive of each file */
   int ndrives;
-  uint64_t len;   /* record bytes */
+  uint64_t len;   /* record bytes (the largest, when they differ) */
   df_bench_read *r;
   int n;
 } df_bench_reads;

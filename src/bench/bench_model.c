@@ -130,15 +130,14 @@ static void fill_phase(df_bench_phase *p, double (*v)[NM], int R) {
   free(col);
 }
 
-/* The spine stream's reads of one pass, as reads to replay (full chunks:
- * every replayed read has the same length, as the ceiling counts). */
+/* The spine stream's reads of one pass, as reads to replay: every chunk,
+ * the short last one of a unit included (the ceiling sums each read's bytes). */
 typedef struct spine_rd {
   df_bench_reads rd;
 } spine_rd;
 
 static void spine_read_cb(void *ud, const char *path, int drive, uint64_t off, uint32_t len) {
   df_bench_reads *rd = &((spine_rd *)ud)->rd;
-  if (len != DF_K3_STREAM_CHUNK) return;
   int f = 0;
   while (f < rd->nfiles && strcmp(rd->files[f], path)) f++;
   if (f == rd->nfiles) {
@@ -149,9 +148,9 @@ static void spine_read_cb(void *ud, const char *path, int drive, uint64_t off, u
     rd->nfiles = f + 1;
   }
   if (drive + 1 > rd->ndrives) rd->ndrives = drive + 1;
-  rd->len = len;
+  if (len > rd->len) rd->len = len;
   rd->r = df_xrealloc(rd->r, (size_t)(rd->n + 1) * sizeof *rd->r);
-  rd->r[rd->n++] = (df_bench_read){f, off, len};
+  rd->r[rd->n++] = (df_bench_read){f, off, len, len};
 }
 
 /* One configuration: open, warm up, repeat, measure the ceiling. */
@@ -372,7 +371,7 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
             from_pack ? "the pack's spine section" : "the shards", r->spine_drives,
             r->spine_drives == 1 ? "" : "s", o->engine.store.emulate_drives ? " (EMULATED)" : "");
     if (r->have_spine_ceiling) {
-      fprintf(out, "spine ceiling: its %d reads of %u MiB replayed on their drives (%s, qd %d per drive: "
+      fprintf(out, "spine ceiling: its %d reads of up to %u MiB replayed on their drives (%s, qd %d per drive: "
                    "the spine reads the store keeps in flight, its queue depth - 1), no compute: "
                    "%.3f GB/s; spine efficiency %.1f%%\n",
               r->spine_ceiling.reads, DF_K3_STREAM_CHUNK >> 20, r->io, r->spine_qd, r->spine_ceiling.gbps,

@@ -88,6 +88,8 @@ void df_k3_units_finish(df_k3 *m);
 
 /* The path of file f of m->files. */
 const char *df_k3_file_path(const df_k3 *m, int f);
+/* File f itself (its mapping). */
+const df_st_file *df_k3_file(const df_k3 *m, int f);
 
 /* Units: the view the forward pass computes with. Resident units return the
  * loaded struct; streamed ones wait for their ring buffer. next: the unit the

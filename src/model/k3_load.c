@@ -455,6 +455,11 @@ const char *df_k3_file_path(const df_k3 *m, int f) {
   return f < n0 ? m->sets[0]->files[f].path : m->sets[1]->files[f - n0].path;
 }
 
+const df_st_file *df_k3_file(const df_k3 *m, int f) {
+  int n0 = m->sets[0]->nfiles;
+  return f < n0 ? &m->sets[0]->files[f] : &m->sets[1]->files[f - n0];
+}
+
 void df_k3_plan_input(const df_k3 *m, df_plan_in *in) {
   memset(in, 0, sizeof *in);
   in->cfg = m->cfg;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,68 +23,7 @@
 #include "setup/recsums.h"
 #include "setup/sverify.h"
 
-#define MAX_RUN_BYTES (64u << 20) /* one coalesced range request at most */
-#define AHEAD_CONNS 2     /* speculative requests in flight at most */
-#define AHEAD_QUEUE 32    /* predictions waiting; the oldest is dropped beyond */
-#define AHEAD_PAUSE_S 2.0 /* no speculation for this long after one failed */
-
-typedef struct fshard {
-  int stream;          /* still partial: has a journal */
-  int bad;             /* complete but failed its sha256: refuse its records */
-  char *path, *url;
-  const df_hub_file *hf;
-  df_ranges *rj;
-  int fd;
-  int rs_shard; /* its index in the record sums, -1 = not listed */
-} fshard;
-
-typedef struct flight {
-  int file;
-  uint64_t off, len;
-} flight;
-
-struct df_fetcher {
-  char *dir, *endpoint;
-  char repo[256], commit[41];
-  df_hub_info info;
-  int n;
-  fshard *sh;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  flight *fl;
-  int nfl, capfl;
-  df_http **pool;
-  int npool, nfree;
-  df_http **free_h;
-  df_fetcher_stats st;
-  char last_err[1024];
-  /* fetch-ahead: speculative fetches for the store's predictors */
-  int demand_active;             /* demand fetches running: no speculative one starts */
-  df_fetch_req aq[AHEAD_QUEUE];  /* queued predictions, oldest first */
-  int naq;
-  pthread_cond_t acv;            /* wakes the ahead workers */
-  struct ahead_thr {
-    df_fetcher *f;
-    df_http *h;
-    pthread_t th;
-  } athr[AHEAD_CONNS];
-  int nathr, astop;
-  int abusy;                     /* workers between taking a guess and finishing it */
-  double apause_until;           /* after a failed speculative fetch */
-  uint64_t *aset;                /* fetched ahead, not yet demanded: sorted ahead_key()s */
-  int naset, capaset;
-  df_recsums *sums;             /* the install's record sums, NULL = none */
-  df_stream_verify installed;   /* as setup recorded it (auto when it did not) */
-  df_stream_verify policy;      /* in force: never auto */
-};
-
-/* record sums and --stream-verify: see "verification" below */
-static int load_verify(df_fetcher *f, df_err *e);
-
-static const char *base_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
+#include "setup/fetcher_int.h"
 
 static int load_install(df_fetcher *f, df_err *e) {
   char *p = df_path_join(f->dir, DF_SETUP_STATE);
@@ -120,6 +60,18 @@ static int load_install(df_fetcher *f, df_err *e) {
   return rc;
 }
 
+/* Shared for as long as the fetcher is open: setup adds record sums only
+ * while no fetcher holds it (install.h, DF_SETUP_FETCH_LOCK). */
+static int hold_fetch_lock(df_fetcher *f, df_err *e) {
+  char *p = df_path_join(f->dir, DF_SETUP_FETCH_LOCK);
+  f->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(p);
+  if (f->lock_fd < 0) return df_err_errno(e, "%s/%s", f->dir, DF_SETUP_FETCH_LOCK);
+  if (flock(f->lock_fd, LOCK_SH | LOCK_NB) == 0) return 0;
+  return df_err_set(e, "%s: deltafin setup is adding record sums to this stream install; run again "
+                       "when it has finished", f->dir);
+}
+
 int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_err *e) {
   *out = NULL;
   int any = 0;
@@ -130,11 +82,12 @@ int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_
   }
   if (!any) return 0;
   df_fetcher *f = df_xcalloc(1, sizeof *f);
+  f->lock_fd = -1;
   f->dir = df_xstrdup(dir);
   pthread_mutex_init(&f->mu, NULL);
   pthread_cond_init(&f->cv, NULL);
   pthread_cond_init(&f->acv, NULL);
-  if (load_install(f, e)) goto fail;
+  if (load_install(f, e) || hold_fetch_lock(f, e)) goto fail;
   f->n = set->nfiles;
   f->sh = df_xcalloc((size_t)f->n, sizeof *f->sh);
   for (int i = 0; i < f->n; i++) {
@@ -143,7 +96,7 @@ int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_
     s->path = df_xstrdup(set->files[i].path);
     char *jp = df_dl_journal_path(s->path, 1);
     if (df_file_exists(jp)) {
-      s->hf = df_hub_info_find(&f->info, base_name(s->path));
+      s->hf = df_hub_info_find(&f->info, df_fetcher_base_name(s->path));
       if (!s->hf) {
         df_err_set(e, "%s: not in the model info of %s@%s", s->path, f->repo, f->commit);
         free(jp);
@@ -171,7 +124,7 @@ int df_fetcher_open(df_fetcher **out, const char *dir, const df_st_set *set, df_
     }
     free(jp);
   }
-  if (load_verify(f, e)) goto fail;
+  if (df_fetcher_load_verify(f, e)) goto fail;
   /* A decode step needs top-k records per layer at once: enough connections
    * to ask for them in one round trip. DF_FETCH_CONNECTIONS overrides. */
   const char *cv = getenv("DF_FETCH_CONNECTIONS");
@@ -219,6 +172,7 @@ void df_fetcher_close(df_fetcher *f) {
   free(f->fl);
   df_recsums_free(f->sums);
   df_hub_info_free(&f->info);
+  if (f->lock_fd >= 0) close(f->lock_fd);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv);
   free(f->endpoint);
@@ -228,7 +182,7 @@ void df_fetcher_close(df_fetcher *f) {
 
 /* A shard's state under the lock: 0 = failed verification (or no such
  * shard), 1 = complete and verified, 2 = still partial (stream). */
-static int shard_state(df_fetcher *f, int file) {
+int df_fetcher_shard_state(df_fetcher *f, int file) {
   if (file < 0 || file >= f->n) return 0;
   const fshard *s = &f->sh[file];
   pthread_mutex_lock(&f->mu);
@@ -239,7 +193,7 @@ static int shard_state(df_fetcher *f, int file) {
 
 int df_fetcher_local(df_fetcher *f, int file, uint64_t off, uint64_t len, uint64_t *xxh) {
   *xxh = 0;
-  int state = shard_state(f, file);
+  int state = df_fetcher_shard_state(f, file);
   if (state < 2) return state;
   fshard *s = &f->sh[file];
   if (f->policy == DF_SVERIFY_SHARD) return 0; /* not until its shard is proven */
@@ -280,11 +234,6 @@ void df_fetcher_get_stats(df_fetcher *f, df_fetcher_stats *out) {
 
 /* ---- fetching ---- */
 
-typedef struct run_t {
-  int file;
-  uint64_t off, len;
-  int first, count; /* its records in the sorted todo list */
-} run_t;
 
 typedef struct job_ctx {
   df_fetcher *f;
@@ -328,7 +277,7 @@ static int check_run(df_fetcher *f, const run_t *r, const df_fetch_req *todo, co
                         "layer %d expert %d (%s, offset %llu): the record sums in %s have no entry "
                         "for it; they do not describe this install: add the sums of this commit "
                         "(deltafin setup --stream ... --record-sums FILE)",
-                        q->layer, q->expert, base_name(s->path), (unsigned long long)q->off, f->dir);
+                        q->layer, q->expert, df_fetcher_base_name(s->path), (unsigned long long)q->off, f->dir);
     if (df_recsums_verify(rs, buf + (q->off - r->off))) {
       *bad = q;
       return 0;
@@ -354,17 +303,17 @@ static int fetch_checked(df_fetcher *f, df_http *h, const run_t *r, const df_fet
                         "layer %d expert %d: the bytes served for %s at offset %llu (%llu bytes) by "
                         "%s do not match the record sums' sha256, twice: a damaged mirror, proxy or "
                         "cache; the expert is not used (nothing was written)",
-                        bad->layer, bad->expert, base_name(s->path), (unsigned long long)bad->off,
+                        bad->layer, bad->expert, df_fetcher_base_name(s->path), (unsigned long long)bad->off,
                         (unsigned long long)bad->len, f->endpoint);
     df_log_warn("layer %d expert %d: the bytes served for %s at offset %llu do not match the record "
                 "sums' sha256: fetching them again from %s",
-                bad->layer, bad->expert, base_name(s->path), (unsigned long long)bad->off, f->endpoint);
+                bad->layer, bad->expert, df_fetcher_base_name(s->path), (unsigned long long)bad->off, f->endpoint);
   }
 }
 
 /* Fetches a run and writes it at its offset; the records' hashes go to
  * hash[] (journalled by the caller after one sync per shard). */
-static int fetch_run(df_fetcher *f, df_http *h, const run_t *r, const df_fetch_req *todo,
+int df_fetcher_fetch_run(df_fetcher *f, df_http *h, const run_t *r, const df_fetch_req *todo,
                      uint64_t *hash, df_err *e) {
   fshard *s = &f->sh[r->file];
   membuf m = {df_xmalloc(r->len), r->off};
@@ -404,7 +353,7 @@ static void *fetch_worker(void *arg) {
     pthread_mutex_unlock(&c->mu);
     if (i >= c->nruns) break;
     df_err e;
-    if (fetch_run(f, h, &c->runs[i], c->todo, c->hash, &e)) {
+    if (df_fetcher_fetch_run(f, h, &c->runs[i], c->todo, c->hash, &e)) {
       pthread_mutex_lock(&c->mu);
       if (!c->failed) c->err = e;
       c->failed = 1;
@@ -418,14 +367,14 @@ static void *fetch_worker(void *arg) {
   return NULL;
 }
 
-static int overlaps_flight(const df_fetcher *f, int file, uint64_t off, uint64_t len) {
+int df_fetcher_overlaps(const df_fetcher *f, int file, uint64_t off, uint64_t len) {
   for (int i = 0; i < f->nfl; i++)
     if (f->fl[i].file == file && f->fl[i].off < off + len && off < f->fl[i].off + f->fl[i].len)
       return 1;
   return 0;
 }
 
-static void flight_remove(df_fetcher *f, int file, uint64_t off, uint64_t len) {
+void df_fetcher_flight_remove(df_fetcher *f, int file, uint64_t off, uint64_t len) {
   for (int i = 0; i < f->nfl; i++)
     if (f->fl[i].file == file && f->fl[i].off == off && f->fl[i].len == len) {
       f->fl[i] = f->fl[--f->nfl];
@@ -441,7 +390,7 @@ static int cmp_req(const void *a, const void *b) {
 
 /* A shard whose every byte is present: the hub's sha256 proves it (and every
  * record fetched into it); its journal goes, readers stop checking records. */
-static int maybe_complete(df_fetcher *f, int file, df_err *e) {
+int df_fetcher_maybe_complete(df_fetcher *f, int file, df_err *e) {
   fshard *s = &f->sh[file];
   pthread_mutex_lock(&f->mu);
   int stream = s->stream;
@@ -476,85 +425,12 @@ static int maybe_complete(df_fetcher *f, int file, df_err *e) {
   return 0;
 }
 
-/* ---- verification: the policy, and --stream-verify shard ---- */
-
-/* The policy recorded by setup and the record sums stored beside the
- * install (checked against the model info: sums of another revision are
- * refused, never half-used). */
-static int load_verify(df_fetcher *f, df_err *e) {
-  char *p = df_path_join(f->dir, DF_SETUP_STATE);
-  json_t *o = json_load_file(p, 0, NULL);
-  const json_t *v = json_object_get(o, "stream_verify");
-  int rc = 0;
-  if (v && (!json_is_string(v) || df_sverify_parse(json_string_value(v), &f->installed)))
-    rc = df_err_set(e, "%s: 'stream_verify' is not record, shard or arrival; run deltafin setup "
-                    "--stream --stream-verify POLICY again", p);
-  json_decref(o);
-  free(p);
-  if (rc) return -1;
-  char *sp = df_path_join(f->dir, DF_RECSUMS_FILE), *buf = NULL;
-  size_t len = 0;
-  if (df_file_exists(sp)) {
-    rc = df_file_read(sp, &buf, &len, e);
-    if (!rc) rc = df_recsums_parse(buf, len, sp, &f->sums, e);
-    if (!rc) rc = df_recsums_check_info(f->sums, &f->info, sp, e);
-    free(buf);
-  }
-  free(sp);
-  for (int i = 0; !rc && i < f->n; i++)
-    f->sh[i].rs_shard = f->sums ? df_recsums_find_shard(f->sums, base_name(f->sh[i].path)) : -1;
-  if (!rc) rc = df_fetcher_set_verify(f, DF_SVERIFY_AUTO, 0, e);
-  return rc;
-}
-
-int df_fetcher_set_verify(df_fetcher *f, df_stream_verify want, int warn, df_err *e) {
-  df_stream_verify p = want != DF_SVERIFY_AUTO ? want : f->installed;
-  if (p == DF_SVERIFY_AUTO) p = f->sums ? DF_SVERIFY_RECORD : DF_SVERIFY_ARRIVAL;
-  if (p == DF_SVERIFY_RECORD && !f->sums)
-    return df_err_set(e,
-                      "%s: --stream-verify record needs record sums (%s); add them with deltafin "
-                      "setup --stream ... --record-sums FILE|URL (deltafin record-sums makes them "
-                      "from a verified full install), or use --stream-verify shard",
-                      f->dir, DF_RECSUMS_FILE);
-  f->policy = p;
-  if (warn && p == DF_SVERIFY_ARRIVAL) df_sverify_warn_arrival(f->dir);
-  return 0;
-}
-
-df_stream_verify df_fetcher_verify_policy(const df_fetcher *f) { return f->policy; }
-
-int df_fetcher_proven(df_fetcher *f, int file, uint64_t off, uint64_t len) {
-  int state = shard_state(f, file);
-  if (state < 2) return state;
-  fshard *s = &f->sh[file];
-  uint64_t x;
-  /* with record sums every exactly journalled record was checked (on
-   * arrival, or when the sums were added to the install) */
-  return f->policy != DF_SVERIFY_SHARD && f->sums && df_ranges_lookup(s->rj, off, off + len, &x) == 0;
-}
-
-#define SHARD_RUN_BYTES (16u << 20)
-
-typedef struct gapv {
-  df_fetch_req *v;
-  int n, cap, file;
-} gapv;
-
-static void add_gap(void *ud, uint64_t b, uint64_t end) {
-  gapv *g = ud;
-  for (uint64_t o = b; o < end; o += SHARD_RUN_BYTES) {
-    if (g->n == g->cap) g->v = df_xrealloc(g->v, (size_t)(g->cap = g->cap ? 2 * g->cap : 64) * sizeof *g->v);
-    uint64_t l = end - o < SHARD_RUN_BYTES ? end - o : SHARD_RUN_BYTES;
-    g->v[g->n++] = (df_fetch_req){g->file, o, l, -1, -1}; /* a chunk, not a record */
-  }
-}
-
 /* Fetches todo[0..nt) (sorted by file and offset) over the pool's
  * connections, adjacent records coalesced into one request when asked,
  * writes them at their offsets, then per shard syncs the bytes and only
  * then journals them (a kill in between only loses ranges, never journals
  * bytes that are not on disk). -1 with *err set on the first failure. */
-static int fetch_journal(df_fetcher *f, const df_fetch_req *todo, int nt, int coalesce, df_err *err) {
+int df_fetcher_fetch_journal(df_fetcher *f, const df_fetch_req *todo, int nt, int coalesce, df_err *err) {
   run_t *runs = df_xmalloc((size_t)(nt ? nt : 1) * sizeof *runs);
   int nr = 0;
   for (int i = 0; i < nt; i++) {
@@ -601,82 +477,7 @@ static int fetch_journal(df_fetcher *f, const df_fetch_req *todo, int nt, int co
   return c.failed ? -1 : 0;
 }
 
-/* Fetches every missing range of a partial shard (in parallel), journals
- * them, and verifies the whole shard against the hub's sha256; a mismatch
- * removes it (maybe_complete). Another caller completing the same shard is
- * waited for. */
-static int complete_shard(df_fetcher *f, int file, const df_fetch_req *why, df_err *e) {
-  fshard *s = &f->sh[file];
-  uint64_t size = s->hf->size;
-  pthread_mutex_lock(&f->mu);
-  while (s->stream && !s->bad && overlaps_flight(f, file, 0, size)) pthread_cond_wait(&f->cv, &f->mu);
-  int stream = s->stream, bad = s->bad;
-  if (stream && !bad) {
-    if (f->nfl == f->capfl) {
-      f->capfl = f->capfl ? 2 * f->capfl : 64;
-      f->fl = df_xrealloc(f->fl, (size_t)f->capfl * sizeof *f->fl);
-    }
-    f->fl[f->nfl++] = (flight){file, 0, size};
-  }
-  pthread_mutex_unlock(&f->mu);
-  if (bad)
-    return df_err_set(e, "layer %d expert %d: shard %s failed verification; run deltafin setup "
-                      "--full to fetch it again", why->layer, why->expert, s->path);
-  if (!stream) return 0;
-  /* other processes: the whole shard is claimed (waiting, holding no other
-   * claim), which also re-reads its journal: what they fetched meanwhile is
-   * not fetched again, and none of its records is fetched twice */
-  int cl = df_reclock_claim(s->fd, s->rj, 0, size, 1, e);
-  int rc = cl < 0 ? -1 : 0;
-  gapv g = {.file = file};
-  if (cl == DF_RECLOCK_MINE) df_ranges_gaps(s->rj, 0, size, add_gap, &g);
-  if (g.n) {
-    df_log_info("%s: --stream-verify shard: fetching the rest of the shard (%.1f MB) for layer %d "
-                "expert %d",
-                base_name(s->path), (double)(size - df_ranges_bytes(s->rj)) / 1e6, why->layer,
-                why->expert);
-    uint64_t bytes = 0;
-    for (int i = 0; i < g.n; i++) bytes += g.v[i].len;
-    rc = fetch_journal(f, g.v, g.n, 0, e);
-    pthread_mutex_lock(&f->mu);
-    if (!rc) f->st.bytes += bytes;
-    pthread_mutex_unlock(&f->mu);
-  }
-  if (cl == DF_RECLOCK_MINE) df_reclock_release(s->fd, 0, size);
-  free(g.v);
-  pthread_mutex_lock(&f->mu);
-  flight_remove(f, file, 0, size);
-  pthread_cond_broadcast(&f->cv);
-  pthread_mutex_unlock(&f->mu);
-  if (!rc) rc = maybe_complete(f, file, e);
-  if (rc)
-    df_err_prefix(e, "layer %d expert %d could not be used (--stream-verify shard: its shard %s is "
-                  "fetched from %s and checked first): ",
-                  why->layer, why->expert, base_name(s->path), f->endpoint);
-  return rc;
-}
-
-/* --stream-verify shard: the requested records' partial shards are
- * completed and proven before any of their records is used. */
-static int shard_first(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
-  double t0 = df_now();
-  int rc = 0;
-  for (int i = 0; i < n && !rc; i++) {
-    if (r[i].file < 0 || r[i].file >= f->n) continue;
-    pthread_mutex_lock(&f->mu);
-    int todo = f->sh[r[i].file].stream || f->sh[r[i].file].bad;
-    pthread_mutex_unlock(&f->mu);
-    if (todo) rc = complete_shard(f, r[i].file, &r[i], e);
-  }
-  pthread_mutex_lock(&f->mu);
-  f->st.wait_s += df_now() - t0;
-  pthread_mutex_unlock(&f->mu);
-  return rc;
-}
-
-static void ahead_unqueue(df_fetcher *f, const df_fetch_req *q);
-
-static void flight_add(df_fetcher *f, const df_fetch_req *q) {
+void df_fetcher_flight_add(df_fetcher *f, const df_fetch_req *q) {
   if (f->nfl == f->capfl) {
     f->capfl = f->capfl ? 2 * f->capfl : 64;
     f->fl = df_xrealloc(f->fl, (size_t)f->capfl * sizeof *f->fl);
@@ -687,7 +488,7 @@ static void flight_add(df_fetcher *f, const df_fetch_req *q) {
 /* Ends flights of this process without fetching them (done elsewhere). */
 static void flights_drop(df_fetcher *f, const df_fetch_req *q, int n) {
   pthread_mutex_lock(&f->mu);
-  for (int i = 0; i < n; i++) flight_remove(f, q[i].file, q[i].off, q[i].len);
+  for (int i = 0; i < n; i++) df_fetcher_flight_remove(f, q[i].file, q[i].off, q[i].len);
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
 }
@@ -715,7 +516,7 @@ static int claim_flights(df_fetcher *f, const df_fetch_req *r, int n, df_fetch_r
     int local = df_fetcher_local(f, q->file, q->off, q->len, &xxh);
     pthread_mutex_lock(&f->mu);
     if (local) continue;
-    if (overlaps_flight(f, q->file, q->off, q->len)) {
+    if (df_fetcher_overlaps(f, q->file, q->off, q->len)) {
       (*waits)++;
       continue;
     }
@@ -723,8 +524,8 @@ static int claim_flights(df_fetcher *f, const df_fetch_req *r, int n, df_fetch_r
     for (int k = 0; k < *nt && !dup; k++)
       dup = todo[k].file == q->file && todo[k].off == q->off && todo[k].len == q->len;
     if (dup) continue;
-    ahead_unqueue(f, q); /* a demand fetch takes a queued prediction over */
-    flight_add(f, q);
+    df_fetcher_ahead_unqueue(f, q); /* a demand fetch takes a queued prediction over */
+    df_fetcher_flight_add(f, q);
     todo[(*nt)++] = *q;
   }
   pthread_mutex_unlock(&f->mu);
@@ -763,13 +564,13 @@ static int lock_claimed(df_fetcher *f, df_fetch_req *todo, int *nt, df_fetch_req
  * syncs and journals them, then releases the locks and the flights. */
 static int fetch_locked(df_fetcher *f, const df_fetch_req *todo, int nt, df_err *e) {
   df_err err = {0};
-  int failed = fetch_journal(f, todo, nt, 1, &err) != 0;
+  int failed = df_fetcher_fetch_journal(f, todo, nt, 1, &err) != 0;
   /* journalled (or failed): other processes may take the records now */
   for (int i = 0; i < nt; i++) df_reclock_release(f->sh[todo[i].file].fd, todo[i].off, todo[i].len);
   uint64_t bytes = 0;
   for (int i = 0; i < nt; i++) bytes += todo[i].len;
   pthread_mutex_lock(&f->mu);
-  for (int i = 0; i < nt; i++) flight_remove(f, todo[i].file, todo[i].off, todo[i].len);
+  for (int i = 0; i < nt; i++) df_fetcher_flight_remove(f, todo[i].file, todo[i].off, todo[i].len);
   if (!failed) {
     f->st.records += (uint64_t)nt;
     f->st.bytes += bytes;
@@ -791,7 +592,7 @@ static int fetch_locked(df_fetcher *f, const df_fetch_req *todo, int nt, df_err 
 static void wait_flights(df_fetcher *f, const df_fetch_req *r, int n) {
   pthread_mutex_lock(&f->mu);
   for (int i = 0; i < n; i++)
-    while (r[i].file >= 0 && r[i].file < f->n && overlaps_flight(f, r[i].file, r[i].off, r[i].len))
+    while (r[i].file >= 0 && r[i].file < f->n && df_fetcher_overlaps(f, r[i].file, r[i].off, r[i].len))
       pthread_cond_wait(&f->cv, &f->mu);
   pthread_mutex_unlock(&f->mu);
 }
@@ -817,12 +618,12 @@ static int fetch_round(df_fetcher *f, const df_fetch_req *r, int n, df_fetch_req
   if (!rc && waits) wait_flights(f, r, n);
   for (int i = 0; i < n && !rc; i++)
     if (r[i].file >= 0 && r[i].file < f->n && (i == 0 || r[i].file != r[i - 1].file))
-      rc = maybe_complete(f, r[i].file, e);
+      rc = df_fetcher_maybe_complete(f, r[i].file, e);
   return rc;
 }
 
 int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
-  if (f->policy == DF_SVERIFY_SHARD && shard_first(f, r, n, e)) return -1;
+  if (f->policy == DF_SVERIFY_SHARD && df_fetcher_shard_first(f, r, n, e)) return -1;
   double t0 = df_now();
   df_fetch_req *todo = df_xmalloc((size_t)(n ? n : 1) * sizeof *todo);
   df_fetch_req *later = df_xmalloc((size_t)(n ? n : 1) * sizeof *later);
@@ -857,209 +658,3 @@ int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
   return rc;
 }
 
-/* ---- fetch-ahead: speculative fetches for the store's predictors ----
- * A bounded queue of predicted records and AHEAD_CONNS workers with their own
- * connections. A worker starts a request only while no demand fetch runs
- * (a demand fetch then waits behind nothing but the requests already in
- * flight), takes the newest prediction first, and fetches one record per
- * request under the same flights and cross-process locks as demand fetches,
- * never waiting for a lock (a guess is dropped instead). A failure is
- * counted and pauses speculation; it never fails a caller: a demand for that
- * record fetches it itself. */
-
-static uint64_t ahead_key(int file, uint64_t off) { return (uint64_t)file << 44 | off; }
-
-/* Index of key in aset, or where it would go (mu held). */
-static int aset_pos(const df_fetcher *f, uint64_t key) {
-  int lo = 0, hi = f->naset;
-  while (lo < hi) {
-    int mid = (lo + hi) / 2;
-    if (f->aset[mid] < key) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-static void aset_add(df_fetcher *f, uint64_t key) {
-  int i = aset_pos(f, key);
-  if (i < f->naset && f->aset[i] == key) return;
-  if (f->naset == f->capaset) {
-    f->capaset = f->capaset ? 2 * f->capaset : 64;
-    f->aset = df_xrealloc(f->aset, (size_t)f->capaset * sizeof *f->aset);
-  }
-  memmove(f->aset + i + 1, f->aset + i, (size_t)(f->naset - i) * sizeof *f->aset);
-  f->aset[i] = key;
-  f->naset++;
-}
-
-/* 1 (and removed) when key is in aset (mu held). */
-static int aset_take(df_fetcher *f, uint64_t key) {
-  int p = aset_pos(f, key);
-  if (p >= f->naset || f->aset[p] != key) return 0;
-  memmove(f->aset + p, f->aset + p + 1, (size_t)(f->naset - p - 1) * sizeof *f->aset);
-  f->naset--;
-  return 1;
-}
-
-static void ahead_unqueue(df_fetcher *f, const df_fetch_req *q) {
-  int k = 0;
-  for (int i = 0; i < f->naq; i++)
-    if (!(f->aq[i].file == q->file && f->aq[i].off < q->off + q->len && q->off < f->aq[i].off + f->aq[i].len))
-      f->aq[k++] = f->aq[i];
-  f->naq = k;
-}
-
-/* Fetches one claimed record (its flight is ours): 1 fetched, 0 nothing to
- * do (local now, or another process holds it), -1 failed. */
-static int ahead_one(df_fetcher *f, df_http *h, const df_fetch_req *q, df_err *e) {
-  fshard *s = &f->sh[q->file];
-  int st = df_reclock_claim(s->fd, s->rj, q->off, q->len, 0, e);
-  if (st != DF_RECLOCK_MINE) return st < 0 ? -1 : 0;
-  run_t run = {q->file, q->off, q->len, 0, 1};
-  uint64_t hash = 0;
-  int rc = fetch_run(f, h, &run, q, &hash, e);
-  if (!rc && fdatasync(s->fd)) rc = df_err_errno(e, "syncing %s", s->path);
-  if (!rc) rc = df_ranges_add(s->rj, q->off, q->off + q->len, hash, e);
-  df_reclock_release(s->fd, q->off, q->len);
-  return rc ? -1 : 1;
-}
-
-/* Waits on acv (mu held), until `until` when it is in the future. */
-static void ahead_sleep(df_fetcher *f, double until) {
-  if (until <= df_now()) {
-    pthread_cond_wait(&f->acv, &f->mu);
-    return;
-  }
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  double d = until - df_now();
-  ts.tv_sec += (time_t)d;
-  ts.tv_nsec += (long)((d - (double)(time_t)d) * 1e9);
-  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-  pthread_cond_timedwait(&f->acv, &f->mu, &ts);
-}
-
-static void *ahead_worker(void *arg) {
-  struct ahead_thr *t = arg;
-  df_fetcher *f = t->f;
-  uint64_t xxh;
-  pthread_mutex_lock(&f->mu);
-  while (!f->astop) {
-    double pause = f->apause_until;
-    if (!f->naq || f->demand_active || df_now() < pause) {
-      ahead_sleep(f, df_now() < pause ? pause : 0);
-      continue;
-    }
-    df_fetch_req q = f->aq[--f->naq]; /* the newest guess is the likeliest still useful */
-    if (!f->sh[q.file].stream || f->sh[q.file].bad) continue;
-    f->abusy++;
-    pthread_mutex_unlock(&f->mu);
-    int local = df_fetcher_local(f, q.file, q.off, q.len, &xxh);
-    pthread_mutex_lock(&f->mu);
-    if (local || overlaps_flight(f, q.file, q.off, q.len) || f->demand_active || f->astop) {
-      f->abusy--;
-      pthread_cond_broadcast(&f->cv);
-      continue;
-    }
-    flight_add(f, &q);
-    /* among the records fetched ahead from now: the record is local (and a
-     * demand may find it so, without waiting) before its flight ends */
-    aset_add(f, ahead_key(q.file, q.off));
-    pthread_mutex_unlock(&f->mu);
-    df_err e;
-    int got = ahead_one(f, t->h, &q, &e);
-    pthread_mutex_lock(&f->mu);
-    flight_remove(f, q.file, q.off, q.len);
-    if (got > 0) {
-      f->st.ahead_records++;
-      f->st.ahead_bytes += q.len;
-    } else {
-      aset_take(f, ahead_key(q.file, q.off)); /* not fetched by this guess */
-    }
-    if (got < 0) {
-      f->st.ahead_failed++;
-      f->apause_until = df_now() + AHEAD_PAUSE_S;
-      f->naq = 0;
-      df_log_debug("fetch-ahead of layer %d expert %d failed (a demand fetch will retry): %s",
-                   q.layer, q.expert, e.msg);
-    }
-    pthread_cond_broadcast(&f->cv);
-    if (got > 0) {
-      /* the shard may be complete now: its sha256 (long) after the flight
-       * ended, without the lock */
-      pthread_mutex_unlock(&f->mu);
-      if (maybe_complete(f, q.file, &e)) df_log_warn("%s", e.msg);
-      pthread_mutex_lock(&f->mu);
-    }
-    f->abusy--;
-    pthread_cond_broadcast(&f->cv);
-  }
-  pthread_mutex_unlock(&f->mu);
-  return NULL;
-}
-
-void df_fetcher_set_ahead(df_fetcher *f, int on) {
-  if (on && !f->nathr) {
-    char *tok = df_setup_token();
-    /* a guess is not worth long retries: one, soon, and a shorter stall */
-    df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 1, .backoff_s = 0.02, .stall_s = 10};
-    f->astop = 0;
-    for (int i = 0; i < AHEAD_CONNS; i++) {
-      f->athr[i] = (struct ahead_thr){.f = f, .h = df_http_new(&hc)};
-    }
-    pthread_mutex_lock(&f->mu);
-    f->nathr = AHEAD_CONNS;
-    pthread_mutex_unlock(&f->mu);
-    for (int i = 0; i < AHEAD_CONNS; i++) pthread_create(&f->athr[i].th, NULL, ahead_worker, &f->athr[i]);
-    if (tok) {
-      memset(tok, 0, strlen(tok));
-      free(tok);
-    }
-  } else if (!on && f->nathr) {
-    pthread_mutex_lock(&f->mu);
-    f->astop = 1;
-    f->naq = 0;
-    pthread_cond_broadcast(&f->acv);
-    pthread_mutex_unlock(&f->mu);
-    for (int i = 0; i < f->nathr; i++) pthread_join(f->athr[i].th, NULL);
-    pthread_mutex_lock(&f->mu);
-    for (int i = 0; i < f->nathr; i++) df_http_free(f->athr[i].h);
-    f->nathr = 0;
-    pthread_mutex_unlock(&f->mu);
-  }
-}
-
-void df_fetcher_ahead(df_fetcher *f, const df_fetch_req *r, int n) {
-  pthread_mutex_lock(&f->mu);
-  for (int i = 0; i < n && f->nathr; i++) {
-    const df_fetch_req *q = &r[i];
-    if (q->file < 0 || q->file >= f->n || !f->sh[q->file].stream) continue;
-    if (overlaps_flight(f, q->file, q->off, q->len)) continue;
-    int dup = 0;
-    for (int k = 0; k < f->naq && !dup; k++)
-      dup = f->aq[k].file == q->file && f->aq[k].off == q->off;
-    if (dup) continue;
-    if (f->naq == AHEAD_QUEUE) {
-      memmove(f->aq, f->aq + 1, (AHEAD_QUEUE - 1) * sizeof *f->aq);
-      f->naq--;
-      f->st.ahead_dropped++;
-    }
-    f->aq[f->naq++] = *q;
-  }
-  pthread_cond_signal(&f->acv);
-  pthread_mutex_unlock(&f->mu);
-}
-
-void df_fetcher_demanded(df_fetcher *f, const df_fetch_req *r, int n) {
-  pthread_mutex_lock(&f->mu);
-  for (int i = 0; i < n && f->naset; i++)
-    if (aset_take(f, ahead_key(r[i].file, r[i].off))) f->st.ahead_used++;
-  pthread_mutex_unlock(&f->mu);
-}
-
-void df_fetcher_settle(df_fetcher *f) {
-  pthread_mutex_lock(&f->mu);
-  f->naq = 0;
-  while (f->abusy) pthread_cond_wait(&f->cv, &f->mu);
-  pthread_mutex_unlock(&f->mu);
-}

@@ -417,6 +417,21 @@ static int check_spine(const state *s, const df_recsums *given, int fetched, con
   return rc;
 }
 
+/* Record sums are only added while no fetcher has the install open (see
+ * DF_SETUP_FETCH_LOCK); the lock stays held (*fd) until setup ends. */
+static int lock_out_fetchers(const state *s, int *fd, df_err *e) {
+  char *p = df_path_join(s->root, DF_SETUP_FETCH_LOCK);
+  *fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(p);
+  if (*fd < 0) return df_err_errno(e, "%s/%s", s->root, DF_SETUP_FETCH_LOCK);
+  if (flock(*fd, LOCK_EX | LOCK_NB) == 0) return 0;
+  return df_err_set(e,
+                    "%s: a deltafin run, serve or warm is fetching into this stream install; record "
+                    "sums can only be added while none is (it would keep using experts it fetched "
+                    "unchecked): stop it and run this setup again",
+                    s->root);
+}
+
 static int store_sums(const state *s, const char *buf, size_t len, df_err *e) {
   char *p = df_path_join(s->root, DF_RECSUMS_FILE);
   int rc = df_file_write_atomic(p, buf, len, e);
@@ -460,14 +475,14 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   df_recsums *sums = NULL;
   char *sums_buf = NULL;
   size_t sums_len = 0;
-  int rc = -1, nitems = 0;
+  int rc = -1, nitems = 0, flfd = -1;
   int ls = load_state(&s, o->repo, o->revision, e);
   if (ls < 0) goto out;
   if (ls == 0 && fetch_info(o, &s, endpoint, e)) goto out;
   if (o->stream && verify_options(o, &s, endpoint, &sums, &sums_buf, &sums_len, e)) goto out;
   /* stored before anything is fetched: a rerun after a failure (or a kill)
    * checks what it fetches against them too */
-  if (sums && store_sums(&s, sums_buf, sums_len, e)) goto out;
+  if (sums && (lock_out_fetchers(&s, &flfd, e) || store_sums(&s, sums_buf, sums_len, e))) goto out;
   if (write_state(&s, endpoint, o->stream, e)) goto out;
 
   int nf = s.info.nfiles;
@@ -676,6 +691,7 @@ out:
   df_hub_info_free(&s.info);
   free(s.info_json);
   free(s.root);
+  if (flfd >= 0) close(flfd);
   close(lfd);
   return rc;
 }

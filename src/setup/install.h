@@ -24,6 +24,10 @@
 #define DF_SETUP_STATE "deltafin-setup.json"
 #define DF_SETUP_INFO "deltafin-setup.info.json"
 #define DF_SETUP_VERIFIED "deltafin-setup.verified"
+/* Held shared (flock) by every fetcher open on a stream install (run, serve,
+ * warm) and exclusively by a setup adding record sums to it: a fetcher that
+ * opened the install before the sums would journal records unchecked. */
+#define DF_SETUP_FETCH_LOCK ".deltafin-fetch.lock"
 
 typedef struct df_setup_opts {
   const char *repo;

@@ -367,8 +367,9 @@ int df_io_parse_rate(const char *s, double *out) {
     double m;
   } units[] = {{"GiB/s", 1073741824.0}, {"MiB/s", 1048576.0}, {"KiB/s", 1024.0},
                {"GB/s", 1e9},           {"MB/s", 1e6},        {"KB/s", 1e3},
+               {"kB/s", 1e3}, /* the SI spelling */
                {"B/s", 1},              {"G", 1e9},           {"M", 1e6},
-               {"K", 1e3},              {"", 1}};
+               {"K", 1e3},              {"k", 1e3},           {"", 1}};
   for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
     if (!strcmp(end, units[i].u)) {
       *out = v * units[i].m;

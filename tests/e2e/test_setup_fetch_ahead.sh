@@ -18,13 +18,9 @@
 #    nothing wrong is journalled;
 #  - with record sums, every record fetched ahead is checked like a demanded one.
 set -eu
-BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
-T=$(mktemp -d /tmp/df_e2e_fetchahead.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-MAP="python3 $DF_SRC/tests/setup/shardmap.py"
+hub_test_begin fetchahead
 
 REPO=test-org/K3-tiny
 COMMIT=a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
@@ -34,8 +30,6 @@ start_hub "$T/src" "$REPO" "$COMMIT"
 EP="http://127.0.0.1:$HUB_PORT"
 IDS=5,6,7,8,100,200
 IDS2=900,31,77
-ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
-net() { python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["stats"]["store"]["network"]; print(str(n[sys.argv[2]]).lower())' "$1" "$2"; }
 served() { $MAP served "$T/hub/logs/access.log" "$T/hub/www" "$T/src" "$COMMIT"; }
 "$BIN" run --model "$T/orig" --prompt-ids $IDS --max-new 10 --json >"$T/ref.json"
 "$BIN" run --model "$T/orig" --prompt-ids $IDS2 --max-new 10 --json >"$T/ref2.json"

@@ -9,12 +9,9 @@
 # and no token is produced; 401/404 say what to do; the token is sent, and
 # never written or printed; files in the hub cache (HF_HOME) are reused.
 set -eu
-BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
-T=$(mktemp -d /tmp/df_e2e_setup.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+hub_test_begin setup
 
 REPO=test-org/K3-tiny
 COMMIT=5d2c3b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c
@@ -24,7 +21,6 @@ start_hub "$T/src" "$REPO" "$COMMIT"
 EP="http://127.0.0.1:$HUB_PORT"
 IDS=1,20,300,400,7,7,99
 "$BIN" run --model "$T/orig" --prompt-ids $IDS --max-new 12 --json >"$T/ref.json"
-ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
 REF=$(ids "$T/ref.json")
 [ -n "$REF" ] || fail "no reference ids"
 

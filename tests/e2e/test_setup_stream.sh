@@ -13,13 +13,9 @@
 #  - setup --full on a stream install downloads exactly what was missing, and
 #    a corrupted served byte is caught there by the shard's sha256.
 set -eu
-BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
-T=$(mktemp -d /tmp/df_e2e_stream.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-MAP="python3 $DF_SRC/tests/setup/shardmap.py"
+hub_test_begin stream
 
 REPO=test-org/K3-tiny
 COMMIT=a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
@@ -30,8 +26,6 @@ EP="http://127.0.0.1:$HUB_PORT"
 SHARDS_RX=$($MAP shard-regex "$T/hub/www" "$COMMIT")
 IDS=5,6,7,8,100,200
 IDS2=900,31,77
-ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
-net() { python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["stats"]["store"]["network"]; print(n[sys.argv[2]])' "$1" "$2"; }
 "$BIN" run --model "$T/orig" --prompt-ids $IDS --max-new 10 --json >"$T/ref.json"
 "$BIN" run --model "$T/orig" --prompt-ids $IDS2 --max-new 10 --json >"$T/ref2.json"
 

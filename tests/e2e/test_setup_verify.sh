@@ -16,20 +16,15 @@
 #    prints no token and journals nothing of it; shard: the run fails naming
 #    the shard (removed), no token; arrival (explicit): it runs, warned and
 #    counted as unverified (the documented limit); serve warns at start-up;
+#  - record sums cannot be added while a serve has the install open;
 #  - record sums added later to that arrival install drop the wrong record,
 #    and the next run (good hub) gives the original's ids;
 #  - --stream-verify shard on a good hub: the original's ids, the shards it
 #    used complete and verified.
 set -eu
-BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
-T=$(mktemp -d /tmp/df_e2e_verify.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-MAP="python3 $DF_SRC/tests/setup/shardmap.py"
-ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
-net() { python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["stats"]["store"]["network"]; print(n[sys.argv[2]])' "$1" "$2"; }
+hub_test_begin verify
 
 REPO=test-org/K3-tiny
 COMMIT=0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c
@@ -163,6 +158,14 @@ SP=$(free_port)
 SERVE=$!
 HUB_PIDS="$HUB_PIDS $SERVE"
 for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$SP/health" >/dev/null 2>&1 && break; sleep 0.1; done
+# record sums cannot be added while it has the install open (it would go on
+# journalling what it fetches unchecked)
+rc=0
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/a" \
+  --record-sums "$T/sums.json" 2>"$T/busy.err" || rc=$?
+[ "$rc" != 0 ] || fail "record sums were added while serve had the install open"
+grep -q "is fetching into this stream install" "$T/busy.err" || fail "busy message: $(cat "$T/busy.err")"
+[ -e "$T/a/deltafin-record-sums.json" ] && fail "the sums were stored although setup refused"
 kill "$SERVE"; wait "$SERVE" 2>/dev/null || true
 grep -q "UNVERIFIED EXPERTS" "$T/serve.err" || fail "serve: no start-up warning: $(cat "$T/serve.err")"
 

@@ -1,10 +1,26 @@
 # Sourced by the setup e2e tests: a loopback "hub" (nginx serving a generated
 # checkpoint in the hub's URL layout) and the fault-injecting proxy in front.
-# Needs: T (a temp dir), DF_SRC. Sets HUB_PORT, PROXY_PORT after start_*.
+# Needs: DF_SRC; T (a temp dir: hub_test_begin makes it). Sets HUB_PORT, PROXY_PORT after start_*.
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || {
   echo "FAIL: nginx is not installed (scripts/install-deps.sh installs it)" >&2; exit 1; }
 NGINX=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
 HUB_PIDS=""
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# The common start of a setup test: BIN, T (a temp dir: removed at exit
+# unless KEEP is set, after the hub and the proxy are stopped) and MAP.
+hub_test_begin() { # name
+  BIN=${DF_BIN:-build/deltafin}
+  T=$(mktemp -d "/tmp/df_e2e_$1.XXXXXX")
+  trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+  MAP="python3 $DF_SRC/tests/setup/shardmap.py"
+}
+
+# A run's --json output: its ids, and one field of its network stats
+# (booleans as true/false).
+ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
+net() { python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["stats"]["store"]["network"]; print(str(n[sys.argv[2]]).lower())' "$1" "$2"; }
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
