@@ -210,17 +210,24 @@ void df_fetcher_get_stats(df_fetcher *f, df_fetcher_stats *out) {
   *out = f->st;
   out->policy = f->policy;
   out->requests = out->retries = 0;
+  out->redirects_followed = out->redirects_skipped = out->reresolved = 0;
   for (int i = 0; i < f->npool; i++) {
     df_http_stats hs;
     df_http_get_stats(f->pool[i], &hs);
     out->requests += hs.requests;
     out->retries += hs.retries;
+    out->redirects_followed += hs.redirects_followed;
+    out->redirects_skipped += hs.redirects_skipped;
+    out->reresolved += hs.reresolved;
   }
   out->ahead_requests = 0;
   for (int i = 0; i < f->nathr; i++) {
     df_http_stats hs;
     df_http_get_stats(f->athr[i].h, &hs);
     out->ahead_requests += hs.requests;
+    out->redirects_followed += hs.redirects_followed;
+    out->redirects_skipped += hs.redirects_skipped;
+    out->reresolved += hs.reresolved;
   }
   pthread_mutex_unlock(&f->mu);
 }

@@ -70,6 +70,9 @@ typedef struct df_fetcher_stats {
   uint64_t ahead_used;    /* records fetched ahead that a caller then needed */
   uint64_t ahead_failed;  /* speculative fetches that failed (never an error) */
   uint64_t ahead_dropped; /* guesses dropped from the full queue */
+  /* both kinds of fetches: redirects followed, requests sent straight to a
+   * remembered redirect target, remembered targets resolved again */
+  uint64_t redirects_followed, redirects_skipped, reresolved;
   double wait_s;       /* time callers spent waiting in df_fetcher_fetch */
   int shards_partial;  /* shards still being filled */
   df_stream_verify policy; /* in force */

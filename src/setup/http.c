@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/util.h"
+#include "setup/redir.h"
 
 struct df_http {
   CURL *curl;
@@ -17,6 +18,7 @@ struct df_http {
   char what[200];
   df_http_stats st;
   unsigned seed;
+  df_redir *redir; /* requested URL -> where it redirected (range GETs only) */
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -46,6 +48,7 @@ df_http *df_http_new(const df_http_cfg *cfg) {
     h->cfg.token = NULL; /* not kept anywhere else */
   }
   h->seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)h;
+  h->redir = df_redir_new(DF_REDIR_MAX);
   return h;
 }
 
@@ -53,6 +56,7 @@ void df_http_free(df_http *h) {
   if (!h) return;
   curl_easy_cleanup(h->curl);
   curl_slist_free_all(h->hdrs);
+  df_redir_free(h->redir);
   free(h);
 }
 
@@ -115,6 +119,7 @@ typedef struct xfer {
   char cr[128];               /* Content-Range of the current response */
   int have_cr;
   df_http_meta *meta;
+  CURLcode rc;                /* curl's result of the attempt */
 } xfer;
 
 static void copy_hval(char *dst, size_t cap, const char *v, size_t n) {
@@ -237,7 +242,9 @@ static size_t on_body(char *buf, size_t sz, size_t nitems, void *ud) {
   return n;
 }
 
-static void setup_handle(df_http *h, const char *url, xfer *x, char *errbuf) {
+/* auth: whether the Authorization header may go with this request (not to a
+ * remembered target on another origin). */
+static void setup_handle(df_http *h, const char *url, int auth, xfer *x, char *errbuf) {
   CURL *c = h->curl;
   curl_easy_reset(c);
   curl_easy_setopt(c, CURLOPT_URL, url);
@@ -255,7 +262,7 @@ static void setup_handle(df_http *h, const char *url, xfer *x, char *errbuf) {
   curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
-  if (h->hdrs) curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->hdrs);
+  if (h->hdrs && auth) curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->hdrs);
 }
 
 /* 1 = retry, 0 = fatal; fills e with the message either way. */
@@ -302,18 +309,24 @@ static void backoff(df_http *h, int attempt) {
   nanosleep(&ts, NULL);
 }
 
-/* One attempt. Returns 0 done, 1 retryable failure, -1 fatal; e set on failure. */
-static int attempt(df_http *h, const char *url, xfer *x, df_err *e) {
+/* One attempt at `to` (url itself, or the target remembered for it, with
+ * auth telling whether the token may go there). Messages name `url`: a
+ * signed CDN URL is not for logs. Returns 0 done, 1 retryable failure, -1
+ * fatal; e set on failure. */
+static int attempt_to(df_http *h, const char *url, const char *to, int auth, xfer *x, df_err *e) {
   char errbuf[CURL_ERROR_SIZE] = "";
   char range[64];
-  setup_handle(h, url, x, errbuf);
+  setup_handle(h, to, auth, x, errbuf);
   if (x->range) {
     snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)x->first,
              (unsigned long long)(x->first + x->len - 1));
     curl_easy_setopt(h->curl, CURLOPT_RANGE, range);
   }
   h->st.requests++;
-  CURLcode rc = curl_easy_perform(h->curl);
+  CURLcode rc = x->rc = curl_easy_perform(h->curl);
+  long nredir = 0;
+  if (curl_easy_getinfo(h->curl, CURLINFO_REDIRECT_COUNT, &nredir) == CURLE_OK && nredir > 0)
+    h->st.redirects_followed += (uint64_t)nredir;
   long code = 0;
   curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
   if (x->meta) x->meta->status = code;
@@ -348,6 +361,10 @@ static int attempt(df_http *h, const char *url, xfer *x, df_err *e) {
   return 0;
 }
 
+static int attempt(df_http *h, const char *url, xfer *x, df_err *e) {
+  return attempt_to(h, url, url, 1, x, e);
+}
+
 int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t *len,
                 df_http_meta *meta, df_err *e) {
   for (int a = 0;; a++) {
@@ -374,16 +391,39 @@ int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t
   }
 }
 
+/* After a range GET of `url` succeeded: remember where curl ended up. */
+static void remember(df_http *h, const char *url) {
+  char *eff = NULL;
+  if (curl_easy_getinfo(h->curl, CURLINFO_EFFECTIVE_URL, &eff) != CURLE_OK || !eff) return;
+  if (strcmp(eff, url)) df_redir_put(h->redir, url, eff);
+}
+
 int df_http_get_range(df_http *h, const char *url, uint64_t off, uint64_t len, int64_t total,
                       df_http_sink sink, void *ud, df_err *e) {
   uint64_t done = 0;
-  int fails = 0;
+  int fails = 0, reresolved = 0;
   while (done < len) {
     xfer x = {.h = h, .range = 1, .first = off + done, .len = len - done, .total = total,
               .sink = sink, .ud = ud};
-    int r = attempt(h, url, &x, e);
+    int same = 0;
+    const char *to = df_redir_lookup(h->redir, url, &same);
+    if (to) h->st.redirects_skipped++;
+    int r = attempt_to(h, url, to ? to : url, !to || same, &x, e);
     done += x.got;
-    if (r == 0) break;
+    if (r == 0) {
+      if (!to) remember(h, url);
+      break;
+    }
+    /* A remembered target that refuses for good (401/403/404/410: a signed
+     * URL past its expiry; a redirect loop; ...) is forgotten and the
+     * original URL asked again, once, which resolves it afresh. */
+    int refused = r < 0 ? x.abort != AB_SINK : x.rc == CURLE_TOO_MANY_REDIRECTS;
+    if (to && refused && !reresolved) {
+      df_redir_forget(h->redir, url);
+      reresolved = 1;
+      h->st.reresolved++;
+      continue;
+    }
     if (r < 0) return -1;
     /* Progress resets the failure count: a long transfer over a flaky link
      * keeps going as long as each attempt moves it forward. */

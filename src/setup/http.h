@@ -6,8 +6,10 @@
  * 429, resets, short bodies, stalls, wrong ranges) with exponential backoff,
  * resuming after the bytes already delivered, or fails at once with a message
  * that says what to do (401, 403, 404). Redirects are followed; curl drops the
- * Authorization header when a redirect leaves the original host. The token is
- * only ever put in a request header: never logged, never in a message. */
+ * Authorization header when a redirect leaves the original host, and so does
+ * a request sent straight to a remembered redirect target (setup/redir.h).
+ * The token is only ever put in a request header: never logged, never in a
+ * message. */
 #ifndef DF_SETUP_HTTP_H
 #define DF_SETUP_HTTP_H
 
@@ -50,13 +52,22 @@ int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t
 typedef int (*df_http_sink)(void *ud, uint64_t off, const void *data, size_t n, df_err *e);
 
 /* GET [off, off + len) of a resource of `total` bytes (total < 0: not
- * checked). Retries resume after the bytes the sink already took. */
+ * checked). Retries resume after the bytes the sink already took. When the
+ * URL redirected (the hub's resolve -> signed CDN URL), the handle remembers
+ * the target and later ranges of the same URL go straight there, with every
+ * check unchanged and the token only when the target has the URL's scheme,
+ * host and port. A remembered target that answers 401/403/404/410 (or loops,
+ * or fails for good otherwise) is forgotten and the URL asked once more,
+ * which resolves it afresh; 5xx and resets are retried there as usual. */
 int df_http_get_range(df_http *h, const char *url, uint64_t off, uint64_t len, int64_t total,
                       df_http_sink sink, void *ud, df_err *e);
 
 /* Counters of this handle since creation. */
 typedef struct df_http_stats {
   uint64_t requests, retries, bytes;
+  uint64_t redirects_followed; /* redirects curl followed */
+  uint64_t redirects_skipped;  /* range requests sent straight to a remembered target */
+  uint64_t reresolved;         /* remembered targets that refused and were resolved again */
 } df_http_stats;
 void df_http_get_stats(const df_http *h, df_http_stats *out);
 

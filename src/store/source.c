@@ -215,7 +215,8 @@ char *df_src_remote_stats_json(df_src_remote *r) {
            "\"records_used_unverified\":%llu,"
            "\"fetch_ahead\":%s,\"ahead_records_fetched\":%llu,\"ahead_bytes_fetched\":%llu,"
            "\"ahead_http_requests\":%llu,\"ahead_used\":%llu,\"ahead_failed\":%llu,"
-           "\"ahead_dropped\":%llu}",
+           "\"ahead_dropped\":%llu,\"http_redirects_followed\":%llu,"
+           "\"http_redirects_skipped\":%llu,\"http_reresolved\":%llu}",
            (unsigned long long)st.records, (unsigned long long)st.bytes,
            (unsigned long long)st.requests, (unsigned long long)st.retries, st.wait_s,
            st.shards_partial, df_sverify_name(st.policy), (unsigned long long)st.verified,
@@ -223,6 +224,7 @@ char *df_src_remote_stats_json(df_src_remote *r) {
            r->ahead ? "true" : "false", (unsigned long long)st.ahead_records,
            (unsigned long long)st.ahead_bytes, (unsigned long long)st.ahead_requests,
            (unsigned long long)st.ahead_used, (unsigned long long)st.ahead_failed,
-           (unsigned long long)st.ahead_dropped);
+           (unsigned long long)st.ahead_dropped, (unsigned long long)st.redirects_followed,
+           (unsigned long long)st.redirects_skipped, (unsigned long long)st.reresolved);
   return df_xstrdup(buf);
 }

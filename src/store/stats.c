@@ -158,11 +158,15 @@ char *df_store_stats_text(const df_store *s) {
     json_t *net = json_loads(nj, 0, NULL);
     free(nj);
     AP("network (stream install): %lld experts fetched, %.1f MB in %lld HTTP requests (%lld "
-       "retries); waited %.3f s on the network, apart from the local reads\n",
+       "retries; %lld redirects followed, %lld skipped to a remembered target, %lld resolved "
+       "again); waited %.3f s on the network, apart from the local reads\n",
        (long long)json_integer_value(json_object_get(net, "records_fetched")),
        (double)json_integer_value(json_object_get(net, "bytes_fetched")) / 1e6,
        (long long)json_integer_value(json_object_get(net, "http_requests")),
-       (long long)json_integer_value(json_object_get(net, "http_retries")), s->net_wait);
+       (long long)json_integer_value(json_object_get(net, "http_retries")),
+       (long long)json_integer_value(json_object_get(net, "http_redirects_followed")),
+       (long long)json_integer_value(json_object_get(net, "http_redirects_skipped")),
+       (long long)json_integer_value(json_object_get(net, "http_reresolved")), s->net_wait);
     if (s->fetch_ahead)
       AP("network fetch-ahead: %lld experts fetched ahead (%.1f MB in %lld HTTP requests), %lld "
          "of them then used, %lld failed\n",

@@ -34,10 +34,12 @@ net = c["stats"]["store"]["network"]
 tot = lambda d: d["stats"]["prefill_s"] + d["stats"]["decode_s"]
 print("EMULATED link %s B/s, %s ms, %s connections, --prefetch %s --fetch-ahead %s: cold %.2f s "
       "(decode %.2f s), network wait %.2f s, %d records %.1f MB in %d requests, ahead %d records "
-      "(%d used, %.1f MB); warm %.2f s" % (rate, lat, conns, pf, fa, tot(c), c["stats"]["decode_s"],
+      "(%d used, %.1f MB); redirects followed %s, skipped %s; warm %.2f s" % (rate, lat, conns, pf, fa,
+      tot(c), c["stats"]["decode_s"],
       net["wait_seconds"], net["records_fetched"], net["bytes_fetched"] / 1e6, net["http_requests"],
       net.get("ahead_records_fetched", 0), net.get("ahead_used", 0),
-      net.get("ahead_bytes_fetched", 0) / 1e6, tot(h)))
+      net.get("ahead_bytes_fetched", 0) / 1e6, net.get("http_redirects_followed", "n/a"),
+      net.get("http_redirects_skipped", "n/a"), tot(h)))
 PY
 done
 done

@@ -15,6 +15,13 @@ without following redirects, and damages responses on purpose:
   --flip-first N   flip one byte in the middle of the body of the first N
                    responses on --only paths (a transient corrupting hop)
   --only REGEX     faults only on paths matching REGEX (default: /cdn/)
+  --cdn-base URL   rewrite a relative redirect Location ("/cdn/...") to URL +
+                   Location: the blobs then live on another host (e.g. a
+                   second proxy), as the hub's CDN does
+  --sign N         emulate signed, expiring CDN URLs: each redirect Location
+                   to /cdn/ gets a fresh "?sig=..." and a /cdn/ request is
+                   served only with a sig used fewer than N times before
+                   (403 otherwise, as an expired signed URL answers)
 
 Faults are drawn from a seeded generator, one draw per request. Every request
 is logged to --log as: path range status bytes_sent fault auth(yes/no).
@@ -69,6 +76,8 @@ def main():
     ap.add_argument("--flip-first", type=int, default=0)
     ap.add_argument("--only", default="/cdn/")
     ap.add_argument("--log")
+    ap.add_argument("--cdn-base")
+    ap.add_argument("--sign", type=int, default=0)
     a = ap.parse_args()
     rng = random.Random(a.seed)
     rng_lock = threading.Lock()
@@ -78,6 +87,29 @@ def main():
     only = re.compile(a.only)
     bucket = Bucket(a.rate)
     flips = [0]
+    sig_lock = threading.Lock()
+    sig_uses = {}
+    sig_next = [0]
+
+    def sign_ok(path):
+        """A /cdn/ request under --sign: its sig known and not used up."""
+        m = re.search(r"[?&]sig=([0-9a-z-]+)", path)
+        with sig_lock:
+            if not m or m.group(1) not in sig_uses or sig_uses[m.group(1)] >= a.sign:
+                return False
+            sig_uses[m.group(1)] += 1
+            return True
+
+    def rewrite_location(v):
+        if a.sign and v.startswith("/cdn/"):
+            with sig_lock:
+                sig_next[0] += 1
+                sig = "%d-%d" % (a.listen, sig_next[0])
+                sig_uses[sig] = 0
+            v += ("&" if "?" in v else "?") + "sig=" + sig
+        if a.cdn_base and v.startswith("/"):
+            v = a.cdn_base.rstrip("/") + v
+        return v
 
     def draw():
         with rng_lock:
@@ -125,6 +157,8 @@ def main():
                     return self.plain(code, "injected %d" % code)
             if a.require_token and self.headers.get("Authorization") != "Bearer " + a.require_token:
                 return self.plain(401, "Invalid credentials in Authorization header")
+            if a.sign and self.path.startswith("/cdn/") and not sign_ok(self.path):
+                return self.plain(403, "Request has expired")
             fault = draw() if only.search(self.path) else ""
             if not fault and only.search(self.path):
                 with rng_lock:
@@ -146,6 +180,8 @@ def main():
                 kl = k.lower()
                 if kl in ("connection", "keep-alive", "transfer-encoding", "server", "date"):
                     continue
+                if kl == "location":
+                    v = rewrite_location(v)
                 if kl == "content-range" and fault == "badrange":
                     m = re.match(r"bytes (\d+)-(\d+)/(\d+)", v)
                     if m:

@@ -4,7 +4,8 @@
  * damage elsewhere, gaps), hub URLs and cache paths, and the two checksums
  * the hub records (sha256 of LFS files, git blob sha1 of plain files; the
  * expected values come from sha256sum / `git hash-object`, computed once
- * outside deltafin). */
+ * outside deltafin), and the table of remembered redirect targets (origins
+ * compared as curl does for its own redirects: scheme, host, port). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +21,7 @@
 #include "setup/http.h"
 #include "setup/hub.h"
 #include "setup/ranges.h"
+#include "setup/redir.h"
 
 static void content_range(void **st) {
   (void)st;
@@ -223,11 +225,81 @@ static void ranges_journal(void **st) {
   rmdir(dir);
 }
 
+static void redirect_origins(void **st) {
+  (void)st;
+  const char *res = "https://huggingface.co/o/n/resolve/0123/model-00001.safetensors";
+  /* same scheme, host and port, the default port spelled out or not, host case */
+  assert_int_equal(df_redir_same_origin(res, "https://huggingface.co/cdn/x?sig=1"), 1);
+  assert_int_equal(df_redir_same_origin(res, "https://HuggingFace.CO:443/cdn/x"), 1);
+  assert_int_equal(df_redir_same_origin("http://127.0.0.1:80/a", "http://127.0.0.1/b"), 1);
+  /* another host, port or scheme: no credentials there */
+  assert_int_equal(df_redir_same_origin(res, "https://cdn-lfs.huggingface.co/repos/x?X-Amz=1"), 0);
+  assert_int_equal(df_redir_same_origin(res, "https://huggingface.co:8443/cdn/x"), 0);
+  assert_int_equal(df_redir_same_origin(res, "http://huggingface.co/cdn/x"), 0);
+  assert_int_equal(df_redir_same_origin("http://127.0.0.1:8080/a", "http://127.0.0.1:8081/a"), 0);
+  assert_int_equal(df_redir_same_origin("http://127.0.0.1:8080/a", "http://localhost:8080/a"), 0);
+  /* a host that only starts like the other's */
+  assert_int_equal(df_redir_same_origin("https://hf.co/a", "https://hf.co.evil.example/a"), 0);
+  /* unparsable or not http(s) */
+  assert_int_equal(df_redir_same_origin(res, "ftp://huggingface.co/x"), 0);
+  assert_int_equal(df_redir_same_origin(res, ""), 0);
+}
+
+static void redirect_table(void **st) {
+  (void)st;
+  df_redir *t = df_redir_new(3);
+  int same = -1;
+  assert_null(df_redir_lookup(t, "http://h:1/a", &same));
+  assert_int_equal(df_redir_put(t, "http://h:1/a", "http://cdn:2/a?sig=1"), 0);
+  assert_int_equal(df_redir_put(t, "http://h:1/b", "http://h:1/cdn/b"), 0);
+  assert_string_equal(df_redir_lookup(t, "http://h:1/a", &same), "http://cdn:2/a?sig=1");
+  assert_int_equal(same, 0);
+  assert_string_equal(df_redir_lookup(t, "http://h:1/b", &same), "http://h:1/cdn/b");
+  assert_int_equal(same, 1);
+  /* a newer target replaces the older one, no second entry */
+  assert_int_equal(df_redir_put(t, "http://h:1/a", "http://cdn:2/a?sig=2"), 0);
+  assert_int_equal(df_redir_count(t), 2);
+  assert_string_equal(df_redir_lookup(t, "http://h:1/a", NULL), "http://cdn:2/a?sig=2");
+  /* exact keys: another URL of the same file is another entry */
+  assert_null(df_redir_lookup(t, "http://h:1/a?x", NULL));
+  /* not kept: targets that are not http(s) URLs */
+  assert_int_equal(df_redir_put(t, "http://h:1/c", "file:///etc/passwd"), -1);
+  assert_int_equal(df_redir_count(t), 2);
+  /* bounded: the oldest entry goes when full */
+  assert_int_equal(df_redir_put(t, "http://h:1/c", "http://cdn:2/c"), 0);
+  assert_int_equal(df_redir_put(t, "http://h:1/d", "http://cdn:2/d"), 0);
+  assert_int_equal(df_redir_count(t), 3);
+  assert_null(df_redir_lookup(t, "http://h:1/a", NULL));
+  assert_non_null(df_redir_lookup(t, "http://h:1/b", NULL));
+  assert_non_null(df_redir_lookup(t, "http://h:1/d", NULL));
+  /* forgetting (an expired target) */
+  assert_int_equal(df_redir_forget(t, "http://h:1/b"), 1);
+  assert_int_equal(df_redir_forget(t, "http://h:1/b"), 0);
+  assert_null(df_redir_lookup(t, "http://h:1/b", NULL));
+  assert_string_equal(df_redir_lookup(t, "http://h:1/c", NULL), "http://cdn:2/c");
+  assert_string_equal(df_redir_lookup(t, "http://h:1/d", NULL), "http://cdn:2/d");
+  assert_int_equal(df_redir_put(t, "http://h:1/e", "http://cdn:2/e"), 0);
+  assert_int_equal(df_redir_count(t), 3);
+  df_redir_free(t);
+  /* the default capacity holds one entry per shard of a large checkpoint */
+  t = df_redir_new(0);
+  char from[64], to[64];
+  for (int i = 0; i < DF_REDIR_MAX; i++) {
+    snprintf(from, sizeof from, "http://h/r/model-%05d.safetensors", i);
+    snprintf(to, sizeof to, "http://c/%d", i);
+    assert_int_equal(df_redir_put(t, from, to), 0);
+  }
+  assert_int_equal(df_redir_count(t), DF_REDIR_MAX);
+  assert_string_equal(df_redir_lookup(t, "http://h/r/model-00000.safetensors", NULL), "http://c/0");
+  df_redir_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(content_range), cmocka_unit_test(model_info),
       cmocka_unit_test(names_and_urls), cmocka_unit_test(checksums),
-      cmocka_unit_test(ranges_journal),
+      cmocka_unit_test(ranges_journal), cmocka_unit_test(redirect_origins),
+      cmocka_unit_test(redirect_table),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
