@@ -10,12 +10,9 @@
 #  3. with HF_TOKEN set, the token reaches the resolve host and never a CDN
 #     on another host:port, also for requests sent straight to the target.
 set -eu
-BIN=${DF_BIN:-build/deltafin}
 DF_SRC=${DF_SRC:-.}
-T=$(mktemp -d /tmp/df_e2e_cdn.XXXXXX)
 . "$DF_SRC/tests/setup/hubenv.sh"
-trap 'stop_hub; [ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+hub_test_begin cdn
 
 REPO=test-org/K3-tiny
 COMMIT=a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
@@ -25,8 +22,6 @@ CONNS=2
 start_hub "$T/src" "$REPO" "$COMMIT"
 EP="http://127.0.0.1:$HUB_PORT"
 IDS=5,6,7,8,100,200
-ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
-net() { python3 -c 'import json,sys; n=json.load(open(sys.argv[1]))["stats"]["store"]["network"]; print(n[sys.argv[2]])' "$1" "$2"; }
 "$BIN" run --model "$T/src" --prompt-ids $IDS --max-new 10 --json >"$T/ref.json"
 NSHARDS=$(ls "$T/src"/*.safetensors | wc -l)
 # nginx access log lines: METHOD URI STATUS BYTES "RANGE"
