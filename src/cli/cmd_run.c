@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "engine/engine.h"
+#include "engine/sample.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,6 +40,15 @@ void df_cmd_run_help(void) {
       "  --top-p P            nucleus sampling, P in (0, 1] (default 1 = off; needs\n"
       "                       --temperature > 0)\n"
       "  --seed N             sampling seed (default 0)\n"
+      "  --top-k K            keep the K most likely ids (default 0 = off; needs --temperature > 0)\n"
+      "  --min-p P            keep ids with p >= P x the top p, P in [0, 1] (default 0 = off;\n"
+      "                       needs --temperature > 0)\n"
+      "  --repeat-penalty R   divide a positive logit (multiply a negative one) by R for each\n"
+      "                       id among the last --repeat-last-n ids (default 1 = off; greedy too)\n"
+      "  --repeat-last-n N    the repeat penalty's window (default 64)\n"
+      "  --presence-penalty X, --frequency-penalty X\n"
+      "                       OpenAI's penalties over the generated ids, X in [-2, 2]\n"
+      "                       (default 0 = off; greedy too)\n"
       "  --prefill-chunk N    prompt positions per batch (default 64; 0 = whole prompt)\n"
       "  --stats              print a timing and I/O summary to stderr\n"
       "  --json               print one JSON object at the end instead of streaming\n"
@@ -148,11 +158,44 @@ static const char *finish_name(df_finish f) {
   return f == DF_FINISH_STOP ? "stop" : f == DF_FINISH_CANCEL ? "cancel" : "length";
 }
 
+/* The sampler's options beyond temperature and top-p (engine/sample.h has
+ * the policy): 1 taken, 0 not one of them, -1 a bad value (said). */
+static int sample_opt(df_sample_opts *so, const char *a, const char *val) {
+  static const struct {
+    const char *name;
+    double lo, hi;
+    int integer;
+  } t[] = {{"--top-k", 0, 1 << 24, 1},         {"--min-p", 0, 1, 0},
+           {"--repeat-penalty", 1e-3, 100, 0}, {"--repeat-last-n", 0, 1 << 24, 1},
+           {"--presence-penalty", -2, 2, 0},   {"--frequency-penalty", -2, 2, 0}};
+  int k = 0, n = (int)(sizeof t / sizeof t[0]);
+  while (k < n && strcmp(a, t[k].name)) k++;
+  if (k == n) return 0;
+  char *end;
+  double d = strtod(val, &end);
+  if (!*val || *end || !(d >= t[k].lo && d <= t[k].hi) || (t[k].integer && d != (double)(long)d)) {
+    df_cli_fail("%s: '%s' is not %s in [%g, %g]", a, val, t[k].integer ? "an integer" : "a number",
+                t[k].lo, t[k].hi);
+    return -1;
+  }
+  switch (k) {
+  case 0: so->top_k = (int)d; break;
+  case 1: so->min_p = (float)d; break;
+  case 2: so->repeat_penalty = (float)d; break;
+  case 3: so->repeat_last_n = (int)d; break;
+  case 4: so->presence_penalty = (float)d; break;
+  default: so->frequency_penalty = (float)d; break;
+  }
+  return 1;
+}
+
 int df_cmd_run(int argc, char **argv) {
   df_engine_opts eo;
   df_engine_opts_default(&eo);
   df_gen_opts go;
   df_gen_opts_default(&go);
+  df_sample_opts so; /* the sampler's own options; go's temperature/top-p copy them */
+  df_sample_opts_default(&so);
   const char *prompt = NULL, *prompt_ids = NULL, *effort_s = "max", *stop_s = NULL;
   int chat = 0, stats = 0, json = 0, no_reasoning = 0, parse_special = 0;
   long v;
@@ -184,6 +227,8 @@ int df_cmd_run(int argc, char **argv) {
         unsigned long long s = strtoull(val, &end, 10);
         if (!*val || *end) return df_cli_fail("--seed: '%s' is not a number", val);
         go.seed = s;
+      } else if ((r = sample_opt(&so, a, val)) != 0) {
+        if (r < 0) return 1;
       } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) {
         char *end;
         double d = strtod(val, &end);
@@ -212,9 +257,13 @@ int df_cmd_run(int argc, char **argv) {
                        effort_s);
   /* greedy decoding (the default) never looks at top-p: accepting it alone
    * would silently give a different decoding than the user asked for */
-  if (go.top_p < 1 && !(go.temperature > 0))
-    return df_cli_fail("--top-p needs --temperature T > 0 (the default, temperature 0, is greedy "
-                       "and ignores top-p)");
+  if ((go.top_p < 1 || so.top_k > 0 || so.min_p > 0) && !(go.temperature > 0))
+    return df_cli_fail("%s needs --temperature T > 0 (the default, temperature 0, is greedy "
+                       "and ignores it)",
+                       go.top_p < 1 ? "--top-p" : so.top_k > 0 ? "--top-k" : "--min-p");
+  so.temperature = go.temperature;
+  so.top_p = go.top_p;
+  go.sampling = &so;
   int *ids = NULL, nids = 0, *stops = NULL, nstops = 0;
   if (prompt_ids && parse_ids("--prompt-ids", prompt_ids, &ids, &nids)) return 1;
   if (stop_s && parse_ids("--stop", stop_s, &stops, &nstops)) {

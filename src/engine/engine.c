@@ -308,9 +308,11 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   /* the context the penalties look at: the prompt, then each new id */
   int *ctx = NULL, nctx = 0;
   if (df_sample_has_penalties(&so)) {
-    ctx = df_xmalloc(sizeof(int) * ((size_t)nprompt + (size_t)cap));
-    memcpy(ctx, prompt, sizeof(int) * (size_t)nprompt);
-    nctx = nprompt;
+    int nh = o->history && o->nhistory > 0 ? o->nhistory : 0;
+    ctx = df_xmalloc(sizeof(int) * ((size_t)nh + (size_t)nprompt + (size_t)cap));
+    if (nh) memcpy(ctx, o->history, sizeof(int) * (size_t)nh);
+    if (nprompt) memcpy(ctx + nh, prompt, sizeof(int) * (size_t)nprompt);
+    nctx = nh + nprompt;
   }
   st->finish = DF_FINISH_LENGTH;
   double t1 = df_now();

@@ -105,6 +105,11 @@ typedef struct df_gen_opts {
   /* The full sampling policy (engine/sample.h); NULL: temperature and top_p
    * above, nothing else. */
   const df_sample_opts *sampling;
+  /* The ids the session already holds before `prompt` (a reused state's
+   * prefix): the repeat penalty's context starts with them, so a cached
+   * prefix penalises exactly as a prompt run in full. NULL: none. */
+  const int *history;
+  int nhistory;
   /* Called after each new token; return nonzero to cancel. */
   int (*on_token)(void *ud, int id);
   void *ud;

@@ -296,6 +296,8 @@ static void run_job(srv *S, job *j) {
     S->live_ok = 0; /* until this generation ends cleanly */
     int *ids = NULL, nids = 0;
     memset(&st, 0, sizeof st);
+    go.history = j->prompt; /* the reused prefix: the repeat penalty sees it */
+    go.nhistory = j->start;
     rc = df_generate(S->sess, j->prompt + j->start, (int)j->nprompt - j->start, &go, &ids, &nids,
                      &st, &e);
     if (!rc && st.finish != DF_FINISH_CANCEL && S->reuse_max_bytes) {
