@@ -352,9 +352,7 @@ int df_cmd_inspect(int argc, char **argv) {
   report *r = df_xcalloc(1, sizeof *r);
   r->dir = dir;
   df_err e;
-  char *cp = df_path_join(dir, "config.json");
-  int rc = df_config_load(&r->cfg, cp, &e);
-  free(cp);
+  int rc = df_config_load_dir(&r->cfg, dir, &e);
   if (rc != 0) {
     free(r);
     return df_cli_fail("%s", e.msg);

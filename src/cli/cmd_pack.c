@@ -57,9 +57,7 @@ typedef struct spine_src {
 static int spine_open(spine_src *ss, const char *model, const char *kind, const char *dir,
                       df_err *e) {
   memset(ss, 0, sizeof *ss);
-  char *cp = df_path_join(model, "config.json");
-  int rc = df_config_load(&ss->cfg, cp, e);
-  free(cp);
+  int rc = df_config_load_dir(&ss->cfg, model, e);
   if (rc || df_st_set_open(&ss->set, model, e)) return -1;
   if (df_k3_load_from(&ss->m, &ss->set, &ss->cfg, !strcmp(kind, "int8"), model, dir, e)) return -1;
   if (df_k3_spine_layout(ss->m, &ss->sp) < 1)

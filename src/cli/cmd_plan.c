@@ -147,9 +147,7 @@ int df_cmd_plan(int argc, char **argv) {
   const char *what;
   char what_buf[600];
   if (model) {
-    char *cp = df_path_join(model, "config.json");
-    int rc = df_config_load(&cfg, cp, &e);
-    free(cp);
+    int rc = df_config_load_dir(&cfg, model, &e);
     if (rc || df_st_set_open(&set, model, &e)) return df_cli_fail("%s", e.msg);
     set_open = 1;
     if (df_k3_load(&m, &set, &cfg, int8, model, &e)) {

@@ -108,9 +108,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
     en->model_id = df_xstrdup(b ? b + 1 : en->model_dir);
   }
   en->spine = o->spine;
-  char *cfgp = df_path_join(en->model_dir, "config.json");
-  int rc = df_config_load(&en->cfg, cfgp, e);
-  free(cfgp);
+  int rc = df_config_load_dir(&en->cfg, en->model_dir, e);
   if (rc) goto fail;
   char *tkp = df_path_join(en->model_dir, "tiktoken.model");
   int have_tok = df_file_exists(tkp);

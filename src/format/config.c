@@ -424,6 +424,13 @@ int df_config_load(df_config *c, const char *path, df_err *e) {
   return rc;
 }
 
+int df_config_load_dir(df_config *c, const char *dir, df_err *e) {
+  char *p = df_path_join(dir, "config.json");
+  int rc = df_config_load(c, p, e);
+  free(p);
+  return rc;
+}
+
 /* --------------------------------------------------------------- printing */
 
 void df_config_print(const df_config *c, void *FILE_stream) {

@@ -86,6 +86,8 @@ typedef struct df_config {
 
 int df_config_parse(df_config *c, const char *json, size_t len, df_err *e);
 int df_config_load(df_config *c, const char *path, df_err *e);
+/* df_config_load of dir/config.json (a model folder). */
+int df_config_load_dir(df_config *c, const char *dir, df_err *e);
 /* Prints the config as the engine understood it (for `inspect`). */
 void df_config_print(const df_config *c, void *FILE_stream);
 /* Serialises to the release's nested layout and spellings: the root fields of

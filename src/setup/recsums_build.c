@@ -185,9 +185,7 @@ int df_recsums_build(const char *dir, const char *out, int threads, df_recsums_r
   memset(rep, 0, sizeof *rep);
   double t0 = df_now();
   df_config c;
-  char *cp = df_path_join(dir, "config.json");
-  int rc = df_config_load(&c, cp, e);
-  free(cp);
+  int rc = df_config_load_dir(&c, dir, e);
   if (rc) return -1;
   df_st_set set;
   if (df_st_set_open(&set, dir, e)) return -1;

@@ -99,9 +99,7 @@ static int prove_shard(const df_recsums *rs, int si, const char *path, int *chec
 int df_recsums_install(const char *root, const df_recsums *rs, const char *buf, size_t len,
                        const char *label, df_err *e) {
   df_config c;
-  char *cp = df_path_join(root, "config.json");
-  int rc = df_config_load(&c, cp, e);
-  free(cp);
+  int rc = df_config_load_dir(&c, root, e);
   if (rc) return -1;
   df_st_set set;
   if (df_st_set_open(&set, root, e)) return -1;

@@ -84,9 +84,7 @@ int df_warm_run(const char *dir, const char *trace_path, int fetch, int progress
   df_config c;
   df_st_set set;
   memset(&set, 0, sizeof set);
-  char *cp = df_path_join(dir, "config.json");
-  int rc = df_config_load(&c, cp, e);
-  free(cp);
+  int rc = df_config_load_dir(&c, dir, e);
   if (rc) {
     free(used);
     return -1;

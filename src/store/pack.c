@@ -251,9 +251,7 @@ static void pack_job_free(pack_job *j) {
 /* config, shards, fingerprint; every expert record where it should be. */
 static int pack_open_model(pack_job *j, df_err *e) {
   const char *dir = j->o->model_dir;
-  char *cpath = df_path_join(dir, "config.json");
-  int rc = df_config_load(&j->cfg, cpath, e);
-  free(cpath);
+  int rc = df_config_load_dir(&j->cfg, dir, e);
   if (rc || df_st_set_open(&j->set, dir, e)) return -1;
   df_expert_layout_of(&j->cfg, &j->lay);
   if (j->cfg.n_layers <= j->cfg.first_k_dense)
