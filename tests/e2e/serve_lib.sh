@@ -58,6 +58,14 @@ start() {
   fail "server $name did not start"
 }
 
+# start_reuse_pair: a server with conversation reuse (port R) and one without (port N)
+start_reuse_pair() {
+  start R --threads 2
+  R=$PORT
+  start N --threads 2 --reuse-mb 0
+  N=$PORT
+}
+
 # req OUT METHOD URL [curl args...]: prints the status; the body goes to OUT, headers to OUT.h
 req() {
   out=$1 method=$2 url=$3

@@ -11,10 +11,7 @@ T=$(mktemp -d /tmp/df-e2e-serve-reuse.XXXXXX)
 . "$DF_SRC/tests/e2e/serve_lib.sh"
 make_tiny
 
-start R --threads 2
-R=$PORT
-start N --threads 2 --reuse-mb 0
-N=$PORT
+start_reuse_pair
 
 python3 - "$R" "$N" "$DF_BIN" "$T/model" <<'PY' || fail "conversation reuse"
 import json, subprocess, sys, urllib.request

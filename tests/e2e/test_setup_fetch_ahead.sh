@@ -22,12 +22,7 @@ DF_SRC=${DF_SRC:-.}
 . "$DF_SRC/tests/setup/hubenv.sh"
 hub_test_begin fetchahead
 
-REPO=test-org/K3-tiny
-COMMIT=a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
-"$BIN" make-model --preset tiny --seed 9 --out "$T/src" -q >/dev/null 2>&1
-cp -r "$T/src" "$T/orig"
-start_hub "$T/src" "$REPO" "$COMMIT"
-EP="http://127.0.0.1:$HUB_PORT"
+hub_tiny 9 a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
 IDS=5,6,7,8,100,200
 IDS2=900,31,77
 served() { $MAP served "$T/hub/logs/access.log" "$T/hub/www" "$T/src" "$COMMIT"; }

@@ -13,12 +13,7 @@ DF_SRC=${DF_SRC:-.}
 . "$DF_SRC/tests/setup/hubenv.sh"
 hub_test_begin setup
 
-REPO=test-org/K3-tiny
-COMMIT=5d2c3b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c
-"$BIN" make-model --preset tiny --seed 5 --out "$T/src" -q >/dev/null 2>&1
-cp -r "$T/src" "$T/orig" # runs write a heat file into the folder: keep the served files pristine
-start_hub "$T/src" "$REPO" "$COMMIT"
-EP="http://127.0.0.1:$HUB_PORT"
+hub_tiny 5 5d2c3b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c
 IDS=1,20,300,400,7,7,99
 "$BIN" run --model "$T/orig" --prompt-ids $IDS --max-new 12 --json >"$T/ref.json"
 REF=$(ids "$T/ref.json")

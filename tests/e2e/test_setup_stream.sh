@@ -17,12 +17,7 @@ DF_SRC=${DF_SRC:-.}
 . "$DF_SRC/tests/setup/hubenv.sh"
 hub_test_begin stream
 
-REPO=test-org/K3-tiny
-COMMIT=a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
-"$BIN" make-model --preset tiny --seed 9 --out "$T/src" -q >/dev/null 2>&1
-cp -r "$T/src" "$T/orig"
-start_hub "$T/src" "$REPO" "$COMMIT"
-EP="http://127.0.0.1:$HUB_PORT"
+hub_tiny 9 a1b2c3d4e5f60718293a4b5c6d7e8f9012345678
 SHARDS_RX=$($MAP shard-regex "$T/hub/www" "$COMMIT")
 IDS=5,6,7,8,100,200
 IDS2=900,31,77

@@ -17,6 +17,18 @@ hub_test_begin() { # name
   MAP="python3 $DF_SRC/tests/setup/shardmap.py"
 }
 
+# The served checkpoint: a tiny generated model (seed $1) in $T/src, a
+# pristine copy in $T/orig (runs write a heat file into their folder), and
+# the hub serving it as REPO at commit $2 on EP.
+hub_tiny() { # seed commit
+  REPO=test-org/K3-tiny
+  COMMIT=$2
+  "$BIN" make-model --preset tiny --seed "$1" --out "$T/src" -q >/dev/null 2>&1
+  cp -r "$T/src" "$T/orig"
+  start_hub "$T/src" "$REPO" "$COMMIT"
+  EP="http://127.0.0.1:$HUB_PORT"
+}
+
 # A run's --json output: its ids, and one field of its network stats
 # (booleans as true/false).
 ids() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_ids"])' "$1"; }
