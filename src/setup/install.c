@@ -93,21 +93,27 @@ static int write_state(state *s, const char *endpoint, int stream, df_err *e) {
   return rc;
 }
 
+/* A JSON file that may not be there yet: 1 and *out, 0 when absent, -1 when
+ * it is not JSON (what to do appended to the message). */
+static int json_if_present(const char *path, json_t **out, const char *todo, df_err *e) {
+  *out = NULL;
+  if (!df_file_exists(path)) return 0;
+  json_error_t je;
+  *out = json_load_file(path, 0, &je);
+  if (!*out) return df_err_set(e, "%s: not JSON (%s)%s", path, je.text, todo);
+  return 1;
+}
+
 /* Reads the recorded state when it is for the same repo and revision (so a
  * branch is resolved once, when the install starts). 1 = loaded, 0 = none,
  * -1 = error (another model is being installed here). */
 static int load_state(state *s, const char *repo, const char *revision, df_err *e) {
   char *p = df_path_join(s->root, DF_SETUP_STATE);
-  if (!df_file_exists(p)) {
+  json_t *o;
+  int got = json_if_present(p, &o, "; remove it to start the install again", e);
+  if (got <= 0) {
     free(p);
-    return 0;
-  }
-  json_error_t je;
-  json_t *o = json_load_file(p, 0, &je);
-  if (!o) {
-    df_err_set(e, "%s: not JSON (%s); remove it to start the install again", p, je.text);
-    free(p);
-    return -1;
+    return got;
   }
   const char *r = json_string_value(json_object_get(o, "repo"));
   const char *v = json_string_value(json_object_get(o, "revision"));
@@ -291,18 +297,10 @@ static int space_check(const char *dir, uint64_t need, const char *what, df_err 
 /* vis[i] = 1 when the index maps only vision tensors to shard i. */
 static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *vis, df_err *e) {
   char *ip = df_path_join(root, "model.safetensors.index.json");
-  if (!df_file_exists(ip)) {
-    free(ip);
-    return 0;
-  }
-  json_error_t je;
-  json_t *o = json_load_file(ip, 0, &je);
-  if (!o) {
-    df_err_set(e, "%s: %s", ip, je.text);
-    free(ip);
-    return -1;
-  }
+  json_t *o;
+  int got = json_if_present(ip, &o, "", e);
   free(ip);
+  if (got <= 0) return got;
   const json_t *wm = json_object_get(o, "weight_map");
   int *any = df_xcalloc((size_t)(n ? n : 1), sizeof *any), *other = df_xcalloc((size_t)(n ? n : 1), sizeof *other);
   const char *k;
