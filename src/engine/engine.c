@@ -230,6 +230,10 @@ void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
   df_k3_state_set_hook(s->st, fn, ud);
 }
 
+void df_session_set_route_hook(df_session *s, df_route_hook fn, void *ud) {
+  df_k3_state_set_route_hook(s->st, fn, ud);
+}
+
 /* want_last = 0 skips the lm_head (a prefill chunk that is not the last).
  * Returns 0, -1 (error) or DF_K3_CANCELLED. */
 static int forward(df_session *s, const int *ids, int n, int want_last, float *all_logits,

@@ -90,6 +90,11 @@ int df_session_forward(df_session *s, const int *ids, int n, float *logits, floa
  * states (n rows x hidden) of the batch being run. NULL removes it. */
 typedef void (*df_layer_hook)(void *ud, int layer, const float *h, int n, int hidden);
 void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud);
+/* Test/debug hook: every MoE layer's sigmoid router scores (n x E, before the
+ * correction bias) and chosen experts (n x K, ascending id). */
+typedef void (*df_route_hook)(void *ud, int layer, const float *scores, const int *ids, int n,
+                              int E, int K);
+void df_session_set_route_hook(df_session *s, df_route_hook fn, void *ud);
 
 /* ---- generation ---- */
 typedef enum { DF_FINISH_STOP = 0, DF_FINISH_LENGTH = 1, DF_FINISH_CANCEL = 2 } df_finish;

@@ -170,6 +170,14 @@ size_t df_k3_state_bytes(const df_k3_state *s);
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud);
 
+/* Called in every MoE layer once all T rows are routed: scores (T x E) are
+ * the sigmoid scores before the correction bias, ids (T x K) each row's
+ * chosen experts in ascending id. Lets a reference comparison find the
+ * first routing decision that differs and measure its margin. */
+typedef void (*df_k3_route_hook)(void *ud, int layer, const float *scores, const int *ids, int T,
+                                 int E, int K);
+void df_k3_state_set_route_hook(df_k3_state *s, df_k3_route_hook fn, void *ud);
+
 /* Polled after each layer; nonzero stops the pass: df_k3_forward returns
  * DF_K3_CANCELLED (no error set) with the state partly updated (reset it).
  * A layer of a long prefill chunk can take seconds, so a chunk is not the

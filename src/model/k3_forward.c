@@ -32,6 +32,8 @@ struct df_k3_state {
   int cap;          /* positions allocated in each MLA cache */
   df_k3_layer_hook hook;
   void *hook_ud;
+  df_k3_route_hook route_hook;
+  void *route_ud;
   df_k3_cancel_fn cancel;
   void *cancel_ud;
 
@@ -187,6 +189,11 @@ void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src) {
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud) {
   s->hook = fn;
   s->hook_ud = ud;
+}
+
+void df_k3_state_set_route_hook(df_k3_state *s, df_k3_route_hook fn, void *ud) {
+  s->route_hook = fn;
+  s->route_ud = ud;
 }
 
 void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud) {
@@ -570,6 +577,7 @@ static int moe_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, i
     k->sigmoid(sc, (int)E);
     df_router_select(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
   }
+  if (s->route_hook) s->route_hook(s->route_ud, l, s->rl, s->sel, T, (int)E, (int)K);
   /* group (row, slot) pairs by expert, experts ascending, rows ascending */
   memset(s->ecnt, 0, sizeof(int) * E);
   for (size_t i = 0; i < (size_t)T * K; i++) s->ecnt[s->sel[i]]++;
