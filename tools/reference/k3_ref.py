@@ -378,7 +378,8 @@ class Model:
 
     def __init__(self, d, expert_cache_mb=1024, dtype=F64):
         self.dtype = dtype  # float64 (the reference) or float32 (to measure float32 rounding)
-        self.force = {}  # layer -> {position: expert ids}: choices replayed instead of the router's
+        # layer -> {position: expert ids} or an array [T, k]: choices replayed instead of the router's
+        self.force = {}
         self.cfg = Config(d)
         self.ck = Checkpoint(d)
         self._w = {}
@@ -434,9 +435,13 @@ class Model:
         # descending score, ties -> lower id (lexsort: last key primary), every row at once
         order = np.lexsort((np.broadcast_to(np.arange(E), sel.shape), -sel), axis=-1)
         ids = np.ascontiguousarray(order[:, : c.top_k]).astype(np.int64)
-        for t, forced in self.force.get(l, {}).items():
-            if t < T:
-                ids[t] = forced
+        f = self.force.get(l)
+        if isinstance(f, np.ndarray):  # every row's choice given
+            ids = f[:T].astype(np.int64).copy()
+        elif f:
+            for t, forced in f.items():
+                if t < T:
+                    ids[t] = forced
         return ids, route_weights(c, s, torch.from_numpy(ids)), s
 
     def moe(self, l, x, trace=None):
