@@ -70,6 +70,7 @@ void df_engine_close(df_engine *en) {
 static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   df_plan_in in;
   df_k3_plan_input(en->model, &in);
+  in.f64 = o->f64;
   if (o->mem_limit) {
     in.mem_limit = o->mem_limit;
     snprintf(en->mem_src, sizeof en->mem_src, "--mem-limit");
@@ -123,6 +124,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   if (df_k3_load_from(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir,
                       o->spine_dir, e))
     goto fail;
+  df_k3_set_precision(en->model, o->f64 ? 64 : 32);
   if (plan_memory(en, o, e)) goto fail;
   df_store_opts so = o->store;
   so.model_dir = en->model_dir;
@@ -133,6 +135,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   if (df_k3_stream_start(en->model, en->store, e)) goto fail;
   en->pool = df_pool_create(o->threads);
   en->kc.k = df_kern_select(o->kernels_scalar);
+  en->kc.k64 = df_kern_scalar64();
   en->kc.pool = en->pool;
   en->run.m = en->model;
   en->run.kc = &en->kc;
@@ -149,7 +152,9 @@ const df_config *df_engine_config(const df_engine *en) { return &en->cfg; }
 const df_tok *df_engine_tok(const df_engine *en) { return en->tok; }
 const char *df_engine_model_id(const df_engine *en) { return en->model_id; }
 df_spine_kind df_engine_spine(const df_engine *en) { return en->spine; }
-const char *df_engine_kernels(const df_engine *en) { return en->kc.k->name; }
+const char *df_engine_kernels(const df_engine *en) {
+  return df_k3_precision(en->model) == 64 ? en->kc.k64->name : en->kc.k->name;
+}
 int df_engine_threads(const df_engine *en) { return df_pool_size(en->pool); }
 df_store *df_engine_store(df_engine *en) { return en->store; }
 uint64_t df_engine_expert_bytes(const df_engine *en) { return df_store_bytes_read(en->store); }

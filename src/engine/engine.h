@@ -33,6 +33,7 @@ typedef struct df_engine_opts {
   int threads;              /* <= 0: all cores */
   df_spine_kind spine;      /* bf16 (as stored) or the row-int8 copy */
   int kernels_scalar;       /* force the scalar reference kernels */
+  int f64;                  /* --precision f64: float64 activations on the scalar float64 kernels */
   df_gate_input_kind gate_input;
   df_store_opts store;      /* the expert store's own options; the engine sets store.model_dir */
   /* memory plan (issue 11) */

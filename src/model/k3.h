@@ -51,6 +51,14 @@ uint64_t df_k3_spine_bytes_per_token(const df_k3 *m);
  * the config's max_position_embeddings. */
 int df_k3_ctx_limit(const df_k3 *m);
 
+/* Activation precision of the states made after this call: 32 (fp32, the
+ * default; every kernel table) or 64 (float64 on the scalar float64 kernels:
+ * the same weights, an error about 1e-9 of fp32's, for checking an output
+ * against the reference where fp32 meets a near-tie; several times slower,
+ * and the KDA state and MLA cache take twice the memory). */
+void df_k3_set_precision(df_k3 *m, int bits);
+int df_k3_precision(const df_k3 *m);
+
 /* The planner's inputs this model supplies (plan/plan.h): units (layers,
  * then the head) with their weight and read bytes and whether they can
  * stream, the small always-resident tensors, the embedding row. The arrays
