@@ -261,6 +261,80 @@ def compare(ref, eng, r64, tol, moe_layers):
             "raw_top": [int(x) for x in r64["logits"].argmax(-1)], "eng_top": [int(x) for x in top_e]}
 
 
+def selftest():
+    """The divergence finder and classifier on made-up data with known answers."""
+    rng = np.random.default_rng(5)
+    L, T, H, M, E, K, V = 4, 50, 16, 3, 12, 4, 30
+    moe = [1, 2, 3]
+    ref = {"hidden": rng.normal(size=(L, T, H)), "logits": rng.normal(size=(T, V)),
+           "route_scores": rng.uniform(0.1, 0.9, size=(M, T, E)), "route_bias": rng.normal(0, 0.01, size=(M, E))}
+    sel = ref["route_scores"] + ref["route_bias"][:, None, :]
+    ref["route_ids"] = np.argsort(-sel, -1, kind="stable")[..., :K]
+    tol = {"hidden": np.full((L, T), 1e-4), "scores": np.full((M, T), 1e-4), "logits": np.full(T, 1e-3)}
+
+    def eng_like():
+        e = {k: v.copy() for k, v in ref.items()}
+        e["hidden"] = e["hidden"] * (1 + 1e-6 * rng.normal(size=e["hidden"].shape))
+        e["route_scores"] = e["route_scores"] + 1e-7 * rng.normal(size=e["route_scores"].shape)
+        e["route_ids"] = np.sort(e["route_ids"], -1)
+        return e
+
+    def check(what, got, want):
+        if got != want:
+            raise SystemExit(f"scan selftest FAILED: {what}: got {got}, expected {want}")
+        print(f"ok   {what}")
+
+    check("agreeing runs have no divergence", first_divergence(eng_like(), ref, tol, moe), None)
+    e = eng_like()
+    e["hidden"][2, 30] += 0.01 * np.abs(ref["hidden"][2, 30]).max()
+    e["hidden"][3, 31:] += 1.0
+    d = first_divergence(e, ref, tol, moe)
+    check("a hidden-state error is found where it starts", (d["kind"], d["layer"], d["position"]), ("hidden", 2, 30))
+    check("... and is a BUG", classify(d)[0], "BUG")
+
+    # a near-tie: the reference's k-th and (k+1)-th biased scores 2e-6 apart, the engine's
+    # scores off by 1.5e-6 (within tolerance) the other way
+    r2 = {k: v.copy() for k, v in ref.items()}
+    m, t = 1, 20
+    order = np.argsort(-(r2["route_scores"][m, t] + r2["route_bias"][m]), kind="stable")
+    a_, b_ = order[K - 1], order[K]
+    r2["route_scores"][m, t, b_] = r2["route_scores"][m, t, a_] + r2["route_bias"][m, a_] - r2["route_bias"][m, b_] - 2e-6
+    sel = r2["route_scores"] + r2["route_bias"][:, None, :]
+    r2["route_ids"] = np.argsort(-sel, -1, kind="stable")[..., :K]
+    ref_saved = ref
+    ref = r2
+    e = eng_like()
+    e["route_scores"][m, t, a_] -= 1.5e-6
+    e["route_scores"][m, t, b_] += 1.5e-6
+    ids = list(r2["route_ids"][m, t])
+    ids[ids.index(a_)] = b_
+    e["route_ids"][m, t] = np.sort(ids)
+    e["hidden"][2:, t:] += 1.0  # what the other expert changes downstream
+    d = first_divergence(e, r2, tol, moe)
+    check("a changed expert choice is the first divergence", (d["kind"], d["layer"], d["position"]),
+          ("route", moe[m], t))
+    check("... a near-tie when its margin is within the measured score error", classify(d)[0], "near-tie")
+    check("... with the reference's margin", round(d["margin"], 9), 2e-6)
+    # the same flip with scores off beyond tolerance is a bug
+    e2 = {k: v.copy() for k, v in e.items()}
+    e2["route_scores"][m, t, a_] -= 1e-3
+    check("a flip with router scores beyond tolerance is a BUG", classify(first_divergence(e2, r2, tol, moe))[0], "BUG")
+    # a flip the scores cannot explain (margin far above the score error) is a bug
+    ref = ref_saved
+    e3 = eng_like()
+    ids = list(ref["route_ids"][0, 10])
+    ids[0] = next(x for x in range(E) if x not in ids)
+    e3["route_ids"][0, 10] = np.sort(ids)
+    d = first_divergence(e3, ref, tol, moe)
+    check("a flip with a large reference margin is a BUG", (classify(d)[0], d["position"]), ("BUG", 10))
+    e4 = eng_like()
+    e4["route_scores"][2, 5, 3] += 1e-3
+    d = first_divergence(e4, ref, tol, moe)
+    check("router scores beyond tolerance (same choice) are a BUG", (d["kind"], d["position"], classify(d)[0]),
+          ("route", 5, "BUG"))
+    print("scan selftest passed")
+
+
 def draw_prompts(cfg, n, lo, hi, seed):
     rng = random.Random(seed)
     top = cfg.tc.get("bos_token_id", cfg.vocab)
@@ -292,7 +366,11 @@ def main():
     ap.add_argument("--json", help="write the findings as JSON")
     ap.add_argument("--threads", type=int, default=1, help="reference torch threads")
     ap.add_argument("-q", "--quiet", action="store_true", help="only the summary lines")
+    ap.add_argument("--selftest", action="store_true", help="check the classifier on made-up data and exit")
     ap.add_argument("extra", nargs="*", help="after --: engine arguments for every configuration")
+    if "--selftest" in sys.argv[1:]:
+        selftest()
+        return
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     ref = Ref(a.model)
@@ -323,12 +401,19 @@ def main():
                     "float32_logit_error": {"max": float(f32_err.max()), "median": float(np.median(f32_err)),
                                             "p99": float(np.quantile(f32_err, 0.99))},
                     "runs": []}
+            first = None
             for ci, conf in enumerate(configs):
                 extra = shlex.split(conf) + a.extra
                 eng, meta, _ = engine_logits(a, ids, work, extra)
                 if json.loads(meta.get("moe_layers", "[]")) != moe:
                     raise SystemExit(f"scan: engine MoE layers {meta.get('moe_layers')} != reference {moe}")
                 res = compare(ref, eng, r64, tol, moe)
+                # the engine's contract: bit-identical logits for any batch split and thread count
+                same = None
+                if first is None:
+                    first = eng["logits"].copy()
+                else:
+                    same = bool(np.array_equal(first, eng["logits"]))
                 all_err.append(res["err"])
                 run = {"config": " ".join(extra), "ties": [{k: v for k, v in d.items() if k != "moe_index"}
                                                            for d in res["ties"]],
@@ -338,6 +423,7 @@ def main():
                                  "p99": float(np.quantile(res["err"], 0.99))},
                        "raw_error_max": float(res["raw_err"].max()),
                        "tolerance_used": res["used"],
+                       "identical_to_first_config": same,
                        "spine_stream_bytes": int(meta.get("spine_stream_bytes", "0")),
                        "last_top1": {"engine": res["eng_top"][-1], "reference": res["raw_top"][-1]}}
                 prec["runs"].append(run)
@@ -346,7 +432,9 @@ def main():
                 print(f"prompt {pi} ({len(ids)} positions) [{run['config'] or 'defaults'}]: {tag}; "
                       f"logit error {fmt_dist(res['err'])}; float32's {fmt_dist(f32_err)}; at most "
                       f"{res['used']:.2f} of the tolerance ({a.safety:g} x float32's running max); "
-                      f"flagged positions vs the plain reference: {len(res['flagged'])}", flush=True)
+                      f"flagged positions vs the plain reference: {len(res['flagged'])}"
+                      f"{'' if same is None else '; logits bit-identical to the first configuration' if same else '; logits DIFFER from the first configuration'}",
+                      flush=True)
                 if not a.quiet:
                     for d in res["ties"] + res["bugs"]:
                         print(f"  {d['verdict']}: {d['why']}")
