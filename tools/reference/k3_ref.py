@@ -376,8 +376,9 @@ def forward_layers(c, LW, GW, h, attn, ffn, on_layer=None):
 class Model:
     PM = "language_model.model."
 
-    def __init__(self, d, expert_cache_mb=1024, dtype=F64):
-        self.dtype = dtype  # float64 (the reference) or float32 (to measure float32 rounding)
+    def __init__(self, d, expert_cache_mb=1024, dtype=F64, device="cpu"):
+        self.dtype = dtype
+        self.device = torch.device(device)  # "cuda": the same code on a GPU (float64 there too)  # float64 (the reference) or float32 (to measure float32 rounding)
         # layer -> {position: expert ids} or an array [T, k]: choices replayed instead of the router's
         self.force = {}
         self.cfg = Config(d)
@@ -389,7 +390,7 @@ class Model:
 
     def w(self, name):
         if name not in self._w:
-            self._w[name] = self.ck.get(self.PM + name if not name.startswith("language_model.") else name).to(self.dtype)
+            self._w[name] = self.ck.get(self.PM + name if not name.startswith("language_model.") else name).to(self.device, self.dtype)
         return self._w[name]
 
     def lw(self, l, name):
@@ -403,7 +404,7 @@ class Model:
         ws = []
         for i in (1, 2, 3):
             ws.append(mxfp4_dequant(self.ck.get(base + f"w{i}.weight_packed"),
-                                    self.ck.get(base + f"w{i}.weight_scale"), self.cfg.group).to(self.dtype))
+                                    self.ck.get(base + f"w{i}.weight_scale"), self.cfg.group).to(self.device, self.dtype))
         nb = sum(x.numel() * x.element_size() for x in ws)
         if self._cache_used + nb <= self._cache_budget:
             self._experts[key] = ws
@@ -430,7 +431,7 @@ class Model:
         c = self.cfg
         s = router_scores(lambda n: self.lw(l, n), x)  # [T, E]
         b = self.lw(l, "block_sparse_moe.gate.e_score_correction_bias")
-        sel = (s + b).numpy()
+        sel = (s + b).cpu().numpy()
         T, E = sel.shape
         # descending score, ties -> lower id (lexsort: last key primary), every row at once
         order = np.lexsort((np.broadcast_to(np.arange(E), sel.shape), -sel), axis=-1)
@@ -442,7 +443,7 @@ class Model:
             for t, forced in f.items():
                 if t < T:
                     ids[t] = forced
-        return ids, route_weights(c, s, torch.from_numpy(ids)), s
+        return ids, route_weights(c, s, torch.from_numpy(ids).to(s.device)), s
 
     def moe(self, l, x, trace=None):
         c = self.cfg
@@ -450,22 +451,23 @@ class Model:
         ids, wts, s = self.route_scored(l, x)
         if trace is not None:
             trace.append({"layer": l, "ids": ids.tolist(), "weights": wts.tolist(), "ids_np": ids,
-                          "scores": s.numpy()})
+                          "scores": s.cpu().numpy()})
         z = x @ self.lw(l, B + "routed_expert_down_proj.weight").T  # [T, latent]
         T = x.shape[0]
-        r = torch.zeros(T, z.shape[1], dtype=x.dtype)
+        r = torch.zeros(T, z.shape[1], dtype=x.dtype, device=x.device)
         for e in sorted(set(ids.reshape(-1).tolist())):
             w1, w2, w3 = self.expert(l, e)
             rows, slots = np.nonzero(ids == e)
-            zt = z[torch.from_numpy(rows)]
+            rows_t, slots_t = torch.from_numpy(rows).to(x.device), torch.from_numpy(slots).to(x.device)
+            zt = z[rows_t]
             y = expert_ffn(c, zt, w1, w2, w3)
-            r[torch.from_numpy(rows)] += wts[torch.from_numpy(rows), torch.from_numpy(slots)].unsqueeze(-1) * y
+            r[rows_t] += wts[rows_t, slots_t].unsqueeze(-1) * y
         return moe_out(c, lambda n: self.lw(l, n), x, r)
 
     def forward(self, ids, want_hidden=False, trace=None):
         """ids: list of int. Returns logits [T, V] and (if want_hidden) per-layer records."""
         c = self.cfg
-        h = self.w("embed_tokens.weight")[torch.tensor(ids, dtype=torch.long)]
+        h = self.w("embed_tokens.weight")[torch.tensor(ids, dtype=torch.long, device=self.device)]
         hidden = []
 
         def on_layer(l, h, a, m):
@@ -488,14 +490,14 @@ def forward_all(model, prompt):
     moe = [t["layer"] for t in trace]
     out = {
         "prompt_ids": np.asarray(prompt, dtype=np.int64),
-        "logits": logits.numpy(),
-        "hidden": np.stack([r["h"].numpy() for r in hidden]),
+        "logits": logits.cpu().numpy(),
+        "hidden": np.stack([r["h"].cpu().numpy() for r in hidden]),
         "moe_layers": np.asarray(moe, dtype=np.int64),
     }
     if trace:
         out["route_scores"] = np.stack([t["scores"] for t in trace])
         out["route_ids"] = np.stack([t["ids_np"] for t in trace])
-        out["route_bias"] = np.stack([model.lw(l, "block_sparse_moe.gate.e_score_correction_bias").numpy()
+        out["route_bias"] = np.stack([model.lw(l, "block_sparse_moe.gate.e_score_correction_bias").cpu().numpy()
                                       for l in moe])
     else:
         T = len(prompt)

@@ -90,9 +90,9 @@ def log_softmax(z):
 class Ref:
     """float64 and float32 reference models of one checkpoint (weights loaded once)."""
 
-    def __init__(self, model_dir):
-        self.m64 = R.Model(model_dir)
-        self.m32 = R.Model(model_dir, dtype=torch.float32)
+    def __init__(self, model_dir, device="cpu"):
+        self.m64 = R.Model(model_dir, device=device)
+        self.m32 = R.Model(model_dir, dtype=torch.float32, device=device)
         self.cfg = self.m64.cfg
         self.seconds = 0.0
 
@@ -365,6 +365,9 @@ def main():
                     help="tolerance = SAFETY x the measured float32 error (default 8)")
     ap.add_argument("--json", help="write the findings as JSON")
     ap.add_argument("--threads", type=int, default=1, help="reference torch threads")
+    ap.add_argument("--ref-device", default="cpu", help="where the reference runs: cpu (default) or cuda")
+    ap.add_argument("--time-limit", type=float, default=0,
+                    help="draw no new prompt after this many seconds (0 = none); the report says how many ran")
     ap.add_argument("-q", "--quiet", action="store_true", help="only the summary lines")
     ap.add_argument("--selftest", action="store_true", help="check the classifier on made-up data and exit")
     ap.add_argument("extra", nargs="*", help="after --: engine arguments for every configuration")
@@ -373,7 +376,10 @@ def main():
         return
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    ref = Ref(a.model)
+    if a.ref_device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32
+    ref = Ref(a.model, a.ref_device)
+    t_start = time.time()
     cfg = ref.cfg
     if a.prompt_ids_file:
         with open(a.prompt_ids_file) as f:
@@ -391,6 +397,9 @@ def main():
     all_err = []
     with tempfile.TemporaryDirectory() as work:
         for pi, ids in enumerate(prompts):
+            if a.time_limit and time.time() - t_start > a.time_limit:
+                print(f"scan: --time-limit reached after {pi} of {len(prompts)} prompts", flush=True)
+                break
             r64 = ref.run(ref.m64, ids, {})
             # float32 rounding only: the float32 run follows the float64 run's expert choices
             moe = [int(x) for x in r64["moe_layers"]]
@@ -444,23 +453,35 @@ def main():
                               f" (explained by the near-ties above: "
                               f"{'yes' if not res['bugs'] else 'no'})")
             report["prompts"].append(prec)
-    report["configs"] = [c for c in configs]
+            if a.json:  # after every prompt, so a run stopped early still leaves its findings
+                write_json(a.json, summarise(report, all_err, nbug, ref, configs))
+    report = summarise(report, all_err, nbug, ref, configs)
+    e = np.concatenate(all_err)
+    print(f"scan: {len(report['prompts'])} prompts x {len(configs)} configurations, {e.size} positions: "
+          f"logit error {fmt_dist(e)}; {report['near_ties']} near-ties, {nbug} BUG; reference "
+          f"{ref.seconds:.1f} s")
+    if a.json:
+        write_json(a.json, report)
+    sys.exit(1 if nbug else 0)
+
+
+def summarise(report, all_err, nbug, ref, configs):
+    report["configs"] = list(configs)
     e = np.concatenate(all_err)
     report["error"] = {"max": float(e.max()), "median": float(np.median(e)), "p99": float(np.quantile(e, 0.99)),
                        "positions": int(e.size)}
     report["bugs"] = nbug
     report["near_ties"] = sum(len(r["ties"]) for p in report["prompts"] for r in p["runs"])
     report["reference_seconds"] = ref.seconds
-    print(f"scan: {len(prompts)} prompts x {len(configs)} configurations, {e.size} positions: "
-          f"logit error {fmt_dist(e)}; {report['near_ties']} near-ties, {nbug} BUG; reference "
-          f"{ref.seconds:.1f} s")
-    if a.json:
-        tmp = a.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, a.json)
-    sys.exit(1 if nbug else 0)
+    return report
+
+
+def write_json(path, report):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
