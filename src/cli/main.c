@@ -6,6 +6,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "kernels/kernels.h"
+#include "store/trace.h"
 
 static const df_cmd cmds[] = {
     {"tokenize", "encode text (or a chat) to token ids", df_cmd_tokenize, df_cmd_tokenize_help},
@@ -94,6 +95,7 @@ int df_cli_read_input(const char *path, char **buf, size_t *len) {
 }
 
 int main(int argc, char **argv) {
+  df_trace_set_command(argc, argv);
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -270,6 +270,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   uint64_t bytes0 = df_store_bytes_read(en->store);
   int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (nprompt > 0 ? nprompt : 1);
   double t0 = df_now();
+  df_store_trace_mark(en->store, "gen", nprompt);
   df_k3_state_set_cancel(s->st, o->cancel, o->ud);
   int rc = 0;
   for (int i = 0; i < nprompt && !rc; i += chunk) {
@@ -325,6 +326,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
     }
     int id = df_sample_pick(s->sampler, lg, &so, ctx, nctx, n, &rng);
     ids[n++] = id;
+    df_store_trace_mark(en->store, "token", n);
     if (ctx) ctx[nctx++] = id;
     if (o->on_token && o->on_token(o->ud, id)) {
       st->finish = DF_FINISH_CANCEL;
