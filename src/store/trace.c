@@ -91,7 +91,7 @@ void df_trace_read(df_trace *t, double ts, int layer, int expert, int drive, uin
           ts, layer, expert, drive, (unsigned long long)bytes, demand, wait, service,
           cls[w->cls >= 0 && w->cls < 3 ? w->cls : 0], w->queued, w->start, ok);
   if (w->dev_bytes) fprintf(t->f, ",\"dev\":%llu", (unsigned long long)w->dev_bytes);
-  if (w->xfer1 > 0) fprintf(t->f, ",\"xfer\":[%.6f,%.6f]", w->xfer0, w->xfer1);
+  if (w->xfer1 > 0) fprintf(t->f, ",\"xfer\":[%.9f,%.9f]", w->xfer0, w->xfer1);
   fputs("}\n", t->f);
   pthread_mutex_unlock(&t->mu);
 }

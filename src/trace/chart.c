@@ -187,7 +187,7 @@ static void drive_panel(FILE *g, const df_trace_data *d, const df_trace_series *
     char b[128];
     snprintf(b, sizeof b, "%s %.0f MB/s", s->ceiling_emulated ? "EMULATED ceiling" : "store's rate estimate",
              s->ceiling[dr]);
-    fprintf(g, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"13\" fill=\"white\" opacity=\"0.85\"/>",
+    fprintf(g, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"13\" fill=\"white\"/>",
             L + PW - text_w(b, FS) - 8, y - 15, text_w(b, FS) + 6);
     label(g, L + PW - 4, y - 4, "end", "ceiling-label", b);
   }

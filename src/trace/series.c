@@ -2,13 +2,13 @@
  * time by class, the tokens' compute and waits, the barrier waits with the
  * drive that finished last, the cache per forward pass.
  *
- * A read's bytes are spread over the time the drive spent moving them, so a
- * bin never shows more than the drive delivered in it: on an EMULATED drive
- * that is the transfer interval the emulation gave the read on its one
- * timeline (the trace's "xfer"); on a real drive the reads are taken as
- * served one after another, each from the later of its start and the
- * previous completion on that drive to its own completion. Rates between
- * single completions (the old chart) are never used. */
+ * A read's bytes are spread over the time the drive spent moving them. On
+ * an EMULATED drive that is the transfer interval the emulation gave the
+ * read on its one timeline (the trace's "xfer"), so a bin shows exactly
+ * what the emulated drive delivered in it, never more than its bandwidth.
+ * A real drive is known only by its reads' starts and completions: there
+ * the report draws the least the drive must have delivered (taut_spread).
+ * Rates between single completions (the old chart) are never used. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +20,7 @@
 #define MAX_BINS 20000
 
 typedef struct item {
-  double a, b; /* [a, b]: when the drive moved the bytes (b = completion when not exact) */
+  double a, b; /* [a, b]: when the drive moved the bytes (not exact: its start and completion) */
   double bytes;
   int cat, exact;
 } item;
@@ -66,6 +66,83 @@ static void spread(double *row, int nb, double t0, double w, double a, double b,
     double lo = fa > k ? fa : k, hi = fb < k + 1 ? fb : k + 1;
     if (hi > lo) row[k] += per * (hi - lo);
   }
+}
+
+static int cmp_dbl_pair(const void *a, const void *b) {
+  const double *x = a, *y = b;
+  return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+typedef struct cpt {
+  double t, y;
+  int lower; /* 1: the curve must reach y by t (completions); 0: it cannot pass y before t (starts) */
+} cpt;
+
+static int cmp_cpt(const void *x, const void *y) {
+  const cpt *p = x, *q = y;
+  if (p->t != q->t) return p->t < q->t ? -1 : 1;
+  if (p->lower != q->lower) return p->lower - q->lower; /* at one instant: starts, then completions */
+  return p->y < q->y ? -1 : p->y > q->y;
+}
+
+/* A real drive's delivered bytes over time, from its reads' start and
+ * completion times only: by each completion it must have delivered every
+ * byte of the reads completed so far, and before each start no more than
+ * the bytes of the reads started so far. Of the curves between those two
+ * bounds the taut string (the shortest) has the lowest highest rate, so
+ * what it shows is the least the drive must have done: a burst of
+ * completions after a long shared wait is spread over that wait, not
+ * drawn as a spike. Its segments go into tot (bins of width w from t0). */
+static void taut_spread(const item *it, size_t n, double *tot, int nb, double t0, double w) {
+  if (!n) return;
+  cpt *c = df_xmalloc(2 * n * sizeof *c);
+  /* lower points: completed bytes at each completion (it[] is sorted by b) */
+  double cum = 0;
+  for (size_t i = 0; i < n; i++) cum += it[i].bytes, c[i] = (cpt){it[i].b, cum, 1};
+  /* upper points: bytes started before each start */
+  double *st = df_xmalloc(2 * n * sizeof *st);
+  for (size_t i = 0; i < n; i++) st[2 * i] = it[i].a, st[2 * i + 1] = it[i].bytes;
+  qsort(st, n, 2 * sizeof *st, cmp_dbl_pair);
+  cum = 0;
+  for (size_t i = 0; i < n; i++) c[n + i] = (cpt){st[2 * i], cum, 0}, cum += st[2 * i + 1];
+  free(st);
+  qsort(c, 2 * n, sizeof *c, cmp_cpt);
+  size_t m = 2 * n;
+  double pt = c[0].t, pyv = 0; /* the string's last vertex */
+  size_t i = 0;
+  while (i < m) {
+    double smin = 0, smax = 1e300;
+    size_t jmin = (size_t)-1, jmax = (size_t)-1, j;
+    int bent = 0;
+    for (j = i; j < m; j++) {
+      double dt = c[j].t - pt;
+      if (dt < 1e-9) dt = 1e-9;
+      double sl = (c[j].y - pyv) / dt;
+      if (c[j].lower) {
+        if (sl > smax) { /* bends down at the upper point that set smax */
+          bent = 1;
+          break;
+        }
+        if (sl >= smin) smin = sl, jmin = j;
+      } else {
+        if (sl < smin) { /* bends up at the lower point that set smin */
+          bent = 2;
+          break;
+        }
+        if (sl <= smax) smax = sl, jmax = j;
+      }
+    }
+    size_t v;
+    if (bent == 1) v = jmax;
+    else if (bent == 2) v = jmin;
+    else v = jmin; /* the end: the last completion holds every byte */
+    if (v == (size_t)-1) break;
+    double nt = c[v].t, ny = c[v].y;
+    if (ny > pyv) spread(tot, nb, t0, w, pt, nt, ny - pyv);
+    if (nt > pt || ny > pyv) pt = nt > pt ? nt : pt, pyv = ny > pyv ? ny : pyv;
+    i = v + 1;
+  }
+  free(c);
 }
 
 static void range(double *t0, double *t1, double v) {
@@ -212,18 +289,33 @@ void df_trace_series_build(df_trace_series *s, const df_trace_data *d, const df_
     add_reads(&it, &n, &cap, d, dr, 0);
     if (sp) add_reads(&it, &n, &cap, sp, dr, 1);
     qsort(it, n, sizeof *it, cmp_item);
-    double prev = -1e300;
+    int exact = 1;
+    for (size_t i = 0; i < n; i++) exact &= it[i].exact;
+    if (!exact) s->exact = 0;
     for (size_t i = 0; i < n; i++) {
       item *x = &it[i];
-      if (!x->exact) {
-        s->exact = 0;
-        if (x->a < prev) x->a = prev;
-        if (x->a > x->b) x->a = x->b;
-      }
-      if (x->b > prev) prev = x->b;
       double *row = &s->mbps[((size_t)dr * DF_TR_NCAT + (size_t)x->cat) * (size_t)nb];
       spread(row, nb, t0, bin_s, x->a, x->b, x->bytes);
       s->cat_bytes[dr * DF_TR_NCAT + x->cat] += (uint64_t)x->bytes;
+    }
+    if (!exact) {
+      /* the rows above hold each read spread over its own start..completion
+       * (overlapping reads add up, so a row can claim more than the drive
+       * did); the taut string gives the total per bin, and the classes share
+       * it as they share those rows */
+      double *tot = df_xcalloc((size_t)nb, sizeof *tot);
+      taut_spread(it, n, tot, nb, t0, bin_s);
+      for (int k = 0; k < nb; k++) {
+        double sum = 0;
+        for (int c = 0; c < DF_TR_NCAT; c++) sum += s->mbps[((size_t)dr * DF_TR_NCAT + (size_t)c) * (size_t)nb + (size_t)k];
+        for (int c = 0; c < DF_TR_NCAT; c++) {
+          double *v = &s->mbps[((size_t)dr * DF_TR_NCAT + (size_t)c) * (size_t)nb + (size_t)k];
+          *v = sum > 0 ? *v / sum * tot[k] : 0;
+        }
+        if (sum <= 0 && tot[k] > 0) /* the string passed a bin no read spans: the demand's */
+          s->mbps[((size_t)dr * DF_TR_NCAT) * (size_t)nb + (size_t)k] = tot[k];
+      }
+      free(tot);
     }
     for (int c = 0; c < DF_TR_NCAT; c++) {
       double *row = &s->mbps[((size_t)dr * DF_TR_NCAT + (size_t)c) * (size_t)nb];
