@@ -130,6 +130,29 @@ assert abs(sum(d["demand_mbps"]) * s["bin_s"] - 10) < 0.01
 PY
 grep -q "not known" "$T/old.html" || fail "old trace: HTML claims a ceiling"
 
+# `deltafin bench --report`: the same page for the bench's runs (a warm-up of
+# 2 tokens after an 8-token prompt, then 2 repeats of 5), and one per step of a
+# drive ladder
+"$BIN" bench --model "$T/m" --prompt-tokens 8 --new-tokens 5 --repeat 2 --no-ceiling \
+  --emulate-drives 10MB/s --report "$T/b.html" >"$T/b.txt" 2>&1 || fail "bench --report: $(cat "$T/b.txt")"
+grep -q "^report: $T/b.html" "$T/b.txt" || fail "bench does not name its report: $(cat "$T/b.txt")"
+python3 - "$T/b.html.json" <<'PY' || fail "bench report series (above)"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [g["prompt_tokens"] for g in s["generations"]] == [8, 8, 8], s["generations"]
+assert [t["i"] for t in s["tokens"]] == [1, 2] + [1, 2, 3, 4, 5] * 2, [t["i"] for t in s["tokens"]]
+assert s["drives"][0]["ceiling_kind"] == "emulated"
+PY
+grep -q 'id="command">.*bench --model' "$T/b.html" || fail "bench report lacks its command"
+mkdir -p "$T/m/bench-drives"
+"$BIN" bench --model "$T/m" --prompt-tokens 4 --new-tokens 2 --repeat 1 --no-ceiling --ladder \
+  --emulate-drives 10MB/s --report "$T/lad.html" --json >"$T/lad.json" 2>"$T/lad.err" || fail "bench --ladder --report: $(cat "$T/lad.err")"
+for k in 1 2 3 4; do
+  [ -s "$T/lad-${k}drives.html" ] || fail "no report for the ladder's $k-drive step"
+  n=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['drives']))" "$T/lad-${k}drives.html.json")
+  [ "$n" = "$k" ] || fail "the $k-drive step's report has $n drives"
+done
+
 for b in 0 -5 abc 1e9; do
   if "$BIN" trace report "$T/old.jsonl" --bin "$b" >/dev/null 2>"$T/err"; then fail "--bin $b accepted"; fi
   grep -q "bin" "$T/err" || fail "--bin $b: $(cat "$T/err")"
