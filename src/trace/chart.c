@@ -79,8 +79,8 @@ static void y_axis(FILE *g, const panel *p, const char *unit) {
   double st = nice_step(p->ymax, p->h >= 100 ? 4 : 2);
   fprintf(g, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", L,
           p->top, PW, p->h);
-  for (double v = 0; v <= p->ymax * (1 + 1e-9); v += st) {
-    double y = py(p, v);
+  for (int i = 0; i <= 50 && i * st <= p->ymax * (1 + 1e-9); i++) {
+    double v = i * st, y = py(p, v);
     char b[64];
     fmt_tick(b, sizeof b, v, st);
     if (unit && v + st > p->ymax * (1 + 1e-9)) snprintf(b + strlen(b), sizeof b - strlen(b), " %s", unit);
@@ -100,8 +100,9 @@ static void x_axis(FILE *g, const panel *p, int labels, const char *title) {
   if (n < 2) n = 2;
   if (n > 12) n = 12;
   double st = nice_step(p->x1 - p->x0, n);
-  for (double v = ceil(p->x0 / st) * st; v <= p->x1 + st * 1e-9; v += st) {
-    double x = px(p, v);
+  double k0 = ceil(p->x0 / st);
+  for (int i = 0; i <= 50 && (k0 + i) * st <= p->x1 + st * 1e-9; i++) {
+    double v = (k0 + i) * st, x = px(p, v);
     fprintf(g, "<g class=\"xtick\"><line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#e4e4e4\"/>", x, x,
             p->top, p->top + p->h);
     if (labels) {
@@ -173,9 +174,10 @@ static void drive_panel(FILE *g, const df_trace_data *d, const df_trace_series *
     fputs("Z\"/>\n", g);
     for (int k = 0; k < nb; k++) base[k] += row[k];
   }
-  /* the total: what the drive delivered per bin */
-  fprintf(g, "<path class=\"total\" fill=\"none\" stroke=\"#000\" stroke-width=\"0.8\" d=\"M%d,%.2f", L,
-          py(p, base[0]));
+  /* the total: what the drive delivered per bin (outlined where bins are
+   * wide enough for an outline to help; the path is there either way) */
+  fprintf(g, "<path class=\"total\" fill=\"none\" stroke=\"%s\" stroke-width=\"0.8\" d=\"M%d,%.2f",
+          bw >= 3 ? "#000" : "none", L, py(p, base[0]));
   for (int k = 0; k < nb; k++) fprintf(g, "V%.2fH%.2f", py(p, base[k]), L + (k + 1) * bw);
   fputs("\"/>\n", g);
   free(base);
@@ -390,7 +392,7 @@ void df_trace_svg_write(const df_trace_data *d, const df_trace_data *sp, const d
   fprintf(g, "<text x=\"%d\" y=\"36\" fill=\"#444\">device MB/s per drive, the reads' bytes spread over %s</text>\n", L,
           s->exact ? "the time the emulated drive moved them" : "the time between a read's start (or the previous completion) and its completion");
   for (int i = 0; i < nshow; i++) drive_panel(g, d, s, i, &dp[i]);
-  x_axis(g, &dp[nshow - 1], 1, NULL);
+  if (nshow) x_axis(g, &dp[nshow - 1], 1, NULL);
   token_strip(g, s, &tk);
   barrier_panel(g, d, s, &br);
   x_axis(g, &br, !has_cache, has_cache ? NULL : "time (s)");

@@ -288,7 +288,7 @@ void df_trace_series_build(df_trace_series *s, const df_trace_data *d, const df_
     size_t n = 0;
     add_reads(&it, &n, &cap, d, dr, 0);
     if (sp) add_reads(&it, &n, &cap, sp, dr, 1);
-    qsort(it, n, sizeof *it, cmp_item);
+    if (n) qsort(it, n, sizeof *it, cmp_item);
     int exact = 1;
     for (size_t i = 0; i < n; i++) exact &= it[i].exact;
     if (!exact) s->exact = 0;
