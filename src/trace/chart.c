@@ -45,11 +45,19 @@ static void esc(FILE *g, const char *s) {
   }
 }
 
-/* A step of 1, 2 or 5 x 10^k giving about n intervals over [0, span]. */
+/* A step of 1, 2 or 5 x 10^k giving at most n intervals over [0, span]. */
 static double nice_step(double span, int n) {
   if (!(span > 0)) return 1;
   double raw = span / n, p = pow(10, floor(log10(raw))), f = raw / p;
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+}
+
+/* The 1, 2 or 5 x 10^k step nearest to span / n intervals (y axes: at
+ * least two ticks, as the labels stack vertically). */
+static double near_step(double span, int n) {
+  if (!(span > 0)) return 1;
+  double raw = span / n, p = pow(10, floor(log10(raw))), f = raw / p;
+  return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
 }
 
 static void fmt_tick(char *b, size_t n, double v, double step) {
@@ -76,7 +84,7 @@ static void label(FILE *g, double x, double y, const char *anchor, const char *c
 
 /* y axis: ticks, labels, gridlines; the frame */
 static void y_axis(FILE *g, const panel *p, const char *unit) {
-  double st = nice_step(p->ymax, p->h >= 100 ? 4 : 2);
+  double st = near_step(p->ymax, p->h >= 100 ? 4 : 2);
   fprintf(g, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", L,
           p->top, PW, p->h);
   for (int i = 0; i <= 50 && i * st <= p->ymax * (1 + 1e-9); i++) {
