@@ -429,7 +429,8 @@ void df_trace_html_write(const df_trace_data *d, const df_trace_data *sp, const 
         "table{border-collapse:collapse;margin:8px 0 18px}td,th{border:1px solid #bbb;padding:3px 8px;"
         "text-align:right}th{background:#f1f1f1}td:first-child,th:first-child{text-align:left}"
         ".warn{background:#fff3c4;border:1px solid #d9b100;padding:6px 10px}pre{background:#f6f6f6;"
-        "padding:8px;overflow-x:auto;white-space:pre-wrap}h2{margin-top:28px}</style></head><body>\n",
+        "padding:8px;overflow-x:auto;white-space:pre-wrap}h2{margin-top:28px}td.path{text-align:left}"
+        "figure{margin:0}</style></head><body>\n",
         g);
   fputs("<h1>deltafin trace report</h1>\n<p>trace <code>", g);
   esc(g, name);
@@ -452,7 +453,7 @@ void df_trace_html_write(const df_trace_data *d, const df_trace_data *sp, const 
     size_t nr = 0;
     for (size_t i = 0; i < d->nreads; i++) nr += d->reads[i].drive == dr && d->reads[i].ok;
     uint64_t *cb = &s->cat_bytes[dr * DF_TR_NCAT], tot = cb[0] + cb[1] + cb[2] + cb[3];
-    fprintf(g, "<tr><td>%d</td><td>", dr);
+    fprintf(g, "<tr><td>%d</td><td class=\"path\">", dr);
     esc(g, d->drive_paths[dr]);
     fprintf(g, "</td><td>%zu</td>", nr);
     for (int c = -1; c < (sp ? 4 : 3); c++) td(g, "%.1f", (double)(c < 0 ? tot : cb[c]) / 1e6);
