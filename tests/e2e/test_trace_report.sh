@@ -104,10 +104,10 @@ check "$T/t4.jsonl" "$T/r4.json" four
   || fail "four-drive JSON has not 4 drives"
 
 # an old trace: no marks, no transfer times, no device bytes; 10 reads of
-# 1 MB in flight together, completing within 1 ms of each other at 0.1 s..
-# 0.101 s after starting at 0: the drive moved 10 MB in 0.101 s, so no 10 ms
-# bin may show more than 10 MB / 0.101 s (99 MB/s), whereas rates between
-# single completions would give 1,000 MB/s and more
+# 1 MB in flight together from 0, completing 1 ms apart from 0.100 to
+# 0.109 s: the drive moved 10 MB in 0.109 s, so no 10 ms bin may show more
+# than 10 MB / 0.100 s (the string gives 91.7 MB/s), whereas rates between
+# single completions would give 1,000 MB/s
 {
   echo '{"k":"head","version":1,"drives":["/old"],"emulated":null,"io":"uring"}'
   i=0
