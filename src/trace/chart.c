@@ -397,8 +397,9 @@ void df_trace_svg_write(const df_trace_data *d, const df_trace_data *sp, const d
   fprintf(g, "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\">", L);
   esc(g, t);
   fputs("</text>\n", g);
-  fprintf(g, "<text x=\"%d\" y=\"36\" fill=\"#444\">device MB/s per drive, the reads' bytes spread over %s</text>\n", L,
-          s->exact ? "the time the emulated drive moved them" : "the time between a read's start (or the previous completion) and its completion");
+  fprintf(g, "<text x=\"%d\" y=\"36\" fill=\"#444\">device MB/s per drive: %s</text>\n", L,
+          s->exact ? "each read's bytes spread over the time the emulated drive moved them"
+                   : "the least each drive must have delivered, from its reads' starts and completions");
   for (int i = 0; i < nshow; i++) drive_panel(g, d, s, i, &dp[i]);
   if (nshow) x_axis(g, &dp[nshow - 1], 1, NULL);
   token_strip(g, s, &tk);
