@@ -195,11 +195,19 @@ static void drive_panel(FILE *g, const df_trace_data *d, const df_trace_series *
                "stroke=\"#000\" stroke-width=\"1.5\" stroke-dasharray=\"6,4\"/>\n",
             s->ceiling[dr], L, L + PW, y, y);
     char b[128];
-    snprintf(b, sizeof b, "%s %.0f MB/s", s->ceiling_emulated ? "EMULATED ceiling" : "store's rate estimate",
-             s->ceiling[dr]);
-    fprintf(g, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"13\" fill=\"white\"/>",
-            L + PW - text_w(b, FS) - 8, y - 15, text_w(b, FS) + 6);
-    label(g, L + PW - 4, y - 4, "end", "ceiling-label", b);
+    snprintf(b, sizeof b, "%s %.*f MB/s", s->ceiling_emulated ? "EMULATED ceiling" : "store's rate estimate",
+             s->ceiling[dr] >= 100 ? 0 : s->ceiling[dr] >= 1 ? 1 : 3, s->ceiling[dr]);
+    double w = text_w(b, FS), x = L + PW - w - 22;
+    if (x > lx) { /* in the title row, as a legend entry: nothing drawn is covered */
+      fprintf(g, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#000\" stroke-width=\"1.5\" "
+                 "stroke-dasharray=\"6,4\"/>",
+              x, x + 18, p->top - 10, p->top - 10);
+      label(g, L + PW, p->top - 6, "end", "ceiling-label", b);
+    } else {
+      fprintf(g, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"13\" fill=\"white\"/>", L + PW - w - 8,
+              y - 15, w + 6);
+      label(g, L + PW - 4, y - 4, "end", "ceiling-label", b);
+    }
   }
   fputs("</g>\n", g);
 }
