@@ -84,7 +84,9 @@ static void label(FILE *g, double x, double y, const char *anchor, const char *c
 
 /* y axis: ticks, labels, gridlines; the frame */
 static void y_axis(FILE *g, const panel *p, const char *unit) {
-  double st = near_step(p->ymax, p->h >= 100 ? 4 : 2);
+  int n = p->h >= 100 ? 4 : 2;
+  double st = near_step(p->ymax, n);
+  if (p->ymax / st > n + 1.01) st = nice_step(p->ymax, n); /* not more than n + 1 intervals */
   fprintf(g, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", L,
           p->top, PW, p->h);
   for (int i = 0; i <= 50 && i * st <= p->ymax * (1 + 1e-9); i++) {
