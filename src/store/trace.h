@@ -19,6 +19,7 @@
  *   {"k":"gen","t":s,"prompt":N}     a generation began (its prompt's prefill)
  *   {"k":"token","t":s,"i":N,"phase":"prefill"|"decode"}   token N (1-based) was
  *      sampled: the first one after the prompt's prefill, the rest each after a decode step
+ *      (a speculative block's accepted ids come together, one mark each)
  *   {"k":"wasted","t":s,"layer":L,"expert":E,"bytes":B}   a speculative read's record was
  *      evicted before any batch asked for it (the stats' prefetch_wasted_bytes)
  *   {"k":"recall","pred":"gate"|"prev","per_layer":[r|null,...]}   at close: each
