@@ -30,8 +30,9 @@ void df_cmd_run_help(void) {
       "  --prompt-ids LIST    prompt as comma-separated token ids\n"
       "  --chat               chat format: thinking-effort system message, user\n"
       "                       message, assistant generation prompt\n"
-      "  --messages FILE      with --chat: a whole conversation (OpenAI messages JSON, as\n"
-      "                       `deltafin template` and `chat /save` take) instead of --prompt\n"
+      "  --messages FILE      with --chat: a whole conversation instead of --prompt: OpenAI\n"
+      "                       messages JSON, or an object with \"messages\" and \"tools\" (as\n"
+      "                       `deltafin template` reads and `chat /save` writes)\n"
       "  --effort LEVEL       low, high or max (default max; with --chat; the release\n"
       "                       refuses medium)\n"
       "  --no-reasoning       do not print the think channel (with --chat)\n"
@@ -228,14 +229,24 @@ int df_cmd_run(int argc, char **argv) {
     if (messages) {
       /* the whole conversation rendered at once: what `chat` must match
        * however much of it a kept state already covers */
-      char *buf;
+      char *buf, *mj = NULL, *tj = NULL;
       size_t len;
       if (df_cli_read_input(messages, &buf, &len)) goto out;
       df_chat_opts co = df_chat_opts_default();
       co.effort = effort_s;
+      /* a request object as `template` and chat's /save write it: messages and tools */
+      json_t *req = json_loadb(buf, len, 0, NULL);
+      if (json_is_object(req)) {
+        const json_t *tools = json_object_get(req, "tools");
+        mj = json_dumps(json_object_get(req, "messages"), JSON_ENCODE_ANY);
+        if (json_is_array(tools)) tj = json_dumps(tools, 0);
+        co.tools_json = tj;
+        co.tools_len = tj ? strlen(tj) : 0;
+      }
+      json_decref(req);
       df_chat_prompt cp;
-      r = df_chat_render_json(tok, buf, len, &co, &cp, &e);
-      free(buf);
+      r = df_chat_render_json(tok, mj ? mj : buf, mj ? strlen(mj) : len, &co, &cp, &e);
+      free(buf), free(mj), free(tj);
       if (!r) {
         free(ids);
         ids = cp.ids, n = cp.n;
