@@ -231,11 +231,6 @@ static int tc_cancel(void *ud) {
   return x->user->cancel ? x->user->cancel(x->user->ud) : 0;
 }
 
-static void tc_mask(void *ud, float *logits) {
-  turn_ctx *x = ud;
-  x->user->mask(x->user->ud, logits);
-}
-
 /* The expert cache's counters from the engine's statistics. */
 static void cache_counts(df_engine *en, uint64_t *hits, uint64_t *req) {
   char *j = df_engine_stats_json(en);
@@ -296,7 +291,7 @@ int df_convo_say(df_convo *c, const char *text, size_t len, const df_gen_opts *g
   o.on_prefill = tc_prefill;
   o.on_token = tc_token;
   o.cancel = tc_cancel;
-  o.mask = go->mask ? tc_mask : NULL;
+  o.mask = NULL;
   o.ud = &x;
   uint64_t h0, r0, h1, r1, sp0 = df_engine_spine_stream_bytes(c->en, NULL);
   cache_counts(c->en, &h0, &r0);

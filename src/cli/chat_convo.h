@@ -58,7 +58,8 @@ int df_convo_load(df_convo *c, const char *path, df_err *e);
 
 /* One turn: the user message appended, the conversation rendered whole and
  * the reply generated with go (its on_token, cancel and on_prefill are
- * called with go->ud; its stop ids are replaced by <|end_of_msg|>). The
+ * called with go->ud; its stop ids are replaced by <|end_of_msg|>, its mask
+ * is not used). The
  * reply is appended as an assistant message (reasoning, content, tool calls)
  * also when cut by --max-new or cancelled during the reply; cancelled before
  * it began, the user message is dropped (t->dropped). On error the

@@ -89,9 +89,8 @@ static void install_signals(void) {
 /* ------------------------------------------------------------- display */
 
 typedef struct view {
-  const df_tok *tok;
   df_chat_parser *parser;
-  int tty, show, thinking;
+  int tty, show;
   int in_think;  /* the reply is still in its think block */
   int nthink;    /* ids before the think block closed */
   int status;    /* a status line (prompt progress, thinking count) is on screen */
@@ -146,10 +145,12 @@ static void on_event(const df_chat_event *ev, void *ud) {
     return;
   case DF_CHAT_EV_CONTENT:
     end_think(v);
+    clear_status(v); /* instruct mode: the prompt's progress line */
     out(v, ev->text, ev->len);
     return;
   case DF_CHAT_EV_CALL_BEGIN:
     end_think(v);
+    clear_status(v);
     if (v->wrote && !v->last_nl) out(v, "\n", 1);
     set_dim(v, 1);
     out(v, "[tool call] ", 12);
@@ -218,7 +219,9 @@ static char *prompt_fn(EditLine *el) {
 
 static void input_open(input *in, const char *hist_path) {
   if (!in->tty) return;
-  in->el = el_init("deltafin", stdin, stdout, stderr);
+  /* the prompt and the line being edited belong on the terminal, also when
+   * the replies go to a file */
+  in->el = el_init("deltafin", stdin, isatty(1) ? stdout : stderr, stderr);
   el_set(in->el, EL_CLIENTDATA, in);
   el_set(in->el, EL_PROMPT, prompt_fn);
   el_set(in->el, EL_EDITOR, "emacs");
@@ -452,11 +455,11 @@ int df_cmd_chat(int argc, char **argv) {
   if (!hist && getenv("HOME")) hist = hist_default = df_path_join(getenv("HOME"), ".deltafin_history");
   input_open(&in, hist);
   install_signals();
-  view v = {.tok = tok, .tty = isatty(1), .show = show, .thinking = thinking,
-            .close_id = df_tok_special_id(tok, "<|close|>")};
+  view v = {.tty = isatty(1), .show = show, .close_id = df_tok_special_id(tok, "<|close|>")};
+  FILE *term = isatty(1) ? stdout : stderr; /* where the prompt is */
   if (in.tty)
-    printf("deltafin chat: %s (%s). /help for commands, Ctrl-D to quit.\n",
-           df_engine_model_id(en), thinking ? "thinking" : "no thinking");
+    fprintf(term, "deltafin chat: %s (%s). /help for commands, Ctrl-D to quit.\n",
+            df_engine_model_id(en), thinking ? "thinking" : "no thinking");
   df_convo_turn last;
   memset(&last, 0, sizeof last);
   int have_last = 0, interrupted = 0, rc = 0;
@@ -465,15 +468,12 @@ int df_cmd_chat(int argc, char **argv) {
     fflush(stdout);
     in_kind k = read_message(&in, &msg);
     if (k == IN_EOF) {
-      if (in.tty) printf("\n");
+      if (in.tty) fputc('\n', term);
       break;
     }
     if (k == IN_INTERRUPT || k == IN_INTERRUPT_EMPTY) {
-      if (!in.tty || (k == IN_INTERRUPT_EMPTY && interrupted)) {
-        printf("\n");
-        break;
-      }
-      printf("\n");
+      if (in.tty) fputc('\n', term);
+      if (!in.tty || (k == IN_INTERRUPT_EMPTY && interrupted)) break;
       if (k == IN_INTERRUPT_EMPTY)
         fprintf(stderr, "[Ctrl-C again, Ctrl-D or /quit to exit]\n");
       interrupted = k == IN_INTERRUPT_EMPTY;

@@ -4,7 +4,7 @@
 #  - two turns, the second prefilling only its new tokens: /stats' counts
 #    computed from run's ids for the same conversation rendered whole;
 #  - /save, a third message, /load of the saved file and the same message
-#    again: the same reply, the same conversation;
+#    again: the same reply, the same conversation; a paste is one message;
 #  - Ctrl-D exits with status 0;
 #  - on slowed (emulated) drives, Ctrl-C mid-reply stops it and leaves the
 #    program at a prompt with the partial reply kept, exactly run's first K
@@ -99,6 +99,15 @@ same_json "$T/b.json" "$T/c.json" || fail "after /load the same message got anot
 $(jq -c '.[5]' "$T/b.json")
 $(jq -c '.[5]' "$T/c.json")"
 pass "/save, /load and the same message give the same reply"
+# a paste of two lines is one message (tmux pastes them as one write, with \r)
+$TM set-buffer "$(printf 'What is a tuple?\nAnd a set?')"
+$TM paste-buffer -t "$S"
+$TM send-keys -t "$S" Enter
+prompt
+type_line "/save $T/d.json"
+[ "$(jq -r '.[-2].content' "$T/d.json")" = "$(printf 'What is a tuple?\nAnd a set?')" ] ||
+  fail "a pasted message: $(jq -c '.[-2]' "$T/d.json")"
+pass "a paste of several lines is one message"
 $TM send-keys -t "$S" C-d
 wait_until "chat to exit on Ctrl-D" exited
 [ "$(cat "$T/a.exit")" = 0 ] || fail "Ctrl-D: exit status $(cat "$T/a.exit")"
