@@ -118,4 +118,17 @@ bad "needs --model" --max-new 4
 bad "medium" --model "$T/m" --effort medium
 bad "needs --temperature" --model "$T/m" --top-k 3
 bad "unknown argument" --model "$T/m" --frobnicate
-pass "a failed /load leaves the conversation; bad options are refused"
+# the generation options are run's (one parser, cli/gen_opts.c): the same
+# messages for the same bad values, the same help lines
+for opt in "--max-new x" "--top-k -1" "--min-p 2" "--temperature -1" "--top-p 0" "--seed x" \
+           "--repeat-penalty 0" "--prefill-chunk -2"; do
+  # shellcheck disable=SC2086
+  "$DF_BIN" run --model "$T/m" --prompt x $opt >/dev/null 2>"$T/e1" && fail "run accepted $opt"
+  # shellcheck disable=SC2086
+  "$DF_BIN" chat --model "$T/m" $opt </dev/null >/dev/null 2>"$T/e2" && fail "chat accepted $opt"
+  cmp -s "$T/e1" "$T/e2" || fail "$opt: run says $(cat "$T/e1"), chat $(cat "$T/e2")"
+done
+"$DF_BIN" run --help | sed -n '/--temperature T/,/--prefill-chunk/p' >"$T/h1"
+"$DF_BIN" chat --help | sed -n '/--temperature T/,/--prefill-chunk/p' >"$T/h2"
+[ -s "$T/h1" ] && cmp -s "$T/h1" "$T/h2" || fail "run and chat print different generation help"
+pass "a failed /load leaves the conversation; bad options are refused as run refuses them"
