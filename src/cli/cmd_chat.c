@@ -75,13 +75,18 @@ static void on_winch(int sig) {
   g_winch = 1;
 }
 
-/* Without SA_RESTART, so a read at the prompt returns at once (EINTR). */
-static void install_signals(void) {
+/* Ctrl-C only sets a flag: the engine's cancel hook polls it during a reply.
+ * At the prompt it must also end the read (EINTR, so no SA_RESTART); during
+ * a reply every other system call it lands in is restarted, so the engine's
+ * reads and waits see nothing of it. */
+static void catch_signals(int at_prompt) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
+  sa.sa_flags = at_prompt ? 0 : SA_RESTART;
   sa.sa_handler = on_sigint;
   sigaction(SIGINT, &sa, NULL);
+  sa.sa_flags = SA_RESTART;
   sa.sa_handler = on_winch;
   sigaction(SIGWINCH, &sa, NULL);
 }
@@ -454,7 +459,6 @@ int df_cmd_chat(int argc, char **argv) {
   char *hist_default = NULL;
   if (!hist && getenv("HOME")) hist = hist_default = df_path_join(getenv("HOME"), ".deltafin_history");
   input_open(&in, hist);
-  install_signals();
   view v = {.tty = isatty(1), .show = show, .close_id = df_tok_special_id(tok, "<|close|>")};
   FILE *term = isatty(1) ? stdout : stderr; /* where the prompt is */
   if (in.tty)
@@ -466,7 +470,9 @@ int df_cmd_chat(int argc, char **argv) {
   df_sbuf msg = {0};
   for (;;) {
     fflush(stdout);
+    catch_signals(1);
     in_kind k = read_message(&in, &msg);
+    catch_signals(0);
     if (k == IN_EOF) {
       if (in.tty) fputc('\n', term);
       break;
