@@ -149,6 +149,38 @@ static const char *finish_name(df_finish f) {
   return f == DF_FINISH_STOP ? "stop" : f == DF_FINISH_CANCEL ? "cancel" : "length";
 }
 
+/* What speculation did (all zero without a draft). */
+static json_t *spec_json(const df_engine *en, const df_gen_stats *st) {
+  int kmax;
+  const char *src = df_engine_draft(en, &kmax);
+  json_t *o = json_object();
+  json_object_set_new(o, "draft", json_string(src));
+  json_object_set_new(o, "draft_max", json_integer(kmax));
+  json_object_set_new(o, "k_final", json_integer(st->draft_k));
+  json_object_set_new(o, "verify_blocks", json_integer(st->n_verify));
+  json_object_set_new(o, "drafted", json_integer(st->n_drafted));
+  json_object_set_new(o, "accepted", json_integer(st->n_accepted));
+  json_object_set_new(o, "acceptance",
+                      st->n_drafted ? json_real((double)st->n_accepted / st->n_drafted) : json_null());
+  json_object_set_new(o, "rollbacks", json_integer(st->n_rollback));
+  json_object_set_new(o, "decode_passes", json_integer(st->n_passes));
+  json_object_set_new(o, "k_changes", json_integer(st->draft_changes));
+  json_object_set_new(o, "switched_off", json_integer(st->draft_offs));
+  return o;
+}
+
+static void spec_text(const df_engine *en, const df_gen_stats *st) {
+  int kmax;
+  const char *src = df_engine_draft(en, &kmax);
+  if (!strcmp(src, "off")) return;
+  fprintf(stderr,
+          "draft    %s, K %d (at the end %d): %d blocks, %d of %d drafts accepted (%.0f%%), "
+          "%d rollbacks, %d decode passes for %d tokens%s\n",
+          src, kmax, st->draft_k, st->n_verify, st->n_accepted, st->n_drafted,
+          st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0, st->n_rollback,
+          st->n_passes, st->n_gen, st->draft_offs ? "; switched off when it did not pay" : "");
+}
+
 int df_cmd_run(int argc, char **argv) {
   df_engine_opts eo;
   df_engine_opts_default(&eo);
@@ -307,7 +339,7 @@ int df_cmd_run(int argc, char **argv) {
   }
   finish_text(&os);
   int chunk = go.prefill_chunk > 0 ? go.prefill_chunk : nids;
-  uint64_t forwards = (uint64_t)((nids + chunk - 1) / chunk) + (uint64_t)(nout > 0 ? nout - 1 : 0);
+  uint64_t forwards = (uint64_t)((nids + chunk - 1) / chunk) + (uint64_t)st.n_passes;
   uint64_t spine_read = st.spine_bytes_per_token * forwards;
   double pre_tps = st.prefill_s > 0 ? nids / st.prefill_s : 0;
   double dec_tps = st.decode_s > 0 ? nout / st.decode_s : 0;
@@ -350,6 +382,7 @@ int df_cmd_run(int argc, char **argv) {
     json_object_set_new(js, "spine_stream_bytes",
                         json_integer((json_int_t)df_engine_spine_stream_bytes(en, NULL)));
     json_decref(ev);
+    json_object_set_new(js, "speculation", spec_json(en, &st));
     json_object_set_new(o, "stats", js);
     char *txt = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -369,6 +402,7 @@ int df_cmd_run(int argc, char **argv) {
             nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
             finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
             df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
+    spec_text(en, &st);
     char *pt = df_engine_plan_text(en);
     fprintf(stderr, "%s", pt);
     free(pt);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/draft.h"
 #include "engine/sample.h"
 #include "format/config.h"
 #include "store/opts.h"
@@ -33,6 +34,7 @@ typedef struct df_engine_opts {
   int threads;              /* <= 0: all cores */
   df_spine_kind spine;      /* bf16 (as stored) or the row-int8 copy */
   int kernels_scalar;       /* force the scalar reference kernels */
+  int f64;                  /* --precision f64: float64 activations on the scalar float64 kernels */
   df_gate_input_kind gate_input;
   df_store_opts store;      /* the expert store's own options; the engine sets store.model_dir */
   /* memory plan (issue 11) */
@@ -42,6 +44,10 @@ typedef struct df_engine_opts {
   const char *spine_dir;    /* the row-int8 spine's folder; NULL = <model_dir>/spine-int8 */
   uint64_t reuse_bytes;     /* serve --reuse-mb: kept sequence states take at most this... */
   int reuse_states;         /* ...and at most this many (0 = no count limit); the plan counts them */
+  /* --draft: off (NULL), "ngram", "self", "auto" (n-gram, K adapted and
+   * switched off when it does not pay); --draft-max: drafts per block */
+  const char *draft;
+  int draft_max;
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -90,6 +96,11 @@ int df_session_forward(df_session *s, const int *ids, int n, float *logits, floa
  * states (n rows x hidden) of the batch being run. NULL removes it. */
 typedef void (*df_layer_hook)(void *ud, int layer, const float *h, int n, int hidden);
 void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud);
+/* Test/debug hook: every MoE layer's sigmoid router scores (n x E, before the
+ * correction bias) and chosen experts (n x K, ascending id). */
+typedef void (*df_route_hook)(void *ud, int layer, const float *scores, const int *ids, int n,
+                              int E, int K);
+void df_session_set_route_hook(df_session *s, df_route_hook fn, void *ud);
 
 /* ---- generation ---- */
 typedef enum { DF_FINISH_STOP = 0, DF_FINISH_LENGTH = 1, DF_FINISH_CANCEL = 2 } df_finish;
@@ -125,7 +136,17 @@ typedef struct df_gen_opts {
   void (*mask)(void *ud, float *logits);
   /* Called with ud after each prefill chunk with the prompt positions done. */
   void (*on_prefill)(void *ud, int done);
+  /* Speculation (engine/gen.c): drafts verified in blocks; the ids (greedy)
+   * or their distribution (sampling) are those of plain decoding. NULL: the
+   * engine's --draft source; no_draft: none. draft_max: drafts per block
+   * (<= 0: the engine's --draft-max, at most DF_DRAFT_MAX). Ignored with a
+   * mask (a grammar follows each id as it is handed out). */
+  df_draft *draft;
+  int draft_max;
+  int no_draft;
 } df_gen_opts;
+
+#define DF_DRAFT_MAX 16
 
 typedef struct df_gen_stats {
   int n_prompt, n_gen;
@@ -134,6 +155,12 @@ typedef struct df_gen_stats {
   uint64_t spine_bytes_per_token;  /* dense weights touched per decode token */
   uint64_t expert_bytes_read;      /* routed-expert bytes fetched in total */
   df_finish finish;
+  /* speculation: verify blocks, drafts proposed, drafts accepted, blocks
+   * rolled back; the block size at the end (0: off) and, with --draft auto,
+   * how often it changed and switched off */
+  int n_verify, n_drafted, n_accepted, n_rollback;
+  int n_passes; /* forward passes of the decode (single steps, blocks and rollbacks) */
+  int draft_k, draft_changes, draft_offs;
 } df_gen_stats;
 
 void df_gen_opts_default(df_gen_opts *o);
@@ -176,5 +203,7 @@ int df_engine_spine_reads(const df_engine *en,
 const char *df_engine_spine_source(const df_engine *en, int *drives);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
+/* The engine's --draft source name ("off" when none) and --draft-max. */
+const char *df_engine_draft(const df_engine *en, int *draft_max);
 
 #endif

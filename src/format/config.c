@@ -115,6 +115,14 @@ static int get_float(const sec *s, const char *key, float *out, df_err *e) {
   return get_float2(s, key, NULL, out, e);
 }
 
+/* A number kept as written: --precision f64 must not see it rounded to fp32. */
+static int get_double(const sec *s, const char *key, double *out, df_err *e) {
+  float f;
+  if (get_float2(s, key, NULL, &f, e)) return -1; /* the same checks */
+  *out = json_number_value(json_object_get(s->obj, key));
+  return 0;
+}
+
 static int get_bool2(const sec *s, const char *key, const char *alias, int *out, df_err *e) {
   const char *k;
   const json_t *v = need2(s, key, alias, &k, e);
@@ -237,7 +245,7 @@ static int parse_text(const sec *t, const sec *root, df_config *c, df_err *e) {
   if (get_int(t, "hidden_size", 1, DIM_MAX, &c->hidden, e) ||
       get_int(t, "num_hidden_layers", 1, DF_MAX_LAYERS, &c->n_layers, e) ||
       get_int(t, "vocab_size", 1, DIM_MAX, &c->vocab, e) ||
-      get_float(t, "rms_norm_eps", &c->eps, e))
+      get_double(t, "rms_norm_eps", &c->eps, e))
     return -1;
   if (!(c->eps > 0))
     return df_err_set(e, "%s: %srms_norm_eps must be positive", lab, t->path);
@@ -484,6 +492,16 @@ static json_t *jfloat(float v) {
   return json_real(strtod(buf, NULL));
 }
 
+/* The same for a double (rms_norm_eps): the shortest that reads back as v. */
+static json_t *jdouble(double v) {
+  char buf[40];
+  for (int p = 1; p <= 17; p++) {
+    snprintf(buf, sizeof buf, "%.*g", p, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  return json_real(strtod(buf, NULL));
+}
+
 static json_t *auto_map(const char *cfg, const char *model, const char *causal) {
   return json_pack("{s:s, s:s, s:s}", "AutoConfig", cfg, "AutoModel", model,
                    "AutoModelForCausalLM", causal);
@@ -538,7 +556,7 @@ char *df_config_to_json(const df_config *c) {
   json_object_set_new(t, "hidden_size", json_integer(c->hidden));
   json_object_set_new(t, "num_hidden_layers", json_integer(c->n_layers));
   json_object_set_new(t, "vocab_size", json_integer(c->vocab));
-  json_object_set_new(t, "rms_norm_eps", jfloat(c->eps));
+  json_object_set_new(t, "rms_norm_eps", jdouble(c->eps));
   json_object_set_new(t, "initializer_range", jfloat(0.02f));
   json_object_set_new(t, "bos_token_id", json_integer(c->bos_id));
   json_object_set_new(t, "eos_token_id", json_integer(c->eos_id));

@@ -48,7 +48,7 @@ typedef struct df_config {
   int hidden;       /* hidden_size */
   int n_layers;     /* num_hidden_layers */
   int vocab;        /* vocab_size */
-  float eps;        /* rms_norm_eps */
+  double eps;       /* rms_norm_eps as written (the fp32 kernels take it rounded) */
   int bos_id, eos_id, pad_id;
   long max_pos;     /* max_position_embeddings */
   float situ_beta, situ_linear_beta;

@@ -42,32 +42,6 @@ const df_kern *df_kern_select(int force_scalar) {
   return kern_best();
 }
 
-void df_wmat_rows(const df_kern *k, const df_wmat *W, int r0, int r1, const float *X, int T,
-                  size_t ldx, float *Y, size_t ldy) {
-  switch (W->kind) {
-  case DF_W_BF16: k->gemm_bf16(W->w, W->cols, r0, r1, X, T, ldx, Y, ldy); break;
-  case DF_W_I8: k->gemm_i8(W->w, W->scale, W->cols, r0, r1, X, T, ldx, Y, ldy); break;
-  case DF_W_F32: k->gemm_f32(W->w, W->cols, r0, r1, X, T, ldx, Y, ldy); break;
-  }
-}
-
-void df_wmat_t(const df_kern *k, const df_wmat *W, int r0, int r1, const float *x, float *y) {
-  switch (W->kind) {
-  case DF_W_BF16: k->gemv_t_bf16(W->w, W->cols, r0, r1, x, y); break;
-  case DF_W_I8: k->gemv_t_i8(W->w, W->scale, W->cols, r0, r1, x, y); break;
-  case DF_W_F32: {
-    const float *w = W->w;
-    for (int c = 0; c < W->cols; c++) y[c] = 0.0f;
-    for (int r = r0; r < r1; r++)
-      for (int c = 0; c < W->cols; c++) {
-        float p = w[(size_t)r * W->cols + c] * x[r - r0];
-        y[c] += p;
-      }
-    break;
-  }
-  }
-}
-
 void df_wmat_row(const df_wmat *W, int r, float *out) {
   size_t base = (size_t)r * W->cols;
   switch (W->kind) {
@@ -90,64 +64,31 @@ void df_wmat_row(const df_wmat *W, int r, float *out) {
   }
 }
 
-typedef struct {
-  const df_kern *k;
-  const df_wmat *W;
-  const uint8_t *packed, *scales; /* MXFP4 when packed != NULL */
-  int cols, r0, r1, per;
-  const float *X;
-  int T;
-  size_t ldx, ldy;
-  float *Y;
-} mm_job;
+#define R float
+#define KT df_kern
+#define KSEL(kc) ((kc)->k)
+#define N(name) name
+#include "kernels/kernels_drv_t.h"
+#undef R
+#undef KT
+#undef KSEL
+#undef N
 
-static void mm_task(void *ctx, int task, int thread) {
-  (void)thread;
-  const mm_job *j = ctx;
-  int a = j->r0 + task * j->per, b = a + j->per;
-  if (b > j->r1) b = j->r1;
-  if (a >= b) return;
-  float *Y = j->Y + (a - j->r0);
-  if (j->packed)
-    j->k->gemm_mxfp4(j->packed, j->scales, j->cols, a, b, j->X, j->T, j->ldx, Y, j->ldy);
-  else
-    df_wmat_rows(j->k, j->W, a, b, j->X, j->T, j->ldx, Y, j->ldy);
-}
-
-/* Task size: enough rows to amortise scheduling, several tasks per thread
- * so uneven threads balance out. */
-static void mm_run(const df_kctx *kc, mm_job *j) {
-  int rows = j->r1 - j->r0;
-  if (rows <= 0) return;
-  int nth = df_pool_size(kc->pool);
-  long work = (long)rows * j->cols * (j->T > 0 ? j->T : 1);
-  if (nth <= 1 || work < 32768) {
-    j->per = rows;
-    mm_task(j, 0, 0);
-    return;
-  }
-  int ntasks = nth * 4;
-  j->per = (rows + ntasks - 1) / ntasks;
-  if (j->per < 8) j->per = 8;
-  ntasks = (rows + j->per - 1) / j->per;
-  df_pool_run(kc->pool, ntasks, mm_task, j);
-}
-
-void df_mm_rows(const df_kctx *kc, const df_wmat *W, int r0, int r1, const float *X, int T,
-                size_t ldx, float *Y, size_t ldy) {
-  mm_job j = {.k = kc->k, .W = W, .cols = W->cols, .r0 = r0, .r1 = r1, .X = X, .T = T,
-              .ldx = ldx, .ldy = ldy, .Y = Y};
-  mm_run(kc, &j);
-}
-
-void df_mm(const df_kctx *kc, const df_wmat *W, const float *X, int T, size_t ldx, float *Y,
-           size_t ldy) {
-  df_mm_rows(kc, W, 0, W->rows, X, T, ldx, Y, ldy);
-}
-
-void df_mm_mxfp4(const df_kctx *kc, const uint8_t *packed, const uint8_t *scales, int rows,
-                 int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
-  mm_job j = {.k = kc->k, .packed = packed, .scales = scales, .cols = cols, .r0 = 0, .r1 = rows,
-              .X = X, .T = T, .ldx = ldx, .ldy = ldy, .Y = Y};
-  mm_run(kc, &j);
-}
+/* --precision f64 always runs the scalar float64 table. */
+#define R double
+#define KT df_kern64
+#define KSEL(kc) ((kc)->k64 ? (kc)->k64 : df_kern_scalar64())
+#define N(name) DF_64_##name
+#define DF_64_df_wmat_rows df_wmat_rows64
+#define DF_64_df_wmat_t df_wmat_t64
+#define DF_64_df_mm_rows df_mm_rows64
+#define DF_64_df_mm df_mm64
+#define DF_64_df_mm_mxfp4 df_mm_mxfp4_64
+#define DF_64_mm_job mm_job64
+#define DF_64_mm_task mm_task64
+#define DF_64_mm_run mm_run64
+#include "kernels/kernels_drv_t.h"
+#undef R
+#undef KT
+#undef KSEL
+#undef N

@@ -47,38 +47,51 @@ typedef struct df_wmat {
 } df_wmat;
 
 /* All GEMM entries compute rows [r0, r1) for the T vectors X[t * ldx + c] and
- * write Y[t * ldy + (r - r0)]. */
+ * write Y[t * ldy + (r - r0)]. One field list serves both activation types:
+ * df_kern (fp32 activations, every SIMD table) and df_kern64 (float64
+ * activations, the scalar table only; --precision f64). Weights are the same
+ * bytes in both, widened exactly.
+ *   gemm_mxfp4: packed [rows][cols/2] (low nibble = even column), scales
+ *     [rows][cols/32] E8M0 (255 rejected before use); cols % 32 == 0.
+ *   gemv_t_*: y[c] = sum_{r in [r0,r1)} W[r][c] * x[r - r0] for c in [0, cols);
+ *     int8: y[c] = sum_r q[r][c] * (scale[r] * x[r - r0]) (the scaled x rounded first).
+ *   rmsnorm: y = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight); y may equal x.
+ *   situ: out = [bg * tanh(g/bg) * sigmoid(g)] * [bu * tanh(u/bu)] (kimi-k3.md 5.5).
+ *   kda_step: one KDA step for one head (kimi-k3.md 5.2 step 6). S is D x D
+ *     (key x value, row-major), alpha D decays, beta the head's scalar; o gets
+ *     S^T q after the update. scratch: D values. */
+#define DF_KERN_FIELDS(R)                                                                       \
+  const char *name;                                                                             \
+  void (*gemm_bf16)(const uint16_t *W, int cols, int r0, int r1, const R *X, int T, size_t ldx, \
+                    R *Y, size_t ldy);                                                          \
+  void (*gemm_i8)(const int8_t *W, const float *scale, int cols, int r0, int r1, const R *X,    \
+                  int T, size_t ldx, R *Y, size_t ldy);                                         \
+  void (*gemm_f32)(const float *W, int cols, int r0, int r1, const R *X, int T, size_t ldx,     \
+                   R *Y, size_t ldy);                                                           \
+  void (*gemm_mxfp4)(const uint8_t *packed, const uint8_t *scales, int cols, int r0, int r1,    \
+                     const R *X, int T, size_t ldx, R *Y, size_t ldy);                          \
+  void (*gemv_t_bf16)(const uint16_t *W, int cols, int r0, int r1, const R *x, R *y);           \
+  void (*gemv_t_i8)(const int8_t *W, const float *scale, int cols, int r0, int r1, const R *x,  \
+                    R *y);                                                                      \
+  R (*dot)(const R *a, const R *b, int n);                                                      \
+  void (*rmsnorm)(R * y, const R *x, const float *w, int n, R eps);                             \
+  void (*softmax)(R * x, int n);                                                                \
+  void (*sigmoid)(R * x, int n);                                                                \
+  void (*silu)(R * x, int n);                                                                   \
+  void (*situ)(R * out, const R *g, const R *u, int n, R bg, R bu);                             \
+  void (*kda_step)(R * S, const R *q, const R *k, const R *v, const R *alpha, R beta, R *o,     \
+                   R *scratch, int D);
+
 typedef struct df_kern {
-  const char *name;
-  void (*gemm_bf16)(const uint16_t *W, int cols, int r0, int r1, const float *X, int T,
-                    size_t ldx, float *Y, size_t ldy);
-  void (*gemm_i8)(const int8_t *W, const float *scale, int cols, int r0, int r1, const float *X,
-                  int T, size_t ldx, float *Y, size_t ldy);
-  void (*gemm_f32)(const float *W, int cols, int r0, int r1, const float *X, int T, size_t ldx,
-                   float *Y, size_t ldy);
-  /* MXFP4: packed [rows][cols/2] (low nibble = even column), scales
-   * [rows][cols/32] E8M0 (255 rejected before use); cols % 32 == 0. */
-  void (*gemm_mxfp4)(const uint8_t *packed, const uint8_t *scales, int cols, int r0, int r1,
-                     const float *X, int T, size_t ldx, float *Y, size_t ldy);
-  /* y[c] = sum_{r in [r0,r1)} W[r][c] * x[r - r0] for c in [0, cols). */
-  void (*gemv_t_bf16)(const uint16_t *W, int cols, int r0, int r1, const float *x, float *y);
-  /* int8: y[c] = sum_r q[r][c] * (scale[r] * x[r - r0]) (the scaled x rounded first). */
-  void (*gemv_t_i8)(const int8_t *W, const float *scale, int cols, int r0, int r1,
-                    const float *x, float *y);
-  float (*dot)(const float *a, const float *b, int n);
-  /* y = x / sqrt(mean(x^2) + eps) * w (w NULL: no weight); y may equal x. */
-  void (*rmsnorm)(float *y, const float *x, const float *w, int n, float eps);
-  void (*softmax)(float *x, int n);
-  void (*sigmoid)(float *x, int n);
-  void (*silu)(float *x, int n);
-  /* out = [bg * tanh(g/bg) * sigmoid(g)] * [bu * tanh(u/bu)] (kimi-k3.md 5.5). */
-  void (*situ)(float *out, const float *g, const float *u, int n, float bg, float bu);
-  /* One KDA step for one head (kimi-k3.md 5.2 step 6). S is D x D (key x
-   * value, row-major), alpha D decays, beta the head's scalar; o gets S^T q
-   * after the update. scratch: D floats. */
-  void (*kda_step)(float *S, const float *q, const float *k, const float *v, const float *alpha,
-                   float beta, float *o, float *scratch, int D);
+  DF_KERN_FIELDS(float)
 } df_kern;
+
+typedef struct df_kern64 {
+  DF_KERN_FIELDS(double)
+} df_kern64;
+
+/* The float64 scalar table (kern_scalar.c, the same loops as the fp32 one). */
+const df_kern64 *df_kern_scalar64(void);
 
 const df_kern *df_kern_scalar(void);
 /* The best table this CPU supports, or the scalar one when force_scalar.
@@ -115,7 +128,8 @@ extern const float df_kern_e2m1[16];
 /* ---- threaded drivers: split output rows over the pool ---- */
 typedef struct df_kctx {
   const df_kern *k;
-  df_pool *pool; /* NULL = serial */
+  const df_kern64 *k64; /* the float64 drivers' table (NULL: df_kern_scalar64) */
+  df_pool *pool;        /* NULL = serial */
 } df_kctx;
 
 /* Y[t][r] = W X[t] for all rows. */
@@ -130,6 +144,17 @@ void df_mm_mxfp4(const df_kctx *kc, const uint8_t *packed, const uint8_t *scales
 void df_wmat_rows(const df_kern *k, const df_wmat *W, int r0, int r1, const float *X, int T,
                   size_t ldx, float *Y, size_t ldy);
 void df_wmat_t(const df_kern *k, const df_wmat *W, int r0, int r1, const float *x, float *y);
+/* The same drivers on float64 activations (kctx->k64). */
+void df_mm64(const df_kctx *kc, const df_wmat *W, const double *X, int T, size_t ldx, double *Y,
+             size_t ldy);
+void df_mm_rows64(const df_kctx *kc, const df_wmat *W, int r0, int r1, const double *X, int T,
+                  size_t ldx, double *Y, size_t ldy);
+void df_mm_mxfp4_64(const df_kctx *kc, const uint8_t *packed, const uint8_t *scales, int rows,
+                    int cols, const double *X, int T, size_t ldx, double *Y, size_t ldy);
+void df_wmat_rows64(const df_kern64 *k, const df_wmat *W, int r0, int r1, const double *X, int T,
+                    size_t ldx, double *Y, size_t ldy);
+void df_wmat_t64(const df_kern64 *k, const df_wmat *W, int r0, int r1, const double *x,
+                 double *y);
 /* Row r of W as fp32 (embedding lookup). */
 void df_wmat_row(const df_wmat *W, int r, float *out);
 

@@ -51,6 +51,14 @@ uint64_t df_k3_spine_bytes_per_token(const df_k3 *m);
  * the config's max_position_embeddings. */
 int df_k3_ctx_limit(const df_k3 *m);
 
+/* Activation precision of the states made after this call: 32 (fp32, the
+ * default; every kernel table) or 64 (float64 on the scalar float64 kernels:
+ * the same weights, an error about 1e-9 of fp32's, for checking an output
+ * against the reference where fp32 meets a near-tie; several times slower,
+ * and the KDA state and MLA cache take twice the memory). */
+void df_k3_set_precision(df_k3 *m, int bits);
+int df_k3_precision(const df_k3 *m);
+
 /* The planner's inputs this model supplies (plan/plan.h): units (layers,
  * then the head) with their weight and read bytes and whether they can
  * stream, the small always-resident tensors, the embedding row. The arrays
@@ -166,9 +174,29 @@ df_k3_state *df_k3_state_clone(const df_k3_state *s);
 void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src);
 size_t df_k3_state_bytes(const df_k3_state *s);
 
+/* A cheap rollback point for speculation: the recurrent state (KDA
+ * matrices, conv windows) and the position, copied; restoring it forgets
+ * the positions after it (the MLA cache rows past it are rewritten before
+ * they are read, so they need no copy). Its bytes are fixed: the KDA state,
+ * whatever the context. A mark belongs to states of one model. */
+typedef struct df_k3_mark df_k3_mark;
+df_k3_mark *df_k3_mark_new(const df_k3_state *s);
+void df_k3_mark_save(df_k3_mark *k, const df_k3_state *s);
+void df_k3_mark_restore(df_k3_state *s, const df_k3_mark *k);
+size_t df_k3_mark_bytes(const df_k3_state *s);
+void df_k3_mark_free(df_k3_mark *k);
+
 /* Called after each layer with the T hidden states (the next layer's h). */
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud);
+
+/* Called in every MoE layer once all T rows are routed: scores (T x E) are
+ * the sigmoid scores before the correction bias, ids (T x K) each row's
+ * chosen experts in ascending id. Lets a reference comparison find the
+ * first routing decision that differs and measure its margin. */
+typedef void (*df_k3_route_hook)(void *ud, int layer, const float *scores, const int *ids, int T,
+                                 int E, int K);
+void df_k3_state_set_route_hook(df_k3_state *s, df_k3_route_hook fn, void *ud);
 
 /* Polled after each layer; nonzero stops the pass: df_k3_forward returns
  * DF_K3_CANCELLED (no error set) with the state partly updated (reset it).

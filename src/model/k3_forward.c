@@ -1,774 +1,112 @@
-/* The K3 forward pass over a batch of T positions (kimi-k3.md section 5).
- *
- * Batch layout: every activation is [T][width] row-major. Projections run as
- * one GEMM over the T rows; the KDA recurrence and MLA attention run per
- * head (heads are independent, so they are the parallel axis); the MoE
- * routes all T rows first, asks the store for the union of their experts
- * once, computes each expert on all its rows as it arrives and sums every
- * row's experts afterwards in ascending expert id. Each output value is
- * computed the same way whatever T, the thread count or the arrival order,
- * so decode, prefill and any chunking agree bit for bit.
- *
- * Scratch grows with the largest batch and context seen; nothing is
- * allocated per token. */
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
-#include <math.h>
-#include <stdint.h>
+/* The public sequence state and forward pass (k3.h): one state type whose
+ * precision is the model's (df_k3_set_precision), dispatching to the fp32 or
+ * the float64 instance of k3_forward_t.h. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/util.h"
+#include "model/k3_forward_int.h"
 #include "model/k3_int.h"
-#include "model/router.h"
 
 struct df_k3_state {
-  const df_k3 *m;
-  int pos;
-  float **kda_S;    /* per layer: heads x D x D (NULL for MLA layers) */
-  float **kda_conv; /* per layer: 3 x (K-1) x P, oldest input first */
-  float **mla;      /* per layer: cap x (kv_lora_rank + rope) */
-  int cap;          /* positions allocated in each MLA cache */
-  df_k3_layer_hook hook;
-  void *hook_ud;
-  df_k3_cancel_fn cancel;
-  void *cancel_ud;
-
-  /* scratch, sized for Tcap rows and nth threads */
-  int Tcap, nth;
-  size_t thr_stride;
-  float *thr;
-  float *h, *p, *xin, *xn, *a, *ffo, *snaps;
-  float *kq, *kk, *kv, *kg, *kf, *kfa, *kb, *ko;
-  float *mqa, *mq, *mc, *mg, *mo;
-  float *f1, *f2;       /* dense / shared FFN gate and up (act in place) */
-  float *rl, *selw, *z, *ybuf, *rr, *routed;
-  int *sel;
-  float *eZ, *eH1, *eH3, *eY; /* one expert's rows */
-  int *ecnt, *eoff, *eent, *uexp, *ecur;
-  float *gx, *gw;             /* gate-ahead: router input rows, one row's weights */
-  int *gsel, *glist;          /* gate-ahead: one row's top-k, the union over rows */
-  uint8_t *gmark;
-  double moe_excl; /* this MoE layer's expert compute + store wait (decode timing) */
+  df_k3f32_st *s32; /* exactly one of the two is set */
+  df_k3f64_st *s64;
 };
 
-static int nblocks(const df_config *c) {
-  return (c->n_layers + c->attn_res_block - 1) / c->attn_res_block;
-}
+#define DISPATCH(s, call32, call64) ((s)->s64 ? (call64) : (call32))
 
-df_k3_state *df_k3_state_new(const df_k3 *m) {
-  const df_config *c = m->cfg;
+static df_k3_state *wrap(df_k3f32_st *a, df_k3f64_st *b) {
   df_k3_state *s = df_xcalloc(1, sizeof *s);
-  s->m = m;
-  s->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *s->kda_S);
-  s->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *s->kda_conv);
-  s->mla = df_xcalloc((size_t)c->n_layers, sizeof *s->mla);
-  size_t P = (size_t)c->kda_heads * c->kda_head_dim;
-  for (int l = 0; l < c->n_layers; l++)
-    if (c->layer_kind[l] == DF_LAYER_KDA) {
-      s->kda_S[l] = df_xaligned(64, sizeof(float) * P * c->kda_head_dim);
-      s->kda_conv[l] = df_xaligned(64, sizeof(float) * 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * P);
-    }
-  df_k3_state_reset(s);
+  s->s32 = a;
+  s->s64 = b;
   return s;
 }
 
-void df_k3_state_reset(df_k3_state *s) {
-  const df_config *c = s->m->cfg;
-  size_t P = (size_t)c->kda_heads * c->kda_head_dim;
-  for (int l = 0; l < c->n_layers; l++)
-    if (s->kda_S[l]) {
-      memset(s->kda_S[l], 0, sizeof(float) * P * c->kda_head_dim);
-      memset(s->kda_conv[l], 0,
-             sizeof(float) * 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * P);
-    }
-  s->pos = 0;
-}
-
-static void free_scratch(df_k3_state *s) {
-  float **f[] = {&s->h,   &s->p,  &s->xin, &s->xn, &s->a,   &s->ffo,  &s->snaps,
-                 &s->kq,  &s->kk,  &s->kv, &s->kg,  &s->kf, &s->kfa, &s->kb,   &s->ko,
-                 &s->mqa, &s->mq,  &s->mc, &s->mg,  &s->mo, &s->f1,  &s->f2,   &s->rl,
-                 &s->selw, &s->z,  &s->ybuf, &s->rr, &s->routed, &s->eZ, &s->eH1, &s->eH3,
-                 &s->eY, &s->gx, &s->gw};
-  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
-    free(*f[i]);
-    *f[i] = NULL;
-  }
-  int **g[] = {&s->sel, &s->ecnt, &s->eoff, &s->eent, &s->uexp, &s->ecur, &s->gsel, &s->glist};
-  for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
-    free(*g[i]);
-    *g[i] = NULL;
-  }
-  free(s->gmark);
-  s->gmark = NULL;
+df_k3_state *df_k3_state_new(const df_k3 *m) {
+  return df_k3_precision(m) == 64 ? wrap(NULL, df_k3f64_state_new(m))
+                                  : wrap(df_k3f32_state_new(m), NULL);
 }
 
 void df_k3_state_free(df_k3_state *s) {
   if (!s) return;
-  for (int l = 0; l < s->m->cfg->n_layers; l++) {
-    free(s->kda_S[l]);
-    free(s->kda_conv[l]);
-    free(s->mla[l]);
-  }
-  free(s->kda_S);
-  free(s->kda_conv);
-  free(s->mla);
-  free_scratch(s);
-  free(s->thr);
+  if (s->s64) df_k3f64_state_free(s->s64);
+  else df_k3f32_state_free(s->s32);
   free(s);
 }
 
-int df_k3_state_pos(const df_k3_state *s) { return s->pos; }
-
-static int reserve_ctx(df_k3_state *s, int npos, df_err *e);
-
-static size_t kda_s_floats(const df_config *c) {
-  return (size_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim;
-}
-static size_t kda_conv_floats(const df_config *c) {
-  return 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * c->kda_heads * c->kda_head_dim;
-}
-static size_t mla_row_floats(const df_config *c) {
-  return (size_t)(c->kv_lora_rank + c->qk_rope_dim);
+void df_k3_state_reset(df_k3_state *s) {
+  if (s->s64) df_k3f64_state_reset(s->s64);
+  else df_k3f32_state_reset(s->s32);
 }
 
-size_t df_k3_state_bytes(const df_k3_state *s) {
-  const df_config *c = s->m->cfg;
-  size_t n = 0;
-  for (int l = 0; l < c->n_layers; l++) {
-    if (s->kda_S[l]) n += kda_s_floats(c) + kda_conv_floats(c);
-    if (c->layer_kind[l] == DF_LAYER_MLA) n += (size_t)s->pos * mla_row_floats(c);
-  }
-  return n * sizeof(float);
+int df_k3_state_pos(const df_k3_state *s) {
+  return DISPATCH(s, df_k3f32_state_pos(s->s32), df_k3f64_state_pos(s->s64));
 }
 
 df_k3_state *df_k3_state_clone(const df_k3_state *s) {
-  const df_config *c = s->m->cfg;
-  df_k3_state *d = df_xcalloc(1, sizeof *d);
-  d->m = s->m;
-  d->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_S);
-  d->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_conv);
-  d->mla = df_xcalloc((size_t)c->n_layers, sizeof *d->mla);
-  for (int l = 0; l < c->n_layers; l++) {
-    if (s->kda_S[l]) {
-      d->kda_S[l] = df_xaligned(64, sizeof(float) * kda_s_floats(c));
-      d->kda_conv[l] = df_xaligned(64, sizeof(float) * kda_conv_floats(c));
-      memcpy(d->kda_S[l], s->kda_S[l], sizeof(float) * kda_s_floats(c));
-      memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(float) * kda_conv_floats(c));
-    }
-    if (c->layer_kind[l] == DF_LAYER_MLA && s->pos > 0) {
-      d->mla[l] = df_xaligned(64, sizeof(float) * (size_t)s->pos * mla_row_floats(c));
-      memcpy(d->mla[l], s->mla[l], sizeof(float) * (size_t)s->pos * mla_row_floats(c));
-    }
-  }
-  d->pos = s->pos;
-  d->cap = c->n_mla ? s->pos : s->cap;
-  return d;
+  return s->s64 ? wrap(NULL, df_k3f64_state_clone(s->s64))
+                : wrap(df_k3f32_state_clone(s->s32), NULL);
 }
 
+/* States of one model share its precision, so the two sides always match. */
 void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src) {
-  const df_config *c = dst->m->cfg;
-  df_err e;
-  dst->pos = 0; /* nothing of dst's cache needs keeping */
-  if (reserve_ctx(dst, src->pos, &e)) return; /* src->pos was valid for src */
-  for (int l = 0; l < c->n_layers; l++) {
-    if (dst->kda_S[l]) {
-      memcpy(dst->kda_S[l], src->kda_S[l], sizeof(float) * kda_s_floats(c));
-      memcpy(dst->kda_conv[l], src->kda_conv[l], sizeof(float) * kda_conv_floats(c));
-    }
-    if (c->layer_kind[l] == DF_LAYER_MLA && src->pos > 0)
-      memcpy(dst->mla[l], src->mla[l], sizeof(float) * (size_t)src->pos * mla_row_floats(c));
-  }
-  dst->pos = src->pos;
+  if (dst->s64 && src->s64) df_k3f64_state_copy(dst->s64, src->s64);
+  else if (dst->s32 && src->s32) df_k3f32_state_copy(dst->s32, src->s32);
+}
+
+size_t df_k3_state_bytes(const df_k3_state *s) {
+  return DISPATCH(s, df_k3f32_state_bytes(s->s32), df_k3f64_state_bytes(s->s64));
 }
 
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud) {
-  s->hook = fn;
-  s->hook_ud = ud;
+  if (s->s64) df_k3f64_state_set_hook(s->s64, fn, ud);
+  else df_k3f32_state_set_hook(s->s32, fn, ud);
+}
+
+void df_k3_state_set_route_hook(df_k3_state *s, df_k3_route_hook fn, void *ud) {
+  if (s->s64) df_k3f64_state_set_route_hook(s->s64, fn, ud);
+  else df_k3f32_state_set_route_hook(s->s32, fn, ud);
 }
 
 void df_k3_state_set_cancel(df_k3_state *s, df_k3_cancel_fn fn, void *ud) {
-  s->cancel = fn;
-  s->cancel_ud = ud;
+  if (s->s64) df_k3f64_state_set_cancel(s->s64, fn, ud);
+  else df_k3f32_state_set_cancel(s->s32, fn, ud);
 }
-
-static float *fbuf(size_t n) { return df_xaligned(64, sizeof(float) * (n ? n : 1)); }
-
-/* Per-thread scratch: KDA step (D), MLA (2 x kv_lora_rank + cap scores),
- * AttnRes (hidden + scores). */
-static void reserve_thr(df_k3_state *s, int nth) {
-  const df_config *c = s->m->cfg;
-  size_t need = (size_t)c->kda_head_dim * 2 + 2 * (size_t)c->kv_lora_rank + (size_t)s->cap +
-                (size_t)c->hidden + (size_t)nblocks(c) + 2 + 64;
-  need = (need + 15) & ~(size_t)15;
-  if (nth <= s->nth && need <= s->thr_stride) return;
-  free(s->thr);
-  if (nth < s->nth) nth = s->nth;
-  s->nth = nth;
-  s->thr_stride = need;
-  s->thr = fbuf(need * (size_t)nth);
-}
-
-static void reserve(df_k3_state *s, int T) {
-  if (T <= s->Tcap) return;
-  const df_config *c = s->m->cfg;
-  free_scratch(s);
-  size_t t = (size_t)T, H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
-  size_t D = (size_t)c->kda_head_dim, Hk = (size_t)c->kda_heads, Hm = (size_t)c->mla_heads;
-  size_t K = (size_t)c->top_k, E = (size_t)c->n_experts, Lt = (size_t)c->latent;
-  size_t Mi = (size_t)c->moe_inter;
-  size_t F = (size_t)c->dense_inter;
-  if ((size_t)c->n_shared * Mi > F) F = (size_t)c->n_shared * Mi;
-  s->h = fbuf(t * H), s->p = fbuf(t * H), s->xin = fbuf(t * H), s->xn = fbuf(t * H);
-  s->a = fbuf(t * H), s->ffo = fbuf(t * H), s->snaps = fbuf((size_t)nblocks(c) * t * H);
-  if (c->n_kda) {
-    s->kq = fbuf(t * P), s->kk = fbuf(t * P), s->kv = fbuf(t * P), s->kg = fbuf(t * P);
-    s->kf = fbuf(t * P), s->kfa = fbuf(t * D), s->kb = fbuf(t * Hk), s->ko = fbuf(t * P);
-  }
-  if (c->n_mla) {
-    s->mqa = fbuf(t * (size_t)c->q_lora_rank);
-    s->mq = fbuf(t * Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim));
-    s->mc = fbuf(t * (size_t)(c->kv_lora_rank + c->qk_rope_dim));
-    s->mg = fbuf(t * Hm * (size_t)c->v_head_dim);
-    s->mo = fbuf(t * Hm * (size_t)c->v_head_dim);
-  }
-  s->f1 = fbuf(t * F), s->f2 = fbuf(t * F);
-  if (c->first_k_dense < c->n_layers) {
-    s->rl = fbuf(t * E), s->selw = fbuf(t * K), s->z = fbuf(t * Lt);
-    s->ybuf = fbuf(t * K * Lt), s->rr = fbuf(t * Lt), s->routed = fbuf(t * H);
-    s->eZ = fbuf(t * Lt), s->eH1 = fbuf(t * Mi), s->eH3 = fbuf(t * Mi), s->eY = fbuf(t * Lt);
-    s->sel = df_xmalloc(sizeof(int) * t * K);
-    s->ecnt = df_xmalloc(sizeof(int) * E), s->eoff = df_xmalloc(sizeof(int) * (E + 1));
-    s->eent = df_xmalloc(sizeof(int) * t * K), s->uexp = df_xmalloc(sizeof(int) * E);
-    s->ecur = df_xmalloc(sizeof(int) * E);
-    s->gx = fbuf(t * H), s->gw = fbuf(K);
-    s->gsel = df_xmalloc(sizeof(int) * K), s->glist = df_xmalloc(sizeof(int) * E);
-    s->gmark = df_xmalloc(E);
-  }
-  s->Tcap = T;
-}
-
-static int reserve_ctx(df_k3_state *s, int npos, df_err *e) {
-  const df_config *c = s->m->cfg;
-  if (npos > c->max_pos)
-    return df_err_set(e, "context of %d positions exceeds config max_position_embeddings %ld",
-                      npos, c->max_pos);
-  int lim = s->m->ctx_limit > 0 ? s->m->ctx_limit : (int)c->max_pos;
-  if (npos > lim)
-    return df_err_set(e, "context of %d positions exceeds the %d the memory plan admits "
-                      "(raise --ctx or --mem-limit)", npos, lim);
-  if (npos <= s->cap || !c->n_mla) {
-    if (!c->n_mla) s->cap = npos > s->cap ? npos : s->cap;
-    return 0;
-  }
-  int ncap = s->cap ? s->cap : 64;
-  while (ncap < npos) ncap *= 2;
-  if (ncap > lim) ncap = lim;
-  size_t w = (size_t)(c->kv_lora_rank + c->qk_rope_dim);
-  for (int l = 0; l < c->n_layers; l++)
-    if (c->layer_kind[l] == DF_LAYER_MLA) {
-      float *n = fbuf((size_t)ncap * w);
-      if (s->mla[l]) memcpy(n, s->mla[l], sizeof(float) * (size_t)s->pos * w);
-      free(s->mla[l]);
-      s->mla[l] = n;
-    }
-  s->cap = ncap;
-  return 0;
-}
-
-/* ------------------------------------------------------------ AttnRes */
-
-typedef struct {
-  const df_kern *k;
-  const float *V[DF_MAX_LAYERS + 2]; /* each [T][H] */
-  int nv, H;
-  const float *nw, *rw;
-  float eps;
-  float *out;
-  float *thr;
-  size_t thr_stride;
-  int t0; /* first row */
-} ar_job;
-
-static void ar_task(void *ctx, int task, int thread) {
-  const ar_job *j = ctx;
-  const df_kern *k = j->k;
-  size_t t = (size_t)(j->t0 + task), H = (size_t)j->H;
-  float *tmp = j->thr + (size_t)thread * j->thr_stride, *sc = tmp + H;
-  for (int i = 0; i < j->nv; i++) {
-    k->rmsnorm(tmp, j->V[i] + t * H, j->nw, j->H, j->eps);
-    sc[i] = k->dot(tmp, j->rw, j->H);
-  }
-  k->softmax(sc, j->nv);
-  float *o = j->out + t * H;
-  for (size_t d = 0; d < H; d++) o[d] = 0.0f;
-  for (int i = 0; i < j->nv; i++) {
-    const float *v = j->V[i] + t * H;
-    float w = sc[i];
-    for (size_t d = 0; d < H; d++) {
-      float q = w * v[d];
-      o[d] += q;
-    }
-  }
-}
-
-/* out[t] = AR(snaps[0..nS) + [last], norm, proj) for rows [t0, t0 + n). */
-static void attn_res(const df_k3_run *r, df_k3_state *s, int T, int nS, const float *last,
-                     const float *nw, const float *rw, float *out, int t0, int n) {
-  const df_config *c = r->m->cfg;
-  ar_job j = {.k = r->kc->k, .nv = nS + 1, .H = c->hidden, .nw = nw, .rw = rw, .eps = c->eps,
-              .out = out, .thr = s->thr, .thr_stride = s->thr_stride, .t0 = t0};
-  for (int i = 0; i < nS; i++) j.V[i] = s->snaps + (size_t)i * T * c->hidden;
-  j.V[nS] = last;
-  df_pool_run(r->kc->pool, n, ar_task, &j);
-}
-
-static void rms_rows(const df_kern *k, float *y, const float *x, const float *w, int T, int n,
-                     float eps) {
-  for (int t = 0; t < T; t++) k->rmsnorm(y + (size_t)t * n, x + (size_t)t * n, w, n, eps);
-}
-
-/* ------------------------------------------------------------------ KDA */
-
-typedef struct {
-  const df_kern *k;
-  const df_k3_layer *y;
-  float *X[3];
-  float *st;
-  int T, P, K, per;
-} conv_job;
-
-/* Causal depthwise conv per channel; the window is the K-1 stored inputs
- * then the new one, summed in that order. SiLU comes later, per head. */
-static void conv_task(void *ctx, int task, int thread) {
-  (void)thread;
-  const conv_job *j = ctx;
-  int nb = (j->P + j->per - 1) / j->per;
-  int a = task / nb, c0 = (task % nb) * j->per, c1 = c0 + j->per;
-  if (c1 > j->P) c1 = j->P;
-  size_t P = (size_t)j->P;
-  int K = j->K;
-  float *st = j->st + (size_t)a * (size_t)(K - 1) * P;
-  const float *W = j->y->conv[a];
-  float *X = j->X[a];
-  for (int c = c0; c < c1; c++) {
-    const float *w = W + (size_t)c * K;
-    for (int t = 0; t < j->T; t++) {
-      float x = X[(size_t)t * P + c], acc = 0.0f;
-      for (int i = 0; i < K - 1; i++) {
-        float q = st[(size_t)i * P + c] * w[i];
-        acc += q;
-      }
-      float q = x * w[K - 1];
-      acc += q;
-      for (int i = 0; i + 1 < K - 1; i++) st[(size_t)i * P + c] = st[(size_t)(i + 1) * P + c];
-      if (K > 1) st[(size_t)(K - 2) * P + c] = x;
-      X[(size_t)t * P + c] = acc;
-    }
-  }
-}
-
-typedef struct {
-  const df_kern *k;
-  const df_k3_layer *y;
-  const df_config *c;
-  float *S, *q, *kk, *v, *g, *f, *b, *o;
-  float *thr;
-  size_t thr_stride;
-  int T;
-} kda_job;
-
-static void l2norm(const df_kern *k, float *u, int n) {
-  float ss = k->dot(u, u, n);
-  float inv = 1.0f / sqrtf(ss + 1e-6f);
-  for (int i = 0; i < n; i++) u[i] *= inv;
-}
-
-static void kda_head_task(void *ctx, int h, int thread) {
-  const kda_job *j = ctx;
-  const df_kern *k = j->k;
-  const df_config *c = j->c;
-  int D = c->kda_head_dim;
-  size_t P = (size_t)c->kda_heads * D, off = (size_t)h * D;
-  float *scr = j->thr + (size_t)thread * j->thr_stride, *tmp = scr + D;
-  float *S = j->S + (size_t)h * D * D;
-  float expA = expf(j->y->A_log[h]), lb = c->kda_gate_lower_bound;
-  float qscale = 1.0f / sqrtf((float)D);
-  const float *dtb = j->y->dt_bias + off;
-  for (int t = 0; t < j->T; t++) {
-    size_t r = (size_t)t * P + off;
-    float *q = j->q + r, *kv = j->kk + r, *v = j->v + r, *f = j->f + r, *o = j->o + r;
-    k->silu(q, D);
-    k->silu(kv, D);
-    k->silu(v, D);
-    l2norm(k, q, D);
-    l2norm(k, kv, D);
-    for (int d = 0; d < D; d++) q[d] *= qscale;
-    for (int d = 0; d < D; d++) {
-      float x = f[d] + dtb[d];
-      tmp[d] = expA * x;
-    }
-    k->sigmoid(tmp, D);
-    for (int d = 0; d < D; d++) {
-      float g = lb * tmp[d];
-      f[d] = expf(g); /* alpha */
-    }
-    float beta = j->b[(size_t)t * c->kda_heads + h];
-    k->sigmoid(&beta, 1);
-    k->kda_step(S, q, kv, v, f, beta, o, scr, D);
-    k->rmsnorm(o, o, j->y->o_norm, D, c->eps);
-    float *g = j->g + r;
-    k->sigmoid(g, D);
-    for (int d = 0; d < D; d++) o[d] *= g[d];
-  }
-}
-
-static void kda_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, int l, int T) {
-  const df_config *c = r->m->cfg;
-  const df_kctx *kc = r->kc;
-  size_t H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
-  df_mm(kc, &y->q, s->xn, T, H, s->kq, P);
-  df_mm(kc, &y->k, s->xn, T, H, s->kk, P);
-  df_mm(kc, &y->v, s->xn, T, H, s->kv, P);
-  df_mm(kc, &y->g, s->xn, T, H, s->kg, P);
-  df_mm(kc, &y->fa, s->xn, T, H, s->kfa, (size_t)c->kda_head_dim);
-  df_mm(kc, &y->fb, s->kfa, T, (size_t)c->kda_head_dim, s->kf, P);
-  df_mm(kc, &y->b, s->xn, T, H, s->kb, (size_t)c->kda_heads);
-  conv_job cj = {.k = kc->k, .y = y, .X = {s->kq, s->kk, s->kv}, .st = s->kda_conv[l], .T = T,
-                 .P = (int)P, .K = c->kda_conv, .per = 512};
-  df_pool_run(kc->pool, 3 * (int)((P + 511) / 512), conv_task, &cj);
-  kda_job kj = {.k = kc->k, .y = y, .c = c, .S = s->kda_S[l], .q = s->kq, .kk = s->kk,
-                .v = s->kv, .g = s->kg, .f = s->kf, .b = s->kb, .o = s->ko, .thr = s->thr,
-                .thr_stride = s->thr_stride, .T = T};
-  df_pool_run(kc->pool, c->kda_heads, kda_head_task, &kj);
-  df_mm(kc, &y->o, s->ko, T, P, s->a, H);
-}
-
-/* ------------------------------------------------------------------ MLA */
-
-typedef struct {
-  const df_kern *k;
-  const df_k3_layer *y;
-  const df_config *c;
-  const float *cache, *q;
-  float *g, *o;
-  float *thr;
-  size_t thr_stride;
-  int pos0;
-} mla_job;
-
-/* One (row, head): scores against the latent cache with kv_b's key part
- * absorbed into the query, values read back through kv_b's value part. */
-static void mla_task(void *ctx, int task, int thread) {
-  const mla_job *j = ctx;
-  const df_kern *k = j->k;
-  const df_config *c = j->c;
-  int Hm = c->mla_heads, t = task / Hm, h = task % Hm;
-  int dn = c->qk_nope_dim, dr = c->qk_rope_dim, dv = c->v_head_dim, kr = c->kv_lora_rank;
-  int n = j->pos0 + t + 1;
-  size_t w = (size_t)(kr + dr);
-  float *qlat = j->thr + (size_t)thread * j->thr_stride, *olat = qlat + kr, *sc = olat + kr;
-  const float *q = j->q + (size_t)t * Hm * (dn + dr) + (size_t)h * (dn + dr);
-  int r0 = h * (dn + dv);
-  df_wmat_t(k, &j->y->kvb, r0, r0 + dn, q, qlat);
-  float scale = 1.0f / sqrtf((float)(dn + dr));
-  for (int s = 0; s < n; s++) {
-    const float *cs = j->cache + (size_t)s * w;
-    float a = k->dot(qlat, cs, kr), b = k->dot(q + dn, cs + kr, dr);
-    float sum = a + b;
-    sc[s] = sum * scale;
-  }
-  k->softmax(sc, n);
-  for (int i = 0; i < kr; i++) olat[i] = 0.0f;
-  for (int s = 0; s < n; s++) {
-    const float *cs = j->cache + (size_t)s * w;
-    float p = sc[s];
-    for (int i = 0; i < kr; i++) {
-      float x = p * cs[i];
-      olat[i] += x;
-    }
-  }
-  float *o = j->o + (size_t)t * Hm * dv + (size_t)h * dv;
-  df_wmat_rows(k, &j->y->kvb, r0 + dn, r0 + dn + dv, olat, 1, (size_t)kr, o, 1);
-  if (c->mla_output_gate) {
-    float *g = j->g + (size_t)t * Hm * dv + (size_t)h * dv; /* this task's slice */
-    k->sigmoid(g, dv);
-    for (int d = 0; d < dv; d++) o[d] *= g[d];
-  }
-}
-
-static void mla_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, int l, int T) {
-  const df_config *c = r->m->cfg;
-  const df_kctx *kc = r->kc;
-  size_t H = (size_t)c->hidden, Hm = (size_t)c->mla_heads, qr = (size_t)c->q_lora_rank;
-  size_t kr = (size_t)c->kv_lora_rank, w = kr + (size_t)c->qk_rope_dim;
-  size_t qw = Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim), ow = Hm * (size_t)c->v_head_dim;
-  df_mm(kc, &y->qa, s->xn, T, H, s->mqa, qr);
-  rms_rows(kc->k, s->mqa, s->mqa, y->qa_norm, T, (int)qr, c->eps);
-  df_mm(kc, &y->qb, s->mqa, T, qr, s->mq, qw);
-  df_mm(kc, &y->kva, s->xn, T, H, s->mc, w);
-  float *cache = s->mla[l];
-  for (int t = 0; t < T; t++) {
-    float *dst = cache + (size_t)(s->pos + t) * w, *src = s->mc + (size_t)t * w;
-    kc->k->rmsnorm(dst, src, y->kva_norm, (int)kr, c->eps);
-    memcpy(dst + kr, src + kr, sizeof(float) * (w - kr));
-  }
-  if (c->mla_output_gate) df_mm(kc, &y->mg, s->xn, T, H, s->mg, ow);
-  mla_job j = {.k = kc->k, .y = y, .c = c, .cache = cache, .q = s->mq, .g = s->mg, .o = s->mo,
-               .thr = s->thr, .thr_stride = s->thr_stride, .pos0 = s->pos};
-  df_pool_run(kc->pool, T * c->mla_heads, mla_task, &j);
-  df_mm(kc, &y->mo, s->mo, T, ow, s->a, H);
-}
-
-/* ------------------------------------------------------------------ FFN */
-
-static void gated_ffn(const df_kctx *kc, const df_config *c, const df_wmat *gate,
-                      const df_wmat *up, const df_wmat *down, const float *x, int T, float *g,
-                      float *u, float *out) {
-  size_t H = (size_t)c->hidden, I = (size_t)gate->rows;
-  df_mm(kc, gate, x, T, H, g, I);
-  df_mm(kc, up, x, T, H, u, I);
-  kc->k->situ(g, g, u, (int)(I * (size_t)T), c->situ_beta, c->situ_linear_beta);
-  df_mm(kc, down, g, T, I, out, H);
-}
-
-/* Gate-ahead prediction: layer l+1's router (sigmoid scores + correction
- * bias, top-k) applied to x, the union over the T rows handed to the store
- * as a hint for l+1. It only moves bytes: l+1 routes on its own input. */
-static void gate_ahead(const df_k3_run *r, df_k3_state *s, int l, int T, const float *x) {
-  const df_config *c = r->m->cfg;
-  const df_k3_layer *ny = &r->m->layers[l + 1];
-  size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
-  df_mm(r->kc, &ny->router, x, T, H, s->rl, E); /* rl is free once l is routed */
-  memset(s->gmark, 0, E);
-  for (int t = 0; t < T; t++) {
-    float *sc = s->rl + (size_t)t * E;
-    r->kc->k->sigmoid(sc, (int)E);
-    df_router_select(c, sc, ny->router_bias, s->gsel, s->gw);
-    for (size_t i = 0; i < K; i++) s->gmark[s->gsel[i]] = 1;
-  }
-  int n = 0;
-  for (size_t i = 0; i < E; i++)
-    if (s->gmark[i]) s->glist[n++] = (int)i;
-  df_store_hint(r->store, l + 1, s->glist, n);
-}
-
-static int moe_layer(const df_k3_run *r, df_k3_state *s, const df_k3_layer *y, int l, int T,
-                     df_err *e) {
-  const df_config *c = r->m->cfg;
-  const df_kctx *kc = r->kc;
-  const df_kern *k = kc->k;
-  size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
-  size_t Lt = (size_t)c->latent, Mi = (size_t)c->moe_inter;
-
-  /* 1-3: route every row first */
-  df_mm(kc, &y->router, s->xn, T, H, s->rl, E);
-  for (int t = 0; t < T; t++) {
-    float *sc = s->rl + (size_t)t * E;
-    k->sigmoid(sc, (int)E);
-    df_router_select(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
-  }
-  /* group (row, slot) pairs by expert, experts ascending, rows ascending */
-  memset(s->ecnt, 0, sizeof(int) * E);
-  for (size_t i = 0; i < (size_t)T * K; i++) s->ecnt[s->sel[i]]++;
-  int nu = 0;
-  s->eoff[0] = 0;
-  for (size_t x = 0; x < E; x++)
-    if (s->ecnt[x]) {
-      s->uexp[nu] = (int)x;
-      s->eoff[nu + 1] = s->eoff[nu] + s->ecnt[x];
-      s->ecnt[x] = nu++; /* now: index in uexp */
-    }
-  /* place entries with running cursors; rows come in ascending order */
-  for (int i = 0; i < nu; i++) s->ecur[i] = s->eoff[i];
-  for (size_t i = 0; i < (size_t)T * K; i++) s->eent[s->ecur[s->ecnt[s->sel[i]]]++] = (int)i;
-
-  /* the reads start now; everything up to the expert loop overlaps them */
-  if (df_store_begin(r->store, l, s->uexp, nu, T, e)) return -1;
-  int ahead = l + 1 < c->n_layers && r->m->layers[l + 1].moe && df_store_wants_hint(r->store);
-  int gin = r->gate_input;
-  if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->xn);
-  /* 8: the shared experts (only needs x) */
-  if (c->n_shared > 0)
-    gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->xn, T, s->f1, s->f2, s->ffo);
-  if (ahead && gin == DF_GATE_FROM_X_SHARED) {
-    for (size_t i = 0; i < (size_t)T * H; i++)
-      s->gx[i] = s->xin[i] + (c->n_shared > 0 ? s->ffo[i] : 0.0f);
-    rms_rows(k, s->gx, s->gx, r->m->layers[l + 1].post_norm, T, (int)H, c->eps);
-    gate_ahead(r, s, l, T, s->gx);
-  }
-
-  /* 4: latent input */
-  df_mm(kc, &y->lat_down, s->xn, T, H, s->z, Lt);
-
-  /* 5: experts as the store hands them out */
-  df_expert_layout lay;
-  df_expert_layout_of(c, &lay);
-  double t_exp = 0, t_wait = 0;
-  int n_exp = 0;
-  for (;;) {
-    int idx;
-    const uint8_t *b;
-    double tw = df_now();
-    int got = df_store_next(r->store, &idx, &b, e);
-    double tc = df_now();
-    t_wait += tc - tw;
-    if (got < 0) {
-      df_store_end(r->store);
-      return df_err_prefix(e, "layer %d: ", l);
-    }
-    if (got == 0) break;
-    int n = s->eoff[idx + 1] - s->eoff[idx];
-    const int *ent = s->eent + s->eoff[idx];
-    for (int i = 0; i < n; i++)
-      memcpy(s->eZ + (size_t)i * Lt, s->z + (size_t)(ent[i] / (int)K) * Lt, sizeof(float) * Lt);
-    df_mm_mxfp4(kc, b + lay.w1p, b + lay.w1s, (int)Mi, (int)Lt, s->eZ, n, Lt, s->eH1, Mi);
-    df_mm_mxfp4(kc, b + lay.w3p, b + lay.w3s, (int)Mi, (int)Lt, s->eZ, n, Lt, s->eH3, Mi);
-    k->situ(s->eH1, s->eH1, s->eH3, (int)(Mi * (size_t)n), c->situ_beta, c->situ_linear_beta);
-    df_mm_mxfp4(kc, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->eH1, n, Mi, s->eY, Lt);
-    for (int i = 0; i < n; i++)
-      memcpy(s->ybuf + (size_t)ent[i] * Lt, s->eY + (size_t)i * Lt, sizeof(float) * Lt);
-    t_exp += df_now() - tc;
-    n_exp++;
-  }
-  df_store_end(r->store);
-  if (T == 1) {
-    df_k3_compute *cp = r->m->comp;
-    cp->s[DF_K3_T_EXPERTS] += t_exp;
-    cp->n[DF_K3_T_EXPERTS] += (uint64_t)n_exp;
-    cp->store_wait_s += t_wait;
-    s->moe_excl = t_exp + t_wait;
-  }
-
-  /* 6: fixed order: slots are in ascending expert id */
-  for (int t = 0; t < T; t++) {
-    float *rr = s->rr + (size_t)t * Lt;
-    for (size_t d = 0; d < Lt; d++) rr[d] = 0.0f;
-    for (size_t i = 0; i < K; i++) {
-      float wgt = s->selw[(size_t)t * K + i];
-      const float *yv = s->ybuf + ((size_t)t * K + i) * Lt;
-      for (size_t d = 0; d < Lt; d++) {
-        float q = wgt * yv[d];
-        rr[d] += q;
-      }
-    }
-    if (c->latent_norm) k->rmsnorm(rr, rr, y->lat_norm, (int)Lt, c->eps);
-  }
-  /* 7-9 */
-  df_mm(kc, &y->lat_up, s->rr, T, Lt, s->routed, H);
-  if (c->n_shared > 0) {
-    for (size_t i = 0; i < (size_t)T * H; i++) s->ffo[i] = s->routed[i] + s->ffo[i];
-  } else {
-    memcpy(s->ffo, s->routed, sizeof(float) * (size_t)T * H);
-  }
-  return 0;
-}
-
-/* --------------------------------------------------------------- driver */
 
 int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, float *logits_last,
                   float *logits_all, df_err *e) {
-  const df_k3 *m = r->m;
-  const df_config *c = m->cfg;
-  const df_kctx *kc = r->kc;
-  const df_kern *k = kc->k;
-  if (T <= 0) return df_err_set(e, "forward: empty batch");
-  for (int t = 0; t < T; t++)
-    if (ids[t] < 0 || ids[t] >= c->vocab)
-      return df_err_set(e, "token id %d at batch row %d is outside the vocabulary (vocab_size %d)",
-                        ids[t], t, c->vocab);
-  if (reserve_ctx(s, s->pos + T, e)) return -1;
-  reserve(s, T);
-  reserve_thr(s, df_pool_size(kc->pool));
+  return DISPATCH(s, df_k3f32_forward(r, s->s32, ids, T, logits_last, logits_all, e),
+                  df_k3f64_forward(r, s->s64, ids, T, logits_last, logits_all, e));
+}
 
-  size_t H = (size_t)c->hidden;
-  if (df_k3_embed_rows(m, ids, T, s->h, e)) return -1;
-  int with_head = logits_all || logits_last;
-  int nS = 0, pempty = 1;
-  for (int l = 0; l < c->n_layers; l++) {
-    const df_k3_layer *y = df_k3_acquire_layer(m, l, df_k3_next_streamed(m, l, with_head), e);
-    if (!y) return -1;
-    double tl0 = df_now();
-    /* 5.1 step 1 */
-    const float *xattn = s->h;
-    if (nS > 0) {
-      attn_res(r, s, T, nS, s->h, y->attn_res_norm, y->attn_res_proj, s->xin, 0, T);
-      xattn = s->xin;
-    }
-    rms_rows(k, s->xn, xattn, y->in_norm, T, (int)H, c->eps);
-    /* step 2 (after x_attn is taken: the snapshot holds this h) */
-    if (l % c->attn_res_block == 0) {
-      memcpy(s->snaps + (size_t)nS * T * H, s->h, sizeof(float) * T * H);
-      nS++;
-      pempty = 1;
-    } else {
-      float *tmp = s->p;
-      s->p = s->h;
-      s->h = tmp;
-      pempty = 0;
-    }
-    /* step 3 */
-    if (y->kind == DF_LAYER_KDA) kda_layer(r, s, y, l, T);
-    else mla_layer(r, s, y, l, T);
-    if (pempty) {
-      float *tmp = s->p;
-      s->p = s->a;
-      s->a = tmp;
-    } else {
-      for (size_t i = 0; i < (size_t)T * H; i++) s->p[i] = s->p[i] + s->a[i];
-    }
-    double tl1 = df_now();
-    /* step 4-5 */
-    attn_res(r, s, T, nS, s->p, y->mlp_res_norm, y->mlp_res_proj, s->xin, 0, T);
-    rms_rows(k, s->xn, s->xin, y->post_norm, T, (int)H, c->eps);
-    if (y->moe) {
-      if (moe_layer(r, s, y, l, T, e)) {
-        df_k3_release(m, l);
-        return -1;
-      }
-    } else {
-      gated_ffn(kc, c, &y->gate, &y->up, &y->down, s->xn, T, s->f1, s->f2, s->ffo);
-    }
-    for (size_t i = 0; i < (size_t)T * H; i++) s->h[i] = s->p[i] + s->ffo[i];
-    if (T == 1) {
-      double tl2 = df_now();
-      df_k3_compute *cp = m->comp;
-      int ka = y->kind == DF_LAYER_KDA ? DF_K3_T_KDA : DF_K3_T_MLA;
-      int kf = y->moe ? DF_K3_T_MOE_TRUNK : DF_K3_T_DENSE;
-      cp->s[ka] += tl1 - tl0;
-      cp->n[ka]++;
-      cp->s[kf] += tl2 - tl1 - (y->moe ? s->moe_excl : 0);
-      cp->n[kf]++;
-      s->moe_excl = 0;
-    }
-    df_k3_release(m, l);
-    if (s->hook) s->hook(s->hook_ud, l, s->h, T, (int)H);
-    if (s->cancel && s->cancel(s->cancel_ud)) return DF_K3_CANCELLED;
-  }
-  /* output: AR over the snapshots + h, final norm, lm_head */
-  int t0 = logits_all ? 0 : T - 1, nt = logits_all ? T : 1;
-  if (with_head) {
-    const df_wmat *head = df_k3_acquire_head(m, df_k3_next_streamed(m, c->n_layers, 1), e);
-    if (!head) return -1;
-    double th = df_now();
-    attn_res(r, s, T, nS, s->h, m->out_res_norm, m->out_res_proj, s->xin, t0, nt);
-    rms_rows(k, s->xn + (size_t)t0 * H, s->xin + (size_t)t0 * H, m->final_norm, nt, (int)H,
-             c->eps);
-    size_t V = (size_t)c->vocab;
-    if (logits_all) {
-      df_mm(kc, head, s->xn, T, H, logits_all, V);
-      if (logits_last) memcpy(logits_last, logits_all + (size_t)(T - 1) * V, sizeof(float) * V);
-    } else {
-      df_mm(kc, head, s->xn + (size_t)t0 * H, 1, H, logits_last, V);
-    }
-    if (T == 1) {
-      m->comp->s[DF_K3_T_HEAD] += df_now() - th;
-      m->comp->n[DF_K3_T_HEAD]++;
-    }
-    df_k3_release(m, c->n_layers);
-  }
-  s->pos += T;
-  return 0;
+struct df_k3_mark {
+  df_k3f32_mark *m32; /* the precision of the state it was made for */
+  df_k3f64_mark *m64;
+};
+
+df_k3_mark *df_k3_mark_new(const df_k3_state *s) {
+  df_k3_mark *k = df_xcalloc(1, sizeof *k);
+  if (s->s64) k->m64 = df_k3f64_mark_new(s->s64);
+  else k->m32 = df_k3f32_mark_new(s->s32);
+  return k;
+}
+
+void df_k3_mark_save(df_k3_mark *k, const df_k3_state *s) {
+  if (s->s64) df_k3f64_mark_save(k->m64, s->s64);
+  else df_k3f32_mark_save(k->m32, s->s32);
+}
+
+void df_k3_mark_restore(df_k3_state *s, const df_k3_mark *k) {
+  if (s->s64) df_k3f64_mark_restore(s->s64, k->m64);
+  else df_k3f32_mark_restore(s->s32, k->m32);
+}
+
+size_t df_k3_mark_bytes(const df_k3_state *s) {
+  return DISPATCH(s, df_k3f32_mark_bytes(s->s32), df_k3f64_mark_bytes(s->s64));
+}
+
+void df_k3_mark_free(df_k3_mark *k) {
+  if (!k) return;
+  df_k3f32_mark_free(k->m32);
+  df_k3f64_mark_free(k->m64);
+  free(k);
 }

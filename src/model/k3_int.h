@@ -78,6 +78,7 @@ struct df_k3 {
   uint64_t emb_off, emb_scale_off, emb_row_bytes;
   uint8_t *emb_buf;
   int ctx_limit; /* positions admitted by the plan; 0 = max_position_embeddings */
+  int precision; /* activation bits of new states: 32 (default) or 64 */
   df_k3_stream *stream; /* NULL when every unit is resident */
   df_k3_compute *comp;  /* decode compute timers (mutable through a const model) */
 };

@@ -477,3 +477,6 @@ const char *const df_k3_compute_names[DF_K3_T_N] = {"kda", "mla", "dense_ffn", "
                                                     "routed_expert", "head"};
 
 void df_k3_compute_get(const df_k3 *m, df_k3_compute *out) { *out = *m->comp; }
+
+void df_k3_set_precision(df_k3 *m, int bits) { m->precision = bits == 64 ? 64 : 32; }
+int df_k3_precision(const df_k3 *m) { return m->precision == 64 ? 64 : 32; }

@@ -11,5 +11,8 @@
  * the top_k chosen experts in ascending id order, w their weights (same
  * order). */
 void df_router_select(const df_config *c, const float *sc, const float *bias, int *ids, float *w);
+/* The same choice on float64 scores (--precision f64). */
+void df_router_select64(const df_config *c, const double *sc, const float *bias, int *ids,
+                        double *w);
 
 #endif

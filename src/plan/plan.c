@@ -13,18 +13,23 @@
 #define CTX_MIN 1024        /* an automatic context is never shrunk below this */
 #define THREADS_BOUND 64    /* per-thread scratch is budgeted for this many threads */
 
+/* A float64 state (--precision f64) is twice an fp32 one. */
+static uint64_t state_of(const df_plan_in *in, int ctx) {
+  return df_plan_state_bytes(in->cfg, ctx) * (in->f64 ? 2 : 1);
+}
+
 /* What the kept conversation states can take for a context of ctx. */
 static uint64_t reuse_of(const df_plan_in *in, int ctx) {
   if (!in->reuse_bytes) return 0;
   if (in->reuse_states <= 0) return in->reuse_bytes;
-  uint64_t one = df_plan_state_bytes(in->cfg, ctx) + 4 * (uint64_t)in->cfg->vocab;
+  uint64_t one = state_of(in, ctx) + 4 * (uint64_t)in->cfg->vocab;
   uint64_t all = (uint64_t)in->reuse_states * one;
   return all < in->reuse_bytes ? all : in->reuse_bytes;
 }
 
 /* Per-sequence memory: the live state and the kept ones. */
 static uint64_t seq_bytes(const df_plan_in *in, int ctx) {
-  return df_plan_state_bytes(in->cfg, ctx) + reuse_of(in, ctx);
+  return state_of(in, ctx) + reuse_of(in, ctx);
 }
 
 uint64_t df_plan_state_bytes(const df_config *c, int ctx) {
@@ -79,7 +84,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   p->embed_row_bytes = in->embed_row_bytes;
   p->fixed_bytes = in->fixed_bytes;
   int rows = in->max_rows > 0 ? in->max_rows : 1;
-  p->scratch_bytes = df_plan_scratch_bytes(c, rows);
+  p->scratch_bytes = df_plan_scratch_bytes(c, rows) * (in->f64 ? 2 : 1);
   uint64_t inflight = (uint64_t)rows * (uint64_t)c->top_k;
   if (inflight > (uint64_t)c->n_experts) inflight = (uint64_t)c->n_experts;
   p->expert_min_bytes = c->first_k_dense < c->n_layers ? inflight * in->expert_record_bytes : 0;
@@ -181,7 +186,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
                         "for %d positions %.2f MB%s, stream ring %.2f MB, experts in flight %.2f MB, "
                         "scratch %.2f MB, small tensors %.2f MB%s%s); raise --mem-limit, lower "
                         "--ctx or --prefill-chunk%s%s",
-                        mb(M), mb(least), least, ctx, mb(df_plan_state_bytes(c, ctx)),
+                        mb(M), mb(least), least, ctx, mb(state_of(in, ctx)),
                         kept,
                         mb(lring), mb(p->expert_min_bytes),
                         mb(p->scratch_bytes), mb(p->fixed_bytes),
@@ -212,7 +217,7 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
     p->ring_bytes = (uint64_t)p->ring_slots * nslot;
   }
   p->ctx = ctx;
-  p->state_bytes = df_plan_state_bytes(c, ctx);
+  p->state_bytes = state_of(in, ctx);
   p->reuse_bytes = reuse_of(in, ctx);
   for (int u = 0; u < in->nunits; u++) {
     if (p->resident[u]) {

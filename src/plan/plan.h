@@ -48,6 +48,7 @@ typedef struct df_plan_in {
                                 * take at most this; 0 = none kept */
   int reuse_states;            /* and at most this many, each a state for ctx positions plus
                                 * its logits (0 = no count limit) */
+  int f64;                     /* float64 activations (--precision f64): state and scratch x2 */
 } df_plan_in;
 
 typedef struct df_plan {

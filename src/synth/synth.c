@@ -86,7 +86,7 @@ int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
   c->hidden = p->hidden;
   c->n_layers = layers;
   c->vocab = n_ranks + 256;
-  c->eps = 1e-5f;
+  c->eps = 1e-5;
   c->bos_id = n_ranks;
   c->eos_id = n_ranks + 2;
   c->pad_id = n_ranks + 255;

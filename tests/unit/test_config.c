@@ -88,7 +88,7 @@ static void check_tiny(const df_config *c) {
   assert_int_equal(c->hidden, 64);
   assert_int_equal(c->n_layers, 6);
   assert_int_equal(c->vocab, 300);
-  assert_true(c->eps == 1e-5f);
+  assert_true(c->eps == 1e-5);
   assert_int_equal(c->bos_id, 256);
   assert_int_equal(c->eos_id, 258);
   assert_int_equal(c->pad_id, 299);
@@ -426,7 +426,7 @@ static void test_to_json_roundtrip(void **st) {
   free(js);
 
   /* odd values and flags survive too */
-  c.eps = 3.3e-7f;
+  c.eps = 3.3e-7; /* a double, as parsed: written with 9 digits, it reads back exactly */
   c.routed_scale = 2.5f;
   c.situ_beta = 0.1f;
   c.kda_gate_lower_bound = -4.75f;
@@ -511,7 +511,7 @@ static void check_k3_release(const df_config *c) {
   assert_int_equal(c->hidden, 7168);
   assert_int_equal(c->n_layers, 93);
   assert_int_equal(c->vocab, 163840);
-  assert_true(c->eps == 1e-5f);
+  assert_true(c->eps == 1e-5);
   assert_int_equal(c->bos_id, 163584);
   assert_int_equal(c->eos_id, 163586);
   assert_int_equal(c->pad_id, 163839);

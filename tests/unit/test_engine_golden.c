@@ -16,7 +16,14 @@
  * Measured on the tiny preset over 18 seeds/prompts: logits 0.7e-6 .. 5.8e-6
  * of the largest |logit|; hidden 0.4e-6 at layer 0 growing to at most
  * 2.4e-5 at layer 7 (of 8). The tolerances leave >= 3x headroom at the
- * worst layer and ~9x on the logits. */
+ * worst layer and ~9x on the logits.
+ *
+ * --precision f64 is compared too, with the tolerances of float64: its
+ * only difference from the reference is the fp32 the API hands out (a
+ * rounding of at most 2^-24 of each value), so logits and every layer's h
+ * must agree to F64_TOL of their scale at every depth, and greedy ids for
+ * every step down to a margin of F64_MARGIN_MIN. An fp32 step left inside the
+ * float64 path (an fp32 constant, a narrowed buffer) is ~1e-6 and fails. */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -39,6 +46,8 @@
 #define LOGIT_TOL 5e-5
 #define HIDDEN_TOL_PER_LAYER 1e-5
 #define MARGIN_MIN 1e-3
+#define F64_TOL 2e-7
+#define F64_MARGIN_MIN 1e-6
 
 static char tmpdir[256];
 
@@ -57,12 +66,13 @@ static char *make_model(const char *name, unsigned long long seed, const char *p
   return dir;
 }
 
-static df_engine *open_engine(const char *dir, int threads) {
+static df_engine *open_engine(const char *dir, int threads, int f64) {
   df_engine_opts o;
   df_engine_opts_default(&o);
   o.model_dir = dir;
   o.threads = threads;
   o.kernels_scalar = 1;
+  o.f64 = f64;
   df_engine *en;
   df_err e;
   if (df_engine_open(&en, &o, &e)) fail_msg("engine open: %s", e.msg);
@@ -82,8 +92,11 @@ static void hook(void *ud, int layer, const float *h, int T, int H) {
 static double jnum(const json_t *v) { return json_number_value(v); }
 
 /* Compares one reference result (k3_ref.py's JSON) with the engine. */
-static void compare(const char *label, const char *model, const json_t *ref) {
-  df_engine *en = open_engine(model, 2);
+static void compare1(const char *label0, const char *model, const json_t *ref, int f64) {
+  char label[300];
+  snprintf(label, sizeof label, "%s%s", label0, f64 ? " f64" : "");
+  double logit_tol = f64 ? F64_TOL : LOGIT_TOL, margin_min = f64 ? F64_MARGIN_MIN : MARGIN_MIN;
+  df_engine *en = open_engine(model, 2, f64);
   const df_config *c = df_engine_config(en);
   const json_t *jp = json_object_get(ref, "prompt_ids");
   assert_true(json_is_array(jp));
@@ -111,8 +124,8 @@ static void compare(const char *label, const char *model, const json_t *ref) {
   printf("[ %s ] logits: max abs err %.3g (max |logit| %.3g, %.3g of it), max rel err %.3g "
          "(elements below 1%% of the scale measured against 1%% of it)\n",
          label, maxabs, scale, maxabs / scale, maxrel);
-  if (maxabs > LOGIT_TOL * scale)
-    fail_msg("%s: logits max abs err %.3g > %.3g x %.3g", label, maxabs, LOGIT_TOL, scale);
+  if (maxabs > logit_tol * scale)
+    fail_msg("%s: logits max abs err %.3g > %.3g x %.3g", label, maxabs, logit_tol, scale);
 
   const json_t *jh = json_object_get(ref, "hidden");
   if (jh) {
@@ -132,9 +145,9 @@ static void compare(const char *label, const char *model, const json_t *ref) {
         }
       }
       if (d / m > worst) worst = d / m, worst_l = l;
-      if (d > (l + 1) * HIDDEN_TOL_PER_LAYER * m)
-        fail_msg("%s: layer %d hidden max abs err %.3g > %.3g x max |h| %.3g", label, l, d,
-                 (l + 1) * HIDDEN_TOL_PER_LAYER, m);
+      double tol = f64 ? F64_TOL : (l + 1) * HIDDEN_TOL_PER_LAYER;
+      if (d > tol * m)
+        fail_msg("%s: layer %d hidden max abs err %.3g > %.3g x max |h| %.3g", label, l, d, tol, m);
     }
     printf("[ %s ] hidden states: worst layer %d, max abs err %.3g of that layer's max |h|\n",
            label, worst_l, worst);
@@ -157,9 +170,9 @@ static void compare(const char *label, const char *model, const json_t *ref) {
     for (int i = 0; i < ng; i++) {
       assert_int_equal(out[i], (int)json_integer_value(json_array_get(jg, i)));
       checked++;
-      if (jm && jnum(json_array_get(jm, i)) < MARGIN_MIN) {
+      if (jm && jnum(json_array_get(jm, i)) < margin_min) {
         printf("[ %s ] step %d: reference margin %.3g < %.0e, later steps not compared\n", label,
-               i, jnum(json_array_get(jm, i)), MARGIN_MIN);
+               i, jnum(json_array_get(jm, i)), margin_min);
         break;
       }
     }
@@ -173,6 +186,12 @@ static void compare(const char *label, const char *model, const json_t *ref) {
   df_engine_close(en);
 }
 
+/* fp32 with its tolerances, then float64 with its own. */
+static void compare(const char *label, const char *model, const json_t *ref) {
+  compare1(label, model, ref, 0);
+  compare1(label, model, ref, 1);
+}
+
 /* A fresh model and prompt through the reference, live. */
 static void test_live_reference(void **st) {
   (void)st;
@@ -180,7 +199,7 @@ static void test_live_reference(void **st) {
   if (!src) fail_msg("DF_SRC is not set (run through ctest)");
   char *model = make_model("live", 424242, "tiny");
   /* a prompt no golden uses: ids from a fixed LCG over the vocabulary */
-  df_engine *en = open_engine(model, 1);
+  df_engine *en = open_engine(model, 1, 0);
   int V = df_engine_config(en)->vocab;
   df_engine_close(en);
   char ids[256] = "";

@@ -324,12 +324,81 @@ static void test_threads(void **st) {
   free(Yk), free(W), free(P), free(S), free(X);
 }
 
+/* The float64 table (--precision f64): the same loops on doubles, so the
+ * same gamma_k bound with u = 2^-53 against long double sums; elementwise
+ * functions within 1e-14; KDA against the double recurrence above within
+ * 1e-12; df_mm64 over 1-3 threads bit-identical. Catches a float left in
+ * the float64 loops (a float temporary is ~1e-7, far outside). */
+static void check_bound64(double got, long double exact, long double abssum, int n) {
+  long double bound = ((long double)n / 16 + 6) * ldexpl(1.0L, -53) * abssum + 1e-300L;
+  if (fabsl((long double)got - exact) > bound)
+    fail_msg("f64: got %.17g exact %.20Lg |err| %.3Lg > bound %.3Lg (n=%d)", got, exact,
+             fabsl((long double)got - exact), bound, n);
+}
+
+static void test_scalar64(void **st) {
+  (void)st;
+  const df_kern64 *k = df_kern_scalar64();
+  int R = 19, C = 96, T = 3, G = C / 32;
+  uint16_t *W = malloc(sizeof *W * R * C);
+  uint8_t *P = malloc((size_t)R * C / 2), *S = malloc((size_t)R * G);
+  double *X = malloc(sizeof *X * T * C), *Y = malloc(sizeof *Y * T * R), *Ym = malloc(sizeof *Ym * T * R);
+  for (int i = 0; i < R * C; i++) W[i] = to_bf16(frand() * 3);
+  for (int i = 0; i < R * C / 2; i++) P[i] = (uint8_t)irand(256);
+  for (int i = 0; i < R * G; i++) S[i] = (uint8_t)(110 + irand(30));
+  for (int i = 0; i < T * C; i++) X[i] = (double)frand() + (double)frand() * 1e-9; /* not fp32 */
+  k->gemm_bf16(W, C, 0, R, X, T, C, Y, R);
+  k->gemm_mxfp4(P, S, C, 0, R, X, T, C, Ym, R);
+  for (int t = 0; t < T; t++)
+    for (int r = 0; r < R; r++) {
+      long double ex = 0, as = 0, em = 0, am = 0;
+      for (int i = 0; i < C; i++) {
+        long double w = bf16_d(W[r * C + i]), x = X[t * C + i];
+        uint8_t by = P[r * C / 2 + i / 2];
+        long double wm = e2m1_d((i & 1) ? by >> 4 : by & 15) * ldexp(1, S[r * G + i / 32] - 127);
+        ex += w * x, as += fabsl(w * x), em += wm * x, am += fabsl(wm * x);
+      }
+      check_bound64(Y[t * R + r], ex, as, C);
+      check_bound64(Ym[t * R + r], em, am, C);
+    }
+  /* elementwise */
+  double a[8], b[8], o[8];
+  for (int i = 0; i < 8; i++) a[i] = 3 * frand(), b[i] = 30 * frand();
+  memcpy(o, a, sizeof a);
+  k->sigmoid(o, 8);
+  for (int i = 0; i < 8; i++) assert_true(fabs(o[i] - 1 / (1 + exp(-a[i]))) < 1e-14);
+  k->situ(o, a, b, 8, 4.0, 25.0);
+  for (int i = 0; i < 8; i++) {
+    double want = 4 * tanh(a[i] / 4) / (1 + exp(-a[i])) * 25 * tanh(b[i] / 25);
+    assert_true(fabs(o[i] - want) < 1e-14 * (1 + fabs(want)));
+  }
+  float w1[8];
+  for (int i = 0; i < 8; i++) w1[i] = 1.0f + 0.25f * (float)i;
+  k->rmsnorm(o, a, w1, 8, 1e-5);
+  double ms = 0;
+  for (int i = 0; i < 8; i++) ms += a[i] * a[i] / 8;
+  for (int i = 0; i < 8; i++) assert_true(fabs(o[i] - a[i] / sqrt(ms + 1e-5) * w1[i]) < 1e-14);
+  /* threads split rows only */
+  df_wmat M = {.kind = DF_W_BF16, .rows = R, .cols = C, .w = W};
+  double *Yt = malloc(sizeof *Yt * T * R);
+  for (int n = 1; n <= 3; n++) {
+    df_pool *pool = df_pool_create(n);
+    df_kctx kc = {.k = df_kern_scalar(), .k64 = k, .pool = pool};
+    df_mm64(&kc, &M, X, T, C, Yt, R);
+    assert_memory_equal(Yt, Y, sizeof *Y * T * R);
+    df_mm_mxfp4_64(&kc, P, S, R, C, X, T, C, Yt, R);
+    assert_memory_equal(Yt, Ym, sizeof *Ym * T * R);
+    df_pool_destroy(pool);
+  }
+  free(W), free(P), free(S), free(X), free(Y), free(Ym), free(Yt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_bf16),   cmocka_unit_test(test_gemm_f32_i8),
       cmocka_unit_test(test_gemm_mxfp4),  cmocka_unit_test(test_gemv_t),
       cmocka_unit_test(test_elementwise), cmocka_unit_test(test_kda_step),
-      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_threads),     cmocka_unit_test(test_scalar64),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
