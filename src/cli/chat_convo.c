@@ -308,12 +308,16 @@ int df_convo_say(df_convo *c, const char *text, size_t len, const df_gen_opts *g
   t->decode_s = st.decode_s;
   t->expert_bytes = st.expert_bytes_read;
   int chunk = go->prefill_chunk > 0 ? go->prefill_chunk : (n - start > 0 ? n - start : 1);
-  uint64_t passes = (uint64_t)((st.n_prefilled + chunk - 1) / chunk) +
-                    (uint64_t)(nout > 1 ? nout - 1 : 0);
+  uint64_t passes = (uint64_t)((st.n_prefilled + chunk - 1) / chunk) + (uint64_t)st.n_passes;
   t->spine_bytes = st.spine_bytes_per_token * passes;
   t->spine_stream_bytes = df_engine_spine_stream_bytes(c->en, NULL) - sp0;
   t->cache_hits = h1 - h0;
   t->cache_requests = r1 - r0;
+  t->n_verify = st.n_verify;
+  t->n_drafted = st.n_drafted;
+  t->n_accepted = st.n_accepted;
+  t->n_rollback = st.n_rollback;
+  t->n_passes = st.n_passes;
   if (rc || (st.finish == DF_FINISH_CANCEL && nout == 0)) {
     c->live_ok = 0;
     json_array_remove(c->msgs, nm);

@@ -34,6 +34,9 @@ typedef struct df_convo_turn {
   uint64_t spine_bytes;        /* dense weight bytes the passes touched */
   uint64_t spine_stream_bytes; /* of the spine, read from the drives (streamed layers) */
   uint64_t cache_hits, cache_requests; /* expert cache */
+  /* speculation (--draft): verify blocks, drafts proposed and accepted,
+   * rollbacks, decode passes */
+  int n_verify, n_drafted, n_accepted, n_rollback, n_passes;
   int positions;               /* positions the session holds afterwards */
 } df_convo_turn;
 

@@ -38,7 +38,8 @@ void df_cmd_chat_help(void) {
       "far stays in the conversation; stopped while the prompt is read, the message\n"
       "is dropped); Ctrl-C at an empty prompt twice, Ctrl-D or /quit exits.\n"
       "Without a terminal it reads one message (or command) per line and prints\n"
-      "plain text: the folded think line, then the answer.\n"
+      "plain text: the folded think line, then the answer. With --draft auto (an\n"
+      "engine option) replies are speculated as run and serve do, the same ids.\n"
       "\n"
       "commands:\n"
       "  /reset          start over (the system prompt stays)\n"
@@ -330,7 +331,7 @@ static in_kind read_message(input *in, df_sbuf *msg) {
 
 /* ------------------------------------------------------------ commands */
 
-static void print_stats(const df_convo_turn *t, int have) {
+static void print_stats(df_engine *en, const df_convo_turn *t, int have) {
   if (!have) {
     printf("no turn yet\n");
     return;
@@ -349,6 +350,12 @@ static void print_stats(const df_convo_turn *t, int have) {
          t->cache_requests ? 100.0 * (double)t->cache_hits / (double)t->cache_requests : 0.0);
   printf("spine    %.1f MB touched, %.1f MB streamed from the drives\n", t->spine_bytes / 1e6,
          t->spine_stream_bytes / 1e6);
+  int kmax;
+  const char *draft = df_engine_draft(en, &kmax);
+  if (strcmp(draft, "off"))
+    printf("draft    %s, K %d: %d blocks, %d of %d drafts accepted, %d rollbacks, %d decode "
+           "passes for %d tokens\n", draft, kmax, t->n_verify, t->n_accepted, t->n_drafted,
+           t->n_rollback, t->n_passes, t->n_gen);
   printf("context  %d positions held\n", t->positions);
 }
 
@@ -373,12 +380,13 @@ static const char *arg_of(const char *msg, const char *cmd) {
 
 /* 1: quit; 0: handled. Messages about the command go to stderr, what the
  * user asked to see (help, stats) to stdout. */
-static int command(df_convo *c, const char *msg, const df_convo_turn *last, int have_last) {
+static int command(df_engine *en, df_convo *c, const char *msg, const df_convo_turn *last,
+                   int have_last) {
   const char *a;
   df_err e;
   if (!strcmp(msg, "/quit") || !strcmp(msg, "/exit")) return 1;
   if (!strcmp(msg, "/help") || !strcmp(msg, "/?")) print_help();
-  else if (!strcmp(msg, "/stats")) print_stats(last, have_last);
+  else if (!strcmp(msg, "/stats")) print_stats(en, last, have_last);
   else if (!strcmp(msg, "/reset")) {
     df_convo_clear(c);
     fprintf(stderr, "[conversation cleared]\n");
@@ -490,7 +498,7 @@ int df_cmd_chat(int argc, char **argv) {
     if (!*text) continue;
     input_remember(&in, text);
     if (text[0] == '/' && text[1] != '/') {
-      if (command(c, text, &last, have_last)) break;
+      if (command(en, c, text, &last, have_last)) break;
       continue;
     }
     if (text[0] == '/') text++;

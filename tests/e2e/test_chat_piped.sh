@@ -9,6 +9,8 @@
 #    when the whole rendering extends those ids, else the previous prompt
 #    (both happen here), computed from run's ids; prompt = reused +
 #    prefilled, prompt being the length run renders the conversation to;
+#  - with speculation (--draft ngram: blocks verified, rolled back) the same
+#    replies and the same reuse;
 #  - /save writes the conversation as OpenAI messages (the same JSON the test
 #    builds from run's replies), `deltafin template` reads it, and /load in a
 #    fresh process continues it with the same reply, prefilled in full.
@@ -53,21 +55,24 @@ expect() { # FILE SHOW
     (if $show == 1 and .reasoning != "" then .reasoning + "\n" else "" end) +
     "[thought for \($n) tokens]\n" + .text + "\n"' "$1"
 }
-for show in 1 0; do
+for v in 1 0 spec; do
+  show=$([ $v = 0 ] && echo 0 || echo 1)
   flag=$([ $show = 1 ] && echo --show-reasoning || true)
-  { expect "$T/r1.json" $show; expect "$T/r2.json" $show; expect "$T/r3.json" $show; } >"$T/want$show"
+  # speculation (drafts verified in blocks, rollbacks) must give the same ids
+  [ $v = spec ] && flag="$flag --draft ngram --draft-max 4"
+  { expect "$T/r1.json" $show; expect "$T/r2.json" $show; expect "$T/r3.json" $show; } >"$T/want$v"
   printf '%s\n/load %s\n/bogus\n%s\n%s\n/save %s\n' "$U1" "$T/missing.json" "$U2" "$U3" \
-    "$T/saved$show.json" | chat $flag >"$T/got$show" 2>"$T/err$show" || fail "chat exited $?: $(cat "$T/err$show")"
-  cmp -s "$T/want$show" "$T/got$show" ||
+    "$T/saved$v.json" | chat $flag >"$T/got$v" 2>"$T/err$v" || fail "chat exited $?: $(cat "$T/err$v")"
+  cmp -s "$T/want$v" "$T/got$v" ||
     fail "chat $flag replies differ from run --chat on the whole conversation:
 --- run
-$(cat "$T/want$show")
+$(cat "$T/want$v")
 --- chat
-$(cat "$T/got$show")"
-  grep -q "missing.json" "$T/err$show" || fail "no error for /load of a missing file: $(cat "$T/err$show")"
-  grep -q "unknown command '/bogus'" "$T/err$show" || fail "no error for /bogus: $(cat "$T/err$show")"
+$(cat "$T/got$v")"
+  grep -q "missing.json" "$T/err$v" || fail "no error for /load of a missing file: $(cat "$T/err$v")"
+  grep -q "unknown command '/bogus'" "$T/err$v" || fail "no error for /bogus: $(cat "$T/err$v")"
 done
-pass "three turns equal run --chat on each whole conversation (with and without --show-reasoning)"
+pass "three turns equal run --chat on each whole conversation (with and without --show-reasoning, with --draft ngram)"
 
 jq -S . "$T/c4.json" >"$T/c4s.json"
 jq -S . "$T/saved1.json" >"$T/saveds.json"
@@ -77,10 +82,18 @@ cmp -s "$T/c4s.json" "$T/saveds.json" || fail "/save wrote $(cat "$T/saved1.json
 pass "/save writes the conversation as OpenAI messages, and template reads it"
 
 # /stats after each turn: computed from run's ids, never from chat's own output
-printf '%s\n/stats\n%s\n/stats\n%s\n/stats\n' "$U1" "$U2" "$U3" | chat >"$T/st" 2>/dev/null ||
-  fail "chat with /stats exited $?"
+# (also with speculation: a rolled-back block must leave the state where plain
+# decoding would, or the next turn could not continue from it)
+for spec in "" "--draft ngram --draft-max 4"; do
+# shellcheck disable=SC2086
+printf '%s\n/stats\n%s\n/stats\n%s\n/stats\n' "$U1" "$U2" "$U3" | chat $spec >"$T/st" 2>/dev/null ||
+  fail "chat $spec with /stats exited $?"
 grep '^tokens ' "$T/st" >"$T/tok"
 [ "$(wc -l <"$T/tok")" -eq 3 ] || fail "expected three /stats: $(cat "$T/st")"
+if [ -n "$spec" ]; then
+  grep '^draft ' "$T/st" | grep -q -v ': 0 blocks' || fail "no turn drafted anything (test too weak): $(grep '^draft' "$T/st")"
+  grep '^draft ' "$T/st" | grep -q -v ', 0 rollbacks' || fail "no block was rolled back (test too weak)"
+fi
 live_turns=0
 for turn in 1 2 3; do
   line=$(sed -n "${turn}p" "$T/tok")
@@ -103,11 +116,12 @@ for turn in 1 2 3; do
   fi
   want="tokens   prompt $P = $R reused + $((P - R)) prefilled; reply $G ("
   case "$line" in "$want"*) ;; *) fail "turn $turn: /stats says '$line', want '$want...'" ;; esac
-  echo "     turn $turn: $(echo "$line" | cut -c10-)"
+  echo "     turn $turn${spec:+ ($spec)}: $(echo "$line" | cut -c10-)"
 done
 # the prompts are chosen so that one follow-up extends the live state: the
 # reuse this test is about, not only the fallback
 [ $live_turns -ge 1 ] || fail "no turn continued from the live state (change the prompts)"
+done
 pass "follow-ups prefill only what the kept states do not cover"
 
 # a fresh process: /load the first two turns, then the third message
