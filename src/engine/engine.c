@@ -47,6 +47,11 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   df_plan_in in;
   df_k3_plan_input(en->model, &in);
   in.f64 = o->f64;
+  if (o->draft && strcmp(o->draft, "off")) {
+    in.spec_bytes = df_plan_state_bytes(&en->cfg, 0) * (o->f64 ? 2 : 1) +
+                    sizeof(float) * (DF_DRAFT_MAX + 1) * (uint64_t)en->cfg.vocab;
+    in.spec_self = !strcmp(o->draft, "self");
+  }
   if (o->mem_limit) {
     in.mem_limit = o->mem_limit;
     snprintf(en->mem_src, sizeof en->mem_src, "--mem-limit");
