@@ -515,8 +515,14 @@ int df_cmd_chat(int argc, char **argv) {
     g_sigint = 0;
     df_convo_turn t;
     int bad = df_convo_say(c, text, strlen(text), &o, &t, &e);
-    if (!t.dropped && !bad) view_finish(&v);
-    else clear_status(&v), fflush(stdout);
+    if (!t.dropped && !bad) {
+      view_finish(&v);
+    } else { /* nothing to fold or end: only leave the terminal tidy */
+      clear_status(&v);
+      set_dim(&v, 0);
+      if (!v.last_nl) out(&v, "\n", 1);
+      fflush(stdout);
+    }
     df_chat_parser_free(v.parser);
     v.parser = NULL;
     if (bad) {
