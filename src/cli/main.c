@@ -18,6 +18,7 @@ static const df_cmd cmds[] = {
     {"make-model", "generate a K3-layout checkpoint from a seed", df_cmd_make_model,
      df_cmd_make_model_help},
     {"run", "generate text", df_cmd_run, df_cmd_run_help},
+    {"chat", "a multi-turn conversation in the terminal", df_cmd_chat, df_cmd_chat_help},
     {"eval", "perplexity of a model on a text file", df_cmd_eval, df_cmd_eval_help},
     {"convert-spine", "write the row-int8 copy of the spine", df_cmd_convert_spine,
      df_cmd_convert_spine_help},

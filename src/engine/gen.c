@@ -108,6 +108,9 @@ static void auto_decide(spec_auto *a, int timed) {
 }
 
 static int decode(gen *g, df_err *e) {
+  /* --max-new 0 (a prompt's ids only): the first id below would already be
+   * one past the buffer and past the limit emit() checks */
+  if (g->o->max_new <= 0) return 0;
   df_session *s = g->s;
   df_engine *en = s->en;
   const df_gen_opts *o = g->o;
