@@ -14,6 +14,7 @@
 #include "setup/install.h"
 #include "setup/reclock.h"
 #include "setup/fetcher_int.h"
+#include "setup/hub.h"
 
 /* ---- fetch-ahead: speculative fetches for the store's predictors ----
  * A bounded queue of predicted records and AHEAD_CONNS workers with their own
@@ -157,6 +158,7 @@ static void *ahead_worker(void *arg) {
 }
 
 void df_fetcher_set_ahead(df_fetcher *f, int on) {
+  if (on && df_hub_offline()) on = 0; /* no request at all, not even a guess */
   if (on && !f->nathr) {
     char *tok = df_setup_token();
     /* a guess is not worth long retries: one, soon, and a shorter stall */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -230,20 +231,41 @@ char *df_hub_endpoint(const char *override) {
   return s;
 }
 
-char *df_hub_cache_snapshot(const char *repo, const char *commit) {
-  const char *hub = getenv("HF_HUB_CACHE");
-  char *base;
-  if (hub && *hub) base = df_xstrdup(hub);
-  else {
-    const char *home = getenv("HF_HOME");
-    if (home && *home) base = df_path_join(home, "hub");
-    else {
-      const char *h = getenv("HOME");
-      char *c = df_path_join(h && *h ? h : "/", ".cache/huggingface");
-      base = df_path_join(c, "hub");
-      free(c);
-    }
+/* ---- the hub's environment (as huggingface_hub reads it) ---- */
+
+int df_hub_env_bool(const char *name) {
+  const char *v = getenv(name);
+  if (!v) return 0;
+  static const char *yes[] = {"1", "ON", "YES", "TRUE"};
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+    if (!strcasecmp(v, yes[i])) return 1;
+  return 0;
+}
+
+int df_hub_offline(void) { return df_hub_env_bool("HF_HUB_OFFLINE"); }
+
+char *df_hub_home(void) {
+  const char *home = getenv("HF_HOME");
+  if (home && *home) return df_xstrdup(home);
+  const char *xdg = getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return df_path_join(xdg, "huggingface");
+  const char *h = getenv("HOME");
+  return df_path_join(h && *h ? h : "/", ".cache/huggingface");
+}
+
+char *df_hub_cache_dir(void) {
+  /* HUGGINGFACE_HUB_CACHE is the older name the hub's tools still honour */
+  const char *names[] = {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"};
+  for (int i = 0; i < 2; i++) {
+    const char *v = getenv(names[i]);
+    if (v && *v) return df_xstrdup(v);
   }
+  char *home = df_hub_home(), *c = df_path_join(home, "hub");
+  free(home);
+  return c;
+}
+
+char *df_hub_cache_repo(const char *repo) {
   size_t n = strlen(repo) + 16;
   char *folder = df_xmalloc(n);
   snprintf(folder, n, "models--%s", repo);
@@ -254,14 +276,32 @@ char *df_hub_cache_snapshot(const char *repo, const char *commit) {
       p[1] = '-';
       p++;
     }
-  char *a = df_path_join(base, folder);
-  char *b = df_path_join(a, "snapshots");
-  char *c = df_path_join(b, commit);
+  char *base = df_hub_cache_dir(), *a = df_path_join(base, folder);
   free(base);
   free(folder);
+  return a;
+}
+
+static char *repo_sub(const char *repo, const char *sub, const char *leaf) {
+  char *a = df_hub_cache_repo(repo), *b = df_path_join(a, sub), *c = df_path_join(b, leaf);
   free(a);
   free(b);
   return c;
+}
+
+char *df_hub_cache_snapshot(const char *repo, const char *commit) {
+  return repo_sub(repo, "snapshots", commit);
+}
+
+char *df_hub_cache_blob(const char *repo, const df_hub_file *f) {
+  const char *etag = f->lfs ? f->sha256 : f->blob_id;
+  if (!*etag) return NULL;
+  return repo_sub(repo, "blobs", etag);
+}
+
+char *df_hub_cache_ref(const char *repo, const char *rev) {
+  if (!df_hub_name_valid(rev)) return NULL;
+  return repo_sub(repo, "refs", rev);
 }
 
 /* ---- checksums ---- */

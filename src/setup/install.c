@@ -9,6 +9,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -24,14 +25,21 @@
 #include "store/pack.h"
 
 char *df_setup_token(void) {
-  const char *t = getenv("HF_TOKEN");
-  if (t && *t) return df_xstrdup(t);
+  /* As huggingface_hub: with implicit tokens disabled, reads send none. */
+  if (df_hub_env_bool("HF_HUB_DISABLE_IMPLICIT_TOKEN")) return NULL;
+  const char *envs[] = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"};
+  for (int i = 0; i < 2; i++) {
+    const char *t = getenv(envs[i]);
+    if (t && *t) return df_xstrdup(t);
+  }
   char *path = NULL;
-  const char *tp = getenv("HF_TOKEN_PATH"), *home = getenv("HF_HOME"), *h = getenv("HOME");
+  const char *tp = getenv("HF_TOKEN_PATH");
   if (tp && *tp) path = df_xstrdup(tp);
-  else if (home && *home) path = df_path_join(home, "token");
-  else if (h && *h) path = df_path_join(h, ".cache/huggingface/token");
-  if (!path) return NULL;
+  else {
+    char *home = df_hub_home();
+    path = df_path_join(home, "token");
+    free(home);
+  }
   char *buf = NULL;
   size_t len = 0;
   df_err e;
@@ -246,17 +254,21 @@ static int copy_in(const char *src, const char *dest, df_err *e) {
   return rc;
 }
 
-/* Looks for a verified copy of f in the local folder or the hub cache. */
+/* Looks for a verified copy of f in the local folder or the hub cache: its
+ * snapshot of this commit, else its blob store, where a file is named by its
+ * content (LFS sha256 or git blob id) whatever commit brought it, so a new
+ * commit with the same files finds them all. */
 static int try_reuse(const df_setup_opts *o, const state *s, const df_hub_file *f, const char *dest,
                      int *reused, df_err *e) {
   *reused = 0;
-  char *cands[2] = {NULL, NULL};
+  char *cands[3] = {NULL, NULL, NULL};
   if (o->from_dir) cands[0] = df_path_join(o->from_dir, f->name);
   char *snap = df_hub_cache_snapshot(s->repo, s->commit);
   cands[1] = df_path_join(snap, f->name);
   free(snap);
+  cands[2] = df_hub_cache_blob(s->repo, f);
   int rc = 0;
-  for (int i = 0; i < 2 && !*reused; i++) {
+  for (int i = 0; i < 3 && !*reused; i++) {
     struct stat st;
     if (!cands[i] || stat(cands[i], &st) || (uint64_t)st.st_size != f->size) continue;
     df_err ve;
@@ -271,8 +283,7 @@ static int try_reuse(const df_setup_opts *o, const state *s, const df_hub_file *
     df_log_info("reused %s (verified)", cands[i]);
     *reused = 1;
   }
-  free(cands[0]);
-  free(cands[1]);
+  for (int i = 0; i < 3; i++) free(cands[i]);
   return rc;
 }
 
@@ -323,10 +334,11 @@ static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *
 
 /* ---- the install ---- */
 
-static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_err *e) {
+static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_http_gate *gate,
+                      df_err *e) {
   char *tok = df_setup_token();
   df_http_cfg hc = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
-                    .stall_s = o->stall_s, .what = o->repo};
+                    .stall_s = o->stall_s, .what = o->repo, .gate = gate};
   df_http *h = df_http_new(&hc);
   if (tok) {
     memset(tok, 0, strlen(tok));
@@ -345,6 +357,101 @@ static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df
   snprintf(s->commit, sizeof s->commit, "%s", s->info.commit);
   if (strcmp(s->commit, o->revision))
     df_log_info("revision %s is commit %s (recorded; reruns use it)", o->revision, s->commit);
+  char *ip = df_path_join(s->root, DF_SETUP_INFO);
+  rc = df_file_write_atomic(ip, s->info_json, s->info_len, e);
+  free(ip);
+  return rc;
+}
+
+/* Offline, without an earlier install: the model info is rebuilt from the
+ * hub cache. The revision is a commit or a ref the cache recorded
+ * (refs/{rev}); each top-level snapshot entry links to blobs/{etag}, and the
+ * etag is the file's LFS sha256 (64 hex) or git blob id (40 hex), so every
+ * file is still verified against the checksum the hub gave for it. */
+static int offline_info(const df_setup_opts *o, state *s, df_err *e) {
+  char commit[41] = "";
+  if (df_hub_is_commit(o->revision)) snprintf(commit, sizeof commit, "%s", o->revision);
+  else {
+    char *rp = df_hub_cache_ref(o->repo, o->revision), *buf = NULL;
+    size_t len = 0;
+    df_err re;
+    if (rp && !df_file_read(rp, &buf, &len, &re)) {
+      while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) buf[--len] = 0;
+      if (df_hub_is_commit(buf)) snprintf(commit, sizeof commit, "%s", buf);
+    }
+    free(buf);
+    if (!commit[0]) {
+      df_err_set(e,
+                 "offline (HF_HUB_OFFLINE or --offline): %s has no earlier install and the hub "
+                 "cache has no commit for revision '%s' of %s (%s); run setup once online, or "
+                 "give --revision a commit that is in the cache",
+                 s->root, o->revision, o->repo, rp ? rp : "not a ref name");
+      free(rp);
+      return -1;
+    }
+    free(rp);
+  }
+  char *snap = df_hub_cache_snapshot(o->repo, commit);
+  DIR *d = opendir(snap);
+  if (!d) {
+    df_err_errno(e,
+                 "offline (HF_HUB_OFFLINE or --offline): %s has no earlier install and the hub "
+                 "cache has no snapshot of %s@%s (%s)",
+                 s->root, o->repo, commit, snap);
+    free(snap);
+    return -1;
+  }
+  json_t *sib = json_array();
+  int rc = 0;
+  struct dirent *de;
+  while (!rc && (de = readdir(d))) {
+    if (de->d_name[0] == '.' || !df_hub_name_valid(de->d_name)) continue;
+    char *p = df_path_join(snap, de->d_name), target[4096];
+    struct stat st;
+    ssize_t n = readlink(p, target, sizeof target - 1);
+    if (stat(p, &st) || !S_ISREG(st.st_mode)) {
+      free(p);
+      continue;
+    }
+    if (n < 0) {
+      rc = df_err_set(e, "%s: not a link to the cache's blobs: cannot tell its checksum offline", p);
+      free(p);
+      break;
+    }
+    target[n] = 0;
+    const char *etag = strrchr(target, '/');
+    etag = etag ? etag + 1 : target;
+    size_t el = strlen(etag);
+    int hex = el == 40 || el == 64;
+    for (size_t k = 0; hex && k < el; k++) hex = strchr("0123456789abcdef", etag[k]) != NULL;
+    if (!hex) {
+      rc = df_err_set(e, "%s: links to '%s', not a blob named by its checksum", p, target);
+      free(p);
+      break;
+    }
+    json_t *f = json_pack("{s:s,s:I}", "rfilename", de->d_name, "size", (json_int_t)st.st_size);
+    if (el == 64) json_object_set_new(f, "lfs", json_pack("{s:s,s:I}", "sha256", etag, "size",
+                                                          (json_int_t)st.st_size));
+    else json_object_set_new(f, "blobId", json_string(etag));
+    json_array_append_new(sib, f);
+    free(p);
+  }
+  closedir(d);
+  if (!rc && !json_array_size(sib))
+    rc = df_err_set(e, "offline: the hub cache's snapshot %s holds no files", snap);
+  free(snap);
+  if (rc) {
+    json_decref(sib);
+    return -1;
+  }
+  json_t *doc = json_pack("{s:s,s:s,s:o}", "id", o->repo, "sha", commit, "siblings", sib);
+  s->info_json = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
+  json_decref(doc);
+  s->info_len = strlen(s->info_json);
+  if (df_hub_info_parse(s->info_json, s->info_len, "the hub cache's snapshot", &s->info, e))
+    return -1;
+  snprintf(s->commit, sizeof s->commit, "%s", commit);
+  df_log_info("offline: %s@%s from the hub cache (%d files)", o->repo, commit, s->info.nfiles);
   char *ip = df_path_join(s->root, DF_SETUP_INFO);
   rc = df_file_write_atomic(ip, s->info_json, s->info_len, e);
   free(ip);
@@ -474,9 +581,17 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   char *sums_buf = NULL;
   size_t sums_len = 0;
   int rc = -1, nitems = 0, flfd = -1;
+  int offline = o->offline || df_hub_offline();
+  /* one patience for every request of this setup */
+  df_http_gate *gate = df_http_gate_new(o->max_wait_s);
   int ls = load_state(&s, o->repo, o->revision, e);
   if (ls < 0) goto out;
-  if (ls == 0 && fetch_info(o, &s, endpoint, e)) goto out;
+  if (ls == 0 && (offline ? offline_info(o, &s, e) : fetch_info(o, &s, endpoint, gate, e))) goto out;
+  if (offline && o->record_sums && strstr(o->record_sums, "://")) {
+    df_err_set(e, "offline (HF_HUB_OFFLINE or --offline): --record-sums %s is a URL; give a file",
+               o->record_sums);
+    goto out;
+  }
   if (o->stream && verify_options(o, &s, endpoint, &sums, &sums_buf, &sums_len, e)) goto out;
   /* stored before anything is fetched: a rerun after a failure (or a kill)
    * checks what it fetches against them too */
@@ -549,9 +664,9 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
 
   char *tok = df_setup_token();
   df_dl_opts dl = {.http = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
-                            .stall_s = o->stall_s, .what = s.repo},
+                            .stall_s = o->stall_s, .what = s.repo, .gate = gate},
                    .connections = o->connections, .chunk = o->chunk, .progress = o->progress,
-                   .step = "download"};
+                   .step = "download", .offline = offline};
   df_dl_stats ds = {0};
   if (o->stream) {
     /* Small files completely; shards: headers, then the spine ranges. */
@@ -686,6 +801,7 @@ out:
   free(dests);
   free(urls);
   free(endpoint);
+  df_http_gate_free(gate);
   df_hub_info_free(&s.info);
   free(s.info_json);
   free(s.root);

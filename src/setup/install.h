@@ -52,6 +52,8 @@ typedef struct df_setup_opts {
   int with_vision;         /* --full: also download shards that hold only vision tensors */
   const char *record_sums; /* --stream: record sums to store (a file or an http(s) URL), or NULL */
   const char *stream_verify; /* --stream: record, shard or arrival to record; NULL = keep/auto */
+  double max_wait_s;       /* total patience for rate limits; <= 0: DF_HTTP_DEFAULT_MAX_WAIT_S */
+  int offline;             /* no request at all (also HF_HUB_OFFLINE) */
 } df_setup_opts;
 
 typedef struct df_setup_report {
