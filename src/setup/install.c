@@ -332,6 +332,32 @@ static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *
   return 0;
 }
 
+/* Every shard the index maps a tensor to must be in the model info: a
+ * snapshot in the hub cache may hold only some files (the model info is
+ * rebuilt from it offline), and an install without one of them is no model. */
+static int index_complete(const state *s, int offline, df_err *e) {
+  char *ip = df_path_join(s->root, "model.safetensors.index.json");
+  json_t *o;
+  int got = json_if_present(ip, &o, "", e);
+  free(ip);
+  if (got <= 0) return got;
+  const char *k;
+  json_t *v;
+  int rc = 0;
+  json_object_foreach(json_object_get(o, "weight_map"), k, v) {
+    const char *file = json_string_value(v);
+    if (!file || df_hub_info_find(&s->info, file)) continue;
+    rc = df_err_set(e, "%s (named by model.safetensors.index.json) is not in %s: %s", file,
+                    offline ? "the hub cache's snapshot" : "the model info",
+                    offline ? "offline (HF_HUB_OFFLINE or --offline), nothing may be downloaded; "
+                              "run setup without offline to fetch it"
+                            : "the repository is incomplete at this revision");
+    break;
+  }
+  json_decref(o);
+  return rc;
+}
+
 /* ---- the install ---- */
 
 static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_http_gate *gate,
@@ -684,6 +710,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     rep->files_downloaded += ds.files_completed;
     for (int i = 0; i < nsmall; i++)
       if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
+    if (index_complete(&s, offline, e)) goto out_tok;
     if (df_stream_plan_build(&plan, s.root, &s.info, items + nsmall, nitems - nsmall, &dl, rep, e))
       goto out_tok;
     if (!o->no_space_check &&
@@ -716,6 +743,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     rep->files_downloaded += ds.files_completed;
     for (int i = 0; i < nsmall; i++)
       if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
+    if (index_complete(&s, offline, e)) goto out_tok;
     int nsh = nitems - nsmall;
     int *vis = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *vis);
     if (!o->with_vision && nsh && mark_vision_only(s.root, items + nsmall, nsh, vis, e)) {

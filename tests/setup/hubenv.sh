@@ -47,11 +47,12 @@ wait_port() { # port
   echo "FAIL: nothing listens on 127.0.0.1:$1" >&2; return 1
 }
 
-start_hub() { # model-dir repo commit
+start_hub() { # model-dir repo commit [out, default $T/hub: a second hub needs its own]
   HUB_PORT=$(free_port)
-  python3 "$DF_SRC/tests/setup/hubgen.py" --model "$1" --repo "$2" --commit "$3" --out "$T/hub" \
+  _out=${4:-$T/hub}
+  python3 "$DF_SRC/tests/setup/hubgen.py" --model "$1" --repo "$2" --commit "$3" --out "$_out" \
     --port "$HUB_PORT"
-  "$NGINX" -c "$T/hub/nginx.conf" -p "$T/hub" -e "$T/hub/logs/error.log" &
+  "$NGINX" -c "$_out/nginx.conf" -p "$_out" -e "$_out/logs/error.log" &
   HUB_PIDS="$HUB_PIDS $!"
   wait_port "$HUB_PORT"
 }
@@ -77,6 +78,11 @@ stop_hub() {
 }
 
 # Sum of body bytes nginx sent for paths matching a regex (its access log).
-hub_bytes() { # regex
-  awk -v rx="$1" '$2 ~ rx { s += $4 } END { print s + 0 }' "$T/hub/logs/access.log"
+hub_bytes() { # regex [hub dir]
+  awk -v rx="$1" '$2 ~ rx { s += $4 } END { print s + 0 }' "${2:-$T/hub}/logs/access.log"
+}
+
+# Requests nginx answered (all paths) so far.
+hub_requests() { # [hub dir]
+  wc -l <"${1:-$T/hub}/logs/access.log" | tr -d ' '
 }
