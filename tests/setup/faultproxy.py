@@ -12,6 +12,7 @@ without following redirects, and damages responses on purpose:
   --require-token T     answer 401 unless "Authorization: Bearer T" is sent
   --rate BYTES/S   throttle all bodies together (an emulated link)
   --latency-ms N   wait N ms before each response (an emulated round trip)
+  --latency-rx RX  only before responses to paths matching RX (default: all)
   --flip-first N   flip one byte in the middle of the body of the first N
                    responses on --only paths (a transient corrupting hop)
   --only REGEX     faults only on paths matching REGEX (default: /cdn/)
@@ -87,6 +88,7 @@ def main():
     ap.add_argument("--require-token")
     ap.add_argument("--rate", type=float, default=0)
     ap.add_argument("--latency-ms", type=float, default=0)
+    ap.add_argument("--latency-rx", default="")
     ap.add_argument("--flip-first", type=int, default=0)
     ap.add_argument("--only", default="/cdn/")
     ap.add_argument("--log")
@@ -220,7 +222,7 @@ def main():
                 self.wfile.write(body)
                 self.record(code, len(body), fault)
                 return
-            if a.latency_ms:
+            if a.latency_ms and re.search(a.latency_rx, self.path):
                 time.sleep(a.latency_ms / 1000.0)
             for code, rx in statuses:
                 if rx.search(self.path):
