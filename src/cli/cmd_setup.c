@@ -198,11 +198,12 @@ int df_cmd_setup(int argc, char **argv) {
            (unsigned long long)r.bytes_net, (unsigned long long)r.bytes_reused,
            (unsigned long long)r.bytes_present, (unsigned long long)r.requests,
            (unsigned long long)r.retries, r.seconds);
+  char z1[24], z2[24], z3[24];
   fprintf(stderr,
-          "deltafin: setup %s done in %s: %.1f MB downloaded (%llu requests, %llu retries), "
-          "%.1f MB reused, %.1f MB already verified\n",
-          stream ? "--stream" : "--full", o.model_root, (double)r.bytes_net / 1e6,
+          "deltafin: setup %s done in %s: %s downloaded (%llu requests, %llu retries), "
+          "%s reused, %s already verified\n",
+          stream ? "--stream" : "--full", o.model_root, df_setup_fmt_size(r.bytes_net, z1),
           (unsigned long long)r.requests, (unsigned long long)r.retries,
-          (double)r.bytes_reused / 1e6, (double)r.bytes_present / 1e6);
+          df_setup_fmt_size(r.bytes_reused, z2), df_setup_fmt_size(r.bytes_present, z3));
   return 0;
 }

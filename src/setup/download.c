@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "setup/install.h"
 
 char *df_dl_journal_path(const char *dest, int in_place) {
   size_t n = strlen(dest) + 16;
@@ -37,7 +38,9 @@ typedef struct fstate {
   int fd;
   df_ranges *rj;
   int pending;
-  int norange;  /* its server ignores Range: fetched as one stream after the parallel phase */
+  int norange;  /* its server ignores Range: fetched as one stream once its chunks are done */
+  int streamed; /* a worker took its stream */
+  int done;     /* verified and at its final name */
 } fstate;
 
 typedef struct job {
@@ -100,7 +103,10 @@ static int finalize(run *r, fstate *f, df_err *e) {
   if (unlink(f->jpath) && errno != ENOENT) return df_err_errno(e, "removing %s", f->jpath);
   pthread_mutex_lock(&r->mu);
   r->completed++;
+  f->done = 1;
   pthread_mutex_unlock(&r->mu);
+  char z[24];
+  df_log_info("%s: %s downloaded and verified", it->file->name, df_setup_fmt_size(it->file->size, z));
   return 0;
 }
 
@@ -156,11 +162,10 @@ static void first_gap(void *ud, uint64_t b, uint64_t e) {
 /* A file whose server ignores Range: everything from its first gap to its
  * end as one stream over one connection (the server sends the whole file;
  * the bytes before the gap are skipped), journalled as it arrives. */
-static int stream_fetch(run *r, fstate *f, df_err *e) {
+static int stream_fetch(run *r, df_http *h, fstate *f, df_err *e) {
   uint64_t size = f->it->file->size, b = UINT64_MAX;
   df_ranges_gaps(f->rj, 0, size, first_gap, &b);
-  if (b == UINT64_MAX) return finalize(r, f, e);
-  df_http *h = df_http_new(&r->hc);
+  if (b == UINT64_MAX) return f->done ? 0 : finalize(r, f, e);
   XXH3_state_t *xs = XXH3_createState();
   XXH3_64bits_reset(xs);
   sinkctx sc = {r, f->fd, f->data, xs, f->rj, r->o->chunk ? r->o->chunk : 16u << 20, b, b};
@@ -168,13 +173,7 @@ static int stream_fetch(run *r, fstate *f, df_err *e) {
   df_err fe;
   if (stream_flush(&sc, rc ? &fe : e) && !rc) rc = -1;
   if (rc) df_err_prefix(e, "%s: ", f->it->file->name);
-  df_http_stats hs;
-  df_http_get_stats(h, &hs);
-  r->hs.requests += hs.requests;
-  r->hs.retries += hs.retries;
-  r->hs.bytes += hs.bytes;
   XXH3_freeState(xs);
-  df_http_free(h);
   if (!rc && df_ranges_covered(f->rj, 0, size)) rc = finalize(r, f, e);
   return rc;
 }
@@ -186,9 +185,31 @@ static void *worker(void *arg) {
   df_err e;
   for (;;) {
     pthread_mutex_lock(&r->mu);
-    if (r->stop || r->next >= r->njobs) {
+    if (r->stop) {
       pthread_mutex_unlock(&r->mu);
       break;
+    }
+    if (r->next >= r->njobs) {
+      /* the chunks are done: a file whose server ignores Range is fetched
+       * as one stream once none of its chunks is in flight */
+      int pick = -1, busy = 0;
+      for (int i = 0; i < r->nfs && pick < 0; i++)
+        if (r->fs[i].norange && !r->fs[i].streamed) {
+          if (r->fs[i].pending) busy = 1;
+          else r->fs[pick = i].streamed = 1;
+        }
+      pthread_mutex_unlock(&r->mu);
+      if (pick >= 0) {
+        if (stream_fetch(r, h, &r->fs[pick], &e)) {
+          fail(r, &e);
+          break;
+        }
+        continue;
+      }
+      if (!busy) break;
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      continue;
     }
     job j = r->jobs[r->next++];
     fstate *f = &r->fs[j.file];
@@ -458,14 +479,15 @@ int df_dl_run(const df_dl_item *items, int n, const df_dl_opts *o, df_dl_stats *
   }
   for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
   free(th);
-  for (int i = 0; i < n && !r.stop; i++)
-    if (r.fs[i].norange) {
-      df_err se;
-      if (stream_fetch(&r, &r.fs[i], &se)) fail(&r, &se);
-    }
+
   if (o->progress && total) {
-    snprintf(label, sizeof label, "%s %.1f MB", o->step ? o->step : "download", (double)total / 1e6);
-    df_progress_end(&pr);
+    uint64_t b = atomic_load(&r.bytes);
+    if (b > total) b = total; /* a whole body's skipped bytes are not progress */
+    snprintf(label, sizeof label, "%s %.1f/%.1f MB%s", o->step ? o->step : "download",
+             (double)b / 1e6, (double)total / 1e6, r.stop ? " (failed)" : "");
+    /* the real figure when it failed, never the total */
+    if (r.stop) df_progress_stop(&pr, b);
+    else df_progress_end(&pr);
   }
   if (r.stop) {
     *e = r.err;

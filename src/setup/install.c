@@ -54,6 +54,16 @@ char *df_setup_token(void) {
   return buf;
 }
 
+const char *df_setup_fmt_size(uint64_t b, char out[24]) {
+  double v = (double)b;
+  if (b < 1000) snprintf(out, 24, "%llu B", (unsigned long long)b);
+  else if (v < 1e6) snprintf(out, 24, "%.1f KB", v / 1e3);
+  else if (v < 1e9) snprintf(out, 24, "%.1f MB", v / 1e6);
+  else if (v < 1e12) snprintf(out, 24, "%.2f GB", v / 1e9);
+  else snprintf(out, 24, "%.2f TB", v / 1e12);
+  return out;
+}
+
 /* ---- which files an install needs ---- */
 
 static int ends_with(const char *s, const char *suf) {
@@ -294,11 +304,13 @@ static int space_check(const char *dir, uint64_t need, const char *what, df_err 
   if (statvfs(dir, &v)) return df_err_errno(e, "statvfs %s", dir);
   uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
   uint64_t margin = need / 50 + (64u << 20); /* filesystems misbehave when full */
+  char a[24], n[24], m[24];
   if (avail < need + margin)
     return df_err_set(e,
-                      "%s: %.2f GB free, %s needs %.2f GB (plus a %.2f GB margin); free space or "
+                      "%s: %s free, %s needs %s (plus a %s margin); free space or "
                       "choose another folder (--no-space-check skips this check)",
-                      dir, (double)avail / 1e9, what, (double)need / 1e9, (double)margin / 1e9);
+                      dir, df_setup_fmt_size(avail, a), what, df_setup_fmt_size(need, n),
+                      df_setup_fmt_size(margin, m));
   return 0;
 }
 
@@ -725,8 +737,9 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     warn_if_arrival(&s);
   } else {
     int nsteps = 1 + (o->spine != NULL) + (o->ndrives > 0), step = 1;
-    df_log_info("step %d/%d: download (%.2f GB missing of %.2f GB)", step++, nsteps,
-                (double)need / 1e9, (double)(need + rep->bytes_present) / 1e9);
+    char z1[24], z2[24];
+    df_log_info("step %d/%d: download (%s missing of %s)", step++, nsteps, df_setup_fmt_size(need, z1),
+                df_setup_fmt_size(need + rep->bytes_present + rep->bytes_reused, z2));
     /* Before anything is fetched (counting vision-only shards too: their
      * header-only treatment is decided from the index, fetched below). */
     if (!o->no_space_check) {
@@ -780,9 +793,12 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
           df_stream_plan_fetch(plan, &dl, rep, e))
         ok = 0;
       else
-        df_log_info("%d shard%s holding only vision tensors (%.2f GB) kept as header only; "
+      {
+        char z[24];
+        df_log_info("%d shard%s holding only vision tensors (%s) kept as header only; "
                     "--with-vision downloads %s",
-                    nv, nv == 1 ? "" : "s", (double)vis_bytes / 1e9, nv == 1 ? "it" : "them");
+                    nv, nv == 1 ? "" : "s", df_setup_fmt_size(vis_bytes, z), nv == 1 ? "it" : "them");
+      }
     }
     free(text);
     free(visi);

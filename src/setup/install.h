@@ -65,6 +65,10 @@ typedef struct df_setup_report {
 
 int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e);
 
+/* A size in the unit that fits it ("812 B", "7.4 KB", "2.3 MB", "1.50 GB",
+ * "1.52 TB"; decimal units, as the hub shows sizes); returns out. */
+const char *df_setup_fmt_size(uint64_t bytes, char out[24]);
+
 /* The token the hub tools would use: HF_TOKEN, else the token file
  * ($HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token); NULL if none.
  * Caller frees (and should clear it). */
