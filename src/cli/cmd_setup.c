@@ -51,6 +51,12 @@ void df_cmd_setup_help(void) {
       "                        HF_HUB_DOWNLOAD_TIMEOUT, else 30)\n"
       "  --max-wait T          total time to wait on rate limits (429/503 with\n"
       "                        Retry-After or RateLimit), e.g. 90s, 30m, 6h (default 6h)\n"
+      "  --include GLOB        only files matching GLOB (fnmatch, repeatable; replaces\n"
+      "                        the default set below, sub-folders included)\n"
+      "  --exclude GLOB        leave out files matching GLOB (repeatable); a shard the\n"
+      "                        index needs cannot be left out\n"
+      "  --dry-run             list what would be downloaded, reused, found present\n"
+      "                        and skipped, with sizes; writes nothing\n"
       "  --offline             send no request at all (also HF_HUB_OFFLINE=1): install\n"
       "                        from an earlier install, --from or the hub cache, or say\n"
       "                        which files are missing\n"
@@ -99,6 +105,7 @@ int df_cmd_setup(int argc, char **argv) {
   int full = 0, stream = 0, json = 0;
   const char *drives = NULL;
   df_stream_verify sv;
+  const char *inc[64], *exc[64];
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     long n;
@@ -108,6 +115,7 @@ int df_cmd_setup(int argc, char **argv) {
     else if (!strcmp(a, "--no-space-check")) o.no_space_check = 1;
     else if (!strcmp(a, "--with-vision")) o.with_vision = 1;
     else if (!strcmp(a, "--offline")) o.offline = 1;
+    else if (!strcmp(a, "--dry-run")) o.dry_run = 1;
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) df_log_verbose = 0, o.progress = 0;
     else if (!v) return df_cli_fail("setup: unknown or incomplete option '%s' (see --help)", a);
     else if (!strcmp(a, "--repo")) o.repo = v, i++;
@@ -115,6 +123,14 @@ int df_cmd_setup(int argc, char **argv) {
     else if (!strcmp(a, "--endpoint")) o.endpoint = v, i++;
     else if (!strcmp(a, "--model-root")) o.model_root = v, i++;
     else if (!strcmp(a, "--from")) o.from_dir = v, i++;
+    else if (!strcmp(a, "--include") || !strcmp(a, "--exclude")) {
+      int ex = a[2] == 'e';
+      if ((ex ? o.nexclude : o.ninclude) == 64) return df_cli_fail("setup: at most 64 %s patterns", a);
+      if (!*v) return df_cli_fail("setup: %s needs a pattern", a);
+      if (ex) exc[o.nexclude++] = v;
+      else inc[o.ninclude++] = v;
+      o.include = inc, o.exclude = exc, i++;
+    }
     else if (!strcmp(a, "--drives")) drives = v, i++;
     else if (!strcmp(a, "--record-sums")) o.record_sums = v, i++;
     else if (!strcmp(a, "--stream-verify")) {
@@ -190,6 +206,7 @@ int df_cmd_setup(int argc, char **argv) {
   int rc = df_setup_run(&o, &r, &e);
   free(dl);
   if (rc) return df_cli_fail("setup: %s", e.msg);
+  if (o.dry_run) return 0;
   if (json)
     printf("{\"mode\":\"%s\",\"files\":%d,\"files_downloaded\":%d,\"files_reused\":%d,"
            "\"bytes_net\":%llu,\"bytes_reused\":%llu,\"bytes_present\":%llu,\"requests\":%llu,"

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <dirent.h>
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -82,6 +83,21 @@ static int wanted(const char *name) {
 }
 
 static int is_shard(const char *name) { return ends_with(name, ".safetensors"); }
+
+static int glob_any(const char *const *g, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!fnmatch(g[i], name, 0)) return 1;
+  return 0;
+}
+
+/* NULL when the install takes the file, else why not: --exclude wins, then
+ * --include (which replaces the default set), then the default set. */
+static const char *skip_reason(const df_setup_opts *o, const char *name) {
+  if (glob_any(o->exclude, o->nexclude, name)) return "--exclude";
+  if (o->ninclude) return glob_any(o->include, o->ninclude, name) ? NULL : "not in --include";
+  if (strchr(name, '/')) return "in a sub-folder";
+  return wanted(name) ? NULL : "not needed to run (docs, images)";
+}
 
 /* ---- state ---- */
 
@@ -347,17 +363,25 @@ static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *
 /* Every shard the index maps a tensor to must be in the model info: a
  * snapshot in the hub cache may hold only some files (the model info is
  * rebuilt from it offline), and an install without one of them is no model. */
-static int index_complete(const state *s, int offline, df_err *e) {
+static int index_complete(const df_setup_opts *o, const state *s, int offline, df_err *e) {
   char *ip = df_path_join(s->root, "model.safetensors.index.json");
-  json_t *o;
-  int got = json_if_present(ip, &o, "", e);
+  json_t *ix;
+  int got = json_if_present(ip, &ix, "", e);
   free(ip);
   if (got <= 0) return got;
   const char *k;
   json_t *v;
   int rc = 0;
-  json_object_foreach(json_object_get(o, "weight_map"), k, v) {
+  json_object_foreach(json_object_get(ix, "weight_map"), k, v) {
     const char *file = json_string_value(v);
+    const char *why = file ? skip_reason(o, file) : NULL;
+    if (file && why) {
+      rc = df_err_set(e,
+                      "%s is left out (%s), but model.safetensors.index.json maps tensors to it: "
+                      "the model cannot run without it",
+                      file, why);
+      break;
+    }
     if (!file || df_hub_info_find(&s->info, file)) continue;
     rc = df_err_set(e, "%s (named by model.safetensors.index.json) is not in %s: %s", file,
                     offline ? "the hub cache's snapshot" : "the model info",
@@ -366,7 +390,7 @@ static int index_complete(const state *s, int offline, df_err *e) {
                             : "the repository is incomplete at this revision");
     break;
   }
-  json_decref(o);
+  json_decref(ix);
   return rc;
 }
 
@@ -395,6 +419,7 @@ static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df
   snprintf(s->commit, sizeof s->commit, "%s", s->info.commit);
   if (strcmp(s->commit, o->revision))
     df_log_info("revision %s is commit %s (recorded; reruns use it)", o->revision, s->commit);
+  if (o->dry_run) return 0;
   char *ip = df_path_join(s->root, DF_SETUP_INFO);
   rc = df_file_write_atomic(ip, s->info_json, s->info_len, e);
   free(ip);
@@ -490,6 +515,7 @@ static int offline_info(const df_setup_opts *o, state *s, df_err *e) {
     return -1;
   snprintf(s->commit, sizeof s->commit, "%s", commit);
   df_log_info("offline: %s@%s from the hub cache (%d files)", o->repo, commit, s->info.nfiles);
+  if (o->dry_run) return 0;
   char *ip = df_path_join(s->root, DF_SETUP_INFO);
   rc = df_file_write_atomic(ip, s->info_json, s->info_len, e);
   free(ip);
@@ -589,6 +615,64 @@ static void warn_if_arrival(const state *s) {
     df_log_info("stream verify: %s", s->verify[0] ? s->verify : "record (record sums present)");
 }
 
+/* --dry-run: one line per file of the model info, on stdout, and totals;
+ * nothing is written or hashed (a size that matches is "present" or
+ * "reuse": setup verifies it before it trusts it). */
+static int dry_run(const df_setup_opts *o, const state *s, df_err *e) {
+  (void)e;
+  uint64_t sum[4] = {0};
+  int cnt[4] = {0};
+  static const char *act[4] = {"download", "reuse", "present", "skip"};
+  printf("%s@%s: %d files in the model info\n", s->repo, s->commit, s->info.nfiles);
+  for (int i = 0; i < s->info.nfiles; i++) {
+    const df_hub_file *f = &s->info.files[i];
+    const char *why = skip_reason(o, f->name);
+    char *dest = df_path_join(s->root, f->name), *from = NULL, *rj = df_dl_journal_path(dest, 1),
+         *pj = df_dl_journal_path(dest, 0);
+    struct stat st;
+    int a = 0;
+    uint64_t part = 0;
+    if (why) a = 3;
+    else if (!df_file_exists(rj) && !stat(dest, &st) && (uint64_t)st.st_size == f->size) a = 2;
+    else if (df_file_exists(rj) || df_file_exists(pj)) {
+      df_dl_item it = {.file = f, .dest = dest, .in_place = df_file_exists(rj)};
+      df_err me;
+      uint64_t miss = f->size;
+      if (!df_dl_missing(&it, &miss, &me)) part = f->size - miss;
+    } else {
+      char *c[3] = {o->from_dir ? df_path_join(o->from_dir, f->name) : NULL, NULL,
+                    df_hub_cache_blob(s->repo, f)};
+      char *snap = df_hub_cache_snapshot(s->repo, s->commit);
+      c[1] = df_path_join(snap, f->name);
+      free(snap);
+      for (int k = 0; k < 3 && !from; k++)
+        if (c[k] && !stat(c[k], &st) && (uint64_t)st.st_size == f->size) from = df_xstrdup(c[k]);
+      for (int k = 0; k < 3; k++) free(c[k]);
+      if (from) a = 1;
+    }
+    char z[24];
+    uint64_t n = a == 0 ? f->size - part : f->size;
+    sum[a] += n;
+    cnt[a]++;
+    printf("%-8s %10s  %s", act[a], df_setup_fmt_size(n, z), f->name);
+    if (why) printf("  (%s)", why);
+    if (from) printf("  (from %s)", from);
+    if (part) printf("  (%s of it already here)", df_setup_fmt_size(part, z));
+    printf("\n");
+    free(from);
+    free(dest);
+    free(rj);
+    free(pj);
+  }
+  static const char *tot[4] = {"to download", "to reuse", "already present", "skipped"};
+  for (int a = 0; a < 4; a++) {
+    char z[24];
+    printf("%s%d %s (%s)", a ? ", " : "total: ", cnt[a], tot[a], df_setup_fmt_size(sum[a], z));
+  }
+  printf("\n%s", o->stream ? "(--stream fetches only the headers and the spine of the shards)\n" : "");
+  return 0;
+}
+
 int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   memset(rep, 0, sizeof *rep);
   double t0 = df_now();
@@ -596,13 +680,16 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     return df_err_set(e, "--repo '%s' is not a repository id like owner/name", o->repo ? o->repo : "");
   if (!o->revision || !*o->revision) return df_err_set(e, "--revision is required (a commit sha or branch)");
   if (!o->model_root) return df_err_set(e, "--model-root DIR is required");
-  if (df_mkdir_p(o->model_root, e)) return -1;
-  /* One setup per model root at a time (held until this process exits). */
-  char *lp = df_path_join(o->model_root, ".deltafin-setup.lock");
-  int lfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  free(lp);
-  if (lfd < 0) return df_err_errno(e, "%s/.deltafin-setup.lock", o->model_root);
-  if (flock(lfd, LOCK_EX | LOCK_NB)) {
+  int lfd = -1;
+  if (!o->dry_run) { /* a dry run writes nothing, not even the folder */
+    if (df_mkdir_p(o->model_root, e)) return -1;
+    /* One setup per model root at a time (held until this process exits). */
+    char *lp = df_path_join(o->model_root, ".deltafin-setup.lock");
+    lfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    free(lp);
+    if (lfd < 0) return df_err_errno(e, "%s/.deltafin-setup.lock", o->model_root);
+  }
+  if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB)) {
     close(lfd);
     return df_err_set(e, "%s: another deltafin setup is working on this folder; wait for it",
                       o->model_root);
@@ -625,6 +712,10 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   int ls = load_state(&s, o->repo, o->revision, e);
   if (ls < 0) goto out;
   if (ls == 0 && (offline ? offline_info(o, &s, e) : fetch_info(o, &s, endpoint, gate, e))) goto out;
+  if (o->dry_run) {
+    rc = dry_run(o, &s, e);
+    goto out;
+  }
   if (offline && o->record_sums && strstr(o->record_sums, "://")) {
     df_err_set(e, "offline (HF_HUB_OFFLINE or --offline): --record-sums %s is a URL; give a file",
                o->record_sums);
@@ -646,9 +737,16 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < nf; i++) {
       const df_hub_file *f = &s.info.files[i];
-      if (!wanted(f->name) || is_shard(f->name) != pass) continue;
+      if (skip_reason(o, f->name) || is_shard(f->name) != pass) continue;
       rep->files_total++;
       char *dest = df_path_join(s.root, f->name);
+      if (strchr(f->name, '/')) { /* a sub-folder file (--include) */
+        char *dir = df_xstrdup(dest);
+        *strrchr(dir, '/') = 0;
+        int mk = df_mkdir_p(dir, e);
+        free(dir);
+        if (mk) goto out_dest;
+      }
       char *rj = df_dl_journal_path(dest, 1);
       int partial_inplace = df_file_exists(rj);
       free(rj);
@@ -722,7 +820,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     rep->files_downloaded += ds.files_completed;
     for (int i = 0; i < nsmall; i++)
       if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
-    if (index_complete(&s, offline, e)) goto out_tok;
+    if (index_complete(o, &s, offline, e)) goto out_tok;
     if (df_stream_plan_build(&plan, s.root, &s.info, items + nsmall, nitems - nsmall, &dl, rep, e))
       goto out_tok;
     if (!o->no_space_check &&
@@ -756,7 +854,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     rep->files_downloaded += ds.files_completed;
     for (int i = 0; i < nsmall; i++)
       if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
-    if (index_complete(&s, offline, e)) goto out_tok;
+    if (index_complete(o, &s, offline, e)) goto out_tok;
     int nsh = nitems - nsmall;
     int *vis = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *vis);
     if (!o->with_vision && nsh && mark_vision_only(s.root, items + nsmall, nsh, vis, e)) {
@@ -850,6 +948,6 @@ out:
   free(s.info_json);
   free(s.root);
   if (flfd >= 0) close(flfd);
-  close(lfd);
+  if (lfd >= 0) close(lfd);
   return rc;
 }

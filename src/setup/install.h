@@ -54,6 +54,11 @@ typedef struct df_setup_opts {
   const char *stream_verify; /* --stream: record, shard or arrival to record; NULL = keep/auto */
   double max_wait_s;       /* total patience for rate limits; <= 0: DF_HTTP_DEFAULT_MAX_WAIT_S */
   int offline;             /* no request at all (also HF_HUB_OFFLINE) */
+  int dry_run;             /* list what would be downloaded, reused, skipped; write nothing */
+  const char *const *include; /* globs (fnmatch): only matching files (instead of the default set) */
+  int ninclude;
+  const char *const *exclude; /* globs: files left out */
+  int nexclude;
 } df_setup_opts;
 
 typedef struct df_setup_report {
