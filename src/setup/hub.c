@@ -193,10 +193,10 @@ static char *build(const char *endpoint, const char *repo, const char *mid, cons
     memcpy(b + len, parts[i], k + 1);
     len += k;
   }
-  if (mid && !strcmp(mid, "api")) {
+  if (mid && (!strcmp(mid, "api") || !strcmp(mid, "tree"))) {
     append_enc(&b, &len, &cap, "api/models/", 1);
     append_enc(&b, &len, &cap, repo, 1);
-    append_enc(&b, &len, &cap, "/revision/", 1);
+    append_enc(&b, &len, &cap, !strcmp(mid, "api") ? "/revision/" : "/tree/", 1);
     append_enc(&b, &len, &cap, rev, 0);
   } else {
     append_enc(&b, &len, &cap, repo, 1);
@@ -215,6 +215,73 @@ static char *build(const char *endpoint, const char *repo, const char *mid, cons
 
 char *df_hub_info_url(const char *endpoint, const char *repo, const char *rev) {
   return build(endpoint, repo, "api", rev, NULL, "?blobs=true");
+}
+
+char *df_hub_tree_url(const char *endpoint, const char *repo, const char *commit) {
+  return build(endpoint, repo, "tree", commit, NULL, "?recursive=true");
+}
+
+int df_hub_info_has_sizes(const char *json, size_t len) {
+  json_error_t je;
+  json_t *o = json_loadb(json, len, 0, &je);
+  const json_t *sib = o ? json_object_get(o, "siblings") : NULL;
+  int ok = json_is_array(sib);
+  size_t i;
+  const json_t *v;
+  json_array_foreach(sib, i, v) if (!json_is_integer(json_object_get(v, "size"))) ok = 0;
+  json_decref(o);
+  return ok;
+}
+
+/* The tree's entries: {type, path, size, oid (git blob id; of the pointer
+ * for an LFS file), lfs: {oid (sha256), size}}. */
+int df_hub_info_from_tree(const char *info, size_t ilen, const char *tree, size_t tlen,
+                          const char *label, char **out, size_t *olen, df_err *e) {
+  json_error_t je;
+  json_t *io = json_loadb(info, ilen, 0, &je), *to = NULL;
+  if (!io || !json_is_string(json_object_get(io, "sha"))) {
+    json_decref(io);
+    return df_err_set(e, "%s: the model info has no 'sha'", label);
+  }
+  to = json_loadb(tree, tlen, 0, &je);
+  if (!json_is_array(to)) {
+    json_decref(io);
+    json_decref(to);
+    return df_err_set(e, "%s: not a JSON array of tree entries", label);
+  }
+  json_t *sib = json_array();
+  size_t i;
+  json_t *v;
+  int rc = 0;
+  json_array_foreach(to, i, v) {
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (type && strcmp(type, "file")) continue; /* folders */
+    const json_t *path = json_object_get(v, "path"), *size = json_object_get(v, "size");
+    const json_t *oid = json_object_get(v, "oid"), *lfs = json_object_get(v, "lfs");
+    if (!json_is_string(path) || !json_is_integer(size)) {
+      rc = df_err_set(e, "%s: entry %zu: needs 'path' and an integer 'size'", label, i);
+      break;
+    }
+    json_t *f = json_pack("{s:O,s:O}", "rfilename", path, "size", size);
+    if (json_is_object(lfs)) {
+      json_object_set_new(f, "lfs", json_pack("{s:O,s:O}", "sha256", json_object_get(lfs, "oid"),
+                                              "size", json_object_get(lfs, "size")
+                                                  ? json_object_get(lfs, "size") : size));
+    } else if (json_is_string(oid)) {
+      json_object_set(f, "blobId", (json_t *)oid);
+    }
+    json_array_append_new(sib, f);
+  }
+  if (!rc) {
+    json_object_set_new(io, "siblings", sib);
+    *out = json_dumps(io, JSON_INDENT(1));
+    *olen = strlen(*out);
+  } else {
+    json_decref(sib);
+  }
+  json_decref(io);
+  json_decref(to);
+  return rc;
 }
 
 char *df_hub_file_url(const char *endpoint, const char *repo, const char *commit,

@@ -50,6 +50,14 @@ int df_hub_name_valid(const char *name);
 
 /* URLs (fresh strings). The revision and file are percent-encoded. */
 char *df_hub_info_url(const char *endpoint, const char *repo, const char *rev);
+/* Mirrors that ignore ?blobs=true give siblings without sizes or checksums:
+ * GET {endpoint}/api/models/{repo}/tree/{commit}?recursive=true lists them.
+ * df_hub_info_from_tree rebuilds the model-info document (its sha and
+ * everything else kept, siblings from the tree; fresh *out). */
+char *df_hub_tree_url(const char *endpoint, const char *repo, const char *commit);
+int df_hub_info_has_sizes(const char *json, size_t len);
+int df_hub_info_from_tree(const char *info, size_t ilen, const char *tree, size_t tlen,
+                          const char *label, char **out, size_t *olen, df_err *e);
 char *df_hub_file_url(const char *endpoint, const char *repo, const char *commit,
                       const char *file);
 /* HF_ENDPOINT or the default, without a trailing slash (fresh string). */

@@ -409,6 +409,28 @@ static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df
   char *url = df_hub_info_url(endpoint, o->repo, o->revision);
   df_http_meta m;
   int rc = df_http_get(h, url, 64u << 20, &s->info_json, &s->info_len, &m, e);
+  if (!rc && !df_hub_info_has_sizes(s->info_json, s->info_len)) {
+    /* a mirror that ignores ?blobs=true: sizes and checksums from the tree */
+    json_error_t je;
+    json_t *io = json_loadb(s->info_json, s->info_len, 0, &je);
+    const char *sha = json_string_value(json_object_get(io, "sha"));
+    char *turl = df_hub_is_commit(sha) ? df_hub_tree_url(endpoint, o->repo, sha) : NULL, *tree = NULL,
+         *merged = NULL;
+    size_t tlen = 0, mlen = 0;
+    if (!turl) rc = df_err_set(e, "%s: no sizes in the model info, and no commit 'sha' to ask the tree of", url);
+    else if (df_http_get(h, turl, 64u << 20, &tree, &tlen, &m, e))
+      rc = df_err_prefix(e, "the model info (%s) gives no file sizes (a mirror without ?blobs=true), "
+                            "and its tree could not be read: ", url);
+    else if (!(rc = df_hub_info_from_tree(s->info_json, s->info_len, tree, tlen, turl, &merged, &mlen, e))) {
+      df_log_info("the endpoint gives no sizes with ?blobs=true: sizes and checksums from its tree API");
+      free(s->info_json);
+      s->info_json = merged;
+      s->info_len = mlen;
+    }
+    json_decref(io);
+    free(turl);
+    free(tree);
+  }
   df_http_free(h);
   if (!rc) rc = df_hub_info_parse(s->info_json, s->info_len, url, &s->info, e);
   if (!rc && df_hub_is_commit(o->revision) && strcmp(s->info.commit, o->revision))

@@ -47,11 +47,14 @@ wait_port() { # port
   echo "FAIL: nothing listens on 127.0.0.1:$1" >&2; return 1
 }
 
-start_hub() { # model-dir repo commit [out, default $T/hub: a second hub needs its own]
+start_hub() { # model-dir repo commit [out, default $T/hub: a second hub needs its own] [hubgen options]
   HUB_PORT=$(free_port)
   _out=${4:-$T/hub}
-  python3 "$DF_SRC/tests/setup/hubgen.py" --model "$1" --repo "$2" --commit "$3" --out "$_out" \
-    --port "$HUB_PORT"
+  _m=$1 _r=$2 _c=$3
+  shift 3
+  [ $# -gt 0 ] && shift
+  python3 "$DF_SRC/tests/setup/hubgen.py" --model "$_m" --repo "$_r" --commit "$_c" --out "$_out" \
+    --port "$HUB_PORT" "$@"
   "$NGINX" -c "$_out/nginx.conf" -p "$_out" -e "$_out/logs/error.log" &
   HUB_PIDS="$HUB_PIDS $!"
   wait_port "$HUB_PORT"

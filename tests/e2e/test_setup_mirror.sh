@@ -1,0 +1,58 @@
+#!/bin/sh
+# A mirror that ignores ?blobs=true (model-info siblings with rfilename only):
+# sizes and checksums come from the tree API (/api/models/{repo}/tree/{commit}
+# ?recursive=true). Checks against nginx's access log:
+#  1. setup --full from such a mirror installs the original bytes and ids,
+#     asking the tree once; every file is still checked (sha256 for LFS files,
+#     where the tree's top-level oid is the pointer's);
+#  2. a stream install from it runs and gives the same ids;
+#  3. a mirror with neither sizes nor a tree is refused, saying so.
+set -eu
+DF_SRC=${DF_SRC:-.}
+. "$DF_SRC/tests/setup/hubenv.sh"
+hub_test_begin mirror
+
+REPO=test-org/K3-tiny
+COMMIT=7777777777777777777777777777777777777777
+"$BIN" make-model --preset tiny --seed 31 --out "$T/src" -q >/dev/null 2>&1
+cp -r "$T/src" "$T/orig"
+start_hub "$T/src" "$REPO" "$COMMIT" "$T/hub" --no-blob-sizes
+EP="http://127.0.0.1:$HUB_PORT"
+IDS=7,70,700,77
+"$BIN" run --model "$T/orig" --prompt-ids $IDS --max-new 8 --json >"$T/ref.json"
+REF=$(ids "$T/ref.json")
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["siblings"]; assert s and all(set(x) == {"rfilename"} for x in s)' \
+  "$T/hub/www/api/$COMMIT.json" || fail "the mirror's model info has sizes (test too weak)"
+
+# --- 1 ---
+"$BIN" setup --full --repo "$REPO" --revision main --endpoint "$EP" --model-root "$T/r1" -q 2>"$T/r1.err" \
+  || fail "setup from a mirror without blob sizes: $(cat "$T/r1.err")"
+for f in "$T"/src/*; do cmp -s "$f" "$T/r1/$(basename "$f")" || fail "$(basename "$f") differs"; done
+[ "$(grep -c "^GET /api/$COMMIT.tree.json 200" "$T/hub/logs/access.log")" = 1 ] || fail "the tree was not asked once: $(cat "$T/hub/logs/access.log")"
+"$BIN" run --model "$T/r1" --prompt-ids $IDS --max-new 8 --json >"$T/o1.json"
+[ "$(ids "$T/o1.json")" = "$REF" ] || fail "ids differ"
+# the stored model info has the tree's checksums: a wrong byte in a shard is caught
+S1=$(ls "$T/r1" | grep '^model-0' | head -1)
+python3 - "$T/r1/$S1" <<'PY'
+import sys
+f = open(sys.argv[1], "r+b"); f.seek(-5, 2); b = f.read(1); f.seek(-5, 2); f.write(bytes([b[0] ^ 1]))
+PY
+rm -f "$T/r1/deltafin-setup.verified"
+"$BIN" setup --full --repo "$REPO" --revision main --endpoint "$EP" --model-root "$T/r1" 2>"$T/r1b.err" \
+  || fail "rerun: $(cat "$T/r1b.err")"
+grep -q "replacing .*$S1: sha256" "$T/r1b.err" || fail "a damaged shard was not caught by the tree's sha256: $(cat "$T/r1b.err")"
+cmp -s "$T/src/$S1" "$T/r1/$S1" || fail "$S1 not repaired"
+
+# --- 2 ---
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s2" -q 2>"$T/s2.err" \
+  || fail "setup --stream from the mirror: $(cat "$T/s2.err")"
+"$BIN" run --model "$T/s2" --prompt-ids $IDS --max-new 8 --json >"$T/o2.json" 2>"$T/o2.err" || fail "stream run: $(cat "$T/o2.err")"
+[ "$(ids "$T/o2.json")" = "$REF" ] || fail "stream ids differ"
+
+# --- 3 ---
+stop_hub
+start_hub "$T/src" "$REPO" "$COMMIT" "$T/hub3" --no-blob-sizes --no-tree
+if "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$HUB_PORT" \
+  --model-root "$T/r3" -q 2>"$T/r3.err"; then fail "a mirror with neither sizes nor a tree was accepted"; fi
+grep -q "gives no file sizes" "$T/r3.err" && grep -q "404" "$T/r3.err" || fail "no clear error: $(cat "$T/r3.err")"
+echo "PASS: setup mirror (tree API instead of ?blobs=true sizes)"
