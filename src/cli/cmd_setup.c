@@ -57,6 +57,10 @@ void df_cmd_setup_help(void) {
       "                        index needs cannot be left out\n"
       "  --dry-run             list what would be downloaded, reused, found present\n"
       "                        and skipped, with sizes; writes nothing\n"
+      "  --hf-cache            also put every complete file into the hub cache's\n"
+      "                        layout (blobs, snapshot links, refs) for hf download,\n"
+      "                        transformers and huggingface.js to reuse (hard links\n"
+      "                        where the cache shares the model root's filesystem)\n"
       "  --offline             send no request at all (also HF_HUB_OFFLINE=1): install\n"
       "                        from an earlier install, --from or the hub cache, or say\n"
       "                        which files are missing\n"
@@ -116,6 +120,7 @@ int df_cmd_setup(int argc, char **argv) {
     else if (!strcmp(a, "--with-vision")) o.with_vision = 1;
     else if (!strcmp(a, "--offline")) o.offline = 1;
     else if (!strcmp(a, "--dry-run")) o.dry_run = 1;
+    else if (!strcmp(a, "--hf-cache")) o.hf_cache = 1;
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) df_log_verbose = 0, o.progress = 0;
     else if (!v) return df_cli_fail("setup: unknown or incomplete option '%s' (see --help)", a);
     else if (!strcmp(a, "--repo")) o.repo = v, i++;

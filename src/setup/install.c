@@ -313,6 +313,98 @@ static int try_reuse(const df_setup_opts *o, const state *s, const df_hub_file *
   return rc;
 }
 
+/* ---- writing into the hub cache (--hf-cache) ---- */
+
+/* path -> dest by a temporary name and a rename: a hard link when they
+ * share a filesystem (no second copy of a shard), else a copy. */
+static int place_file(const char *src, const char *dest, df_err *e) {
+  char *dir = df_xstrdup(dest);
+  *strrchr(dir, '/') = 0;
+  int rc = df_mkdir_p(dir, e);
+  free(dir);
+  return rc ? -1 : copy_in(src, dest, e);
+}
+
+/* A relative symlink at `at` to `target` (both under the repo folder), by a
+ * temporary name and a rename. */
+static int place_link(const char *target, const char *at, df_err *e) {
+  char *dir = df_xstrdup(at);
+  *strrchr(dir, '/') = 0;
+  int rc = df_mkdir_p(dir, e);
+  free(dir);
+  if (rc) return -1;
+  size_t n = strlen(at) + 16;
+  char *tmp = df_xmalloc(n);
+  snprintf(tmp, n, "%s.link.tmp", at);
+  unlink(tmp);
+  if (symlink(target, tmp) || rename(tmp, at)) {
+    rc = df_err_errno(e, "linking %s", at);
+    unlink(tmp);
+  }
+  free(tmp);
+  return rc;
+}
+
+/* Puts a verified file where the hub's tools look for it: blobs/{etag}
+ * (the LFS sha256 or git blob id), snapshots/{commit}/{name} linking to it,
+ * and refs/{revision} naming the commit when the revision is a branch or a
+ * tag; hf download, transformers and huggingface.js then reuse it. */
+static int to_hub_cache(const state *s, const df_hub_file *f, const char *path, df_err *e) {
+  char *blob = df_hub_cache_blob(s->repo, f);
+  if (!blob) return 0;
+  struct stat st;
+  int rc = 0;
+  if (stat(blob, &st) || (uint64_t)st.st_size != f->size) rc = place_file(path, blob, e);
+  char *snap = df_hub_cache_snapshot(s->repo, s->commit), *at = df_path_join(snap, f->name);
+  /* ../../blobs/{etag}, one more ../ per folder of the name */
+  size_t cap = strlen(f->name) * 2 + 160, len = 0;
+  char *target = df_xmalloc(cap);
+  target[0] = 0;
+  for (const char *p = f->name; (p = strchr(p, '/')); p++) len += (size_t)snprintf(target + len, cap - len, "../");
+  snprintf(target + len, cap - len, "../../blobs/%s", strrchr(blob, '/') + 1);
+  char cur[4096];
+  ssize_t cn = readlink(at, cur, sizeof cur - 1);
+  if (cn >= 0) cur[cn] = 0;
+  if (!rc && (cn < 0 || strcmp(cur, target))) rc = place_link(target, at, e);
+  free(target);
+  free(at);
+  free(snap);
+  free(blob);
+  return rc;
+}
+
+static int hub_cache_write(const df_setup_opts *o, const state *s, df_err *e) {
+  int n = 0;
+  for (int i = 0; i < s->info.nfiles; i++) {
+    const df_hub_file *f = &s->info.files[i];
+    if (skip_reason(o, f->name)) continue;
+    char *p = df_path_join(s->root, f->name), *rj = df_dl_journal_path(p, 1);
+    struct stat st;
+    /* complete files only (a header-only or stream shard has a journal) */
+    int ok = !df_file_exists(rj) && !stat(p, &st) && (uint64_t)st.st_size == f->size;
+    int rc = ok ? to_hub_cache(s, f, p, e) : 0;
+    free(p);
+    free(rj);
+    if (rc) return -1;
+    n += ok;
+  }
+  if (strcmp(s->revision, s->commit)) {
+    char *ref = df_hub_cache_ref(s->repo, s->revision);
+    if (ref) {
+      char *dir = df_xstrdup(ref);
+      *strrchr(dir, '/') = 0;
+      int rc = df_mkdir_p(dir, e) || df_file_write_atomic(ref, s->commit, strlen(s->commit), e);
+      free(dir);
+      free(ref);
+      if (rc) return -1;
+    }
+  }
+  char *repo = df_hub_cache_repo(s->repo);
+  df_log_info("hub cache: %d files of %s@%s in %s", n, s->repo, s->commit, repo);
+  free(repo);
+  return 0;
+}
+
 /* ---- disk space ---- */
 
 static int space_check(const char *dir, uint64_t need, const char *what, df_err *e) {
@@ -946,6 +1038,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       if (df_pack(&po, e)) goto out_tok;
     }
   }
+  if (o->hf_cache && hub_cache_write(o, &s, e)) goto out_tok;
   rc = 0;
 out_tok:
   if (tok) {

@@ -59,6 +59,7 @@ typedef struct df_setup_opts {
   int ninclude;
   const char *const *exclude; /* globs: files left out */
   int nexclude;
+  int hf_cache;            /* also place every complete file in the hub cache's layout */
 } df_setup_opts;
 
 typedef struct df_setup_report {

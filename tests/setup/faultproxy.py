@@ -33,6 +33,9 @@ without following redirects, and damages responses on purpose:
                    (each after K more requests; default 1). A request that
                    arrives inside a window more than 0.25 s after the first
                    429 of it (the client had been told) is logged "early".
+  POST /api/models/{repo}/paths-info/{rev} (the hub's paths-info API, JSON
+                   {"paths": [...]}) is answered from upstream's tree
+                   (/api/models/{repo}/tree/{rev}): the entries of those paths
   --ignore-range   forward without the Range header: upstream answers 200
                    with the whole file (a server or proxy that ignores Range)
 
@@ -43,6 +46,7 @@ is logged to --log as: path range status bytes_sent fault auth(yes/no) arrival
 import argparse
 import email.utils
 import http.client
+import json
 import http.server
 import random
 import re
@@ -206,6 +210,28 @@ def main():
             self.end_headers()
             self.wfile.write(body)
             self.record(code, len(body), "status")
+
+        def do_POST(self):
+            self.t_arrival = time.time()
+            m = re.match(r"^/api/models/(.+)/paths-info/([^/?]+)$", self.path)
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+            if not m:
+                return self.plain(404, "no such API")
+            up = http.client.HTTPConnection("127.0.0.1", a.upstream, timeout=30)
+            up.request("GET", "/api/models/%s/tree/%s" % (m.group(1), m.group(2)))
+            r = up.getresponse()
+            tree = r.read()
+            up.close()
+            if r.status != 200:
+                return self.plain(r.status, "no tree")
+            want = set(json.loads(body or b"{}").get("paths", []))
+            out = json.dumps([e for e in json.loads(tree) if e.get("path") in want]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            self.record(200, len(out), "")
 
         def do_GET(self):
             self.t_arrival = time.time()
