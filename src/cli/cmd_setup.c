@@ -215,11 +215,12 @@ int df_cmd_setup(int argc, char **argv) {
   if (json)
     printf("{\"mode\":\"%s\",\"files\":%d,\"files_downloaded\":%d,\"files_reused\":%d,"
            "\"bytes_net\":%llu,\"bytes_reused\":%llu,\"bytes_present\":%llu,\"requests\":%llu,"
-           "\"retries\":%llu,\"seconds\":%.3f}\n",
+           "\"retries\":%llu,\"rate_limited\":%llu,\"rate_wait_s\":%.3f,\"seconds\":%.3f}\n",
            stream ? "stream" : "full", r.files_total, r.files_downloaded, r.files_reused,
            (unsigned long long)r.bytes_net, (unsigned long long)r.bytes_reused,
            (unsigned long long)r.bytes_present, (unsigned long long)r.requests,
-           (unsigned long long)r.retries, r.seconds);
+           (unsigned long long)r.retries, (unsigned long long)r.rate_limited, r.rate_wait_s,
+           r.seconds);
   char z1[24], z2[24], z3[24];
   fprintf(stderr,
           "deltafin: setup %s done in %s: %s downloaded (%llu requests, %llu retries), "
@@ -227,5 +228,8 @@ int df_cmd_setup(int argc, char **argv) {
           stream ? "--stream" : "--full", o.model_root, df_setup_fmt_size(r.bytes_net, z1),
           (unsigned long long)r.requests, (unsigned long long)r.retries,
           df_setup_fmt_size(r.bytes_reused, z2), df_setup_fmt_size(r.bytes_present, z3));
+  if (r.rate_limited)
+    fprintf(stderr, "deltafin: rate limited %llu times; %.0f s spent waiting as told\n",
+            (unsigned long long)r.rate_limited, r.rate_wait_s);
   return 0;
 }

@@ -19,6 +19,7 @@ struct df_http_gate {
   double until;     /* df_now() before which no request goes */
   double waited;    /* the union of the waits so far */
   double max_wait;
+  uint64_t answers;
 };
 
 df_http_gate *df_http_gate_new(double max_wait_s) {
@@ -39,6 +40,13 @@ double df_http_gate_remaining(df_http_gate *g) {
   double d = g->until - df_now();
   pthread_mutex_unlock(&g->mu);
   return d > 0 ? d : 0;
+}
+
+uint64_t df_http_gate_answers(df_http_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  uint64_t n = g->answers;
+  pthread_mutex_unlock(&g->mu);
+  return n;
 }
 
 double df_http_gate_waited(df_http_gate *g) {
@@ -69,6 +77,7 @@ static void gate_pass(df_http_gate *g) {
 static int gate_close(df_http_gate *g, double wait, double *left, int *fresh) {
   if (wait > DF_HTTP_MAX_ONE_WAIT_S) wait = DF_HTTP_MAX_ONE_WAIT_S;
   pthread_mutex_lock(&g->mu);
+  g->answers++;
   double now = df_now(), from = g->until > now ? g->until : now, to = now + wait;
   double more = to > from ? to - from : 0;
   int rc = 0;

@@ -38,6 +38,8 @@ void df_http_gate_free(df_http_gate *g);
 /* Seconds until requests may go again (0 = open), and the waits so far. */
 double df_http_gate_remaining(df_http_gate *g);
 double df_http_gate_waited(df_http_gate *g);
+/* Rate-limit answers (429, 503 with a time) seen through the gate. */
+uint64_t df_http_gate_answers(df_http_gate *g);
 
 typedef struct df_http_cfg {
   const char *token;   /* Bearer token or NULL */

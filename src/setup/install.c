@@ -1047,6 +1047,8 @@ out_tok:
   }
 out:
   rep->seconds = df_now() - t0;
+  rep->rate_limited = df_http_gate_answers(gate);
+  rep->rate_wait_s = df_http_gate_waited(gate);
   df_stream_plan_free(plan);
   df_recsums_free(sums);
   free(sums_buf);

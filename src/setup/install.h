@@ -66,6 +66,8 @@ typedef struct df_setup_report {
   uint64_t bytes_net, bytes_reused, bytes_present;
   int files_total, files_downloaded, files_reused;
   uint64_t requests, retries;
+  uint64_t rate_limited;   /* answers that said to wait */
+  double rate_wait_s;      /* time spent waiting on them (the union of the waits) */
   double seconds;
 } df_setup_report;
 

@@ -44,12 +44,14 @@ LIMIT_S=2
 for style in retry-after date ratelimit 503; do
   start_proxy --limit-after 4 --limit-s $LIMIT_S --limit-style $style --log "$T/p-$style.log"
   "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$PROXY_PORT" \
-    --model-root "$T/r-$style" --chunk-kb 64 --connections 3 --retries 1 --retry-wait-ms 5 -q \
-    2>"$T/r-$style.err" || fail "$style: setup did not wait out the rate limit: $(cat "$T/r-$style.err")"
+    --model-root "$T/r-$style" --chunk-kb 64 --connections 3 --retries 1 --retry-wait-ms 5 -q --json \
+    >"$T/r-$style.json" 2>"$T/r-$style.err" || fail "$style: setup did not wait out the rate limit: $(cat "$T/r-$style.err")"
   stop_proxy
   same_files "$T/r-$style"
   set -- $(window "$T/p-$style.log")
   [ "$1" -gt 0 ] || fail "$style: the proxy limited nothing (test too weak)"
+  RL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rate_limited"])' "$T/r-$style.json")
+  [ "$RL" = "$1" ] || fail "$style: the report counts $RL rate-limit answers, the proxy sent $1"
   python3 -c 'import sys; t0, t1, w = map(float, sys.argv[1:]); sys.exit(0 if t1 >= t0 + w else 1)' \
     "$2" "$3" "$LIMIT_S" || fail "$style: the first request served after the window came $(python3 -c "print(round($3 - $2, 3))") s after the first 429, before the $LIMIT_S s it was told"
   ! grep -q " early " "$T/p-$style.log" || fail "$style: requests arrived inside the window after the client was told: $(grep ' early ' "$T/p-$style.log" | head -3)"
