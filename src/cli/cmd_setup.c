@@ -184,7 +184,6 @@ int df_cmd_setup(int argc, char **argv) {
   }
   if (full == stream) return df_cli_fail("setup: give exactly one of --full or --stream");
   if (!o.repo) return df_cli_fail("setup: --repo OWNER/NAME is required");
-  if (!o.revision) o.revision = "main"; /* as the hub's tools; resolved once and recorded */
   if (df_hub_env_bool("HF_HUB_DISABLE_PROGRESS_BARS")) o.progress = 0;
   if (!o.model_root) return df_cli_fail("setup: --model-root DIR is required");
   o.stream = stream;

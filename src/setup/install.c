@@ -787,7 +787,32 @@ static int dry_run(const df_setup_opts *o, const state *s, df_err *e) {
   return 0;
 }
 
-int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
+static int setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e);
+
+/* No --revision: what the folder's install recorded, else main (as the
+ * hub's tools default). Fresh string. */
+static char *default_revision(const char *root) {
+  char *p = df_path_join(root, DF_SETUP_STATE);
+  json_error_t je;
+  json_t *o = df_file_exists(p) ? json_load_file(p, 0, &je) : NULL;
+  const char *v = json_string_value(json_object_get(o, "revision"));
+  char *r = df_xstrdup(v && *v ? v : "main");
+  json_decref(o);
+  free(p);
+  return r;
+}
+
+int df_setup_run(const df_setup_opts *o_in, df_setup_report *rep, df_err *e) {
+  df_setup_opts oo = *o_in;
+  const df_setup_opts *o = &oo;
+  char *rev_owned = NULL;
+  if (!oo.revision && oo.model_root) oo.revision = rev_owned = default_revision(oo.model_root);
+  int rc0 = setup_run(o, rep, e);
+  free(rev_owned);
+  return rc0;
+}
+
+static int setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   memset(rep, 0, sizeof *rep);
   double t0 = df_now();
   if (!df_hub_repo_valid(o->repo))

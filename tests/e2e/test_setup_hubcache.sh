@@ -2,7 +2,8 @@
 # The hub cache and offline mode, against nginx's access log (every request
 # it answered). The cache is laid out by tests/setup/mkcache.py (blobs named
 # by sha256 / git blob id, snapshot links, refs), independently of deltafin.
-#  1. --revision defaults to main, resolved once and recorded;
+#  1. --revision defaults to main, resolved once and recorded (a rerun
+#     without it continues the revision the folder recorded);
 #  2. one blob store: a new commit whose files are all in the cache's blobs/
 #     (brought there by another commit) downloads zero bytes of any file;
 #  3. where the cache is: XDG_CACHE_HOME/huggingface/hub without HF_HOME,
@@ -58,6 +59,9 @@ HF_HUB_CACHE="$T/c2" "$BIN" setup --full --repo "$REPO" --revision "$COMMIT_B" -
 [ "$(field "$T/r2.json" bytes_net)" = 0 ] || fail "commit B downloaded $(field "$T/r2.json" bytes_net) bytes"
 [ "$(field "$T/r2.json" files_reused)" = "$(ls "$T/src" | wc -l)" ] || fail "not every file was reused: $(cat "$T/r2.json")"
 same "$T/r2"
+# a rerun without --revision continues the recorded one (not main)
+HF_HUB_CACHE="$T/c2" "$BIN" setup --full --repo "$REPO" --endpoint "$EPB" --model-root "$T/r2" -q \
+  2>"$T/r2b.err" || fail "a rerun without --revision of a --revision COMMIT install: $(cat "$T/r2b.err")"
 # without the cache the same install downloads everything (the check above can fail)
 "$BIN" setup --full --repo "$REPO" --revision "$COMMIT_B" --endpoint "$EPB" --model-root "$T/r2n" -q \
   --json >"$T/r2n.json" 2>"$T/r2n.err" || fail "setup of commit B without a cache: $(cat "$T/r2n.err")"
