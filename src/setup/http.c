@@ -82,7 +82,7 @@ static int gate_close(df_http_gate *g, double wait, double *left, int *fresh) {
   double more = to > from ? to - from : 0;
   int rc = 0;
   *left = g->max_wait - g->waited - (from - now);
-  *fresh = more > 1.0;
+  *fresh = g->until <= now || more > 1.0; /* a new window, or a longer one */
   if (g->waited + more > g->max_wait) rc = -1;
   else if (more > 0) {
     g->waited += more;
@@ -264,6 +264,7 @@ typedef struct xfer {
   int whole_ok;               /* a 200 to a range may be read as one stream */
   int whole;                  /* this response is a 200 with the whole file */
   uint64_t pos;               /* whole: bytes of the body seen */
+  long status;                /* the final status of the attempt */
 } xfer;
 
 static void copy_hval(char *dst, size_t cap, const char *v, size_t n) {
@@ -542,9 +543,9 @@ static int rate_wait(df_http *h, const xfer *x, int *nohint, df_err *e) {
                          "again later, or with a larger --max-wait: ",
                          host, w, left > 0 ? left : 0, h->gate->max_wait);
   if (fresh)
-    df_log_warn("rate limited by %s (HTTP %s): waiting %.0f s, %s%s%s (%.0f s waited so far, "
+    df_log_warn("rate limited by %s (HTTP %ld): waiting %.0f s, %s%s%s (%.0f s waited so far, "
                 "--max-wait %.0f s)",
-                host, *x->ratelimit || *x->retry_after ? "429/503" : "429", w, why,
+                host, x->status, w, why,
                 *x->ratelimit ? "; RateLimit: " : "", x->ratelimit,
                 df_http_gate_waited(h->gate), h->gate->max_wait);
   gate_pass(h->gate);
@@ -572,6 +573,7 @@ static int attempt_to(df_http *h, const char *url, const char *to, int auth, xfe
   long code = 0;
   curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
   if (x->meta) x->meta->status = code;
+  x->status = code;
   if (x->abort == AB_SINK) {
     *e = x->sink_err;
     return -1;
