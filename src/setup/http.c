@@ -312,6 +312,10 @@ static size_t on_header(char *buf, size_t sz, size_t nitems, void *ud) {
     char *end;
     long long s = strtoll(tmp, &end, 10);
     if (*tmp && !*end && s >= 0) x->meta->linked_size = s;
+  } else if (x->meta && hname(buf, n, "etag", &v, &vl)) {
+    while (vl && (*v == ' ' || *v == '\t')) v++, vl--;
+    if (vl >= 2 && v[0] == 'W' && v[1] == '/') v += 2, vl -= 2;
+    copy_hval(x->meta->etag, sizeof x->meta->etag, v, vl);
   }
   return n;
 }
@@ -623,6 +627,51 @@ static int attempt_to(df_http *h, const char *url, const char *to, int auth, xfe
 
 static int attempt(df_http *h, const char *url, xfer *x, df_err *e) {
   return attempt_to(h, url, url, 1, x, e);
+}
+
+int df_http_head(df_http *h, const char *url, df_http_meta *meta, df_err *e) {
+  int nohint = 0;
+  for (int a = 0;; a++) {
+    xfer x = {.h = h, .meta = meta, .wait_s = -1};
+    memset(meta, 0, sizeof *meta);
+    meta->linked_size = meta->content_length = -1;
+    gate_pass(h->gate);
+    char errbuf[CURL_ERROR_SIZE] = "";
+    setup_handle(h, url, 1, &x, errbuf);
+    curl_easy_setopt(h->curl, CURLOPT_NOBODY, 1L);
+    h->st.requests++;
+    CURLcode rc = curl_easy_perform(h->curl);
+    long code = 0;
+    curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
+    x.status = meta->status = code;
+    curl_off_t cl = -1;
+    curl_easy_getinfo(h->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    meta->content_length = cl;
+    int r;
+    if (rc != CURLE_OK) {
+      df_err_set(e, "%s: %s%s%s", url, curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf);
+      r = 1;
+    } else if (code == 200) {
+      return 0;
+    } else if ((code == 429 || code == 503) &&
+               ((x.wait_s = df_http_retry_after(x.retry_after, x.ratelimit, epoch_now())) >= 0 ||
+                code == 429)) {
+      if (x.wait_s < 0) x.wait_s = -2;
+      h->st.rate_limited++;
+      df_err_set(e, "%s: HTTP %ld (rate limited)", url, code);
+      if (rate_wait(h, &x, &nohint, e)) return -1;
+      a--;
+      continue;
+    } else {
+      r = classify_status(h, code, url, e) ? 1 : -1;
+    }
+    if (r < 0 || a >= h->cfg.retries) {
+      if (r > 0) df_err_prefix(e, "giving up after %d attempts: ", a + 1);
+      return -1;
+    }
+    h->st.retries++;
+    backoff(h, a);
+  }
 }
 
 int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t *len,

@@ -68,12 +68,17 @@ typedef struct df_http_meta {
   char repo_commit[64];     /* X-Repo-Commit */
   char linked_etag[80];     /* X-Linked-Etag (unquoted) */
   int64_t linked_size;      /* X-Linked-Size, -1 when absent */
+  char etag[80];            /* ETag of the last response (unquoted, W/ dropped) */
+  int64_t content_length;   /* of the final response, -1 when unknown */
 } df_http_meta;
 
 /* GET a small document (model info, a JSON file) into memory; 200 required;
  * at most max_len bytes. *body is NUL-terminated; caller frees. */
 int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t *len,
                 df_http_meta *meta, df_err *e);
+
+/* HEAD of url (redirects followed): the facts only; 200 required. */
+int df_http_head(df_http *h, const char *url, df_http_meta *meta, df_err *e);
 
 /* Receives the bytes of a range in order, at absolute offsets; returns 0, or
  * -1 to abort (the fetch then fails with the sink's message in *e). */

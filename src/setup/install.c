@@ -488,6 +488,65 @@ static int index_complete(const df_setup_opts *o, const state *s, int offline, d
 
 /* ---- the install ---- */
 
+static int is_hex_n(const char *v, size_t n) {
+  if (strlen(v) != n) return 0;
+  for (; *v; v++)
+    if (!strchr("0123456789abcdef", *v)) return 0;
+  return 1;
+}
+
+/* A mirror with neither ?blobs=true sizes nor a tree: one HEAD per file,
+ * as the hub's tools ask for a file's metadata: X-Linked-Etag (the sha256)
+ * and X-Linked-Size for an LFS file, else the ETag (the git blob id) and
+ * the length. A file that gives neither cannot be verified: refused. */
+static int info_from_heads(df_http *h, const char *endpoint, const char *repo, const char *info,
+                           size_t ilen, char **out, size_t *olen, df_err *e) {
+  json_error_t je;
+  json_t *io = json_loadb(info, ilen, 0, &je);
+  const char *sha = json_string_value(json_object_get(io, "sha"));
+  json_t *sib = json_object_get(io, "siblings"), *ns = json_array();
+  size_t i;
+  json_t *v;
+  int rc = 0;
+  json_array_foreach(sib, i, v) {
+    const char *name = json_string_value(json_object_get(v, "rfilename"));
+    if (!name || !df_hub_name_valid(name)) {
+      rc = df_err_set(e, "the model info's siblings[%zu] has no usable 'rfilename'", i);
+      break;
+    }
+    char *url = df_hub_file_url(endpoint, repo, sha, name);
+    df_http_meta m;
+    rc = df_http_head(h, url, &m, e);
+    json_t *f = NULL;
+    if (rc) {
+      df_err_prefix(e, "%s: ", name);
+    } else if (is_hex_n(m.linked_etag, 64) && m.linked_size >= 0) {
+      f = json_pack("{s:s,s:I,s:{s:s,s:I}}", "rfilename", name, "size", (json_int_t)m.linked_size,
+                    "lfs", "sha256", m.linked_etag, "size", (json_int_t)m.linked_size);
+    } else if (is_hex_n(m.etag, 40) && m.content_length >= 0) {
+      f = json_pack("{s:s,s:I,s:s}", "rfilename", name, "size", (json_int_t)m.content_length,
+                    "blobId", m.etag);
+    } else {
+      rc = df_err_set(e,
+                      "%s: HEAD %s gives neither X-Linked-Etag/X-Linked-Size (an LFS file's sha256) "
+                      "nor an ETag that is a git blob id: it cannot be verified",
+                      name, url);
+    }
+    free(url);
+    if (rc) break;
+    json_array_append_new(ns, f);
+  }
+  if (!rc) {
+    json_object_set_new(io, "siblings", ns);
+    *out = json_dumps(io, JSON_INDENT(1));
+    *olen = strlen(*out);
+  } else {
+    json_decref(ns);
+  }
+  json_decref(io);
+  return rc;
+}
+
 static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_http_gate *gate,
                       df_err *e) {
   char *tok = df_setup_token();
@@ -510,10 +569,22 @@ static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df
          *merged = NULL;
     size_t tlen = 0, mlen = 0;
     if (!turl) rc = df_err_set(e, "%s: no sizes in the model info, and no commit 'sha' to ask the tree of", url);
-    else if (df_http_get(h, turl, 64u << 20, &tree, &tlen, &m, e))
-      rc = df_err_prefix(e, "the model info (%s) gives no file sizes (a mirror without ?blobs=true), "
-                            "and its tree could not be read: ", url);
-    else if (!(rc = df_hub_info_from_tree(s->info_json, s->info_len, tree, tlen, turl, &merged, &mlen, e))) {
+    else if (df_http_get(h, turl, 64u << 20, &tree, &tlen, &m, e)) {
+      if (m.status == 404 || m.status == 405 || m.status == 501) {
+        df_log_info("the endpoint gives no sizes with ?blobs=true and has no tree API: one HEAD per file");
+        rc = info_from_heads(h, endpoint, o->repo, s->info_json, s->info_len, &merged, &mlen, e);
+        if (rc) df_err_prefix(e, "the model info (%s) gives no file sizes and the tree API answers %ld: ",
+                              url, m.status);
+        else {
+          free(s->info_json);
+          s->info_json = merged;
+          s->info_len = mlen;
+        }
+      } else {
+        rc = df_err_prefix(e, "the model info (%s) gives no file sizes (a mirror without ?blobs=true), "
+                              "and its tree could not be read: ", url);
+      }
+    } else if (!(rc = df_hub_info_from_tree(s->info_json, s->info_len, tree, tlen, turl, &merged, &mlen, e))) {
       df_log_info("the endpoint gives no sizes with ?blobs=true: sizes and checksums from its tree API");
       free(s->info_json);
       s->info_json = merged;

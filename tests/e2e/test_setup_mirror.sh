@@ -6,7 +6,10 @@
 #     asking the tree once; every file is still checked (sha256 for LFS files,
 #     where the tree's top-level oid is the pointer's);
 #  2. a stream install from it runs and gives the same ids;
-#  3. a mirror with neither sizes nor a tree is refused, saying so.
+#  3. a mirror with neither sizes nor a tree: one HEAD per file (X-Linked-Etag
+#     and X-Linked-Size for LFS files, ETag = git blob id for the others),
+#     the same bytes and ids;
+#  4. without ETags either it is refused, naming the file.
 set -eu
 DF_SRC=${DF_SRC:-.}
 . "$DF_SRC/tests/setup/hubenv.sh"
@@ -49,10 +52,22 @@ cmp -s "$T/src/$S1" "$T/r1/$S1" || fail "$S1 not repaired"
 "$BIN" run --model "$T/s2" --prompt-ids $IDS --max-new 8 --json >"$T/o2.json" 2>"$T/o2.err" || fail "stream run: $(cat "$T/o2.err")"
 [ "$(ids "$T/o2.json")" = "$REF" ] || fail "stream ids differ"
 
-# --- 3 ---
+# --- 3: neither sizes nor a tree: one HEAD per file (X-Linked-Etag/-Size, ETag) ---
 stop_hub
 start_hub "$T/src" "$REPO" "$COMMIT" "$T/hub3" --no-blob-sizes --no-tree
+"$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$HUB_PORT" \
+  --model-root "$T/r3" -q 2>"$T/r3.err" || fail "a mirror with neither sizes nor a tree: $(cat "$T/r3.err")"
+for f in "$T"/src/*; do cmp -s "$f" "$T/r3/$(basename "$f")" || fail "HEAD install: $(basename "$f") differs"; done
+[ "$(grep -c '^HEAD ' "$T/hub3/logs/access.log")" -ge "$(ls "$T/src" | wc -l)" ] || fail "not one HEAD per file: $(cat "$T/hub3/logs/access.log")"
+python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["siblings"]; assert all("size" in x and ("lfs" in x or "blobId" in x) for x in s), s' \
+  "$T/r3/deltafin-setup.info.json" || fail "the stored model info lacks the checksums from HEAD"
+"$BIN" run --model "$T/r3" --prompt-ids $IDS --max-new 8 --json >"$T/o3.json"
+[ "$(ids "$T/o3.json")" = "$REF" ] || fail "HEAD install: ids differ"
+
+# --- 4: and without ETags either: refused, naming a file ---
+stop_hub
+start_hub "$T/src" "$REPO" "$COMMIT" "$T/hub4" --no-blob-sizes --no-tree --no-etag
 if "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$HUB_PORT" \
-  --model-root "$T/r3" -q 2>"$T/r3.err"; then fail "a mirror with neither sizes nor a tree was accepted"; fi
-grep -q "gives no file sizes" "$T/r3.err" && grep -q "404" "$T/r3.err" || fail "no clear error: $(cat "$T/r3.err")"
-echo "PASS: setup mirror (tree API instead of ?blobs=true sizes)"
+  --model-root "$T/r4" -q 2>"$T/r4.err"; then fail "a mirror with no way to verify its files was accepted"; fi
+grep -q "cannot be verified" "$T/r4.err" && grep -q "config.json" "$T/r4.err" || fail "no clear error: $(cat "$T/r4.err")"
+echo "PASS: setup mirror (tree API, then HEAD, instead of ?blobs=true sizes)"

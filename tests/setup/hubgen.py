@@ -12,6 +12,9 @@ Writes, under OUT:
         oid = git blob id (of the LFS pointer for LFS files), lfs.oid = sha256)
     --no-blob-sizes: the info document's siblings have rfilename only (a
         mirror that ignores ?blobs=true); --no-tree: no tree endpoint
+    git files carry ETag: "<git blob id>" as the hub sends it (nginx's own ETag
+        off); --no-etag: no ETag at all (a mirror whose files cannot be
+        verified from a HEAD)
     GET /<repo>/resolve/<commit or branch>/<lfs file>   -> 302 to /cdn/<sha256>
         (X-Repo-Commit, X-Linked-Etag, X-Linked-Size, as the hub sends)
     GET /<repo>/resolve/<commit or branch>/<git file>   -> the file (X-Repo-Commit)
@@ -43,6 +46,7 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--no-blob-sizes", action="store_true")
     ap.add_argument("--no-tree", action="store_true")
+    ap.add_argument("--no-etag", action="store_true")
     a = ap.parse_args()
     out = os.path.abspath(a.out)
     www = os.path.join(out, "www")
@@ -81,7 +85,11 @@ def main():
                 locs.append(
                     "    location = /%s/resolve/%s/%s {\n"
                     "      add_header X-Repo-Commit %s always;\n"
-                    "      try_files /raw/%s/%s =404;\n    }\n" % (a.repo, rev, name, a.commit, a.commit, name))
+                    "      etag off;\n%s"
+                    "      try_files /raw/%s/%s =404;\n    }\n" % (
+                        a.repo, rev, name, a.commit,
+                        "" if a.no_etag else "      add_header ETag '\"%s\"' always;\n" % git_blob_id(data),
+                        a.commit, name))
         tree.append(t)
         siblings.append({"rfilename": name} if a.no_blob_sizes else s)
     info = {"_id": "x", "id": a.repo, "modelId": a.repo, "sha": a.commit, "private": False,
