@@ -143,7 +143,10 @@ void df_fetcher_set_connections(df_fetcher *f, int n) {
   free(f->pool);
   free(f->free_h);
   char *tok = df_setup_token();
-  df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 5}; /* stall: HF_HUB_DOWNLOAD_TIMEOUT or 30 s */
+  /* stall: HF_HUB_DOWNLOAD_TIMEOUT or 30 s; once a connection is told to
+   * wait (429/503), none of them sends before that time */
+  if (!f->gate) f->gate = df_http_gate_new(0);
+  df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 5, .gate = f->gate};
   f->pool = df_xcalloc((size_t)n, sizeof *f->pool);
   f->free_h = df_xcalloc((size_t)n, sizeof *f->free_h);
   for (int i = 0; i < n; i++) f->pool[i] = f->free_h[i] = df_http_new(&hc);
@@ -169,6 +172,7 @@ void df_fetcher_close(df_fetcher *f) {
   for (int i = 0; i < f->npool; i++) df_http_free(f->pool[i]);
   free(f->pool);
   free(f->free_h);
+  df_http_gate_free(f->gate);
   free(f->fl);
   df_recsums_free(f->sums);
   df_hub_info_free(&f->info);

@@ -162,7 +162,9 @@ void df_fetcher_set_ahead(df_fetcher *f, int on) {
   if (on && !f->nathr) {
     char *tok = df_setup_token();
     /* a guess is not worth long retries: one, soon, and a shorter stall */
-    df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 1, .backoff_s = 0.02, .stall_s = 10};
+    if (!f->gate) f->gate = df_http_gate_new(0);
+    df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 1, .backoff_s = 0.02, .stall_s = 10,
+                      .gate = f->gate};
     f->astop = 0;
     for (int i = 0; i < AHEAD_CONNS; i++) {
       f->athr[i] = (struct ahead_thr){.f = f, .h = df_http_new(&hc)};
