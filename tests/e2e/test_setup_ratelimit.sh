@@ -11,7 +11,9 @@
 #  2. a 429 that gives no time is retried, waiting longer each time, also
 #     past --retries;
 #  3. --max-wait: a wait beyond the patience fails at once, saying so, and
-#     keeps what was downloaded: a rerun fetches only the rest.
+#     keeps what was downloaded: a rerun fetches only the rest;
+#  4. a stream install's fetcher (run, three connections) waits as told as
+#     well: no request inside the window once told, the same ids.
 set -eu
 DF_SRC=${DF_SRC:-.}
 . "$DF_SRC/tests/setup/hubenv.sh"
@@ -87,4 +89,18 @@ same_files "$T/r-max"
 TOTAL=$(cat "$T"/src/* | wc -c)
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if 0 < r["bytes_net"] < int(sys.argv[2]) else 1)' \
   "$T/r-max2.json" "$TOTAL" || fail "the rerun did not resume: $(cat "$T/r-max2.json") of $TOTAL bytes"
+# --- 4: a stream install's fetcher (run) waits as told too, every connection ---
+"$BIN" setup --stream --repo "$REPO" --revision "$COMMIT" --endpoint "$EP" --model-root "$T/s4" -q \
+  2>"$T/s4.err" || fail "setup --stream: $(cat "$T/s4.err")"
+start_proxy --limit-after 3 --limit-s $LIMIT_S --limit-style retry-after --log "$T/p-run.log"
+HF_ENDPOINT="http://127.0.0.1:$PROXY_PORT" DF_FETCH_CONNECTIONS=3 "$BIN" run --model "$T/s4" \
+  --prompt-ids $IDS --max-new 10 --json --prefetch off >"$T/o-run.json" 2>"$T/o-run.err" \
+  || fail "a stream run through a rate limit: $(cat "$T/o-run.err")"
+stop_proxy
+[ "$(ids "$T/o-run.json")" = "$REF" ] || fail "stream run: ids differ"
+set -- $(window "$T/p-run.log")
+[ "$1" -gt 0 ] || fail "run: the proxy limited nothing (test too weak)"
+! grep -q " early " "$T/p-run.log" || fail "run: requests arrived inside the window after the fetcher was told: $(grep ' early ' "$T/p-run.log" | head -3)"
+python3 -c 'import sys; t0, t1, w = map(float, sys.argv[1:]); sys.exit(0 if t1 >= t0 + w else 1)' \
+  "$2" "$3" "$LIMIT_S" || fail "run: a request was served before the window's end"
 echo "PASS: setup ratelimit (retry-after, date, ratelimit, 503, none; --max-wait)"
