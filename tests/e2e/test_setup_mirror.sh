@@ -31,6 +31,7 @@ python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["siblings"]; assert 
 "$BIN" setup --full --repo "$REPO" --revision main --endpoint "$EP" --model-root "$T/r1" -q 2>"$T/r1.err" \
   || fail "setup from a mirror without blob sizes: $(cat "$T/r1.err")"
 for f in "$T"/src/*; do cmp -s "$f" "$T/r1/$(basename "$f")" || fail "$(basename "$f") differs"; done
+hub_settle
 [ "$(grep -c "^GET /api/$COMMIT.tree.json 200" "$T/hub/logs/access.log")" = 1 ] || fail "the tree was not asked once: $(cat "$T/hub/logs/access.log")"
 "$BIN" run --model "$T/r1" --prompt-ids $IDS --max-new 8 --json >"$T/o1.json"
 [ "$(ids "$T/o1.json")" = "$REF" ] || fail "ids differ"
@@ -58,6 +59,7 @@ start_hub "$T/src" "$REPO" "$COMMIT" "$T/hub3" --no-blob-sizes --no-tree
 "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$HUB_PORT" \
   --model-root "$T/r3" -q 2>"$T/r3.err" || fail "a mirror with neither sizes nor a tree: $(cat "$T/r3.err")"
 for f in "$T"/src/*; do cmp -s "$f" "$T/r3/$(basename "$f")" || fail "HEAD install: $(basename "$f") differs"; done
+hub_settle "$T/hub3"
 [ "$(grep -c '^HEAD ' "$T/hub3/logs/access.log")" -ge "$(ls "$T/src" | wc -l)" ] || fail "not one HEAD per file: $(cat "$T/hub3/logs/access.log")"
 python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["siblings"]; assert all("size" in x and ("lfs" in x or "blobId" in x) for x in s), s' \
   "$T/r3/deltafin-setup.info.json" || fail "the stored model info lacks the checksums from HEAD"

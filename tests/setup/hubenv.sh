@@ -80,12 +80,31 @@ stop_hub() {
   HUB_PIDS=""
 }
 
+# nginx writes a request's log line after it sent the response, so a client
+# can exit before its last request is logged: wait until the log has not
+# grown for 0.3 s (at most 5 s) before reading it.
+hub_settle() { # [hub dir]
+  python3 - "${1:-$T/hub}/logs/access.log" <<'PYEOF'
+import os, sys, time
+p, last, since, t0 = sys.argv[1], -1, time.monotonic(), time.monotonic()
+while time.monotonic() - t0 < 5:
+    n = os.path.getsize(p) if os.path.exists(p) else 0
+    if n != last:
+        last, since = n, time.monotonic()
+    elif time.monotonic() - since >= 0.3:
+        break
+    time.sleep(0.05)
+PYEOF
+}
+
 # Sum of body bytes nginx sent for paths matching a regex (its access log).
 hub_bytes() { # regex [hub dir]
+  hub_settle "${2:-}"
   awk -v rx="$1" '$2 ~ rx { s += $4 } END { print s + 0 }' "${2:-$T/hub}/logs/access.log"
 }
 
 # Requests nginx answered (all paths) so far.
 hub_requests() { # [hub dir]
+  hub_settle "${1:-}"
   wc -l <"${1:-$T/hub}/logs/access.log" | tr -d ' '
 }
