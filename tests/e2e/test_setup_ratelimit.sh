@@ -42,7 +42,7 @@ after = [float(r[6]) for r in rows if r[2] not in ("429", "503") and float(r[6])
 print(len(lim), "%.6f" % t0, "%.6f" % (min(after) if after else 0.0))' "$1"
 }
 
-LIMIT_S=2
+LIMIT_S=3
 for style in retry-after date ratelimit 503; do
   start_proxy --limit-after 4 --limit-s $LIMIT_S --limit-style $style --log "$T/p-$style.log"
   "$BIN" setup --full --repo "$REPO" --revision "$COMMIT" --endpoint "http://127.0.0.1:$PROXY_PORT" \

@@ -31,8 +31,9 @@ without following redirects, and damages responses on purpose:
                    RateLimit-Policy headers only), none (nothing), 503
                    (503 + Retry-After seconds). --limit-windows N windows
                    (each after K more requests; default 1). A request that
-                   arrives inside a window more than 0.25 s after the first
-                   429 of it (the client had been told) is logged "early".
+                   arrives inside a window more than --limit-grace seconds
+                   (default 0.5: requests already on their way when the first
+                   429 went out) after its first 429 is logged "early".
   POST /api/models/{repo}/paths-info/{rev} (the hub's paths-info API, JSON
                    {"paths": [...]}) is answered from upstream's tree
                    (/api/models/{repo}/tree/{rev}): the entries of those paths
@@ -103,6 +104,7 @@ def main():
     ap.add_argument("--limit-style", default="retry-after",
                     choices=["retry-after", "date", "ratelimit", "none", "503"])
     ap.add_argument("--limit-windows", type=int, default=1)
+    ap.add_argument("--limit-grace", type=float, default=0.5)
     ap.add_argument("--ignore-range", action="store_true")
     a = ap.parse_args()
     lim_lock = threading.Lock()
@@ -187,7 +189,7 @@ def main():
                     lim["start"], lim["end"] = now, now + a.limit_s
                     lim["windows"] += 1
                 start, end = lim["start"], lim["end"]
-            fault = "early" if now > start + 0.25 else "ratelimit"
+            fault = "early" if now > start + a.limit_grace else "ratelimit"
             left = max(1, int(end - now + 0.999))
             code, hdrs = 429, []
             if a.limit_style == "retry-after":
