@@ -114,7 +114,29 @@ static int prefill(df_session *s, df_store *st, const int *ids, int n, int chunk
   return 0;
 }
 
-static int decode(df_session *s, df_store *st, int n, float *logits, int vocab, df_err *e) {
+/* With the engine's --draft, decoding is df_generate's (speculative blocks,
+ * the same ids); its counts go to res. */
+static int decode(df_session *s, df_store *st, const int *prompt, int np, int n, float *logits,
+                  int vocab, df_bench_result *res, df_err *e) {
+  df_engine *en = df_session_engine(s);
+  if (strcmp(df_engine_draft(en, NULL), "off")) {
+    df_gen_opts go;
+    df_gen_opts_default(&go);
+    go.max_new = n;
+    go.prefill_chunk = 0;
+    go.history = prompt; /* what the session holds: the drafts look at it */
+    go.nhistory = np;
+    int *out, nout;
+    df_gen_stats gs;
+    if (df_generate(s, NULL, 0, &go, &out, &nout, &gs, e)) return -1;
+    free(out);
+    if (res) {
+      res->spec_verify += gs.n_verify, res->spec_drafted += gs.n_drafted;
+      res->spec_accepted += gs.n_accepted, res->spec_passes += gs.n_passes;
+      res->spec_tokens += nout;
+    }
+    return 0;
+  }
   for (int i = 0; i < n; i++) {
     int id = argmax(logits, vocab);
     df_store_trace_mark(st, "token", i + 1);
@@ -207,11 +229,12 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     json_decref(st);
   }
 
+  snprintf(res->draft, sizeof res->draft, "%s", df_engine_draft(en, &res->draft_max));
   /* warm-up */
   {
     df_session *s = df_session_new(en);
     int wp = P < 8 ? P : 8;
-    if (prefill(s, store, ids, wp, 0, logits, e) || decode(s, store, 2, logits, vocab, e)) {
+    if (prefill(s, store, ids, wp, 0, logits, e) || decode(s, store, ids, wp, 2, logits, vocab, NULL, e)) {
       df_session_free(s);
       goto out;
     }
@@ -232,7 +255,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     double sw0 = 0, sw1 = 0;
     double sp0 = (double)df_engine_spine_stream_bytes(en, &sw0);
     double t2 = df_now();
-    if (decode(s, store, N, logits, vocab, e)) {
+    if (decode(s, store, ids, P, N, logits, vocab, res, e)) {
       df_session_free(s);
       goto out;
     }
@@ -367,6 +390,12 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
   } else if (!o->no_ceiling) {
     fprintf(out, "storage ceiling: not measured (see the warning above)\n");
   }
+  if (r->spec_tokens)
+    fprintf(out, "speculation: --draft %s, K %d: %.0f%% of %ld drafts accepted, %.2f tokens per target pass "
+                 "(%ld blocks), %.2f MB of experts per token\n",
+            r->draft, r->draft_max, r->spec_drafted ? 100.0 * r->spec_accepted / r->spec_drafted : 0.0,
+            r->spec_drafted, (double)r->spec_tokens / (double)r->spec_passes, r->spec_verify,
+            r->decode_bytes / (double)r->spec_tokens / 1e6);
   if (r->spine_units && r->decode_seconds > 0) {
     double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
     double eg = r->decode_bytes / r->decode_seconds / 1e9;
@@ -426,6 +455,19 @@ static json_t *phase_json(const df_bench_phase *p) {
   return o;
 }
 
+/* Speculation's figures (null without --draft). */
+static json_t *spec_json(const df_bench_result *r) {
+  if (!r->spec_tokens) return json_null();
+  json_t *o = json_object();
+  json_object_set_new(o, "draft", json_string(r->draft));
+  json_object_set_new(o, "draft_max", json_integer(r->draft_max));
+  json_object_set_new(o, "verify_blocks", json_integer(r->spec_verify));
+  json_object_set_new(o, "acceptance", r->spec_drafted ? json_real((double)r->spec_accepted / (double)r->spec_drafted) : json_null());
+  json_object_set_new(o, "tokens_per_target_pass", json_real((double)r->spec_tokens / (double)r->spec_passes));
+  json_object_set_new(o, "expert_bytes_per_token", json_real(r->decode_bytes / (double)r->spec_tokens));
+  return o;
+}
+
 static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
   json_t *j = json_object();
   json_object_set_new(j, "decode_s_per_token", json_real(r->decode.s_per_token.median));
@@ -438,6 +480,7 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
                       r->have_ceiling ? json_real(r->decode.useful_gbps.median / r->ceiling.gbps) : json_null());
   json_object_set_new(j, "prefill_read_amplification", json_real(r->prefill.amplification.median));
   json_object_set_new(j, "fio_gbps", r->fio.ran ? json_real(r->fio.gbps) : json_null());
+  json_object_set_new(j, "speculation", spec_json(r));
   json_object_set_new(j, "emulated", o->engine.store.emulate_drives ? json_string(o->engine.store.emulate_drives) : json_null());
   json_object_set_new(j, "source", json_string(r->source));
   json_object_set_new(j, "drives", json_integer(r->ndrives));

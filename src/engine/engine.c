@@ -181,6 +181,8 @@ void df_session_reset(df_session *s) {
   s->have_logits = 0;
 }
 
+df_engine *df_session_engine(const df_session *s) { return s->en; }
+
 int df_session_pos(const df_session *s) { return df_k3_state_pos(s->st); }
 
 const float *df_session_logits(const df_session *s) { return s->logits; }

@@ -63,6 +63,7 @@ df_session *df_session_new(df_engine *en);
 void df_session_free(df_session *s);
 void df_session_reset(df_session *s);
 int df_session_pos(const df_session *s);
+df_engine *df_session_engine(const df_session *s);
 /* Keeping a sequence for later (conversation reuse): a snapshot copies the
  * session's state (see df_k3_state_clone) and its last logits; restoring it
  * puts the session exactly where it was, so a prompt that extends the
