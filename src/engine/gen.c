@@ -89,12 +89,13 @@ typedef struct spec_auto {
 } spec_auto;
 
 static void auto_decide(spec_auto *a, int timed) {
-  if (a->window_pass < 8) return;
+  if (a->window_pass < 4) return;
   double tpp = (double)a->window_tok / a->window_pass; /* tokens per block */
   int pays = timed && a->t_step > 0 && a->t_pass > 0 ? tpp / a->t_pass > 1.05 / a->t_step
                                                       : tpp >= 1.5;
   if (!pays) {
-    a->K /= 2;
+    /* next to nothing accepted: off at once rather than through every K */
+    a->K = tpp < 1.1 ? 0 : a->K / 2;
     a->changes++;
     if (a->K == 0) {
       a->on = 0, a->offs++;
