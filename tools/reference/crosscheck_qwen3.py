@@ -68,7 +68,18 @@ def summarize(name, d, ids, dev, extra):
     ref = qwen3_ref.Qwen3Ref(cfg, w, torch.float64, dev).forward(ids).cpu().numpy()
     ref32 = qwen3_ref.Qwen3Ref(cfg, w, torch.float32, dev).forward(ids).double().cpu().numpy()
     del w
-    hf64, cls = hf_logits(d, ids, torch.float64, dev)
+    try:
+        hf64, cls = hf_logits(d, ids, torch.float64, dev)
+    except Exception as ex:
+        # transformers 5 reads rope_theta from rope_parameters; should it refuse
+        # the 4.x layout the releases have, retry with the 5.x one and say so
+        print("transformers refused %s/config.json (%r): retrying with rope_parameters" % (d, ex))
+        c = json.load(open(os.path.join(d, "config.json")))
+        c["rope_parameters"] = {"rope_theta": c.pop("rope_theta"), "rope_type": "default"}
+        c.pop("rope_scaling", None)
+        json.dump(c, open(os.path.join(d, "config.json"), "w"), indent=2)
+        extra["config_rewritten_for_transformers"] = repr(ex)
+        hf64, cls = hf_logits(d, ids, torch.float64, dev)
     hf32, _ = hf_logits(d, ids, torch.float32, dev)
     srcs = {"qwen3_ref_f64": ref, "transformers_f64": hf64, "transformers_f32": hf32,
             "qwen3_ref_f32": ref32}
