@@ -279,7 +279,7 @@ int df_cmd_draft_tokenize(int argc, char **argv) {
     }
   } else if (batch) {
     json_error_t je;
-    json_t *arr = json_load_file(batch, 0, &je);
+    json_t *arr = json_load_file(batch, JSON_ALLOW_NUL, &je);
     if (!json_is_array(arr)) {
       rc = df_cli_fail("draft-tokenize: %s: not a JSON array of strings (%s)", batch, je.text);
     } else {
