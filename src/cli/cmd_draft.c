@@ -29,7 +29,7 @@ void df_cmd_draft_run_help(void) {
       "                      unless --ignore-eos\n"
       "  --ignore-eos        keep going past the eos id\n"
       "  --json              print {\"prompt_ids\", \"ids\", \"text\"} instead of text\n"
-      "  --threads N         worker threads (default: all CPUs)\n"
+      "  --threads N         threads (default 1: a small draft gains little from more)\n"
       "  --kernels NAME      scalar, avx2, avx512, neon or auto (default auto)\n"
       "  --chunk K           prefill the prompt K ids per forward call (default all)\n"
       "  --dump-logits FILE  write every fed position's logits as raw little-endian\n"
@@ -54,8 +54,8 @@ void df_cmd_draft_tokenize_help(void) {
       "  --decode LIST       print the bytes of comma-separated ids instead\n");
 }
 
-static int parse_id_list(const char *s, int **ids, size_t *n) {
-  size_t cap = 0;
+static int parse_id_list(const char *s, int **ids, size_t *n, size_t *capp) {
+  size_t cap = *capp;
   *n = 0;
   for (const char *p = s; *p;) {
     while (*p == ',' || *p == ' ') p++;
@@ -65,6 +65,7 @@ static int parse_id_list(const char *s, int **ids, size_t *n) {
     if (end == p || v < 0 || v > 0x7fffffff || (*end && *end != ',' && *end != ' '))
       return df_cli_fail("'%s' is not a list of token ids", s);
     if (*n == cap) *ids = df_xrealloc(*ids, (cap = cap ? cap * 2 : 64) * sizeof **ids);
+    *capp = cap;
     (*ids)[(*n)++] = (int)v;
     p = end;
   }
@@ -81,7 +82,7 @@ static int argmax(const float *x, int n) {
 
 int df_cmd_draft_run(int argc, char **argv) {
   const char *dir = NULL, *prompt = NULL, *pids = NULL, *kern = NULL, *dump = NULL;
-  long max_new = 16, threads = 0, chunk = 0;
+  long max_new = 16, threads = 1, chunk = 0;
   int json = 0, ignore_eos = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -129,7 +130,7 @@ int df_cmd_draft_run(int argc, char **argv) {
       df_cli_fail("draft-run: the prompt encodes to no ids");
       goto out;
     }
-  } else if (parse_id_list(pids, &ids, &n)) {
+  } else if (parse_id_list(pids, &ids, &n, &cap)) {
     goto out;
   }
   const df_kern *k = kern ? df_kern_by_name(kern) : df_kern_select(0);
@@ -270,7 +271,7 @@ int df_cmd_draft_tokenize(int argc, char **argv) {
   int rc = 0, *ids = NULL;
   size_t n = 0, cap = 0;
   if (decode) {
-    if (parse_id_list(decode, &ids, &n)) rc = 1;
+    if (parse_id_list(decode, &ids, &n, &cap)) rc = 1;
     else {
       size_t l;
       char *s = df_hftok_decode(t, ids, n, &l);

@@ -7,12 +7,14 @@ model.safetensors.index.json. Seeded: the same arguments give the same bytes.
 usage: gen_qwen3.py OUT_DIR [--seed N] [--hidden 64] [--layers 3] [--heads 4]
          [--kv-heads 2] [--head-dim 32] [--inter 96] [--vocab 300] [--untied]
          [--shards N] [--theta 1e6] [--rope-parameters] [--max-pos 512]
-         [--std 0.08] [--qwen3-0.6b]
+         [--std 0.08] [--qwen3-0.6b] [--drop NAME] [--bad-shape NAME] [--f16 NAME]
 --qwen3-0.6b sets the real Qwen3-0.6B dimensions (hidden 1024, 28 layers,
 16 q heads, 8 kv heads, head_dim 128, intermediate 3072, vocab 151936, tied,
 rope_theta 1e6).
 --rope-parameters writes rope_theta inside rope_parameters (transformers 5.x)
-instead of at the top level (4.x, as the Qwen3 releases have it)."""
+instead of at the top level (4.x, as the Qwen3 releases have it).
+--drop / --bad-shape / --f16 write a broken checkpoint for the loader's error
+tests: NAME left out, declared with its dimensions swapped, or stored as F16."""
 import argparse
 import json
 import os
@@ -27,11 +29,21 @@ def to_bf16(a):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
+BROKEN = {"drop": set(), "bad_shape": set(), "f16": set()}
+
+
 def write_st(path, tensors):
     hdr, off = {}, 0
+    tensors[:] = [(n, a) for n, a in tensors if n not in BROKEN["drop"]]
     for name, arr in tensors:
         n = arr.nbytes
-        hdr[name] = {"dtype": "BF16", "shape": list(arr.shape), "data_offsets": [off, off + n]}
+        shape = list(arr.shape)
+        if name in BROKEN["bad_shape"]:
+            shape = shape[::-1] if len(shape) == 2 else [shape[0] + 1]
+            if len(arr.shape) == 1:
+                n += 2
+        hdr[name] = {"dtype": "F16" if name in BROKEN["f16"] else "BF16", "shape": shape,
+                     "data_offsets": [off, off + n]}
         off += n
     hdr["__metadata__"] = {"format": "pt"}
     h = json.dumps(hdr, separators=(",", ":")).encode()
@@ -40,8 +52,10 @@ def write_st(path, tensors):
     with open(tmp, "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
-        for _, arr in tensors:
+        for name, arr in tensors:
             f.write(arr.tobytes())
+            if name in BROKEN["bad_shape"] and arr.ndim == 1:
+                f.write(b"\0\0")
     os.replace(tmp, path)
 
 
@@ -63,7 +77,11 @@ def main():
     ap.add_argument("--max-pos", type=int, default=512)
     ap.add_argument("--std", type=float, default=0.08)
     ap.add_argument("--qwen3-0.6b", dest="q06", action="store_true")
+    ap.add_argument("--drop", action="append", default=[])
+    ap.add_argument("--bad-shape", action="append", default=[])
+    ap.add_argument("--f16", action="append", default=[])
     a = ap.parse_args()
+    BROKEN["drop"], BROKEN["bad_shape"], BROKEN["f16"] = set(a.drop), set(a.bad_shape), set(a.f16)
     if a.q06:
         a.hidden, a.layers, a.heads, a.kv_heads, a.head_dim = 1024, 28, 16, 8, 128
         a.inter, a.vocab, a.untied, a.theta, a.max_pos = 3072, 151936, False, 1e6, 40960
@@ -141,6 +159,8 @@ def main():
         name = "model-%05d-of-%05d.safetensors" % (s + 1, a.shards)
         write_st(os.path.join(a.out, name), part)
         for n, arr in part:
+            if n in BROKEN["drop"]:
+                continue
             wm[n] = name
             total += arr.nbytes
     idx = {"metadata": {"total_size": total}, "weight_map": wm}

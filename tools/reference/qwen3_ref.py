@@ -182,7 +182,10 @@ def main():
     ap.add_argument("--c-logits")
     ap.add_argument("--fixture")
     a = ap.parse_args()
-    cfg, w = load(a.model)
+    if a.cmd == "check-fixture":  # needs only the vocabulary size
+        cfg, w = json.load(open(os.path.join(a.model, "config.json"))), None
+    else:
+        cfg, w = load(a.model)
     V = cfg["vocab_size"]
     if a.cmd == "logits":
         m = Qwen3Ref(cfg, w, getattr(torch, a.dtype))
