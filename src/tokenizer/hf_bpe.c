@@ -20,7 +20,7 @@
 #include "base/util.h"
 
 #define MAX_RE 4
-#define MAX_VOCAB (1 << 24)
+#define MAX_VOCAB (1 << 22) /* 4M ids: far above any published vocabulary */
 
 typedef struct hf_added {
   char *text;
