@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "model/k3.h"
 #include "store/pack.h"
+#include "trace/report.h"
 
 /* ---- store counters ---- */
 
@@ -101,7 +102,10 @@ static int argmax(const float *x, int n) {
   return b;
 }
 
-static int prefill(df_session *s, const int *ids, int n, int chunk, float *logits, df_err *e) {
+/* st: the store whose trace gets the generation marks (as df_generate's:
+ * "gen" before the prompt, "token" as each id is picked). */
+static int prefill(df_session *s, df_store *st, const int *ids, int n, int chunk, float *logits, df_err *e) {
+  df_store_trace_mark(st, "gen", n);
   if (chunk <= 0) chunk = n;
   for (int off = 0; off < n; off += chunk) {
     int m = n - off < chunk ? n - off : chunk;
@@ -110,9 +114,10 @@ static int prefill(df_session *s, const int *ids, int n, int chunk, float *logit
   return 0;
 }
 
-static int decode(df_session *s, int n, float *logits, int vocab, df_err *e) {
+static int decode(df_session *s, df_store *st, int n, float *logits, int vocab, df_err *e) {
   for (int i = 0; i < n; i++) {
     int id = argmax(logits, vocab);
+    df_store_trace_mark(st, "token", i + 1);
     if (df_session_forward(s, &id, 1, logits, NULL, e)) return -1;
   }
   return 0;
@@ -206,7 +211,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   {
     df_session *s = df_session_new(en);
     int wp = P < 8 ? P : 8;
-    if (prefill(s, ids, wp, 0, logits, e) || decode(s, 2, logits, vocab, e)) {
+    if (prefill(s, store, ids, wp, 0, logits, e) || decode(s, store, 2, logits, vocab, e)) {
       df_session_free(s);
       goto out;
     }
@@ -217,7 +222,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     snap a, b, d;
     take_snap(en, &a);
     double t0 = df_now();
-    if (prefill(s, ids, P, o->prefill_chunk, logits, e)) {
+    if (prefill(s, store, ids, P, o->prefill_chunk, logits, e)) {
       df_session_free(s);
       goto out;
     }
@@ -227,7 +232,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     double sw0 = 0, sw1 = 0;
     double sp0 = (double)df_engine_spine_stream_bytes(en, &sw0);
     double t2 = df_now();
-    if (decode(s, N, logits, vocab, e)) {
+    if (decode(s, store, N, logits, vocab, e)) {
       df_session_free(s);
       goto out;
     }
@@ -523,6 +528,38 @@ static int pack_k(const df_bench_mopts *o, char **drives, int k, int quiet, char
   return 0;
 }
 
+/* The report path of ladder step k (of nres): REPORT, or REPORT with
+ * "-<k>drives" before its extension. */
+static char *report_path(const char *rep, int k, int nres) {
+  size_t n = strlen(rep) + 32;
+  char *p = df_xmalloc(n);
+  if (nres <= 1) {
+    snprintf(p, n, "%s", rep);
+    return p;
+  }
+  const char *dot = strrchr(rep, '.'), *sl = strrchr(rep, '/');
+  if (!dot || (sl && dot < sl)) dot = rep + strlen(rep);
+  snprintf(p, n, "%.*s-%ddrives%s", (int)(dot - rep), rep, k, dot);
+  return p;
+}
+
+/* One configuration's trace report: the HTML and the JSON next to it. */
+static int write_report(const char *html, const char *trace, FILE *msg, df_err *e) {
+  size_t n = strlen(html) + 8;
+  char *js = df_xmalloc(n);
+  snprintf(js, n, "%s.json", html);
+  df_trace_out to = {.html = html, .json = js};
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *sink = open_memstream(&buf, &len);
+  int rc = sink ? df_trace_report(trace, sink, &to, e) : df_err_errno(e, "report");
+  if (sink) fclose(sink);
+  free(buf);
+  if (!rc) fprintf(msg, "report: %s (series %s, trace %s)\n", html, js, trace);
+  free(js);
+  return rc;
+}
+
 int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
   char **drives = NULL;
   int nd = 0;
@@ -557,13 +594,27 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
       nres = i;
       break;
     }
-    if (bench_one(o, mf ? mf : o->engine.store.manifest, &res[i], e)) {
+    df_bench_mopts oi = *o;
+    char *rep = NULL, *trace = NULL;
+    if (o->report) {
+      rep = report_path(o->report, k0 + i, nres);
+      size_t n = strlen(rep) + 16;
+      trace = df_xmalloc(n);
+      snprintf(trace, n, "%s.trace.jsonl", rep);
+      oi.engine.store.trace_path = trace;
+    }
+    if (bench_one(&oi, mf ? mf : o->engine.store.manifest, &res[i], e) ||
+        (rep && write_report(rep, trace, o->json ? stderr : out, e))) {
       free(mf);
+      free(rep);
+      free(trace);
       rc = -1;
       nres = i;
       break;
     }
     free(mf);
+    free(rep);
+    free(trace);
     if (!o->json) {
       if (nd > 0) fprintf(out, "== %d drive%s ==\n", k0 + i, k0 + i == 1 ? "" : "s");
       print_text(out, o, &res[i]);

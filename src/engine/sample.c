@@ -101,12 +101,11 @@ static const float *penalise(df_sampler *s, const float *logits, const df_sample
   return s->lg;
 }
 
-int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
-                   int nctx, int ngen, uint64_t *rng) {
+/* Steps 3-4 of the policy on penalised logits lg (temperature > 0): the
+ * kept candidates are s->cand[0..n), in draw order, with total mass *sum. */
+static int kept_set(df_sampler *s, const float *lg, const df_sample_opts *o, double *sum_out) {
   int V = s->V;
-  const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
   float temp = o->temperature;
-  if (!(temp > 0)) return argmax(lg, V);
   if (!s->cand) s->cand = df_xmalloc(sizeof *s->cand * (size_t)V);
   float mx = lg[argmax(lg, V)];
   double sum = 0;
@@ -145,12 +144,48 @@ int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, 
     sum = 0;
     for (int i = 0; i < n; i++) sum += s->cand[i].p;
   }
+  *sum_out = sum;
+  return n;
+}
+
+/* Step 5 over the kept set, skipping `skip` (-1: none) whose mass is
+ * already taken out of sum. */
+static int draw(const df_sampler *s, int n, double sum, int skip, uint64_t *rng) {
   double u = (double)(df_splitmix64(rng) >> 11) * 0x1p-53 * sum, acc = 0;
+  int last = -1;
   for (int i = 0; i < n; i++) {
+    if (s->cand[i].id == skip) continue;
     acc += s->cand[i].p;
-    if (u < acc) return s->cand[i].id;
+    last = s->cand[i].id;
+    if (u < acc) return last;
   }
-  return s->cand[n - 1].id;
+  return last >= 0 ? last : s->cand[n - 1].id;
+}
+
+int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
+                   int nctx, int ngen, uint64_t *rng) {
+  const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
+  if (!(o->temperature > 0)) return argmax(lg, s->V);
+  double sum;
+  int n = kept_set(s, lg, o, &sum);
+  return draw(s, n, sum, -1, rng);
+}
+
+int df_sample_verify(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
+                     int nctx, int ngen, int draft, uint64_t *rng) {
+  const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
+  if (!(o->temperature > 0)) return argmax(lg, s->V);
+  double sum;
+  int n = kept_set(s, lg, o, &sum);
+  double pd = 0;
+  for (int i = 0; i < n; i++)
+    if (s->cand[i].id == draft) pd = s->cand[i].p;
+  /* accept with the target's probability of the draft... */
+  double u = (double)(df_splitmix64(rng) >> 11) * 0x1p-53 * sum;
+  if (u < pd) return draft;
+  /* ...else draw from the target with the draft taken out, renormalised */
+  if (sum - pd <= 0) return draft; /* the draft held all the mass: u < pd always */
+  return draw(s, n, sum - pd, draft, rng);
 }
 
 double df_sample_logprobs(const float *logits, int vocab, int id, int n, int *top_ids,
