@@ -150,6 +150,16 @@ static int parse_config(df_qwen3 *m, const char *dir, df_err *e) {
                dir);
     goto out;
   }
+  /* transformers 5 names each layer's attention; a sliding one would need a window here */
+  json_t *lt = json_object_get(root, "layer_types");
+  size_t li;
+  json_t *lv;
+  json_array_foreach(json_is_array(lt) ? lt : NULL, li, lv) {
+    if (!json_is_string(lv) || strcmp(json_string_value(lv), "full_attention")) {
+      df_err_set(e, "qwen3: %s/config.json: layer_types[%zu] is not \"full_attention\"", dir, li);
+      goto out;
+    }
+  }
   json_t *act = json_object_get(root, "hidden_act");
   if (act && !(json_is_string(act) && !strcmp(json_string_value(act), "silu"))) {
     df_err_set(e, "qwen3: %s/config.json: field 'hidden_act' must be \"silu\"", dir);
