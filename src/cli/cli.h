@@ -31,6 +31,8 @@ DF_CMD_DECL(warm)
 DF_CMD_DECL(record_sums)
 DF_CMD_DECL(plan)
 DF_CMD_DECL(eval)
+DF_CMD_DECL(draft_run)
+DF_CMD_DECL(draft_tokenize)
 
 /* Prints "deltafin: <msg>" on stderr and returns 1 (the exit status). */
 int df_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

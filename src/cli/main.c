@@ -34,6 +34,10 @@ static const df_cmd cmds[] = {
      df_cmd_record_sums_help},
     {"plan", "memory plan and a projected decode token for a machine", df_cmd_plan,
      df_cmd_plan_help},
+    {"draft-run", "run a Qwen3 draft checkpoint alone (greedy)", df_cmd_draft_run,
+     df_cmd_draft_run_help},
+    {"draft-tokenize", "encode text with a Hugging Face tokenizer.json", df_cmd_draft_tokenize,
+     df_cmd_draft_tokenize_help},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 
