@@ -25,6 +25,15 @@ df_draft *df_draft_new_ngram(void);
  * greedy decoding (a test of the machinery, and its upper bound). */
 df_draft *df_draft_new_self(df_engine *en);
 
+/* A draft model in another vocabulary: a Qwen3 checkpoint folder (config.json,
+ * safetensors, tokenizer.json; models/nano-draft, or Qwen3-0.6B/1.7B as
+ * published). The committed ids become text (the target's tokenizer), the
+ * text the draft's ids; the draft continues greedily and its text becomes
+ * the target's ids again, the last one dropped (it may end inside a target
+ * token the draft's text has not finished). Fails with e naming what is
+ * missing (no tokenizer on either side, a bad checkpoint). */
+df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e);
+
 int df_draft_propose(df_draft *d, const int *hist, int n, int *out, int kmax, df_err *e);
 const char *df_draft_name(const df_draft *d);
 void df_draft_free(df_draft *d);

@@ -126,10 +126,8 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   if (o->draft && strcmp(o->draft, "off")) {
     if (!strcmp(o->draft, "ngram") || !strcmp(o->draft, "auto")) en->draft = df_draft_new_ngram();
     else if (!strcmp(o->draft, "self")) en->draft = df_draft_new_self(en);
-    else {
-      df_err_set(e, "--draft: '%s' is not off, ngram, self or auto", o->draft);
+    else if (!(en->draft = df_draft_new_model(en, o->draft, e)))
       goto fail;
-    }
     en->draft_auto = !strcmp(o->draft, "auto");
   }
   *out = en;
