@@ -31,6 +31,7 @@ void df_cmd_draft_run_help(void) {
       "  --json              print {\"prompt_ids\", \"ids\", \"text\"} instead of text\n"
       "  --threads N         threads (default 1: a small draft gains little from more)\n"
       "  --kernels NAME      scalar, avx2, avx512, neon or auto (default auto)\n"
+      "  --int8              row-int8 copies of the projections and lm_head\n"
       "  --chunk K           prefill the prompt K ids per forward call (default all)\n"
       "  --dump-logits FILE  write every fed position's logits as raw little-endian\n"
       "                      float32, one vocab-sized row per position (prompt rows,\n"
@@ -83,10 +84,11 @@ static int argmax(const float *x, int n) {
 int df_cmd_draft_run(int argc, char **argv) {
   const char *dir = NULL, *prompt = NULL, *pids = NULL, *kern = NULL, *dump = NULL;
   long max_new = 16, threads = 1, chunk = 0;
-  int json = 0, ignore_eos = 0;
+  int json = 0, ignore_eos = 0, int8 = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--int8")) int8 = 1;
     else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
     else if (i + 1 < argc && !strcmp(a, "--model")) dir = argv[++i];
     else if (i + 1 < argc && !strcmp(a, "--prompt")) prompt = argv[++i];
@@ -108,6 +110,7 @@ int df_cmd_draft_run(int argc, char **argv) {
   df_qwen3 *m = NULL;
   df_hftok *tok = NULL;
   if (df_qwen3_load(&m, dir, &e)) return df_cli_fail("%s", e.msg);
+  if (int8) df_qwen3_quantize_int8(m);
   int *ids = NULL, rc = 1;
   size_t n = 0, cap = 0;
   char *tp = df_path_join(dir, "tokenizer.json");

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "format/codec.h"
 #include "format/safetensors.h"
 
 typedef struct q3_layer {
@@ -31,6 +32,8 @@ struct df_qwen3 {
   df_wmat embed, lm_head;
   float *final_norm;
   q3_layer *L;
+  void **owned; /* row-int8 copies (codes, scales) made by df_qwen3_quantize_int8 */
+  int nowned;
 };
 
 struct df_qwen3_state {
@@ -295,8 +298,37 @@ fail:
   return -1;
 }
 
+static void quantize(df_qwen3 *m, df_wmat *w, float *row) {
+  int8_t *q = df_xmalloc((size_t)w->rows * w->cols);
+  float *sc = df_xmalloc((size_t)w->rows * sizeof *sc);
+  for (int r = 0; r < w->rows; r++) {
+    df_wmat_row(w, r, row);
+    df_int8_quant_row(row, w->cols, q + (size_t)r * w->cols, &sc[r]);
+  }
+  m->owned = df_xrealloc(m->owned, (size_t)(m->nowned + 2) * sizeof *m->owned);
+  m->owned[m->nowned++] = q;
+  m->owned[m->nowned++] = sc;
+  *w = (df_wmat){.kind = DF_W_I8, .rows = w->rows, .cols = w->cols, .w = q, .scale = sc};
+}
+
+void df_qwen3_quantize_int8(df_qwen3 *m) {
+  if (m->lm_head.kind == DF_W_I8) return;
+  int wide = m->hidden > m->inter ? m->hidden : m->inter;
+  if (m->heads * m->head_dim > wide) wide = m->heads * m->head_dim;
+  float *row = df_xmalloc((size_t)wide * sizeof *row);
+  for (int i = 0; i < m->layers; i++) {
+    q3_layer *l = &m->L[i];
+    df_wmat *ws[] = {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down};
+    for (size_t j = 0; j < sizeof ws / sizeof ws[0]; j++) quantize(m, ws[j], row);
+  }
+  quantize(m, &m->lm_head, row); /* a copy when tied: embed keeps the exact rows */
+  free(row);
+}
+
 void df_qwen3_free(df_qwen3 *m) {
   if (!m) return;
+  for (int i = 0; i < m->nowned; i++) free(m->owned[i]);
+  free(m->owned);
   if (m->L)
     for (int i = 0; i < m->layers; i++) {
       free(m->L[i].in_norm);

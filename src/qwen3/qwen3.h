@@ -25,6 +25,11 @@ typedef struct df_qwen3_state df_qwen3_state;
  * this code does not implement is an error naming it. */
 int df_qwen3_load(df_qwen3 **out, const char *dir, df_err *e);
 void df_qwen3_free(df_qwen3 *m);
+/* Replaces every projection and the lm_head (when tied, a copy: the embedding
+ * lookup stays exact) by row-int8 copies (scale = absmax/127 per row,
+ * round-half-even codes; format/codec.h): half the bytes each decode step
+ * reads. Call once, after load and before any forward; deterministic. */
+void df_qwen3_quantize_int8(df_qwen3 *m);
 int df_qwen3_vocab(const df_qwen3 *m);
 /* config.json's eos_token_id (the first one when it is a list; else
  * generation_config.json's), or -1 when neither names one. */

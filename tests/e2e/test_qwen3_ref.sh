@@ -27,15 +27,18 @@ fed_ids() {
 }
 
 # compare NAME DIR draft-run-args...: greedy run with a dump, then the reference
+# (with --int8 among the args, against the reference's row-int8 weights)
 compare() {
   name=$1 dir=$2
   shift 2
+  q=""
+  for x in "$@"; do [ "$x" = --int8 ] && q=--int8; done
   if ! "$DF_BIN" draft-run --model "$dir" "$@" --ignore-eos --json --dump-logits "$T/$name.f32" >"$T/$name.json"; then
     fail "$name: draft-run exited non-zero"
     return
   fi
   printf '%s: ' "$name"
-  $PY "$REF" compare --model "$dir" --ids "$(fed_ids "$T/$name.json")" --c-logits "$T/$name.f32" ||
+  $PY "$REF" compare --model "$dir" --ids "$(fed_ids "$T/$name.json")" --c-logits "$T/$name.f32" $q ||
     fail "$name: logits differ from the float64 reference"
 }
 
@@ -52,6 +55,13 @@ $PY "$GEN" "$T/gen2" --seed 8 --rope-parameters --hidden 96 --layers 2 --heads 6
   --head-dim 16 --inter 160 --vocab 500 --theta 10000
 compare gen-tied-ropeparams "$T/gen2" --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 \
   --max-new 40
+
+# row-int8 weights: against the reference given the same codes and scales
+compare nano-int8 "$NANO" --prompt "Once upon a time, there was a little" --max-new 24 --int8
+compare gen-sharded-untied-int8 "$T/gen1" --prompt-ids 5,17,250,3,99,42,42,42,7,8,9,10,11,12 \
+  --max-new 30 --int8
+# and the int8 run is not the bf16 one (the flag took effect)
+if cmp -s "$T/nano.f32" "$T/nano-int8.f32"; then fail "--int8 gave the bf16 logits"; fi
 
 # nano-draft against transformers 5.17 (the committed fixture, made on the GPU machine)
 FX="$DF_SRC/tests/fixtures/qwen3/qwen3_nano-draft.json"
@@ -75,6 +85,14 @@ for v in "--chunk 1" "--chunk 3" "--chunk 7 --threads 3" "--threads 2" "--thread
     fail "logits with $v differ from one prefill call on one thread"
   fi
 done
+
+"$DF_BIN" draft-run --model "$NANO" $P --int8 --dump-logits "$T/q0.f32" >"$T/q0.out"
+"$DF_BIN" draft-run --model "$NANO" $P --int8 --chunk 3 --threads 3 --dump-logits "$T/q1.f32" >"$T/q1.out"
+if cmp -s "$T/q0.f32" "$T/q1.f32" && cmp -s "$T/q0.out" "$T/q1.out"; then
+  echo "bit-identical int8 logits with --chunk 3 --threads 3"
+else
+  fail "int8 logits depend on the prefill split or threads"
+fi
 
 # Bad checkpoints: the error names the tensor or the field.
 bad() { # bad NAME EXPECTED-SUBSTRING DIR

@@ -18,7 +18,7 @@ reference shares no code with deltafin or transformers.
 
 usage:
   qwen3_ref.py logits --model DIR --ids 1,2,3 --out FILE.npy [--dtype float64|float32]
-  qwen3_ref.py compare --model DIR --ids LIST --c-logits FILE.f32 [--fixture-out F.json]
+  qwen3_ref.py compare --model DIR --ids LIST --c-logits FILE.f32 [--int8]
       every row of deltafin's dump (raw float32, one vocab row per id) against
       the float64 reference; the tolerance is derived from fp32 error: the
       same reference run in float32 gives the error an fp32 forward makes on
@@ -74,6 +74,36 @@ def load(dirname):
     else:
         w = read_safetensors(os.path.join(dirname, "model.safetensors"))
     return cfg, w
+
+
+PROJ = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+
+
+def int8_rows(w):
+    """Row-int8 as deltafin --int8 stores it (scale = absmax/127 in fp32, codes
+    round-half-even of the fp32 quotient, clamped), given back dequantized in
+    float64 (exact: code x scale)."""
+    w = np.asarray(w, dtype=np.float32)
+    s = (np.abs(w).max(axis=1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.rint(w / s[:, None])
+    v = np.nan_to_num(np.clip(v, -127, 127), nan=0.0)
+    v[s == 0] = 0
+    return v.astype(np.float64) * s.astype(np.float64)[:, None]
+
+
+def quantize_int8(cfg, w):
+    """The checkpoint as deltafin sees it after df_qwen3_quantize_int8: every
+    projection and the lm_head (a copy when tied; the embedding stays exact)."""
+    w = dict(w)
+    for i in range(cfg["num_hidden_layers"]):
+        for p in PROJ:
+            n = "model.layers.%d.%s.weight" % (i, p)
+            w[n] = int8_rows(w[n])
+    tied = cfg.get("tie_word_embeddings", False)
+    w["lm_head.weight"] = int8_rows(w["model.embed_tokens.weight" if tied else "lm_head.weight"])
+    return dict(cfg, tie_word_embeddings=False), w
 
 
 def rope_theta(cfg):
@@ -181,11 +211,15 @@ def main():
     ap.add_argument("--dtype", default="float64")
     ap.add_argument("--c-logits")
     ap.add_argument("--fixture")
+    ap.add_argument("--int8", action="store_true",
+                    help="compare against the row-int8 weights deltafin --int8 uses")
     a = ap.parse_args()
     if a.cmd == "check-fixture":  # needs only the vocabulary size
         cfg, w = json.load(open(os.path.join(a.model, "config.json"))), None
     else:
         cfg, w = load(a.model)
+        if a.int8:
+            cfg, w = quantize_int8(cfg, w)
     V = cfg["vocab_size"]
     if a.cmd == "logits":
         m = Qwen3Ref(cfg, w, getattr(torch, a.dtype))
