@@ -9,11 +9,13 @@
 #include "setup/hub.h"
 #include "setup/install.h"
 #include "setup/sverify.h"
+#include "qwen3/qwen3.h"
+#include "tokenizer/hf_bpe.h"
 #include "store/io.h"
 
 void df_cmd_setup_help(void) {
   printf(
-      "usage: deltafin setup (--full | --stream) --repo OWNER/NAME [--revision REV]\n"
+      "usage: deltafin setup (--full | --stream | --draft qwen3) --repo OWNER/NAME [--revision REV]\n"
       "                      --model-root DIR [options]\n"
       "\n"
       "Installs a model from a Hugging Face endpoint (HF_ENDPOINT, default\n"
@@ -24,6 +26,10 @@ void df_cmd_setup_help(void) {
       "(git blob id for small files). Safe to interrupt at any point: run the same\n"
       "command again to continue.\n"
       "\n"
+      "  --draft qwen3\n"
+      "             a draft model for speculative decoding (run/serve --draft DIR): every\n"
+      "             file of a Qwen3 checkpoint as published (e.g. Qwen/Qwen3-0.6B), then\n"
+      "             loaded once to check it is one\n"
       "  --full     download every file, then convert the spine (--spine int8) and\n"
       "             pack the experts (--drives); fully offline afterwards. On a\n"
       "             stream install it downloads only what is still missing.\n"
@@ -107,6 +113,7 @@ int df_cmd_setup(int argc, char **argv) {
   df_setup_opts o = {0};
   o.progress = 1;
   int full = 0, stream = 0, json = 0;
+  const char *draft = NULL;
   const char *drives = NULL;
   df_stream_verify sv;
   const char *inc[64], *exc[64];
@@ -123,6 +130,10 @@ int df_cmd_setup(int argc, char **argv) {
     else if (!strcmp(a, "--hf-cache")) o.hf_cache = 1;
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) df_log_verbose = 0, o.progress = 0;
     else if (!v) return df_cli_fail("setup: unknown or incomplete option '%s' (see --help)", a);
+    else if (!strcmp(a, "--draft")) {
+      if (strcmp(v, "qwen3")) return df_cli_fail("setup --draft: '%s' is not qwen3", v);
+      draft = v, full = 1, i++;
+    }
     else if (!strcmp(a, "--repo")) o.repo = v, i++;
     else if (!strcmp(a, "--revision")) o.revision = v, i++;
     else if (!strcmp(a, "--endpoint")) o.endpoint = v, i++;
@@ -182,7 +193,9 @@ int df_cmd_setup(int argc, char **argv) {
       o.threads = (int)n, i++;
     } else return df_cli_fail("setup: unknown option '%s' (see deltafin setup --help)", a);
   }
-  if (full == stream) return df_cli_fail("setup: give exactly one of --full or --stream");
+  if (full == stream) return df_cli_fail("setup: give exactly one of --full, --stream or --draft");
+  if (draft && (drives || o.spine))
+    return df_cli_fail("setup --draft: --drives and --spine are for the K3 model, not a draft");
   if (!o.repo) return df_cli_fail("setup: --repo OWNER/NAME is required");
   if (df_hub_env_bool("HF_HUB_DISABLE_PROGRESS_BARS")) o.progress = 0;
   if (!o.model_root) return df_cli_fail("setup: --model-root DIR is required");
@@ -211,6 +224,19 @@ int df_cmd_setup(int argc, char **argv) {
   free(dl);
   if (rc) return df_cli_fail("setup: %s", e.msg);
   if (o.dry_run) return 0;
+  if (draft) { /* installed and verified; now check it is a draft this build runs */
+    df_qwen3 *q = NULL;
+    df_hftok *t = NULL;
+    if (df_qwen3_load(&q, o.model_root, &e) || df_hftok_load(&t, o.model_root, &e)) {
+      df_qwen3_free(q);
+      return df_cli_fail("setup --draft: %s holds the repository's files, but they are not a "
+                         "Qwen3 draft deltafin can run: %s", o.model_root, e.msg);
+    }
+    fprintf(stderr, "deltafin: draft ready: %s (vocabulary %d); use it with --draft %s\n",
+            o.model_root, df_qwen3_vocab(q), o.model_root);
+    df_qwen3_free(q);
+    df_hftok_free(t);
+  }
   if (json)
     printf("{\"mode\":\"%s\",\"files\":%d,\"files_downloaded\":%d,\"files_reused\":%d,"
            "\"bytes_net\":%llu,\"bytes_reused\":%llu,\"bytes_present\":%llu,\"requests\":%llu,"
