@@ -95,13 +95,6 @@ static void phase_metrics(double dt, int tokens, const snap *a, const snap *b, d
   m[M_USE] = req > 0 && rec > 0 ? req * rec / dt / 1e9 : m[M_GBPS];
 }
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
 /* st: the store whose trace gets the generation marks (as df_generate's:
  * "gen" before the prompt, "token" as each id is picked). */
 static int prefill(df_session *s, df_store *st, const int *ids, int n, int chunk, float *logits, df_err *e) {
@@ -138,7 +131,7 @@ static int decode(df_session *s, df_store *st, const int *prompt, int np, int n,
     return 0;
   }
   for (int i = 0; i < n; i++) {
-    int id = argmax(logits, vocab);
+    int id = df_argmax(logits, vocab);
     df_store_trace_mark(st, "token", i + 1);
     if (df_session_forward(s, &id, 1, logits, NULL, e)) return -1;
   }

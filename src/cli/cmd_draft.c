@@ -74,13 +74,6 @@ static int parse_id_list(const char *s, int **ids, size_t *n, size_t *capp) {
   return 0;
 }
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
 int df_cmd_draft_run(int argc, char **argv) {
   const char *dir = NULL, *prompt = NULL, *pids = NULL, *kern = NULL, *dump = NULL;
   long max_new = 16, threads = 1, chunk = 0;
@@ -172,7 +165,7 @@ int df_cmd_draft_run(int argc, char **argv) {
     }
   }
   for (long g = 0; g < max_new; g++) {
-    int id = argmax(last, V);
+    int id = df_argmax(last, V);
     if (n == cap) ids = df_xrealloc(ids, (cap = cap * 2 + 16) * sizeof *ids);
     ids[n++] = id;
     if ((id == eos && !ignore_eos) || g + 1 == max_new) break;

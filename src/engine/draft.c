@@ -118,13 +118,6 @@ static int ngram_propose(const int *h, int n, int *out, int kmax) {
   return 0;
 }
 
-static int argmax_f(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
 /* The held ids up to the mark are a prefix of hist (a sequence only grows
  * between proposals of one generation); anything else starts over. */
 static int self_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
@@ -157,7 +150,7 @@ static int self_propose(df_draft *d, const int *h, int n, int *out, int kmax, df
   if (kmax > limit) kmax = limit;
   int k = 0;
   while (k < kmax) {
-    out[k] = argmax_f(s->logits, V);
+    out[k] = df_argmax(s->logits, V);
     if (++k == kmax) break;
     if (df_session_run(s, &out[k - 1], 1, 1, NULL, e)) return -1;
   }
@@ -230,7 +223,7 @@ static int model_propose(df_draft *d, const int *h, int n, int *out, int kmax, d
   int room = df_qwen3_max_pos(d->q) - d->nd;
   if (want > room) want = room;
   while (nq < want) {
-    int id = argmax_f(d->qlog, QV);
+    int id = df_argmax(d->qlog, QV);
     if (id == eos || df_hftok_is_special(d->qt, id)) {
       ended = 1;
       break;

@@ -52,13 +52,6 @@ void df_sampler_free(df_sampler *s) {
 
 uint64_t df_sample_splitmix(uint64_t *x) { return df_splitmix64(x); }
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
 static int cand_cmp(const void *a, const void *b) {
   const struct cand *x = a, *y = b;
   if (x->p != y->p) return x->p > y->p ? -1 : 1;
@@ -107,7 +100,7 @@ static int kept_set(df_sampler *s, const float *lg, const df_sample_opts *o, dou
   int V = s->V;
   float temp = o->temperature;
   if (!s->cand) s->cand = df_xmalloc(sizeof *s->cand * (size_t)V);
-  float mx = lg[argmax(lg, V)];
+  float mx = lg[df_argmax(lg, V)];
   double sum = 0;
   for (int i = 0; i < V; i++) {
     double p = exp(((double)lg[i] - mx) / temp);
@@ -165,7 +158,7 @@ static int draw(const df_sampler *s, int n, double sum, int skip, uint64_t *rng)
 int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
                    int nctx, int ngen, uint64_t *rng) {
   const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
-  if (!(o->temperature > 0)) return argmax(lg, s->V);
+  if (!(o->temperature > 0)) return df_argmax(lg, s->V);
   double sum;
   int n = kept_set(s, lg, o, &sum);
   return draw(s, n, sum, -1, rng);
@@ -174,7 +167,7 @@ int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, 
 int df_sample_verify(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
                      int nctx, int ngen, int draft, uint64_t *rng) {
   const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
-  if (!(o->temperature > 0)) return argmax(lg, s->V);
+  if (!(o->temperature > 0)) return df_argmax(lg, s->V);
   double sum;
   int n = kept_set(s, lg, o, &sum);
   double pd = 0;
@@ -190,7 +183,7 @@ int df_sample_verify(df_sampler *s, const float *logits, const df_sample_opts *o
 
 double df_sample_logprobs(const float *logits, int vocab, int id, int n, int *top_ids,
                           double *top_lp) {
-  float mx = logits[argmax(logits, vocab)];
+  float mx = logits[df_argmax(logits, vocab)];
   double sum = 0;
   for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
   double lse = (double)mx + log(sum);
