@@ -51,6 +51,9 @@ void df_cmd_serve_help(void) {
       "                           the memory plan sets the kept states' memory aside\n"
       "  --request-timeout S      a request's headers and body must arrive within S seconds\n"
       "                           (default 30; 0 = no limit)\n"
+      "  --max-tokens-default N   a request without max_tokens generates at most N tokens\n"
+      "                           (default 0: chat until the context ends; /v1/completions\n"
+      "                           16, OpenAI's default)\n"
       "  --max-client-connections N  connections one client address may hold (default 256;\n"
       "                           0 = no limit)\n"
       "  --allow-host NAME        accept requests whose Host is NAME (repeatable; '*' = any).\n"
@@ -125,6 +128,10 @@ int df_cmd_serve(int argc, char **argv) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 86400, &x)) return 1;
       so.request_timeout_s = (int)x;
+    } else if (!strcmp(a, "--max-tokens-default")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 1L << 30, &x)) return 1;
+      so.max_tokens_default = x;
     } else if (!strcmp(a, "--max-client-connections")) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 1000, &x)) return 1;

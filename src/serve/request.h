@@ -45,7 +45,9 @@ typedef struct df_serve_req {
   /* chat */
   df_chat_msg *msgs;
   size_t nmsgs;
-  df_effort effort; /* default max (K3 always reasons) */
+  df_effort effort; /* default max */
+  int thinking;     /* 1 (default): think mode; 0: the release's instruct mode, no reasoning
+                       (chat_template_kwargs.thinking false, reasoning_effort "none") */
   /* completion: text prompt, or token ids when the prompt was given as ids */
   char *prompt;
   size_t prompt_len;
@@ -53,7 +55,7 @@ typedef struct df_serve_req {
   size_t nprompt_ids;
   int prompt_is_ids;
   /* common */
-  long max_tokens;             /* -1: until the context is full */
+  long max_tokens;             /* -1: not sent (df_serve_max_new decides) */
   const char *max_tokens_param; /* which field set it (for context errors) */
   int stream, include_usage;
   double temperature; /* 0 = greedy (the default) */
@@ -86,8 +88,9 @@ typedef struct df_serve_req {
 } df_serve_req;
 
 /* The release's efforts for what OpenAI's SDK allows in reasoning_effort:
- * none and minimal -> low (K3 always reasons; low is its least), low, medium,
- * high as named, xhigh and max -> max. -1 for anything else. */
+ * minimal -> low (low is K3's least), low, medium, high as named, xhigh and
+ * max -> max. -1 for anything else ("none" is not an effort: it turns
+ * thinking off, which df_serve_parse handles). */
 int df_serve_effort(const char *s, df_effort *out);
 
 /* Parses and validates body (len bytes, not necessarily NUL-terminated).
@@ -105,6 +108,15 @@ int df_serve_parse_tokenize(const char *body, size_t len, char **owned, size_t *
 /* POST /detokenize: {"tokens": [ids below vocab]}; *ids malloc'd. */
 int df_serve_parse_detokenize(const char *body, size_t len, int vocab, int **ids, size_t *n,
                               df_serve_err *err);
+
+/* OpenAI's default for /v1/completions when max_tokens is absent. */
+#define DF_SERVE_COMPLETION_DEFAULT_MAX 16
+
+/* The number of new tokens a request may generate: its max_tokens when set;
+ * otherwise 16 for a completion (OpenAI's default) and the rest of the
+ * context for chat, either capped by dflt (--max-tokens-default; 0: none)
+ * and never past the context. */
+long df_serve_max_new(const df_serve_req *r, long nprompt, long max_pos, long dflt);
 
 /* Checks the encoded prompt length (and max_tokens) against the context
  * limit: 400 naming the limit. */

@@ -191,7 +191,8 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
 
     const char *k;
     json_t *v;
-    const json_t *content = NULL, *name = NULL, *call_id = NULL;
+    const json_t *content = NULL, *name = NULL, *call_id = NULL, *reasoning_content = NULL,
+                 *reasoning_alias = NULL;
     json_object_foreach(m, k, v) {
       snprintf(p, sizeof p, "messages[%zu].%s", i, k);
       if (!strcmp(k, "role")) continue;
@@ -207,12 +208,14 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
         if (cm->role != DF_ROLE_TOOL) return BAD(e, p, "'%s' belongs on tool messages only", p);
         if (df_req_want_str(v, p, e)) return -1;
         call_id = v;
-      } else if (!strcmp(k, "reasoning_content")) {
+      } else if (!strcmp(k, "reasoning_content") || !strcmp(k, "reasoning")) {
+        /* "reasoning": the name OpenRouter and vLLM's newer replies use */
         if (cm->role != DF_ROLE_ASSISTANT)
           return BAD(e, p, "'%s' belongs on assistant messages only", p);
         if (json_is_null(v)) continue;
         if (df_req_want_str(v, p, e)) return -1;
-        cm->reasoning = df_req_own_json_str(r, v, &cm->reasoning_len);
+        if (!strcmp(k, "reasoning")) reasoning_alias = v;
+        else reasoning_content = v;
       } else if (!strcmp(k, "tool_calls")) {
         if (json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0)) continue;
         if (cm->role != DF_ROLE_ASSISTANT)
@@ -233,6 +236,11 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
         return BAD(e, p, "unrecognized field '%s' in a message", k);
       }
     }
+    /* as the release: reasoning_content, or reasoning when that is absent or empty */
+    const json_t *rs_v = reasoning_content && json_string_length(reasoning_content)
+                             ? reasoning_content
+                             : reasoning_alias ? reasoning_alias : reasoning_content;
+    if (rs_v) cm->reasoning = df_req_own_json_str(r, rs_v, &cm->reasoning_len);
     snprintf(p, sizeof p, "messages[%zu].content", i);
     if (!content) return BAD(e, p, "'%s' is required", p);
     if (json_is_null(content)) {

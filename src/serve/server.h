@@ -32,6 +32,8 @@ typedef struct df_serve_opts {
   const char *allow_hosts[16]; /* Host names accepted besides IP literals, localhost and
                                   --host ("*": any) */
   int nallow_hosts;
+  long max_tokens_default;  /* requests without max_tokens generate at most this many
+                               (0: chat until the context ends, completions 16) */
   const char *cors[16];     /* origins that get CORS headers ("*": any); none: no CORS */
   int ncors;
 } df_serve_opts;

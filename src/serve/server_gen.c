@@ -41,8 +41,10 @@ static void emit(job *j, int at_end) {
   size_t pend = c->nlp - c->lp_sent;
   if (j->tok_c.n || (at_end && pend && j->req.logprobs)) {
     df_serve_sse_delta_lp(&j->frames, &j->meta, j->cur, NULL, chat ? "content" : NULL,
-                          j->tok_c.p ? j->tok_c.p : "", j->tok_c.n, NULL, c->lp + c->lp_sent,
-                          pend, j->req.logprobs, c->text_sent);
+                          j->tok_c.p ? j->tok_c.p : "", j->tok_c.n, NULL,
+                          /* no logprobs asked: lp is NULL, and NULL + 0 is undefined */
+                          c->lp ? c->lp + c->lp_sent : NULL, pend, j->req.logprobs,
+                          c->text_sent);
     c->lp_sent = c->nlp;
     c->text_sent += j->tok_c.n;
     j->tok_c.n = 0;
@@ -231,7 +233,7 @@ static void publish_stats(srv *S) {
 static void run_job(srv *S, job *j) {
   df_gen_opts go;
   df_gen_opts_default(&go);
-  go.max_new = j->req.max_tokens > 0 ? (int)j->req.max_tokens : (int)(S->max_pos - (long)j->nprompt);
+  go.max_new = (int)df_serve_max_new(&j->req, (long)j->nprompt, S->max_pos, S->o.max_tokens_default);
   if (j->req.kind == DF_SERVE_CHAT) {
     go.stop_ids = S->chat_stop;
     go.nstop = S->nchat_stop;
@@ -279,10 +281,11 @@ static void run_job(srv *S, job *j) {
     }
     df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1,
                     j->req.stop, j->req.stop_len, j->req.nstop, df_srv_deliver, j);
+    if (j->req.kind == DF_SERVE_CHAT && !j->req.thinking) df_gentext_open_response(&j->gt);
     j->forced_k = 0;
     if (j->req.grammar) df_jm_init(&j->jm, j->req.grammar);
     if (j->req.tools_json || j->req.grammar) {
-      j->cp = df_chat_parser_new(S->tok, j->req.grammar ? 0 : 1);
+      j->cp = df_chat_parser_new(S->tok, j->req.grammar || !j->req.thinking ? 0 : 1);
       j->n_reasoning_tok = 0;
     }
     if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {

@@ -82,7 +82,7 @@ int df_srv_encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
     df_chat_opts o = df_chat_opts_default();
     /* structured output: instruct mode, the reply opens with the response
      * (the constraint covers the whole reply) */
-    o.thinking = q->grammar ? 0 : 1;
+    o.thinking = q->grammar ? 0 : q->thinking;
     o.effort = eff[q->effort];
     o.tool_choice = q->tool_choice;
     o.tools_json = q->tools_json;
