@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -115,6 +116,33 @@ int df_serve_cors_ok(const char *origin, const char *const *list, int n) {
   for (int i = 0; i < n; i++)
     if (!strcmp(list[i], "*") || !strcasecmp(list[i], origin)) return 1;
   return 0;
+}
+
+/* RFC 9110 tchar: the characters of a header name */
+static int tchar(unsigned char c) {
+  return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+const char *df_serve_cors_allow_headers(const char *requested, char *out, size_t cap) {
+  static const char dflt[] = "Authorization, Content-Type";
+  snprintf(out, cap, "%s", dflt);
+  if (!requested) return out;
+  size_t n = strlen(requested), names = 0;
+  if (n + 1 > cap) return out;
+  /* a comma-separated list of names with optional white space, nothing else */
+  const unsigned char *p = (const unsigned char *)requested;
+  for (;;) {
+    while (*p == ' ' || *p == '\t') p++;
+    const unsigned char *b = p;
+    while (tchar(*p)) p++;
+    if (p == b) return out;
+    names++;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) break;
+    if (*p++ != ',') return out;
+  }
+  if (names) snprintf(out, cap, "%s", requested);
+  return out;
 }
 
 int df_serve_framing(const char *const *cl, int ncl, const char *te, const char **why) {

@@ -81,9 +81,16 @@ static void set_complete(srv *S, conn_ctx *r, int complete) {
 static enum MHD_Result reply_preflight(struct MHD_Connection *c, conn_ctx *r) {
   struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
   if (!resp) return MHD_NO;
+  char allow[1024];
   df_srv_add_cors(resp, r);
+  /* the answer depends on the requested headers too: a cache must keep them apart */
+  MHD_add_response_header(resp, "Vary", "Access-Control-Request-Headers");
   MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
-  MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+  MHD_add_response_header(
+      resp, "Access-Control-Allow-Headers",
+      df_serve_cors_allow_headers(
+          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers"),
+          allow, sizeof allow));
   MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
   enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
   MHD_destroy_response(resp);
