@@ -100,12 +100,13 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
                    df_serve_req *out, df_serve_err *err);
 void df_serve_req_free(df_serve_req *r);
 
-/* POST /tokenize: {"content": string, "with_pieces"?: bool, "parse_special"?:
- * bool (special-token text becomes their ids; default false)}. *text points
- * into *owned (free it). */
+/* POST /tokenize, llama-server's shape: {"content": string, "with_pieces"?:
+ * bool, "parse_special"?: bool (special-token text becomes their ids;
+ * default false), "add_special"?: bool (K3 adds no BOS: no effect),
+ * "model"?: string}. *text points into *owned (free it). */
 int df_serve_parse_tokenize(const char *body, size_t len, char **owned, size_t *text_len,
                             int *with_pieces, int *parse_special, df_serve_err *err);
-/* POST /detokenize: {"tokens": [ids below vocab]}; *ids malloc'd. */
+/* POST /detokenize: {"tokens": [ids below vocab], "model"?: string}; *ids malloc'd. */
 int df_serve_parse_detokenize(const char *body, size_t len, int vocab, int **ids, size_t *n,
                               df_serve_err *err);
 

@@ -41,6 +41,17 @@ s, d = post("/detokenize", {"tokens": [eom]})
 assert d["content"] == "<|end_of_msg|>", d
 s, d = post("/detokenize", {"tokens": [10**9]})
 assert s == 400 and d["error"]["param"] == "tokens", d
+# llama-server clients send model and add_special (K3's tokenizer adds no BOS: same ids)
+for extra in ({"model": "k3-tiny"}, {"add_special": True}, {"add_special": False, "model": "k3-tiny"}):
+    s, d = post("/tokenize", {"content": text, **extra})
+    assert s == 200 and d["tokens"] == ids, (extra, s, d)
+s, d = post("/tokenize", {"content": text, "with_pieces": True, "add_special": True, "model": "k3-tiny"})
+pieces = b"".join(t["piece"].encode() if isinstance(t["piece"], str) else bytes(t["piece"]) for t in d["tokens"])
+assert s == 200 and [t["id"] for t in d["tokens"]] == ids and pieces.decode() == text, d
+s, d = post("/detokenize", {"tokens": ids, "model": "k3-tiny"})
+assert s == 200 and d["content"] == text, d
+s, d = post("/tokenize", {"content": text, "add_special": "yes"})
+assert s == 400 and d["error"]["param"] == "add_special", d
 s, d = post("/tokenize", {"text": "x"})
 assert s == 400 and d["error"]["param"] == "text", d
 s, d = post("/tokenize", {"content": "x"}, "text/plain")

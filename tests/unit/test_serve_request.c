@@ -613,7 +613,8 @@ static void test_tokenize_bodies(void **st) {
   free(text);
   static const char *const bad_tok[][2] = {{"{}", "content"},
                                            {"{\"content\":5}", "content"},
-                                           {"{\"content\":\"x\",\"add_special\":true}", "add_special"},
+                                           {"{\"content\":\"x\",\"add_special\":1}", "add_special"},
+                                           {"{\"content\":\"x\",\"model\":5}", "model"},
                                            {"{\"content\":\"x\",\"zz\":1}", "zz"},
                                            {"[1]", ""}};
   for (size_t i = 0; i < sizeof bad_tok / sizeof bad_tok[0]; i++) {
@@ -623,6 +624,15 @@ static void test_tokenize_bodies(void **st) {
     assert_int_equal(e.status, 400);
     assert_string_equal(e.param, bad_tok[i][1]);
   }
+  /* llama-server clients send model and add_special */
+  const char *b3 = "{\"content\":\"ab\",\"model\":\"any\",\"add_special\":true,\"with_pieces\":false}";
+  assert_int_equal(df_serve_parse_tokenize(b3, strlen(b3), &text, &n, &pieces, &special, &e), 0);
+  assert_int_equal(n, 2);
+  assert_false(pieces || special);
+  free(text);
+  const char *b4 = "{\"tokens\":[5],\"model\":\"any\"}";
+  assert_int_equal(df_serve_parse_detokenize(b4, strlen(b4), 1000, &ids, &n, &e), 0);
+  free(ids);
   const char *b2 = "{\"tokens\":[1,2,999]}";
   assert_int_equal(df_serve_parse_detokenize(b2, strlen(b2), 1000, &ids, &n, &e), 0);
   assert_int_equal(n, 3);
