@@ -105,7 +105,8 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, (uint16_t)o->port, NULL, NULL, df_srv_on_request, &S, MHD_OPTION_SOCK_ADDR,
       ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, df_srv_on_completed, &S,
-      MHD_OPTION_NOTIFY_CONNECTION, df_srv_on_connection, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
+      MHD_OPTION_NOTIFY_CONNECTION, df_srv_on_connection, &S, MHD_OPTION_URI_LOG_CALLBACK,
+      df_srv_on_uri, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
       MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_client_conns,
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout_s,

@@ -54,6 +54,7 @@ typedef struct framing {
   int ncl;
   const char *te;
   int nte;
+  int nhost;
 } framing;
 
 static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -67,6 +68,8 @@ static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const
   } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
     f->te = value;
     f->nte++;
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+    f->nhost++;
   }
   return MHD_YES;
 }
@@ -162,6 +165,14 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
                        NULL, "the request's framing is refused: %s", why);
       return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_CONNECTION, "close");
     }
+    /* RFC 9112 3.2: an HTTP/1.1 request without Host, or any with two, is a 400
+     * (two Hosts could name different servers to a proxy and to us) */
+    if (fr.nhost > 1 || (r->http11 && fr.nhost == 0)) {
+      df_serve_err_set(&err, 400, "invalid_request_error", NULL, NULL,
+                       fr.nhost ? "the request has more than one Host header"
+                                : "an HTTP/1.1 request must have a Host header");
+      return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
     if (!df_serve_host_ok(host, S->o.host, S->o.allow_hosts, S->o.nallow_hosts)) {
       df_serve_err_set(&err, 403, "invalid_request_error", "host_not_allowed", NULL,
@@ -226,7 +237,10 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
       if (!r->responded) set_complete(S, r, 0);
       return ar;
     }
-    return df_srv_handle_get(S, c, r);
+    /* answered on the next call: MHD 0.9.75 closes a connection whose reply was
+     * queued while the request was still being read, so a GET answered here
+     * would say "Connection: close" and drop a request pipelined after it */
+    return MHD_YES;
   }
   if (r->responded) { /* answered early: the rest of the body is dropped */
     *upload_size = 0;
@@ -250,6 +264,9 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
     df_sbuf_add(&r->body, upload, n);
     return MHD_YES;
   }
+  if (r->route == DF_ROUTE_HEALTH || r->route == DF_ROUTE_MODELS || r->route == DF_ROUTE_MODEL ||
+      r->route == DF_ROUTE_METRICS)
+    return df_srv_handle_get(S, c, r);
   if (r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE)
     return df_srv_handle_tokenize(S, c, r);
   if (r->route == DF_ROUTE_APPLY_TEMPLATE) return df_srv_handle_apply_template(S, c, r);
@@ -267,7 +284,8 @@ void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   df_srv_conn_release_slot(S, r);
   if (r->sc) {
     pthread_mutex_lock(&S->cmu);
-    r->sc->t0 = df_now(); /* a kept-alive connection's next request */
+    r->sc->t0 = df_now(); /* a kept-alive connection waits for its next request */
+    r->sc->in_request = 0;
     r->sc->complete = 0;
     pthread_mutex_unlock(&S->cmu);
   }

@@ -137,7 +137,8 @@ struct srv {
  * began and whether all of it has arrived. */
 typedef struct sock_ctx {
   int fd;
-  double t0;
+  double t0;       /* when the current request's line arrived, or the last one ended */
+  int in_request;  /* a request line has arrived and its request is not finished */
   int complete, killed;
   struct sock_ctx *prev, *next;
 } sock_ctx;
@@ -194,5 +195,6 @@ enum MHD_Result df_srv_handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
 void df_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code);
 void *df_srv_watchdog(void *arg);
+void *df_srv_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
 
 #endif
