@@ -60,6 +60,9 @@ void df_serve_req_free(df_serve_req *r) {
   free(r->prompt_ids);
   free(r->bias);
   df_jg_free(r->grammar);
+  df_tg_free(r->toolgram);
+  for (int i = 0; i < r->ntool_args; i++) df_jg_free(r->tool_args[i]);
+  free(r->tool_args);
   memset(r, 0, sizeof *r);
 }
 
@@ -392,6 +395,7 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
   out->n = 1;
   out->effort = DF_EFFORT_MAX;
   out->thinking = 1;
+  out->parallel_tool_calls = 1;
   int effort_none = 0, effort_set = 0;
   if (!df_utf8_valid(body, len)) {
     BAD(err, NULL, "the request body is not valid UTF-8");
@@ -462,15 +466,9 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tools")) {
       if (df_req_parse_tools(out, v, err)) goto done;
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tool_choice")) {
-      const char *c = json_is_string(v) ? json_string_value(v) : NULL;
-      if (c && !strcmp(c, "auto")) out->tool_choice = DF_TOOL_CHOICE_AUTO;
-      else if (c && !strcmp(c, "none")) out->tool_choice = DF_TOOL_CHOICE_NONE;
-      else if (c && !strcmp(c, "required")) out->tool_choice = DF_TOOL_CHOICE_REQUIRED;
-      else {
-        df_req_unsupported(k, "\"auto\", \"none\" or \"required\" (naming one function cannot be "
-                       "enforced)", err);
-        goto done;
-      }
+      if (df_req_parse_tool_choice(out, v, err)) goto done;
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "parallel_tool_calls")) {
+      if (df_req_want_bool(v, k, &out->parallel_tool_calls, err)) goto done;
     } else if (!strcmp(k, "n")) {
       long long x;
       if (want_int(v, k, 1, DF_SERVE_MAX_N, &x, err)) goto done;
@@ -580,6 +578,8 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
                        err);
     goto done;
   }
+  if (kind == DF_SERVE_CHAT && df_req_build_toolgram(out, json_object_get(root, "tools"), err))
+    goto done;
   if (out->tools_json && out->nstop) {
     df_req_unsupported("stop", "stop sequences together with tools", err);
     goto done;

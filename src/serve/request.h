@@ -11,6 +11,7 @@
 
 #include "engine/sample.h"
 #include "serve/jsongram.h"
+#include "serve/toolgram.h"
 #include "tokenizer/chat.h"
 
 #define DF_SERVE_MAX_STOP 16    /* OpenAI allows 4; llama.cpp-style clients send more */
@@ -77,7 +78,12 @@ typedef struct df_serve_req {
    * output parsed for tool calls (df_chat_parser) */
   char *tools_json;       /* the request's tools array, compact JSON; NULL: none */
   size_t tools_len;
-  df_tool_choice tool_choice;
+  df_tool_choice tool_choice;  /* a named function renders as required */
+  char *tool_choice_name; /* tool_choice {"type":"function","function":{"name"}}; NULL: none */
+  int parallel_tool_calls;     /* default 1; 0: the reply ends after its first call */
+  df_tg *toolgram;        /* none / required / named / one call, enforced while decoding */
+  df_jg **tool_args;      /* the forced tools' argument grammars (toolgram points at them) */
+  int ntool_args;
   int use_render;         /* tools, tool calls in the history, or structured output */
   df_jg *grammar;         /* response_format json_object / json_schema: the constraint */
   int logprobs;           /* return the chosen tokens' log-probabilities */

@@ -64,6 +64,9 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   int eom = df_tok_special_id(S.tok, "<|end_of_msg|>");
   S.chat_stop[S.nchat_stop++] = eom >= 0 ? eom : cfg->eos_id;
   if (cfg->eos_id >= 0) S.text_stop[S.ntext_stop++] = cfg->eos_id;
+  S.sp_open = df_tok_special_id(S.tok, "<|open|>");
+  S.sp_close = df_tok_special_id(S.tok, "<|close|>");
+  S.sp_sep = df_tok_special_id(S.tok, "<|sep|>");
 
   struct addrinfo hints, *ai = NULL;
   memset(&hints, 0, sizeof hints);

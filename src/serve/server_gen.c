@@ -137,6 +137,14 @@ static void on_chat_event(const df_chat_event *ev, void *ctx) {
   }
 }
 
+static df_tg_sym tool_sym(const srv *S, int id) {
+  if (id == S->sp_open) return DF_TG_OPEN;
+  if (id == S->sp_close) return DF_TG_CLOSE;
+  if (id == S->sp_sep) return DF_TG_SEP;
+  if (id == S->chat_stop[0]) return DF_TG_EOM;
+  return DF_TG_OTHER;
+}
+
 static int on_token(void *ud, int id) {
   job *j = ud;
   srv *S = j->S;
@@ -145,6 +153,15 @@ static int on_token(void *ud, int id) {
   if (S->o.nforced) {
     id = S->o.forced_ids[j->forced_k < S->o.nforced ? j->forced_k : S->o.nforced - 1];
     forced_end = ++j->forced_k >= S->o.nforced;
+  }
+  if (j->req.toolgram) {
+    if (df_tok_is_special(S->tok, id)) {
+      df_tm_feed_sym(&j->tm, tool_sym(S, id));
+    } else {
+      size_t pn;
+      const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+      df_tm_feed_bytes(&j->tm, pp, pn);
+    }
   }
   if (j->req.grammar && !df_tok_is_special(S->tok, id)) {
     size_t pn;
@@ -192,6 +209,26 @@ static void grammar_mask(void *ud, float *lg) {
     size_t pn;
     const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
     if (j->jm.done || !pn || !df_jm_accepts(&j->jm, pp, pn)) lg[id] = -INFINITY;
+  }
+}
+
+/* Tool choice: every token the tool-call matcher refuses is masked (a
+ * forced call, no call for "none", one call for parallel_tool_calls false). */
+static void tool_mask(void *ud, float *lg) {
+  job *j = ud;
+  srv *S = j->S;
+  int V = S->limits.vocab;
+  for (int id = 0; id < V; id++) {
+    if (lg[id] == -INFINITY) continue;
+    int ok;
+    if (df_tok_is_special(S->tok, id)) {
+      ok = df_tm_accepts_sym(&j->tm, tool_sym(S, id));
+    } else {
+      size_t pn;
+      const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+      ok = df_tm_accepts_bytes(&j->tm, pp, pn);
+    }
+    if (!ok) lg[id] = -INFINITY;
   }
 }
 
@@ -260,6 +297,7 @@ static void run_job(srv *S, job *j) {
     seed = (uint64_t)time(NULL);
   go.on_token = on_token;
   if (j->req.grammar) go.mask = grammar_mask;
+  else if (j->req.toolgram) go.mask = tool_mask;
   go.cancel = gen_cancelled;
   go.on_prefill = on_prefill;
   go.ud = j;
@@ -284,6 +322,7 @@ static void run_job(srv *S, job *j) {
     if (j->req.kind == DF_SERVE_CHAT && !j->req.thinking) df_gentext_open_response(&j->gt);
     j->forced_k = 0;
     if (j->req.grammar) df_jm_init(&j->jm, j->req.grammar);
+    if (j->req.toolgram) df_tm_init(&j->tm, j->req.toolgram);
     if (j->req.tools_json || j->req.grammar) {
       j->cp = df_chat_parser_new(S->tok, j->req.grammar || !j->req.thinking ? 0 : 1);
       j->n_reasoning_tok = 0;

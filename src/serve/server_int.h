@@ -90,6 +90,7 @@ typedef struct job {
   long n_reasoning_tok;
   int forced_k; /* --debug-output-ids: the next one */
   df_jm jm;     /* structured output: where the reply is in the grammar */
+  df_tm tm;     /* tool choice: where the reply is in the tool-call markup */
   df_sbuf frames; /* SSE frames built for the current token */
 } job;
 
@@ -102,6 +103,7 @@ struct srv {
   long long started;
   df_serve_limits limits;
   int chat_stop[2], nchat_stop;
+  int sp_open, sp_close, sp_sep; /* the chat markup's specials (tool-choice matcher) */
   int text_stop[2], ntext_stop;
 
   pthread_mutex_t mu;

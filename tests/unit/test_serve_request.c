@@ -589,7 +589,42 @@ static void test_tools(void **st) {
   assert_string_equal(r.msgs[1].calls[0].id, "c1");
   assert_string_equal(r.msgs[1].calls[0].arguments, "{\"city\":\"Oslo\"}");
   assert_string_equal(r.msgs[2].tool_call_id, "c1");
+  assert_int_equal(r.parallel_tool_calls, 0);
+  assert_non_null(r.toolgram); /* required, one call */
   df_serve_req_free(&r);
+  /* a named function, in the Chat Completions and the Responses shapes */
+#define TOOLS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\"}}]"
+  static const char *const named[] = {
+      CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get\"}}"),
+      CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"name\":\"get\"}"),
+  };
+  for (size_t i = 0; i < 2; i++) {
+    r = ok(DF_SERVE_CHAT, named[i]);
+    assert_string_equal(r.tool_choice_name, "get");
+    assert_int_equal(r.tool_choice, DF_TOOL_CHOICE_REQUIRED);
+    assert_non_null(r.toolgram);
+    df_serve_req_free(&r);
+  }
+  r = ok(DF_SERVE_CHAT, CHAT(TOOLS));
+  assert_null(r.toolgram); /* auto with parallel calls: nothing to enforce */
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_CHAT, CHAT(TOOLS ",\"tool_choice\":\"none\""));
+  assert_non_null(r.toolgram);
+  df_serve_req_free(&r);
+  static const char *const badtc[][2] = {
+      {CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"other\"}}"),
+       "tool_choice.function.name"},
+      {CHAT(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get\"}}"), "tool_choice"},
+      {CHAT(",\"tool_choice\":\"required\""), "tool_choice"},
+      {CHAT(TOOLS ",\"tool_choice\":{\"type\":\"custom\"}"), "tool_choice"},
+      {CHAT(TOOLS ",\"parallel_tool_calls\":1"), "parallel_tool_calls"},
+  };
+  for (size_t i = 0; i < sizeof badtc / sizeof badtc[0]; i++) {
+    df_serve_err e;
+    assert_int_equal(df_serve_parse(DF_SERVE_CHAT, badtc[i][0], strlen(badtc[i][0]), &lim, &r, &e), -1);
+    assert_string_equal(e.param, badtc[i][1]);
+  }
+#undef TOOLS
   r = ok(DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"));
   assert_non_null(r.grammar);
   assert_true(r.use_render);
