@@ -276,12 +276,13 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
 
 void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)c;
   srv *S = cls;
   conn_ctx *r = *con_cls;
   if (!r) return;
   *con_cls = NULL;
   df_srv_conn_release_slot(S, r);
+  if (r->j) /* a request that ended early (cancelled, shut down) may not have put it back */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)S->o.idle_timeout_s);
   if (r->sc) {
     pthread_mutex_lock(&S->cmu);
     r->sc->t0 = df_now(); /* a kept-alive connection waits for its next request */

@@ -92,6 +92,9 @@ typedef struct job {
   df_jm jm;     /* structured output: where the reply is in the grammar */
   df_tm tm;     /* tool choice: where the reply is in the tool-call markup */
   df_sbuf frames; /* SSE frames built for the current token */
+  /* ---- the connection thread only ---- */
+  struct MHD_Connection *conn; /* streams: to put the idle timeout back after the prefill */
+  int idle_back;               /* ... done */
 } job;
 
 struct srv {

@@ -18,6 +18,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   pthread_mutex_lock(&S->mu);
   for (;;) {
     size_t avail = j->out.n - j->out_off;
+    if (avail && !j->idle_back && (j->prefilled >= (long)j->nprompt || j->n_gen > 0)) {
+      /* the prefill is over: from here a reader that stops reading is idle
+       * (setting the timeout from 0 restarts MHD's timer) */
+      MHD_set_connection_option(j->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                (unsigned)S->o.idle_timeout_s);
+      j->idle_back = 1;
+    }
     if (avail) {
       size_t n = avail < max ? avail : max;
       memcpy(buf, j->out.p + j->out_off, n);
@@ -163,6 +170,11 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   }
   j->slot = 1;
   r->slot = 0;
+  /* a queued or generating request is not idle: MHD measures idleness from
+   * the last byte moved, so a long prefill (or wait in the queue) would read
+   * as a silent client; df_srv_on_completed puts the idle timeout back */
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  j->conn = c;
   j->refs++; /* the queue's (then the generation thread's) reference */
   r->j = j;
   pthread_cond_signal(&S->work_cv);
@@ -216,6 +228,8 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
     df_srv_timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
   }
   pthread_mutex_unlock(&S->mu);
+  /* the reply is ready: from here a client that does not read it is idle */
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)S->o.idle_timeout_s);
   if (j->failed) return df_srv_reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
   df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning, j->cached};
