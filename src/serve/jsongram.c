@@ -580,9 +580,14 @@ static int step(df_jm *m, int c) {
       return REFUSE;
     case N_STR:
       if (f->phase == 1 && !f->idx && c != '"') {
-        /* a character starts (an escape counts as one) */
-        if (n->maxc >= 0 && f->count >= n->maxc) return REFUSE;
+        /* A character starts (an escape counts as one). JSON Schema counts
+         * characters, JavaScript validators (zod) UTF-16 units, in which a
+         * character past U+FFFF is two: maxLength holds for both counts,
+         * minLength for characters (so for units too). */
+        long w = c >= 0xF0 ? 2 : 1;
+        if (n->maxc >= 0 && f->units + w > n->maxc) return REFUSE;
         f->count++;
+        f->units += w;
       }
       switch (f->phase) {
         case 0: return c == '"' ? (f->phase = 1, TAKE) : REFUSE;

@@ -33,6 +33,7 @@ typedef struct df_jm_frame {
   int idx;   /* property / literal position */
   uint64_t cand; /* enum / anyOf: alternatives still possible */
   long count;    /* strings: characters; arrays: items */
+  long units;    /* strings: UTF-16 code units (maxLength counts these too: see jsongram.c) */
   double x, sc;  /* bounded numbers: the magnitude so far, the next fraction digit's weight */
   int neg;       /* bounded numbers: a minus sign was written */
 } df_jm_frame;

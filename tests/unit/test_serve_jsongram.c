@@ -137,6 +137,9 @@ static void test_keywords(void **st) {
   check("\"n\":{\"type\":\"number\",\"minimum\":-1.5}", L("-1.5", "-1", "1000000000", "12345"), L("-1.6", "-2", "-15", "1e9")); /* bounded: no exponent */
   check("\"n\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
         L("\"ab\"", "\"abc\"", "\"\xc3\xa9\xe6\x97\xa5\"", "\"a\\n\"", "\"\\\\\\\"\""), L("\"a\"", "\"abcd\"", "\"\"", "\"\xc3\xa9\xe6\x97\xa5xy\""));
+  /* past U+FFFF: one character, two UTF-16 units (zod's count) */
+  check("\"n\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":2}", L("\"ab\"", "\"\xc3\xa9\xe6\x97\xa5\""),
+        L("\"\xf0\x9f\x98\x80\"", "\"a\xf0\x9f\x98\x80\"", "\"a\"")); /* one character; three units */
   check("\"n\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1,\"maxItems\":2}", L("[1]", "[1,2]"),
         L("[]", "[1,2,3]"));
   check("\"n\":{\"type\":\"array\",\"maxItems\":0}", L("[]"), L("[1]"));
