@@ -151,9 +151,13 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     pthread_cond_broadcast(&S.work_cv);
     pthread_mutex_unlock(&S.mu);
     pthread_join(wt, NULL);
-    /* let streams send their last frames (the cancellation notice) */
+    /* Every request begun gets its reply sent before the daemon stops: a
+     * 503 (or its result) is only queued on the connection, and stopping the
+     * daemon first would close the socket with nothing sent. Streams send
+     * their last frames (the cancellation notice). A client that does not
+     * read its reply is not waited for past 10 s. */
     pthread_mutex_lock(&S.mu);
-    for (int k = 0; S.streams > 0 && k < 100; k++)
+    for (int k = 0; (S.streams > 0 || S.reqs > 0) && k < 10000 / WAIT_SLICE_MS; k++)
       df_srv_timed_wait(&S.work_cv, &S.mu, WAIT_SLICE_MS);
     pthread_mutex_unlock(&S.mu);
     MHD_stop_daemon(d);

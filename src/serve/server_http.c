@@ -135,6 +135,9 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
     r = df_xcalloc(1, sizeof *r);
     *con_cls = r;
     r->t0 = df_now();
+    pthread_mutex_lock(&S->mu);
+    S->reqs++;
+    pthread_mutex_unlock(&S->mu);
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->path, sizeof r->path, "%s", url);
     r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
@@ -330,4 +333,8 @@ void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   }
   df_sbuf_free(&r->body);
   free(r);
+  pthread_mutex_lock(&S->mu);
+  S->reqs--;
+  pthread_cond_broadcast(&S->work_cv); /* the shutdown waits for the last reply */
+  pthread_mutex_unlock(&S->mu);
 }

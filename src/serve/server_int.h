@@ -116,6 +116,7 @@ struct srv {
   int inflight; /* admitted generation requests not finished (df_serve_admit) */
   int stopping;
   int streams; /* streamed responses still being sent */
+  int reqs;    /* requests begun and not completed (their reply not sent yet) */
   df_session *sess; /* generation thread only */
   /* conversation reuse (generation thread only): the ids the live session
    * covers, and snapshots taken at the end of recent prompts (least
