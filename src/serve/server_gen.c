@@ -181,6 +181,10 @@ static int on_token(void *ud, int id) {
   if (j->req.stream) emit(j, 0);
   pthread_mutex_lock(&S->mu);
   j->n_gen++;
+  if (!j->first_seen) {
+    j->first_seen = 1;
+    df_serve_hist_add(&S->m_ttft, df_now() - j->t0);
+  }
   if (j->frames.n) {
     df_sbuf_add(&j->out, j->frames.p, j->frames.n);
     pthread_cond_broadcast(&j->cv);
@@ -356,6 +360,7 @@ static void run_job(srv *S, job *j) {
     pthread_mutex_lock(&S->mu);
     S->m_prefill_s += st.prefill_s;
     S->m_decode_s += st.decode_s;
+    if (st.n_gen > 0 && st.decode_s > 0) S->m_tps = st.n_gen / st.decode_s;
     pthread_mutex_unlock(&S->mu);
 
     pthread_mutex_lock(&S->mu);

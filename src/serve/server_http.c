@@ -332,8 +332,13 @@ void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)w;
   }
   df_sbuf_free(&r->body);
+  int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS;
+  double t0 = r->t0;
   free(r);
   pthread_mutex_lock(&S->mu);
+  if (status == 429) S->m_429++;
+  if (status == 503) S->m_503++;
+  if (gen && status == 200) df_serve_hist_add(&S->m_latency, df_now() - t0);
   S->reqs--;
   pthread_cond_broadcast(&S->work_cv); /* the shutdown waits for the last reply */
   pthread_mutex_unlock(&S->mu);

@@ -76,6 +76,8 @@ typedef struct job {
   int start;              /* the current choice's first prompt position to run */
   int want_snap;          /* take a snapshot when the prompt is done */
   long prefilled_at_cancel; /* ... when the hang-up or shutdown was first seen (-1: not yet) */
+  double t0;              /* when the request arrived (for the latency histograms) */
+  int first_seen;         /* the first token was counted in the time-to-first-token histogram */
   /* ---- generation thread only until DONE ---- */
   choice *ch;
   int nch, cur;
@@ -130,6 +132,9 @@ struct srv {
   unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_kept_bytes;
   int m_kept_states;
   double m_prefill_s, m_decode_s;
+  unsigned long long m_429, m_503;
+  df_serve_hist m_latency, m_ttft;
+  double m_tps;
   char *stats_json; /* the engine's statistics after the last job */
 
   /* open connections, for the request deadline (watchdog thread) */

@@ -132,6 +132,7 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   j->S = S;
   j->peer_fd = -1;
   j->prefilled_at_cancel = -1;
+  j->t0 = r->t0;
   df_srv_cond_init_mono(&j->cv);
   j->refs = 1;
   if (df_serve_parse(kind, r->body.p ? r->body.p : "", r->body.n, &S->limits, &j->req, &err) ||
