@@ -33,10 +33,11 @@ df_route df_serve_route(const char *method, const char *path, const char **allow
     else if (!strcmp(p, "/tokenize")) r = DF_ROUTE_TOKENIZE;
     else if (!strcmp(p, "/detokenize")) r = DF_ROUTE_DETOKENIZE;
     else if (!strcmp(p, "/apply-template")) r = DF_ROUTE_APPLY_TEMPLATE;
+    else if (!strcmp(p, "/responses")) r = DF_ROUTE_RESPONSES;
   }
   if (r == DF_ROUTE_NOT_FOUND) return r;
   int is_post = r == DF_ROUTE_CHAT || r == DF_ROUTE_COMPLETIONS || r == DF_ROUTE_TOKENIZE ||
-                r == DF_ROUTE_DETOKENIZE || r == DF_ROUTE_APPLY_TEMPLATE;
+                r == DF_ROUTE_DETOKENIZE || r == DF_ROUTE_APPLY_TEMPLATE || r == DF_ROUTE_RESPONSES;
   *allow = is_post ? "POST" : "GET, HEAD";
   if (is_post ? !post : !get) {
     *arg = NULL;

@@ -17,6 +17,7 @@ typedef enum {
   DF_ROUTE_DETOKENIZE, /* POST /detokenize */
   DF_ROUTE_METRICS,    /* GET /metrics (Prometheus text) */
   DF_ROUTE_APPLY_TEMPLATE, /* POST /apply-template: the prompt a chat request would run */
+  DF_ROUTE_RESPONSES,      /* POST /v1/responses (the Responses API) */
 } df_route;
 
 /* Maps method + path (no query string) to a route. *allow gets the Allow

@@ -88,6 +88,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   pthread_mutex_init(&S.mu, NULL);
   df_srv_cond_init_mono(&S.work_cv);
   pthread_mutex_init(&S.cmu, NULL);
+  pthread_mutex_init(&S.rmu, NULL);
   df_srv_cond_init_mono(&S.wd_cv);
   pthread_t wdt;
   int have_wd = o->request_timeout_s > 0 && !pthread_create(&wdt, NULL, df_srv_watchdog, &S);
@@ -179,6 +180,8 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   }
   pthread_cond_destroy(&S.wd_cv);
   pthread_mutex_destroy(&S.cmu);
+  df_srv_resp_free_all(&S);
+  pthread_mutex_destroy(&S.rmu);
   freeaddrinfo(ai);
   df_session_free(S.sess);
   while (S.nsnaps) df_srv_drop_kept(&S, S.nsnaps - 1);

@@ -51,14 +51,20 @@ static void emit(job *j, int at_end) {
   }
 }
 
+/* Under S->mu: the frames built so far go out to the connection; for
+ * /v1/responses as Responses events. */
+static void frames_out_locked(job *j) {
+  if (!j->frames.n) return;
+  if (j->rs) df_resp_stream_feed(j->rs, j->frames.p, j->frames.n, &j->out);
+  else df_sbuf_add(&j->out, j->frames.p, j->frames.n);
+  pthread_cond_broadcast(&j->cv);
+}
+
 /* Hands the frames built so far to the connection. */
 static void publish(job *j) {
   srv *S = j->S;
   pthread_mutex_lock(&S->mu);
-  if (j->frames.n) {
-    df_sbuf_add(&j->out, j->frames.p, j->frames.n);
-    pthread_cond_broadcast(&j->cv);
-  }
+  frames_out_locked(j);
   pthread_mutex_unlock(&S->mu);
   j->frames.n = 0;
 }
@@ -185,10 +191,7 @@ static int on_token(void *ud, int id) {
     j->first_seen = 1;
     df_serve_hist_add(&S->m_ttft, df_now() - j->t0);
   }
-  if (j->frames.n) {
-    df_sbuf_add(&j->out, j->frames.p, j->frames.n);
-    pthread_cond_broadcast(&j->cv);
-  }
+  frames_out_locked(j);
   /* a slow reader holds the generation back instead of growing the buffer */
   while (j->out.n - j->out_off > STREAM_HIGH_WATER && !df_srv_peer_gone_locked(j) && !j->shutdown)
     df_srv_timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
@@ -438,6 +441,13 @@ static void run_job(srv *S, job *j) {
     df_serve_sse_done(&j->frames);
   }
   publish(j);
+  df_resp_result rr;
+  df_serve_call calls[DF_RESP_MAX_CALLS];
+  pthread_mutex_lock(&S->mu);
+  int kept = j->rs && j->rq->store && df_resp_stream_result(j->rs, &rr, calls);
+  char *hist = kept ? df_serve_responses_history(j->rq, &rr) : NULL;
+  pthread_mutex_unlock(&S->mu);
+  if (hist) df_srv_resp_keep(S, j->resp_id, hist);
 }
 
 void *df_srv_worker(void *arg) {

@@ -209,7 +209,8 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
                        "Incorrect or missing API key: send 'Authorization: Bearer <key>'");
       return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
-    int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS;
+    int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS ||
+              r->route == DF_ROUTE_RESPONSES;
     if (gen || r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE ||
         r->route == DF_ROUTE_APPLY_TEMPLATE) {
       if (!df_serve_ctype_json(
@@ -273,6 +274,7 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
   if (r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE)
     return df_srv_handle_tokenize(S, c, r);
   if (r->route == DF_ROUTE_APPLY_TEMPLATE) return df_srv_handle_apply_template(S, c, r);
+  if (r->route == DF_ROUTE_RESPONSES) return df_srv_handle_responses(S, c, r);
   return df_srv_handle_generation(S, c, r,
                            r->route == DF_ROUTE_CHAT ? DF_SERVE_CHAT : DF_SERVE_COMPLETION);
 }
@@ -332,7 +334,10 @@ void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)w;
   }
   df_sbuf_free(&r->body);
-  int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS;
+  df_resp_req_free(r->rq); /* a /v1/responses request refused before it became a job */
+  free(r->rq);
+  int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS ||
+            r->route == DF_ROUTE_RESPONSES;
   double t0 = r->t0;
   free(r);
   pthread_mutex_lock(&S->mu);

@@ -13,6 +13,7 @@
 #include "serve/gentext.h"
 #include "serve/request.h"
 #include "serve/response.h"
+#include "serve/responses.h"
 #include "serve/route.h"
 #include "serve/server.h"
 
@@ -21,6 +22,8 @@
 #define WAIT_SLICE_MS 20
 /* SSE bytes buffered per stream before the generation waits for the client. */
 #define STREAM_HIGH_WATER (1u << 20)
+/* Responses kept for previous_response_id (the oldest is dropped first). */
+#define DF_SRV_RESP_KEPT 256
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 
@@ -94,6 +97,12 @@ typedef struct job {
   df_jm jm;     /* structured output: where the reply is in the grammar */
   df_tm tm;     /* tool choice: where the reply is in the tool-call markup */
   df_sbuf frames; /* SSE frames built for the current token */
+  /* /v1/responses: the translated request, the Response id, and (streams)
+   * the converter of the chat frames into Responses events, which runs
+   * where frames go out (under S->mu) */
+  df_resp_req *rq;
+  char resp_id[64];
+  df_resp_stream *rs;
   /* ---- the connection thread only ---- */
   struct MHD_Connection *conn; /* streams: to put the idle timeout back after the prefill */
   int idle_back;               /* ... done */
@@ -137,6 +146,13 @@ struct srv {
   double m_tps;
   char *stats_json; /* the engine's statistics after the last job */
 
+  /* /v1/responses: each stored response's message history (previous_response_id) */
+  pthread_mutex_t rmu;
+  struct resp_kept {
+    char id[64];
+    char *history;
+  } resp[DF_SRV_RESP_KEPT];
+  int nresp, resp_next;
   /* open connections, for the request deadline (watchdog thread) */
   pthread_mutex_t cmu;
   pthread_cond_t wd_cv;
@@ -164,6 +180,7 @@ typedef struct conn_ctx {
   size_t received;
   int too_big, responded, status;
   int slot; /* admitted: holds one of S->inflight until a job takes it over */
+  df_resp_req *rq; /* /v1/responses: the translated request (passes to the job) */
   int http11;
   char origin[256]; /* an allowed CORS origin, echoed back; "" when none */
   sock_ctx *sc;
@@ -207,5 +224,8 @@ void df_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode code);
 void *df_srv_watchdog(void *arg);
 void *df_srv_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
+enum MHD_Result df_srv_handle_responses(srv *S, struct MHD_Connection *c, conn_ctx *r);
+void df_srv_resp_keep(srv *S, const char *id, char *history);
+void df_srv_resp_free_all(srv *S);
 
 #endif

@@ -146,6 +146,12 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   }
   df_serve_meta_init(&j->meta, kind, S->model_id, (long long)time(NULL));
   j->meta.include_usage = j->req.include_usage;
+  if (r->rq) { /* /v1/responses */
+    j->rq = r->rq;
+    r->rq = NULL;
+    df_resp_new_id(j->resp_id, sizeof j->resp_id);
+    if (j->req.stream) j->rs = df_resp_stream_new(j->resp_id, j->meta.created, S->model_id, j->rq);
+  }
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci) j->peer_fd = dup(ci->connect_fd);
   j->http11 = r->http11;
@@ -234,6 +240,17 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   if (j->failed) return df_srv_reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
   df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning, j->cached};
+  if (j->rq) {
+    choice *ch = &j->ch[0];
+    df_serve_call *calls = ch->ncb ? df_xmalloc(ch->ncb * sizeof *calls) : NULL;
+    for (size_t k = 0; k < ch->ncb; k++) calls[k] = ch->cb[k].c;
+    df_resp_result res = {ch->reasoning.p, ch->reasoning.n, ch->content.p, ch->content.n,
+                          calls, ch->ncb, ch->finish, u};
+    char *body = df_serve_responses_object(j->resp_id, j->meta.created, S->model_id, j->rq, &res);
+    if (j->rq->store) df_srv_resp_keep(S, j->resp_id, df_serve_responses_history(j->rq, &res));
+    free(calls);
+    return df_srv_reply_json(c, r, 200, body);
+  }
   df_serve_choice cs[DF_SERVE_MAX_N];
   for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) {
     choice *ch = &j->ch[i];
