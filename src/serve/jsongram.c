@@ -344,6 +344,22 @@ static int compile(cctx *c, const json_t *s, const char *path, int depth) {
   if (depth > DF_JM_DEPTH / 2 - 2) return fail(c, "%s: the schema nests too deeply%s", path, "");
   if (json_is_true(s)) return g->any;
   if (!json_is_object(s)) return fail(c, "%s must be a schema object%s", path, "");
+  const json_t *nullable = json_object_get(s, "nullable");
+  if (nullable) {
+    /* OpenAPI's nullable (zod writes it for a nullable number): the schema
+     * without it, or null */
+    if (!json_is_boolean(nullable)) return fail(c, "%s.nullable must be a boolean%s", path, "");
+    json_t *rest = json_copy((json_t *)s);
+    json_object_del(rest, "nullable");
+    int kid = compile(c, rest, path, depth + 1);
+    json_decref(rest);
+    if (kid < 0 || !json_is_true(nullable)) return kid;
+    int id = add_node(g, N_UNION), null = add_node(g, N_LITS);
+    add_lit(g, null, "null");
+    add_kid(g, id, kid);
+    add_kid(g, id, null);
+    return id;
+  }
   const json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
   const json_t *e = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
   const json_t *any = json_object_get(s, "anyOf");

@@ -147,6 +147,9 @@ static void test_keywords(void **st) {
   check("\"n\":{\"anyOf\":[{\"type\":\"string\",\"maxLength\":1},{\"type\":\"null\"}]}", L("null", "\"x\""),
         L("\"xy\"", "1"));
   check("\"n\":{\"type\":[\"string\",\"null\"],\"maxLength\":1}", L("null", "\"x\""), L("\"xy\""));
+  /* OpenAPI's nullable, as zod writes it for a nullable number */
+  check("\"n\":{\"type\":\"number\",\"nullable\":true,\"maximum\":2}", L("null", "1.5"), L("3", "\"x\""));
+  check("\"n\":{\"type\":\"number\",\"nullable\":false}", L("1"), L("null"));
   /* local references, recursion included; allOf of one; annotations */
   char err[256];
   const char *rec = "{\"$defs\":{\"node\":{\"type\":\"object\",\"title\":\"Node\",\"properties\":{\"v\":{\"type\":"

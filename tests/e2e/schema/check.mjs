@@ -33,6 +33,7 @@ const Person = z.object({
   big: z.number().int().min(Number.MIN_SAFE_INTEGER).max(Number.MAX_SAFE_INTEGER), // zod 4's .int()
   score: z.number().min(0).max(1),
   nickname: z.string().max(6).nullable(),
+  weight: z.number().min(0).max(500).nullable(), // written with OpenAPI's "nullable": true
   tags: z.array(z.enum(['a', 'b', 'c'])).min(1).max(3),
   address: Address,
   previous: z.array(Address).max(2), // a second use: zod writes a definitions entry and a $ref
