@@ -39,6 +39,7 @@ void df_serve_opts_default(df_serve_opts *o) {
   o->idle_timeout_s = 60;
   o->request_timeout_s = 30;
   o->max_client_conns = 256;
+  o->max_conns = 1000;
   o->reuse_mb = 1024;
 }
 
@@ -110,8 +111,9 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
       flags, (uint16_t)o->port, NULL, NULL, df_srv_on_request, &S, MHD_OPTION_SOCK_ADDR,
       ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, df_srv_on_completed, &S,
       MHD_OPTION_NOTIFY_CONNECTION, df_srv_on_connection, &S, MHD_OPTION_URI_LOG_CALLBACK,
-      df_srv_on_uri, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_client_conns,
+      /* the caps are kept in df_srv_on_connection, which answers over them instead
+       * of dropping the connection unanswered; MHD's limit is only a backstop */
+      df_srv_on_uri, &S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns + 64u,
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout_s,
       MHD_OPTION_END);

@@ -25,7 +25,12 @@ typedef struct df_serve_opts {
   int nforced;
   int request_timeout_s;    /* a request's headers and body must all arrive within this
                                (a client trickling bytes is not idle); 0: no limit */
-  int max_client_conns;     /* connections one client address may hold; 0: no limit */
+  int max_client_conns;     /* connections one client address may hold (behind a
+                               --trusted-proxy: requests in progress per forwarded
+                               client address); 0: no limit */
+  int max_conns;            /* open connections in all */
+  const char *trusted_proxies[16]; /* peers whose X-Forwarded-For names the client */
+  int ntrusted;
   long reuse_mb;            /* conversation reuse: the kept prompt state may take this
                                much (MiB); 0: every request starts from a reset */
 #define DF_SERVE_MAX_KEPT DF_PLAN_SERVE_KEPT /* kept prompt states at most (the plan counts them) */

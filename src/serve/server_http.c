@@ -143,13 +143,7 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
     r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci && ci->client_addr) {
-      const struct sockaddr *sa = ci->client_addr;
-      if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof r->peer);
-      else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer, sizeof r->peer);
-    }
+    if (ci && ci->client_addr) df_srv_addr_text(ci->client_addr, r->peer, sizeof r->peer);
     const union MHD_ConnectionInfo *si =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     r->sc = si ? si->socket_context : NULL;
@@ -157,6 +151,41 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
       pthread_mutex_lock(&S->cmu);
       r->sc->complete = 1; /* until it turns out a body must still arrive */
       pthread_mutex_unlock(&S->cmu);
+    }
+    pthread_mutex_lock(&S->cmu);
+    int refuse = r->sc ? r->sc->refuse : 0;
+    pthread_mutex_unlock(&S->cmu);
+    if (refuse) {
+      df_serve_err_set(&err, refuse, refuse == 429 ? "requests" : "server_error",
+                       refuse == 429 ? "rate_limit_exceeded" : "server_busy", NULL,
+                       refuse == 429 ? "this address holds too many connections "
+                                       "(--max-client-connections); retry later"
+                                     : "the server holds too many connections (--max-connections); "
+                                       "retry later");
+      MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 1u); /* then it goes */
+      return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    }
+    if (df_srv_trusted(S, r->peer)) {
+      /* a proxy's request: the client is the last X-Forwarded-For hop (the
+       * one the proxy saw); it is logged and counted as that client */
+      const char *xff = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For");
+      if (xff && *xff) {
+        const char *last = strrchr(xff, ',');
+        last = last ? last + 1 : xff;
+        while (*last == ' ' || *last == '\t') last++;
+        size_t n = strcspn(last, " \t");
+        if (n && n < sizeof r->peer) {
+          memcpy(r->peer, last, n);
+          r->peer[n] = 0;
+        }
+      }
+      if (!df_srv_fwd_count(S, r->peer, 1)) {
+        df_serve_err_set(&err, 429, "requests", "rate_limit_exceeded", NULL,
+                         "this client has too many requests in progress "
+                         "(--max-client-connections); retry later");
+        return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+      }
+      r->fwd = 1;
     }
     framing fr = {.ncl = 0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, collect_framing, &fr);
@@ -334,6 +363,7 @@ void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)w;
   }
   df_sbuf_free(&r->body);
+  if (r->fwd) df_srv_fwd_count(S, r->peer, -1);
   df_resp_req_free(r->rq); /* a /v1/responses request refused before it became a job */
   free(r->rq);
   int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS ||

@@ -158,6 +158,11 @@ struct srv {
   pthread_cond_t wd_cv;
   struct sock_ctx *socks;
   int wd_stop;
+  /* behind a --trusted-proxy: requests in progress per forwarded client (under cmu) */
+  struct fwd_count {
+    char addr[64];
+    int n;
+  } fwd[256];
 };
 
 /* Per-connection state (MHD's socket context): when the current request
@@ -167,6 +172,8 @@ typedef struct sock_ctx {
   double t0;       /* when the current request's line arrived, or the last one ended */
   int in_request;  /* a request line has arrived and its request is not finished */
   int complete, killed;
+  char addr[64];   /* the peer's address */
+  int refuse;      /* over a connection cap with nothing idle to close: 429 or 503 */
   struct sock_ctx *prev, *next;
 } sock_ctx;
 
@@ -183,6 +190,7 @@ typedef struct conn_ctx {
   df_resp_req *rq; /* /v1/responses: the translated request (passes to the job) */
   int http11;
   char origin[256]; /* an allowed CORS origin, echoed back; "" when none */
+  int fwd;          /* counted in srv.fwd under peer (a forwarded client) */
   sock_ctx *sc;
   job *j;
 } conn_ctx;
@@ -224,6 +232,9 @@ void df_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode code);
 void *df_srv_watchdog(void *arg);
 void *df_srv_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
+int df_srv_trusted(const srv *S, const char *addr);
+void df_srv_addr_text(const struct sockaddr *sa, char *out, size_t cap);
+int df_srv_fwd_count(srv *S, const char *addr, int delta);
 enum MHD_Result df_srv_handle_responses(srv *S, struct MHD_Connection *c, conn_ctx *r);
 void df_srv_resp_keep(srv *S, const char *id, char *history);
 void df_srv_resp_free_all(srv *S);
