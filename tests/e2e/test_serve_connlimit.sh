@@ -15,7 +15,7 @@ cat >"$T/lib.py" <<'PY'
 import socket, time
 def conn(port, src="127.0.0.1"):
     s = socket.create_connection(("127.0.0.1", port), source_address=(src, 0))
-    s.settimeout(20)
+    s.settimeout(120)  # a bound for a loaded machine, not a measured time
     return s
 def status(s):
     """the status of the next reply on s (None: closed first)"""
@@ -107,20 +107,23 @@ def post(s, xff, body):
               b"X-Forwarded-For: " + xff + b"\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
 many = [conn(port) for _ in range(5)]  # the proxy's own connections are not capped
 assert all(get(s) == 200 for s in many), "the proxy's connections were capped"
-long = {"model": "k3-tiny", "prompt": "Once", "max_tokens": 20, "stream": True}
+long = {"model": "k3-tiny", "prompt": "Once", "max_tokens": 10, "stream": True}
 streams = [conn(port), conn(port)]
 for s in streams:
     post(s, b"10.0.0.7", long)
 time.sleep(0.5)
 third = conn(port)
 post(third, b"203.0.113.5, 10.0.0.7", {"model": "k3-tiny", "prompt": "x", "max_tokens": 1})
-assert status(third) == 429, "a third request of the forwarded client was not refused"
+st = status(third)
+assert st == 429, f"a third request of the forwarded client got {st}, not 429"
 other = conn(port)
 post(other, b"10.0.0.8", {"model": "k3-tiny", "prompt": "x", "max_tokens": 1})
-assert status(other) == 200, "another forwarded client was refused"
+st = status(other)
+assert st == 200, f"another forwarded client got {st}"
 direct = conn(port, "127.0.0.2")  # not a trusted proxy: its X-Forwarded-For is not believed
 post(direct, b"10.0.0.7", {"model": "k3-tiny", "prompt": "x", "max_tokens": 1})
-assert status(direct) == 200, "an untrusted peer's X-Forwarded-For was believed"
+st = status(direct)
+assert st == 200, f"an untrusted peer's request got {st}: its X-Forwarded-For was believed?"
 print("ok - behind a trusted proxy the cap counts each forwarded client's requests")
 PY
 log_has P '^deltafin: 10\.0\.0\.7 POST /v1/completions 429 ' ||
