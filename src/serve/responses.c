@@ -56,7 +56,7 @@ static json_t *content_of(const json_t *c, const char *p, df_serve_err *e) {
 /* The input items as chat messages, appended to msgs. Function calls join
  * the assistant message before them (or start one); a reasoning item goes
  * with the assistant turn that follows it. */
-static int input_items(json_t *msgs, const json_t *input, df_serve_err *e) {
+static int input_items_(json_t *msgs, const json_t *input, json_t **pending, df_serve_err *e) {
   if (json_is_string(input)) {
     json_array_append_new(msgs, json_pack("{s:s,s:O}", "role", "user", "content", input));
     return 0;
@@ -64,7 +64,6 @@ static int input_items(json_t *msgs, const json_t *input, df_serve_err *e) {
   if (!json_is_array(input)) return BAD(e, "input", "'input' must be a string or an array of items");
   size_t i;
   json_t *it;
-  json_t *reasoning = NULL;
   json_t *last_asst = NULL;
   char p[160];
   json_array_foreach(input, i, it) {
@@ -83,7 +82,7 @@ static int input_items(json_t *msgs, const json_t *input, df_serve_err *e) {
       if (!c) return -1;
       json_t *m = json_pack("{s:s,s:o}", "role", role, "content", c);
       if (!strcmp(role, "assistant")) {
-        if (reasoning) json_object_set_new(m, "reasoning_content", reasoning), reasoning = NULL;
+        if (*pending) json_object_set_new(m, "reasoning_content", *pending), *pending = NULL;
         last_asst = m;
       } else {
         last_asst = NULL;
@@ -96,7 +95,7 @@ static int input_items(json_t *msgs, const json_t *input, df_serve_err *e) {
         return BAD(e, p, "'%s' needs call_id, name and arguments (strings)", p);
       if (!last_asst) {
         last_asst = json_pack("{s:s,s:n}", "role", "assistant", "content");
-        if (reasoning) json_object_set_new(last_asst, "reasoning_content", reasoning), reasoning = NULL;
+        if (*pending) json_object_set_new(last_asst, "reasoning_content", *pending), *pending = NULL;
         json_array_append_new(msgs, last_asst);
       }
       json_t *calls = json_object_get(last_asst, "tool_calls");
@@ -122,18 +121,25 @@ static int input_items(json_t *msgs, const json_t *input, df_serve_err *e) {
         const char *t = json_string_value(json_object_get(x, "text"));
         if (t) df_sbuf_addstr(&b, t);
       }
-      json_decref(reasoning);
-      reasoning = json_stringn(b.p ? b.p : "", b.n);
+      json_decref(*pending);
+      *pending = json_stringn(b.p ? b.p : "", b.n);
       df_sbuf_free(&b);
     } else {
       snprintf(p, sizeof p, "input[%zu].type", i);
-      json_decref(reasoning);
       return BAD(e, p, "input item type '%.40s' is not supported (message, function_call, "
                        "function_call_output, reasoning)", type);
     }
   }
-  json_decref(reasoning);
   return 0;
+}
+
+/* (a reasoning item still waiting for its assistant turn is dropped with
+ * the rest on every path) */
+static int input_items(json_t *msgs, const json_t *input, df_serve_err *e) {
+  json_t *pending = NULL;
+  int rc = input_items_(msgs, input, &pending, e);
+  json_decref(pending);
+  return rc;
 }
 
 /* Responses tools ({type, name, description, parameters, strict}) as chat's. */
