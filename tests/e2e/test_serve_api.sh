@@ -70,19 +70,23 @@ for i, body in enumerate([
 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
     assert r.headers["Content-Type"].startswith("text/plain"), r.headers["Content-Type"]
     lines = r.read().decode().splitlines()
-vals, families, seen = {}, [], set()
+vals, families, seen, types = {}, [], set(), {}
 for ln in lines:
     if ln.startswith("# TYPE "):
         name = ln.split()[2]
         assert name not in seen, f"family {name} is split"
         seen.add(name)
         families.append(name)
+        types[name] = ln.split()[3]
         continue
     if ln.startswith("#") or not ln:
         continue
     key, v = ln.rsplit(" ", 1)
     base = key.split("{")[0]
-    assert base == families[-1], f"{key} outside its family"
+    # a histogram family's samples are NAME_bucket, NAME_sum and NAME_count
+    fam = families[-1]
+    allowed = [fam + x for x in ("_bucket", "_sum", "_count")] if types[fam] == "histogram" else [fam]
+    assert base in allowed, f"{key} outside its family"
     vals[key] = float(v)
 assert vals["deltafin_requests_total"] == 3, vals
 assert vals["deltafin_prompt_tokens_total"] == sum(u["prompt_tokens"] for u in usage)
