@@ -94,7 +94,7 @@ static void test_translate(void **st) {
 /* The events of a converted stream, in order: "type|text" lines. */
 static char *events(const char *chat, size_t piece) {
   df_resp_req q;
-  parse_ok("{\"model\":\"m\",\"input\":\"hi\",\"stream\":true}", &q);
+  json_decref(parse_ok("{\"model\":\"m\",\"input\":\"hi\",\"stream\":true}", &q));
   df_resp_stream *s = df_resp_stream_new("resp_x", 1, "m", &q);
   df_sbuf out = {0};
   size_t n = strlen(chat);
