@@ -10,7 +10,7 @@ PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev \
   libpcre2-dev libxxhash-dev libssl-dev libcmocka-dev \
   python3 python3-numpy python3-torch python3-pydantic curl ca-certificates \
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user \
-  nginx chromium"
+  nginx"
 # Node.js 20 (with its npm) may already be installed from elsewhere; Debian's nodejs+npm only when absent.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
 missing=""
