@@ -14,6 +14,7 @@ PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev \
 # chromium: headless, for e2e.test_trace_report's in-page checks and the docs' screenshots.
 # Node.js 20 (with its npm) may already be installed from elsewhere; Debian's nodejs+npm only when absent.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
+PKGS="$PKGS python3-pydantic" # e2e.test_serve_schema: pydantic's schemas and validation
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -364,6 +364,34 @@ static double jnum(const json_t *o, const char *k) {
   return v && json_is_number(v) ? json_number_value(v) : 0;
 }
 
+static const double hist_bounds[DF_SERVE_HIST_N - 1] = {0.05, 0.1, 0.25, 0.5, 1,  2.5,
+                                                         5,    10,  30,   60,  120, 300};
+
+void df_serve_hist_add(df_serve_hist *h, double seconds) {
+  int i = 0;
+  while (i < DF_SERVE_HIST_N - 1 && seconds > hist_bounds[i]) i++;
+  h->le[i]++;
+  h->count++;
+  h->sum += seconds;
+}
+
+static void histogram(df_sbuf *b, const char *name, const char *help, const df_serve_hist *h) {
+  char n[160], lab[64];
+  metric(b, name, "histogram", help);
+  unsigned long long cum = 0;
+  snprintf(n, sizeof n, "%s_bucket", name);
+  for (int i = 0; i < DF_SERVE_HIST_N; i++) {
+    cum += h->le[i];
+    if (i < DF_SERVE_HIST_N - 1) snprintf(lab, sizeof lab, "{le=\"%g\"}", hist_bounds[i]);
+    else snprintf(lab, sizeof lab, "{le=\"+Inf\"}");
+    value(b, n, lab, (double)cum);
+  }
+  snprintf(n, sizeof n, "%s_sum", name);
+  value(b, n, NULL, h->sum);
+  snprintf(n, sizeof n, "%s_count", name);
+  value(b, n, NULL, (double)h->count);
+}
+
 char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
   df_sbuf b = {0};
   static const struct {
@@ -390,6 +418,17 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
     metric(&b, defs[i].name, defs[i].type, defs[i].help);
     value(&b, defs[i].name, NULL, vals[i]);
   }
+  metric(&b, "deltafin_requests_rejected_total", "counter",
+         "Requests refused: 429 (busy, queue full) and 503 (shutting down).");
+  value(&b, "deltafin_requests_rejected_total", "{code=\"429\"}", (double)m->rejected_429);
+  value(&b, "deltafin_requests_rejected_total", "{code=\"503\"}", (double)m->rejected_503);
+  histogram(&b, "deltafin_request_duration_seconds",
+            "Generation requests answered 200: from arrival to the end of the reply.", &m->latency);
+  histogram(&b, "deltafin_time_to_first_token_seconds",
+            "Generation requests: from arrival to the first generated token.", &m->ttft);
+  metric(&b, "deltafin_decode_tokens_per_second", "gauge",
+         "The last generation's decode speed (tokens after the first per second of decoding).");
+  value(&b, "deltafin_decode_tokens_per_second", NULL, m->last_tps);
   json_t *st = stats_json ? json_loads(stats_json, 0, NULL) : NULL;
   const json_t *store = st ? json_object_get(st, "store") : NULL;
   if (!json_is_object(store)) store = NULL;

@@ -263,12 +263,39 @@ static void test_models_and_health(void **st) {
   free(s);
 }
 
+/* Histogram buckets: an observation on a bound falls in that bound's bucket;
+ * the text's buckets are cumulative and end with +Inf equal to _count. */
+static void test_metrics_histograms(void **st) {
+  (void)st;
+  df_serve_metrics m;
+  memset(&m, 0, sizeof m);
+  df_serve_hist_add(&m.latency, 0.05);  /* le 0.05 */
+  df_serve_hist_add(&m.latency, 0.051); /* le 0.1 */
+  df_serve_hist_add(&m.latency, 7);     /* le 10 */
+  df_serve_hist_add(&m.latency, 1e6);   /* +Inf only */
+  m.rejected_429 = 3;
+  char *t = df_serve_metrics_text(&m, NULL);
+  assert_non_null(strstr(t, "# TYPE deltafin_request_duration_seconds histogram\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"0.05\"} 1\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"0.1\"} 2\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"5\"} 2\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"10\"} 3\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"300\"} 3\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"+Inf\"} 4\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_count 4\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_sum 1000007.101"));
+  assert_non_null(strstr(t, "deltafin_time_to_first_token_seconds_count 0\n"));
+  assert_non_null(strstr(t, "deltafin_requests_rejected_total{code=\"429\"} 3\n"));
+  free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_error_shape),       cmocka_unit_test(test_ids),
       cmocka_unit_test(test_chat_response),     cmocka_unit_test(test_text_response),
       cmocka_unit_test(test_chat_stream),       cmocka_unit_test(test_text_stream_and_error_frame),
       cmocka_unit_test(test_invalid_utf8_is_repaired), cmocka_unit_test(test_models_and_health),
+      cmocka_unit_test(test_metrics_histograms),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
