@@ -112,11 +112,12 @@ static json_t *usage_obj(const df_serve_usage *u, df_serve_kind kind) {
   json_t *pd = json_object(); /* OpenAI's field for prompt caching */
   json_object_set_new(pd, "cached_tokens", json_integer(u->cached));
   json_object_set_new(o, "prompt_tokens_details", pd);
-  if (kind == DF_SERVE_CHAT) {
-    json_t *d = json_object();
-    json_object_set_new(d, "reasoning_tokens", json_integer(u->reasoning));
-    json_object_set_new(o, "completion_tokens_details", d);
-  }
+  json_t *d = json_object();
+  if (kind == DF_SERVE_CHAT) json_object_set_new(d, "reasoning_tokens", json_integer(u->reasoning));
+  /* OpenAI's fields for predicted tokens: the drafts the target kept / threw away */
+  json_object_set_new(d, "accepted_prediction_tokens", json_integer(u->accepted));
+  json_object_set_new(d, "rejected_prediction_tokens", json_integer(u->drafted - u->accepted));
+  json_object_set_new(o, "completion_tokens_details", d);
   return o;
 }
 
@@ -402,6 +403,8 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
       {"deltafin_prompt_tokens_cached_total", "counter",
        "Prompt tokens taken from a kept conversation state instead of prefilled."},
       {"deltafin_generated_tokens_total", "counter", "Tokens generated."},
+      {"deltafin_draft_tokens_total", "counter", "Draft tokens proposed to verify blocks (--draft)."},
+      {"deltafin_draft_tokens_accepted_total", "counter", "Draft tokens the model kept."},
       {"deltafin_prefill_seconds_total", "counter", "Time spent prefilling prompts."},
       {"deltafin_decode_seconds_total", "counter", "Time spent generating tokens."},
       {"deltafin_busy", "gauge", "1 while a generation runs."},
@@ -411,7 +414,8 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
       {"deltafin_reuse_kept_bytes", "gauge", "Memory those kept states take."},
   };
   double vals[] = {(double)m->requests,   (double)m->prompt_tokens, (double)m->cached_tokens,
-                   (double)m->gen_tokens, m->prefill_s,             m->decode_s,
+                   (double)m->gen_tokens, (double)m->drafted,       (double)m->accepted,
+                   m->prefill_s,          m->decode_s,
                    m->busy,               m->queued,                m->queue_max,
                    m->kept_states,        (double)m->kept_bytes};
   for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {

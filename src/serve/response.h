@@ -21,6 +21,9 @@ typedef struct df_serve_meta {
 typedef struct df_serve_usage {
   long prompt, completion, reasoning;
   long cached; /* prompt tokens taken from a kept state, not prefilled again */
+  /* speculation (--draft): drafts kept and thrown away by the verify blocks;
+   * reported under OpenAI's accepted/rejected_prediction_tokens */
+  long drafted, accepted;
 } df_serve_usage;
 
 /* A fresh random id with the kind's prefix. */
@@ -128,6 +131,7 @@ void df_serve_hist_add(df_serve_hist *h, double seconds);
 
 typedef struct df_serve_metrics {
   unsigned long long requests, prompt_tokens, cached_tokens, gen_tokens;
+  unsigned long long drafted, accepted; /* speculation's drafts, and those kept */
   double prefill_s, decode_s;
   int busy, queued, queue_max;
   unsigned long long kept_bytes;

@@ -315,7 +315,7 @@ static void run_job(srv *S, job *j) {
   memset(&st, 0, sizeof st);
   df_err e;
   int rc = 0, gone = 0, shutdown = 0, stopped = 0;
-  long total_gen = 0, total_reasoning = 0;
+  long total_gen = 0, total_reasoning = 0, total_drafted = 0, total_accepted = 0;
   for (int ci = 0; ci < j->nch; ci++) {
     j->cur = ci;
     choice *c = &j->ch[ci];
@@ -404,6 +404,8 @@ static void run_job(srv *S, job *j) {
     c->n_gen = st.n_gen;
     c->n_reasoning = j->gt.n_reasoning;
     total_gen += st.n_gen;
+    total_drafted += st.n_drafted;
+    total_accepted += st.n_accepted;
     total_reasoning += j->gt.n_reasoning;
     if (j->req.stream)
       df_serve_sse_delta_lp(&j->frames, &j->meta, ci, NULL, NULL, NULL, 0, c->finish, NULL, 0, 0,
@@ -418,9 +420,13 @@ static void run_job(srv *S, job *j) {
   S->m_prompt_tokens += j->nprompt;
   S->m_cached_tokens += (unsigned long long)j->cached;
   S->m_gen_tokens += (unsigned long long)j->n_gen;
+  S->m_drafted += (unsigned long long)total_drafted;
+  S->m_accepted += (unsigned long long)total_accepted;
   pthread_mutex_unlock(&S->mu);
   publish_stats(S);
   j->n_reasoning = total_reasoning;
+  j->n_drafted = total_drafted;
+  j->n_accepted = total_accepted;
   if (rc) {
     j->failed = 1;
     df_serve_err_set(&j->err, 500, "server_error", NULL, NULL, "generation failed: %s", e.msg);
@@ -435,7 +441,8 @@ static void run_job(srv *S, job *j) {
     if (j->failed) {
       df_serve_sse_error(&j->frames, &j->err);
     } else if (j->req.include_usage) {
-      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning, j->cached};
+      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning, j->cached, total_drafted,
+                          total_accepted};
       df_serve_sse_usage(&j->frames, &j->meta, &u);
     }
     df_serve_sse_done(&j->frames);

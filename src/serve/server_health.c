@@ -14,6 +14,8 @@ enum MHD_Result df_srv_handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
     m.prompt_tokens = S->m_prompt_tokens;
     m.cached_tokens = S->m_cached_tokens;
     m.gen_tokens = S->m_gen_tokens;
+    m.drafted = S->m_drafted;
+    m.accepted = S->m_accepted;
     m.prefill_s = S->m_prefill_s;
     m.decode_s = S->m_decode_s;
     m.busy = S->running != NULL;

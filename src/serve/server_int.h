@@ -85,6 +85,7 @@ typedef struct job {
   choice *ch;
   int nch, cur;
   long n_reasoning;
+  long n_drafted, n_accepted; /* speculation over all choices (usage) */
   df_sbuf tok_r, tok_c; /* streams: text released by the current token */
   const char *finish;   /* set when every choice finished */
   int failed;
@@ -139,6 +140,7 @@ struct srv {
   size_t reuse_max_bytes;
   /* counters for /metrics (guarded by mu) */
   unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_kept_bytes;
+  unsigned long long m_drafted, m_accepted; /* speculation, over all requests */
   int m_kept_states;
   double m_prefill_s, m_decode_s;
   unsigned long long m_429, m_503;
