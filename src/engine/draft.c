@@ -123,7 +123,8 @@ static int ngram_propose(const int *h, int n, int *out, int kmax) {
 static int self_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
   df_session *s = d->sess;
   int V = s->en->cfg.vocab;
-  int keep = d->nheld <= n && !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld);
+  int keep = d->nheld <= n &&
+             (d->nheld == 0 || !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld));
   if (!keep) {
     df_session_reset(s);
     d->nheld = 0;
@@ -170,7 +171,8 @@ static size_t utf8_complete(const char *p, size_t n) {
 }
 
 static int model_sync(df_draft *d, const int *h, int n, df_err *e) {
-  int keep = d->nheld <= n && !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld);
+  int keep = d->nheld <= n &&
+             (d->nheld == 0 || !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld));
   if (!keep) {
     df_qwen3_state_reset(d->qs);
     d->nheld = d->nd = d->npend = 0;
