@@ -3,7 +3,15 @@
 # clang -Werror Debug and Release builds, ASan+UBSan
 # unit tests and server e2e tests, and a few seconds of each libFuzzer target. Installs its own
 # dependencies first, so it works on a clean Debian 12 machine.
+#   --long   also the long reference goldens (1,000 and 4,000 positions;
+#            DF_LONG=1 for e2e.test_long_context), nightly-style
 set -eu
+for a in "$@"; do
+  case "$a" in
+  --long) export DF_LONG=1 ;;
+  *) echo "usage: scripts/test-all.sh [--long]" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 J=$(nproc)

@@ -2,6 +2,8 @@
 #ifndef DF_CLI_CLI_H
 #define DF_CLI_CLI_H
 
+#include <stddef.h>
+
 typedef struct df_cmd {
   const char *name;
   const char *summary;
@@ -33,6 +35,7 @@ DF_CMD_DECL(plan)
 DF_CMD_DECL(eval)
 DF_CMD_DECL(draft_run)
 DF_CMD_DECL(draft_tokenize)
+DF_CMD_DECL(logits)
 
 /* Prints "deltafin: <msg>" on stderr and returns 1 (the exit status). */
 int df_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -40,6 +43,10 @@ int df_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int df_cli_wants_help(int argc, char **argv);
 /* Parses a non-negative integer option value or fails with a clear message. */
 int df_cli_int(const char *opt, const char *val, long lo, long hi, long *out);
+
+/* Appends the token ids in s (separated by commas and/or whitespace) to *ids
+ * (*n used of *cap, grown as needed); a bad one fails naming cmd and it. */
+int df_cli_parse_ids(const char *cmd, const char *s, int **ids, size_t *n, size_t *cap);
 
 /* Reads a whole input file, or standard input for "-"; prints the error itself. */
 int df_cli_read_input(const char *path, char **buf, size_t *len);

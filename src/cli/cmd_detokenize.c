@@ -26,30 +26,6 @@ void df_cmd_detokenize_help(void) {
       "  --tokcfg FILE   a tokenizer_config.json for the specials (with --ranks)\n");
 }
 
-/* Appends the ids in s (commas/whitespace between them) to *ids. */
-static int parse_ids(const char *s, int **ids, size_t *n, size_t *cap) {
-  const char *p = s;
-  for (;;) {
-    while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    if (!*p) return 0;
-    const char *q = p;
-    long long v = 0;
-    while (*q >= '0' && *q <= '9') {
-      v = v * 10 + (*q - '0');
-      if (v > 0x7fffffff) break;
-      q++;
-    }
-    if (q == p || (*q && *q != ',' && *q != ' ' && *q != '\t' && *q != '\n' && *q != '\r')) {
-      int l = 0;
-      while (p[l] && p[l] != ',' && p[l] != ' ' && l < 40) l++;
-      return df_cli_fail("detokenize: '%.*s' is not a token id", l, p);
-    }
-    if (*n == *cap) *ids = df_xrealloc(*ids, (*cap = *cap ? *cap * 2 : 64) * sizeof **ids);
-    (*ids)[(*n)++] = (int)v;
-    p = q;
-  }
-}
-
 int df_cmd_detokenize(int argc, char **argv) {
   const char *model = NULL, *ranks = NULL, *tokcfg = NULL, *file = NULL;
   int *ids = NULL;
@@ -74,7 +50,7 @@ int df_cmd_detokenize(int argc, char **argv) {
       rc = df_cli_fail("detokenize: unknown option '%s' (see deltafin detokenize --help)", a);
     } else {
       nargs++;
-      rc = parse_ids(a, &ids, &n, &cap);
+      rc = df_cli_parse_ids("detokenize", a, &ids, &n, &cap);
     }
   }
   if (rc) goto out;
@@ -93,7 +69,7 @@ int df_cmd_detokenize(int argc, char **argv) {
       rc = df_cli_fail("%s: contains a NUL byte", file);
     } else {
       nargs = 1;
-      rc = parse_ids(buf, &ids, &n, &cap);
+      rc = df_cli_parse_ids("detokenize", buf, &ids, &n, &cap);
     }
     free(buf);
     if (rc) goto out;

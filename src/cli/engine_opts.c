@@ -49,7 +49,8 @@ static const opt_def defs[] = {
     {"--trace", "FILE", K_TRACE, "write a per-read trace"},
     {"--pin-mb", "N", K_PIN, "keep the hottest experts (by the heat file) resident"},
     {"--queue-depth", "N", K_QD, "reads in flight per drive (default 8)"},
-    {"--heat", "FILE", K_HEAT, "heat file (default DIR/deltafin.heat; \"\" = none)"},
+    {"--heat", "FILE", K_HEAT,
+     "heat file (default DIR/deltafin.heat; a read-only DIR: none, said once; \"\" = none)"},
     {"--mem-limit", "SIZE", K_MEM,
      "memory to plan for (48G, 512M; default MemAvailable or the cgroup limit): spine layers "
      "beyond it stream every token"},

@@ -20,6 +20,8 @@ static const df_cmd cmds[] = {
     {"run", "generate text", df_cmd_run, df_cmd_run_help},
     {"chat", "a multi-turn conversation in the terminal", df_cmd_chat, df_cmd_chat_help},
     {"eval", "perplexity of a model on a text file", df_cmd_eval, df_cmd_eval_help},
+    {"logits", "every position's logits (and hidden states, routes) to a safetensors file",
+     df_cmd_logits, df_cmd_logits_help},
     {"convert-spine", "write the row-int8 copy of the spine", df_cmd_convert_spine,
      df_cmd_convert_spine_help},
     {"serve", "OpenAI-compatible HTTP server", df_cmd_serve, df_cmd_serve_help},
@@ -90,6 +92,29 @@ int df_cli_int(const char *opt, const char *val, long lo, long hi, long *out) {
     return df_cli_fail("%s: '%s' is not a number in [%ld, %ld]", opt, val, lo, hi), -1;
   *out = v;
   return 0;
+}
+
+int df_cli_parse_ids(const char *cmd, const char *s, int **ids, size_t *n, size_t *cap) {
+  const char *p = s;
+  for (;;) {
+    while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    if (!*p) return 0;
+    const char *q = p;
+    long long v = 0;
+    while (*q >= '0' && *q <= '9') {
+      v = v * 10 + (*q - '0');
+      if (v > 0x7fffffff) break;
+      q++;
+    }
+    if (q == p || (*q && *q != ',' && *q != ' ' && *q != '\t' && *q != '\n' && *q != '\r')) {
+      int l = 0;
+      while (p[l] && p[l] != ',' && p[l] != ' ' && p[l] != '\n' && l < 40) l++;
+      return df_cli_fail("%s: '%.*s' is not a token id", cmd, l, p);
+    }
+    if (*n == *cap) *ids = df_xrealloc(*ids, (*cap = *cap ? *cap * 2 : 64) * sizeof **ids);
+    (*ids)[(*n)++] = (int)v;
+    p = q;
+  }
 }
 
 int df_cli_read_input(const char *path, char **buf, size_t *len) {

@@ -1,9 +1,11 @@
 /* The expert cache: O_DIRECT slots, entries and the resident list, the
  * eviction (its order is evict.c's policy), pinning and the heat prior. Called
  * with the store's lock held, except df_cache_pin_hottest and heat open. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -169,11 +171,20 @@ void df_cache_evict(df_store *s) {
  * counts start at zero. heat_path: NULL = the model folder's default (when
  * writable), "" = none. */
 void df_cache_heat_open(df_store *s, const char *model_dir, const char *heat_path, df_heat *prior) {
-  /* the default heat file lives in the model folder when that is writable
-   * (a read-only checkpoint just runs without one) */
+  /* the default heat file lives in the model folder when that is writable;
+   * a read-only checkpoint (no write permission for anyone, which root's
+   * access() would not report, or not writable for this user) runs without
+   * one, said once per process */
   if (!heat_path) {
-    if (access(model_dir, W_OK) == 0) s->heat_path = df_path_join(model_dir, "deltafin.heat");
-    else df_log_debug("%s is not writable: no heat file", model_dir);
+    struct stat st;
+    if (access(model_dir, W_OK) == 0 && stat(model_dir, &st) == 0 && (st.st_mode & 0222)) {
+      s->heat_path = df_path_join(model_dir, "deltafin.heat");
+    } else {
+      static atomic_int warned;
+      if (!atomic_exchange(&warned, 1))
+        df_log_warn("model folder %s is read-only: no heat file this run (nothing is written "
+                    "there; --heat FILE keeps one elsewhere)", model_dir);
+    }
   }
   else if (*heat_path) s->heat_path = df_xstrdup(heat_path);
   int found = 0;

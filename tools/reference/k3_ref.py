@@ -7,12 +7,21 @@ whole sequence for every generated token (no caches), so there is nothing
 incremental to get wrong.
 
   k3_ref.py --model DIR --prompt-ids 1,2,3 --new N --out FILE.json [--hidden]
+  k3_ref.py --model DIR --prompt-ids-file F --all-out FILE.npz [--dtype f32] [--force-routes F.json]
 
 Output JSON: prompt_ids, greedy_ids, margins (top1 - top2 logit at each greedy
 step), logits (the last prompt position, float64), step_top (id/logit of the
 best 5 at each step), experts (per MoE layer, per prompt position: chosen ids
 in selection order and their weights), hidden (if --hidden: h after every layer
 for every prompt position, plus the attention / FFN outputs of the last one).
+
+--all-out: ONE batched causal forward over the prompt (no greedy steps) written as
+numpy arrays: logits [T, V] (every position), hidden [L, T, H] (every layer's
+output), route_scores [M, T, E] (sigmoid, before the bias), route_bias [M, E],
+route_ids [M, T, K] (selection order), moe_layers [M]. --dtype f32 runs the same
+code in float32 (to measure how far float32 rounding alone moves each value);
+--force-routes {"layer": {"position": [ids]}} replaces the router's choice
+there (the scan replays an engine's near-tie choice to look past it).
 
 Pinned choices (kimi-k3.md): L2 norm u/sqrt(sum u^2 + 1e-6); A_log per head;
 q/kv_a norm eps = rms_norm_eps; router ties to the lower expert id.
@@ -274,6 +283,9 @@ def kda_block(c, L, x, recurrence=None):
     return o @ A("o_proj.weight").T
 
 
+MLA_QBLOCK = 1024
+
+
 def mla_block(c, L, x):
     T = x.shape[-2]
     lead = x.shape[:-1]
@@ -286,12 +298,18 @@ def mla_block(c, L, x):
     kpe = cc[..., KL:]
     kv = (lat @ A("kv_b_proj.weight").T).reshape(*lead, Hh, NO + VD)
     kn, vv = kv[..., :NO], kv[..., NO:]
-    sc = torch.einsum("...thd,...shd->...hts", q[..., :NO], kn) + torch.einsum("...thd,...sd->...hts", q[..., NO:], kpe)
-    sc = sc / math.sqrt(NO + RO)
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
-    sc = sc.masked_fill(mask, float("-inf"))
-    P = torch.softmax(sc, -1)
-    o = torch.einsum("...hts,...shd->...thd", P, vv).reshape(*lead, Hh * VD)
+    # queries in blocks of MLA_QBLOCK rows (the same math row by row; bounds the T x T scores' memory)
+    outs = []
+    for t0 in range(0, T, MLA_QBLOCK):
+        t1 = min(T, t0 + MLA_QBLOCK)
+        qb = q[..., t0:t1, :, :]
+        sc = torch.einsum("...thd,...shd->...hts", qb[..., :NO], kn) + torch.einsum("...thd,...sd->...hts", qb[..., NO:], kpe)
+        sc = sc / math.sqrt(NO + RO)
+        mask = torch.arange(T, device=x.device).unsqueeze(0) > torch.arange(t0, t1, device=x.device).unsqueeze(1)
+        sc = sc.masked_fill(mask, float("-inf"))
+        P = torch.softmax(sc, -1)
+        outs.append(torch.einsum("...hts,...shd->...thd", P, vv))
+    o = (outs[0] if len(outs) == 1 else torch.cat(outs, -3)).reshape(*lead, Hh * VD)
     o = o * torch.sigmoid(x @ A("g_proj.weight").T)
     return o @ A("o_proj.weight").T
 
@@ -358,7 +376,11 @@ def forward_layers(c, LW, GW, h, attn, ffn, on_layer=None):
 class Model:
     PM = "language_model.model."
 
-    def __init__(self, d, expert_cache_mb=1024):
+    def __init__(self, d, expert_cache_mb=1024, dtype=F64, device="cpu"):
+        self.dtype = dtype
+        self.device = torch.device(device)  # "cuda": the same code on a GPU (float64 there too)  # float64 (the reference) or float32 (to measure float32 rounding)
+        # layer -> {position: expert ids} or an array [T, k]: choices replayed instead of the router's
+        self.force = {}
         self.cfg = Config(d)
         self.ck = Checkpoint(d)
         self._w = {}
@@ -368,7 +390,7 @@ class Model:
 
     def w(self, name):
         if name not in self._w:
-            self._w[name] = self.ck.get(self.PM + name if not name.startswith("language_model.") else name)
+            self._w[name] = self.ck.get(self.PM + name if not name.startswith("language_model.") else name).to(self.device, self.dtype)
         return self._w[name]
 
     def lw(self, l, name):
@@ -382,8 +404,8 @@ class Model:
         ws = []
         for i in (1, 2, 3):
             ws.append(mxfp4_dequant(self.ck.get(base + f"w{i}.weight_packed"),
-                                    self.ck.get(base + f"w{i}.weight_scale"), self.cfg.group))
-        nb = sum(x.numel() * 8 for x in ws)
+                                    self.ck.get(base + f"w{i}.weight_scale"), self.cfg.group).to(self.device, self.dtype))
+        nb = sum(x.numel() * x.element_size() for x in ws)
         if self._cache_used + nb <= self._cache_budget:
             self._experts[key] = ws
             self._cache_used += nb
@@ -401,39 +423,51 @@ class Model:
 
     def route(self, l, x):
         """Returns (ids [T, k] in selection order, weights [T, k])."""
+        ids, w, _ = self.route_scored(l, x)
+        return ids, w
+
+    def route_scored(self, l, x):
+        """route() and the sigmoid scores [T, E] it chose from."""
         c = self.cfg
         s = router_scores(lambda n: self.lw(l, n), x)  # [T, E]
         b = self.lw(l, "block_sparse_moe.gate.e_score_correction_bias")
-        sel = (s + b).numpy()
+        sel = (s + b).cpu().numpy()
         T, E = sel.shape
-        ids = np.empty((T, c.top_k), dtype=np.int64)
-        for t in range(T):
-            # descending score, ties -> lower id (lexsort: last key primary)
-            order = np.lexsort((np.arange(E), -sel[t]))
-            ids[t] = order[: c.top_k]
-        return ids, route_weights(c, s, torch.from_numpy(ids))
+        # descending score, ties -> lower id (lexsort: last key primary), every row at once
+        order = np.lexsort((np.broadcast_to(np.arange(E), sel.shape), -sel), axis=-1)
+        ids = np.ascontiguousarray(order[:, : c.top_k]).astype(np.int64)
+        f = self.force.get(l)
+        if isinstance(f, np.ndarray):  # every row's choice given
+            ids = f[:T].astype(np.int64).copy()
+        elif f:
+            for t, forced in f.items():
+                if t < T:
+                    ids[t] = forced
+        return ids, route_weights(c, s, torch.from_numpy(ids).to(s.device)), s
 
     def moe(self, l, x, trace=None):
         c = self.cfg
         B = "block_sparse_moe."
-        ids, wts = self.route(l, x)
+        ids, wts, s = self.route_scored(l, x)
         if trace is not None:
-            trace.append({"layer": l, "ids": ids.tolist(), "weights": wts.tolist()})
+            trace.append({"layer": l, "ids": ids.tolist(), "weights": wts.tolist(), "ids_np": ids,
+                          "scores": s.cpu().numpy()})
         z = x @ self.lw(l, B + "routed_expert_down_proj.weight").T  # [T, latent]
         T = x.shape[0]
-        r = torch.zeros(T, z.shape[1], dtype=F64)
+        r = torch.zeros(T, z.shape[1], dtype=x.dtype, device=x.device)
         for e in sorted(set(ids.reshape(-1).tolist())):
             w1, w2, w3 = self.expert(l, e)
             rows, slots = np.nonzero(ids == e)
-            zt = z[torch.from_numpy(rows)]
+            rows_t, slots_t = torch.from_numpy(rows).to(x.device), torch.from_numpy(slots).to(x.device)
+            zt = z[rows_t]
             y = expert_ffn(c, zt, w1, w2, w3)
-            r[torch.from_numpy(rows)] += wts[torch.from_numpy(rows), torch.from_numpy(slots)].unsqueeze(-1) * y
+            r[rows_t] += wts[rows_t, slots_t].unsqueeze(-1) * y
         return moe_out(c, lambda n: self.lw(l, n), x, r)
 
     def forward(self, ids, want_hidden=False, trace=None):
         """ids: list of int. Returns logits [T, V] and (if want_hidden) per-layer records."""
         c = self.cfg
-        h = self.w("embed_tokens.weight")[torch.tensor(ids, dtype=torch.long)]
+        h = self.w("embed_tokens.weight")[torch.tensor(ids, dtype=torch.long, device=self.device)]
         hidden = []
 
         def on_layer(l, h, a, m):
@@ -446,6 +480,39 @@ class Model:
             lambda l, x: self.dense(l, x) if l < c.first_dense else self.moe(l, x, trace),
             on_layer)
         return logits, hidden
+
+
+def forward_all(model, prompt):
+    """One batched causal forward over prompt: a dict of numpy arrays (see the module doc)."""
+    c = model.cfg
+    trace, hs = [], []
+    logits, hidden = model.forward(list(prompt), True, trace)
+    moe = [t["layer"] for t in trace]
+    out = {
+        "prompt_ids": np.asarray(prompt, dtype=np.int64),
+        "logits": logits.cpu().numpy(),
+        "hidden": np.stack([r["h"].cpu().numpy() for r in hidden]),
+        "moe_layers": np.asarray(moe, dtype=np.int64),
+    }
+    if trace:
+        out["route_scores"] = np.stack([t["scores"] for t in trace])
+        out["route_ids"] = np.stack([t["ids_np"] for t in trace])
+        out["route_bias"] = np.stack([model.lw(l, "block_sparse_moe.gate.e_score_correction_bias").cpu().numpy()
+                                      for l in moe])
+    else:
+        T = len(prompt)
+        out["route_scores"] = np.zeros((0, T, c.n_experts))
+        out["route_ids"] = np.zeros((0, T, c.top_k), dtype=np.int64)
+        out["route_bias"] = np.zeros((0, c.n_experts))
+    del hs
+    return out
+
+
+def save_npz(path, arrays):
+    """np.savez to a temporary name, renamed when complete."""
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
 
 
 def greedy(model, prompt, n_new):
@@ -487,14 +554,38 @@ def run(model_dir, prompt, n_new, want_hidden):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
-    ap.add_argument("--prompt-ids", required=True, help="comma-separated token ids")
+    ap.add_argument("--prompt-ids", help="comma-separated token ids")
+    ap.add_argument("--prompt-ids-file", help="token ids separated by commas and/or whitespace")
     ap.add_argument("--new", type=int, default=16)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="the JSON result (greedy steps from the prompt)")
     ap.add_argument("--hidden", action="store_true")
+    ap.add_argument("--all-out", help="every position's logits, hidden states and routes (.npz)")
+    ap.add_argument("--dtype", choices=("f64", "f32"), default="f64",
+                    help="with --all-out: float64 (the reference) or float32 (its rounding)")
+    ap.add_argument("--force-routes", help='with --all-out: JSON {"layer": {"position": [ids]}}')
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    prompt = [int(x) for x in a.prompt_ids.split(",") if x.strip()]
+    if (a.prompt_ids is None) == (a.prompt_ids_file is None):
+        ap.error("give exactly one of --prompt-ids or --prompt-ids-file")
+    if not a.out and not a.all_out:
+        ap.error("give --out FILE.json and/or --all-out FILE.npz")
+    if a.prompt_ids_file:
+        with open(a.prompt_ids_file) as f:
+            text = f.read()
+    else:
+        text = a.prompt_ids
+    prompt = [int(x) for x in text.replace(",", " ").split()]
+    if not prompt:
+        ap.error("no prompt ids")
+    if a.all_out:
+        m = Model(a.model, dtype=torch.float32 if a.dtype == "f32" else F64)
+        if a.force_routes:
+            with open(a.force_routes) as f:
+                m.force = {int(l): {int(t): list(v) for t, v in d.items()} for l, d in json.load(f).items()}
+        save_npz(a.all_out, forward_all(m, prompt))
+    if not a.out:
+        return
     res = run(a.model, prompt, a.new, a.hidden)
     tmp = a.out + ".tmp"
     with open(tmp, "w") as f:
