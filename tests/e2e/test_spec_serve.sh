@@ -8,7 +8,7 @@
 set -eu
 : "${DF_BIN:?DF_BIN must name the deltafin binary}"
 : "${DF_SRC:?DF_SRC must name the source root}"
-T=$(mktemp -d /tmp/df-e2e-serve-spec.XXXXXX)
+T=$(mktemp -d /tmp/df-e2e-spec-serve.XXXXXX)
 . "$DF_SRC/tests/e2e/serve_lib.sh"
 cp -r "$DF_SRC/models/nano-k3" "$T/model"
 
