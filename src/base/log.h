@@ -22,5 +22,7 @@ typedef struct df_progress {
 void df_progress_begin(df_progress *p, const char *label, uint64_t total);
 void df_progress_update(df_progress *p, uint64_t done); /* rate-limited redraw */
 void df_progress_end(df_progress *p);
+/* Ends at done, not at the total (the work stopped, e.g. failed). */
+void df_progress_stop(df_progress *p, uint64_t done);
 
 #endif

@@ -243,3 +243,10 @@ int df_utf8_valid(const char *s, size_t len) {
   }
   return 1;
 }
+
+int df_argmax(const float *x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
+  return b;
+}

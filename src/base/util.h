@@ -51,4 +51,8 @@ double df_now(void); /* monotonic seconds */
 /* Strict UTF-8 validation (no overlongs, no surrogates, max U+10FFFF). */
 int df_utf8_valid(const char *s, size_t len);
 
+/* The index of the largest of x[0..n), ties to the lower index (greedy decoding's
+ * rule everywhere: sampler, drafts, benches). */
+int df_argmax(const float *x, int n);
+
 #endif

@@ -41,6 +41,11 @@ typedef struct df_bench_mopts {
   int ladder;          /* 1..N drives of `drives` (or 1..4 emulated copies when drives is NULL) */
   int no_ceiling;
   int json;
+  /* the trace report of each configuration (trace/report.h): REPORT (HTML),
+   * REPORT.json (the binned series) and the trace REPORT.trace.jsonl; a
+   * ladder's step of k drives inserts "-<k>drives" before the extension.
+   * NULL = none. */
+  const char *report;
 } df_bench_mopts;
 
 int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e);

@@ -48,6 +48,10 @@ typedef struct df_bench_result {
   /* the spine stream (issue 11): bytes it read in the decode phases, their
    * time, and its own ceiling (its reads replayed, same engine and drive) */
   double spine_decode_bytes, spine_decode_wait, decode_seconds;
+  /* --draft: speculation over the decode phases (gen stats summed over repeats) */
+  long spec_verify, spec_drafted, spec_accepted, spec_passes, spec_tokens;
+  char draft[16];
+  int draft_max;
   int spine_units, spine_qd, have_spine_ceiling;
   char spine_source[16]; /* "pack", "shards", "shards+int8" */
   int spine_drives;

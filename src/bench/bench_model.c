@@ -25,6 +25,7 @@
 #include "engine/engine.h"
 #include "model/k3.h"
 #include "store/pack.h"
+#include "trace/report.h"
 
 /* ---- store counters ---- */
 
@@ -94,14 +95,10 @@ static void phase_metrics(double dt, int tokens, const snap *a, const snap *b, d
   m[M_USE] = req > 0 && rec > 0 ? req * rec / dt / 1e9 : m[M_GBPS];
 }
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
-static int prefill(df_session *s, const int *ids, int n, int chunk, float *logits, df_err *e) {
+/* st: the store whose trace gets the generation marks (as df_generate's:
+ * "gen" before the prompt, "token" as each id is picked). */
+static int prefill(df_session *s, df_store *st, const int *ids, int n, int chunk, float *logits, df_err *e) {
+  df_store_trace_mark(st, "gen", n);
   if (chunk <= 0) chunk = n;
   for (int off = 0; off < n; off += chunk) {
     int m = n - off < chunk ? n - off : chunk;
@@ -110,9 +107,32 @@ static int prefill(df_session *s, const int *ids, int n, int chunk, float *logit
   return 0;
 }
 
-static int decode(df_session *s, int n, float *logits, int vocab, df_err *e) {
+/* With the engine's --draft, decoding is df_generate's (speculative blocks,
+ * the same ids); its counts go to res. */
+static int decode(df_session *s, df_store *st, const int *prompt, int np, int n, float *logits,
+                  int vocab, df_bench_result *res, df_err *e) {
+  df_engine *en = df_session_engine(s);
+  if (strcmp(df_engine_draft(en, NULL), "off")) {
+    df_gen_opts go;
+    df_gen_opts_default(&go);
+    go.max_new = n;
+    go.prefill_chunk = 0;
+    go.history = prompt; /* what the session holds: the drafts look at it */
+    go.nhistory = np;
+    int *out, nout;
+    df_gen_stats gs;
+    if (df_generate(s, NULL, 0, &go, &out, &nout, &gs, e)) return -1;
+    free(out);
+    if (res) {
+      res->spec_verify += gs.n_verify, res->spec_drafted += gs.n_drafted;
+      res->spec_accepted += gs.n_accepted, res->spec_passes += gs.n_passes;
+      res->spec_tokens += nout;
+    }
+    return 0;
+  }
   for (int i = 0; i < n; i++) {
-    int id = argmax(logits, vocab);
+    int id = df_argmax(logits, vocab);
+    df_store_trace_mark(st, "token", i + 1);
     if (df_session_forward(s, &id, 1, logits, NULL, e)) return -1;
   }
   return 0;
@@ -202,11 +222,12 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     json_decref(st);
   }
 
+  snprintf(res->draft, sizeof res->draft, "%s", df_engine_draft(en, &res->draft_max));
   /* warm-up */
   {
     df_session *s = df_session_new(en);
     int wp = P < 8 ? P : 8;
-    if (prefill(s, ids, wp, 0, logits, e) || decode(s, 2, logits, vocab, e)) {
+    if (prefill(s, store, ids, wp, 0, logits, e) || decode(s, store, ids, wp, 2, logits, vocab, NULL, e)) {
       df_session_free(s);
       goto out;
     }
@@ -217,7 +238,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     snap a, b, d;
     take_snap(en, &a);
     double t0 = df_now();
-    if (prefill(s, ids, P, o->prefill_chunk, logits, e)) {
+    if (prefill(s, store, ids, P, o->prefill_chunk, logits, e)) {
       df_session_free(s);
       goto out;
     }
@@ -227,7 +248,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     double sw0 = 0, sw1 = 0;
     double sp0 = (double)df_engine_spine_stream_bytes(en, &sw0);
     double t2 = df_now();
-    if (decode(s, N, logits, vocab, e)) {
+    if (decode(s, store, ids, P, N, logits, vocab, res, e)) {
       df_session_free(s);
       goto out;
     }
@@ -362,6 +383,12 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
   } else if (!o->no_ceiling) {
     fprintf(out, "storage ceiling: not measured (see the warning above)\n");
   }
+  if (r->spec_tokens)
+    fprintf(out, "speculation: --draft %s, K %d: %.0f%% of %ld drafts accepted, %.2f tokens per target pass "
+                 "(%ld blocks), %.2f MB of experts per token\n",
+            r->draft, r->draft_max, r->spec_drafted ? 100.0 * r->spec_accepted / r->spec_drafted : 0.0,
+            r->spec_drafted, (double)r->spec_tokens / (double)r->spec_passes, r->spec_verify,
+            r->decode_bytes / (double)r->spec_tokens / 1e6);
   if (r->spine_units && r->decode_seconds > 0) {
     double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
     double eg = r->decode_bytes / r->decode_seconds / 1e9;
@@ -421,6 +448,19 @@ static json_t *phase_json(const df_bench_phase *p) {
   return o;
 }
 
+/* Speculation's figures (null without --draft). */
+static json_t *spec_json(const df_bench_result *r) {
+  if (!r->spec_tokens) return json_null();
+  json_t *o = json_object();
+  json_object_set_new(o, "draft", json_string(r->draft));
+  json_object_set_new(o, "draft_max", json_integer(r->draft_max));
+  json_object_set_new(o, "verify_blocks", json_integer(r->spec_verify));
+  json_object_set_new(o, "acceptance", r->spec_drafted ? json_real((double)r->spec_accepted / (double)r->spec_drafted) : json_null());
+  json_object_set_new(o, "tokens_per_target_pass", json_real((double)r->spec_tokens / (double)r->spec_passes));
+  json_object_set_new(o, "expert_bytes_per_token", json_real(r->decode_bytes / (double)r->spec_tokens));
+  return o;
+}
+
 static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
   json_t *j = json_object();
   json_object_set_new(j, "decode_s_per_token", json_real(r->decode.s_per_token.median));
@@ -433,6 +473,7 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
                       r->have_ceiling ? json_real(r->decode.useful_gbps.median / r->ceiling.gbps) : json_null());
   json_object_set_new(j, "prefill_read_amplification", json_real(r->prefill.amplification.median));
   json_object_set_new(j, "fio_gbps", r->fio.ran ? json_real(r->fio.gbps) : json_null());
+  json_object_set_new(j, "speculation", spec_json(r));
   json_object_set_new(j, "emulated", o->engine.store.emulate_drives ? json_string(o->engine.store.emulate_drives) : json_null());
   json_object_set_new(j, "source", json_string(r->source));
   json_object_set_new(j, "drives", json_integer(r->ndrives));
@@ -523,6 +564,38 @@ static int pack_k(const df_bench_mopts *o, char **drives, int k, int quiet, char
   return 0;
 }
 
+/* The report path of ladder step k (of nres): REPORT, or REPORT with
+ * "-<k>drives" before its extension. */
+static char *report_path(const char *rep, int k, int nres) {
+  size_t n = strlen(rep) + 32;
+  char *p = df_xmalloc(n);
+  if (nres <= 1) {
+    snprintf(p, n, "%s", rep);
+    return p;
+  }
+  const char *dot = strrchr(rep, '.'), *sl = strrchr(rep, '/');
+  if (!dot || (sl && dot < sl)) dot = rep + strlen(rep);
+  snprintf(p, n, "%.*s-%ddrives%s", (int)(dot - rep), rep, k, dot);
+  return p;
+}
+
+/* One configuration's trace report: the HTML and the JSON next to it. */
+static int write_report(const char *html, const char *trace, FILE *msg, df_err *e) {
+  size_t n = strlen(html) + 8;
+  char *js = df_xmalloc(n);
+  snprintf(js, n, "%s.json", html);
+  df_trace_out to = {.html = html, .json = js};
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *sink = open_memstream(&buf, &len);
+  int rc = sink ? df_trace_report(trace, sink, &to, e) : df_err_errno(e, "report");
+  if (sink) fclose(sink);
+  free(buf);
+  if (!rc) fprintf(msg, "report: %s (series %s, trace %s)\n", html, js, trace);
+  free(js);
+  return rc;
+}
+
 int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
   char **drives = NULL;
   int nd = 0;
@@ -557,13 +630,27 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
       nres = i;
       break;
     }
-    if (bench_one(o, mf ? mf : o->engine.store.manifest, &res[i], e)) {
+    df_bench_mopts oi = *o;
+    char *rep = NULL, *trace = NULL;
+    if (o->report) {
+      rep = report_path(o->report, k0 + i, nres);
+      size_t n = strlen(rep) + 16;
+      trace = df_xmalloc(n);
+      snprintf(trace, n, "%s.trace.jsonl", rep);
+      oi.engine.store.trace_path = trace;
+    }
+    if (bench_one(&oi, mf ? mf : o->engine.store.manifest, &res[i], e) ||
+        (rep && write_report(rep, trace, o->json ? stderr : out, e))) {
       free(mf);
+      free(rep);
+      free(trace);
       rc = -1;
       nres = i;
       break;
     }
     free(mf);
+    free(rep);
+    free(trace);
     if (!o->json) {
       if (nd > 0) fprintf(out, "== %d drive%s ==\n", k0 + i, k0 + i == 1 ? "" : "s");
       print_text(out, o, &res[i]);

@@ -12,7 +12,8 @@ void df_cmd_bench_help(void) {
       "usage: deltafin bench kernels [--tables LIST] [--threads LIST] [--only NAME] [--pool-mb N]\n"
       "                              [--min-time S] [--json]\n"
       "       deltafin bench --model DIR [--prompt-tokens P] [--new-tokens N] [--cache-mb M]\n"
-      "                      [--drives D1,D2,...] [--repeat R] [--ladder] [--json] [options]\n"
+      "                      [--drives D1,D2,...] [--repeat R] [--ladder] [--report FILE] [--json]\n"
+      "                      [options]\n"
       "\n"
       "bench kernels: weights streamed (GB/s) and GFLOP/s of each kernel (MXFP4, bf16, int8,\n"
       "f32 GEMV/GEMM, the KDA step) per kernel table and thread count, next to the memory\n"
@@ -38,6 +39,10 @@ void df_cmd_bench_help(void) {
       "  --drives LIST       pack the experts onto these directories first (uses deltafin pack)\n"
       "  --ladder            run 1..N of --drives (or 1..4 emulated drives) and print the ladder\n"
       "  --no-ceiling        skip the storage ceiling measurement\n"
+      "  --report FILE       trace each configuration and write its report: FILE (one\n"
+      "                      self-contained HTML page, as `trace report --html`), FILE.json\n"
+      "                      (the binned series) and FILE.trace.jsonl; a --ladder step of k\n"
+      "                      drives writes FILE-<k>drives.html and so on\n"
       "  --json              one JSON object (decode_s_per_token, prefill_s_per_token,\n"
       "                      expert_read_gbps, ceiling_gbps, storage_efficiency, ...)\n"
       "\n");
@@ -115,6 +120,7 @@ int df_cmd_bench(int argc, char **argv) {
         if (df_cli_int(a, v, 1, 1000, &n)) return 1;
         o.repeat = (int)n;
       } else if (!strcmp(a, "--drives")) o.drives = v;
+      else if (!strcmp(a, "--report")) o.report = v;
       else return df_cli_fail("bench: unknown option '%s' (see deltafin bench --help)", a);
     } else {
       return df_cli_fail("bench: unexpected argument '%s' (did you mean 'bench kernels'?)", a);

@@ -9,6 +9,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "cli/gen_opts.h"
 #include "engine/engine.h"
 #include "engine/sample.h"
 #include "tokenizer/chat.h"
@@ -16,7 +17,8 @@
 
 void df_cmd_run_help(void) {
   printf(
-      "usage: deltafin run --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+      "usage: deltafin run --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --chat --messages FILE)\n"
+      "                    [options]\n"
       "\n"
       "Runs the exact forward pass and decodes greedily (the default), streaming\n"
       "the text to stdout. Plain prompts are continued as they are (no BOS) until\n"
@@ -28,31 +30,20 @@ void df_cmd_run_help(void) {
       "  --prompt-ids LIST    prompt as comma-separated token ids\n"
       "  --chat               chat format: thinking-effort system message, user\n"
       "                       message, assistant generation prompt\n"
+      "  --messages FILE      with --chat: a whole conversation instead of --prompt: OpenAI\n"
+      "                       messages JSON, or an object with \"messages\" and \"tools\" (as\n"
+      "                       `deltafin template` reads and `chat /save` writes)\n"
       "  --effort LEVEL       low, high or max (default max; with --chat; the release\n"
       "                       refuses medium)\n"
       "  --no-reasoning       do not print the think channel (with --chat)\n"
       "  --parse-special      special-token spellings in a plain --prompt (\"<|open|>\")\n"
       "                       become their special ids, for a prompt rendered by the\n"
       "                       caller; without it they are ordinary text (never with --chat)\n"
-      "  --max-new N          new tokens at most (default 256)\n"
       "  --stop LIST          extra stop ids, comma-separated\n"
-      "  --temperature T      sample with temperature T (default 0 = greedy, exact)\n"
-      "  --top-p P            nucleus sampling, P in (0, 1] (default 1 = off; needs\n"
-      "                       --temperature > 0)\n"
-      "  --seed N             sampling seed (default 0)\n"
-      "  --top-k K            keep the K most likely ids (default 0 = off; needs --temperature > 0)\n"
-      "  --min-p P            keep ids with p >= P x the top p, P in [0, 1] (default 0 = off;\n"
-      "                       needs --temperature > 0)\n"
-      "  --repeat-penalty R   divide a positive logit (multiply a negative one) by R for each\n"
-      "                       id among the last --repeat-last-n ids (default 1 = off; greedy too)\n"
-      "  --repeat-last-n N    the repeat penalty's window (default 64)\n"
-      "  --presence-penalty X, --frequency-penalty X\n"
-      "                       OpenAI's penalties over the generated ids, X in [-2, 2]\n"
-      "                       (default 0 = off; greedy too)\n"
-      "  --prefill-chunk N    prompt positions per batch (default 64; 0 = whole prompt)\n"
       "  --stats              print a timing and I/O summary to stderr\n"
-      "  --json               print one JSON object at the end instead of streaming\n"
-      "\n");
+      "  --json               print one JSON object at the end instead of streaming\n");
+  df_cli_gen_help(stdout, 256);
+  printf("\n");
   df_cli_engine_help(stdout);
 }
 
@@ -158,35 +149,36 @@ static const char *finish_name(df_finish f) {
   return f == DF_FINISH_STOP ? "stop" : f == DF_FINISH_CANCEL ? "cancel" : "length";
 }
 
-/* The sampler's options beyond temperature and top-p (engine/sample.h has
- * the policy): 1 taken, 0 not one of them, -1 a bad value (said). */
-static int sample_opt(df_sample_opts *so, const char *a, const char *val) {
-  static const struct {
-    const char *name;
-    double lo, hi;
-    int integer;
-  } t[] = {{"--top-k", 0, 1 << 24, 1},         {"--min-p", 0, 1, 0},
-           {"--repeat-penalty", 1e-3, 100, 0}, {"--repeat-last-n", 0, 1 << 24, 1},
-           {"--presence-penalty", -2, 2, 0},   {"--frequency-penalty", -2, 2, 0}};
-  int k = 0, n = (int)(sizeof t / sizeof t[0]);
-  while (k < n && strcmp(a, t[k].name)) k++;
-  if (k == n) return 0;
-  char *end;
-  double d = strtod(val, &end);
-  if (!*val || *end || !(d >= t[k].lo && d <= t[k].hi) || (t[k].integer && d != (double)(long)d)) {
-    df_cli_fail("%s: '%s' is not %s in [%g, %g]", a, val, t[k].integer ? "an integer" : "a number",
-                t[k].lo, t[k].hi);
-    return -1;
-  }
-  switch (k) {
-  case 0: so->top_k = (int)d; break;
-  case 1: so->min_p = (float)d; break;
-  case 2: so->repeat_penalty = (float)d; break;
-  case 3: so->repeat_last_n = (int)d; break;
-  case 4: so->presence_penalty = (float)d; break;
-  default: so->frequency_penalty = (float)d; break;
-  }
-  return 1;
+/* What speculation did (all zero without a draft). */
+static json_t *spec_json(const df_engine *en, const df_gen_stats *st) {
+  int kmax;
+  const char *src = df_engine_draft(en, &kmax);
+  json_t *o = json_object();
+  json_object_set_new(o, "draft", json_string(src));
+  json_object_set_new(o, "draft_max", json_integer(kmax));
+  json_object_set_new(o, "k_final", json_integer(st->draft_k));
+  json_object_set_new(o, "verify_blocks", json_integer(st->n_verify));
+  json_object_set_new(o, "drafted", json_integer(st->n_drafted));
+  json_object_set_new(o, "accepted", json_integer(st->n_accepted));
+  json_object_set_new(o, "acceptance",
+                      st->n_drafted ? json_real((double)st->n_accepted / st->n_drafted) : json_null());
+  json_object_set_new(o, "rollbacks", json_integer(st->n_rollback));
+  json_object_set_new(o, "decode_passes", json_integer(st->n_passes));
+  json_object_set_new(o, "k_changes", json_integer(st->draft_changes));
+  json_object_set_new(o, "switched_off", json_integer(st->draft_offs));
+  return o;
+}
+
+static void spec_text(const df_engine *en, const df_gen_stats *st) {
+  int kmax;
+  const char *src = df_engine_draft(en, &kmax);
+  if (!strcmp(src, "off")) return;
+  fprintf(stderr,
+          "draft    %s, K %d (at the end %d): %d blocks, %d of %d drafts accepted (%.0f%%), "
+          "%d rollbacks, %d decode passes for %d tokens%s\n",
+          src, kmax, st->draft_k, st->n_verify, st->n_accepted, st->n_drafted,
+          st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0, st->n_rollback,
+          st->n_passes, st->n_gen, st->draft_offs ? "; switched off when it did not pay" : "");
 }
 
 int df_cmd_run(int argc, char **argv) {
@@ -196,9 +188,9 @@ int df_cmd_run(int argc, char **argv) {
   df_gen_opts_default(&go);
   df_sample_opts so; /* the sampler's own options; go's temperature/top-p copy them */
   df_sample_opts_default(&so);
-  const char *prompt = NULL, *prompt_ids = NULL, *effort_s = "max", *stop_s = NULL;
+  const char *prompt = NULL, *prompt_ids = NULL, *messages = NULL, *effort_s = "max",
+             *stop_s = NULL;
   int chat = 0, stats = 0, json = 0, no_reasoning = 0, parse_special = 0;
-  long v;
   int r;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -209,61 +201,35 @@ int df_cmd_run(int argc, char **argv) {
     else if (!strcmp(a, "--parse-special")) parse_special = 1;
     else if ((r = df_cli_engine_opt(&eo, "run", argc, argv, &i)) != 0) {
       if (r < 0) return 1;
+    } else if ((r = df_cli_gen_opt(&go, &so, "run", argc, argv, &i)) != 0) {
+      if (r < 0) return 1;
     } else if (a[0] == '-' && a[1] == '-') {
       if (i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin run --help)", a);
       const char *val = argv[++i];
       if (!strcmp(a, "--prompt")) prompt = val;
       else if (!strcmp(a, "--prompt-ids")) prompt_ids = val;
+      else if (!strcmp(a, "--messages")) messages = val;
       else if (!strcmp(a, "--effort")) effort_s = val;
       else if (!strcmp(a, "--stop")) stop_s = val;
-      else if (!strcmp(a, "--max-new")) {
-        if (df_cli_int(a, val, 0, 1 << 24, &v)) return 1;
-        go.max_new = (int)v;
-      } else if (!strcmp(a, "--prefill-chunk")) {
-        if (df_cli_int(a, val, 0, 1 << 20, &v)) return 1;
-        go.prefill_chunk = (int)v;
-      } else if (!strcmp(a, "--seed")) {
-        char *end;
-        unsigned long long s = strtoull(val, &end, 10);
-        if (!*val || *end) return df_cli_fail("--seed: '%s' is not a number", val);
-        go.seed = s;
-      } else if ((r = sample_opt(&so, a, val)) != 0) {
-        if (r < 0) return 1;
-      } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) {
-        char *end;
-        double d = strtod(val, &end);
-        if (!*val || *end || !(d >= 0) || d > 100)
-          return df_cli_fail("%s: '%s' is not a number in [0, 100]", a, val);
-        if (a[2] == 't' && a[3] == 'e') go.temperature = (float)d;
-        else {
-          if (!(d > 0 && d <= 1)) return df_cli_fail("--top-p: '%s' is not in (0, 1]", val);
-          go.top_p = (float)d;
-        }
-      }
       else return df_cli_fail("run: unknown option '%s' (see deltafin run --help)", a);
     } else {
       return df_cli_fail("run: unexpected argument '%s' (the prompt goes after --prompt)", a);
     }
   }
   if (!eo.model_dir) return df_cli_fail("run needs --model DIR");
-  if (!!prompt + !!prompt_ids != 1)
-    return df_cli_fail("run needs exactly one of --prompt TEXT or --prompt-ids LIST");
-  if (chat && prompt_ids) return df_cli_fail("--chat needs --prompt TEXT, not --prompt-ids");
+  if (!!prompt + !!prompt_ids + !!messages != 1)
+    return df_cli_fail("run needs exactly one of --prompt TEXT, --prompt-ids LIST or --messages "
+                       "FILE");
+  if (chat && prompt_ids)
+    return df_cli_fail("--chat needs --prompt TEXT or --messages FILE, not --prompt-ids");
+  if (messages && !chat) return df_cli_fail("--messages needs --chat");
   if (parse_special && (chat || !prompt))
     return df_cli_fail("--parse-special applies to a plain --prompt only (chat message content "
                        "is never read as special tokens)");
   if (!df_chat_effort_valid(effort_s))
     return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)",
                        effort_s);
-  /* greedy decoding (the default) never looks at top-p: accepting it alone
-   * would silently give a different decoding than the user asked for */
-  if ((go.top_p < 1 || so.top_k > 0 || so.min_p > 0) && !(go.temperature > 0))
-    return df_cli_fail("%s needs --temperature T > 0 (the default, temperature 0, is greedy "
-                       "and ignores it)",
-                       go.top_p < 1 ? "--top-p" : so.top_k > 0 ? "--top-k" : "--min-p");
-  so.temperature = go.temperature;
-  so.top_p = go.top_p;
-  go.sampling = &so;
+  if (df_cli_gen_check(&go, &so)) return 1;
   int *ids = NULL, nids = 0, *stops = NULL, nstops = 0;
   if (prompt_ids && parse_ids("--prompt-ids", prompt_ids, &ids, &nids)) return 1;
   if (stop_s && parse_ids("--stop", stop_s, &stops, &nstops)) {
@@ -285,14 +251,40 @@ int df_cmd_run(int argc, char **argv) {
   int *out = NULL, nout = 0;
   out_state os = {.tok = tok, .chat = chat, .json = json, .no_reasoning = no_reasoning,
                   .tty = isatty(1)};
-  if (prompt) {
+  if (prompt || messages) {
     if (!tok) {
       df_cli_fail("%s: no tokenizer (tiktoken.model); use --prompt-ids", eo.model_dir);
       goto out;
     }
     size_t n = 0, cap = 0;
     int r;
-    if (chat) {
+    if (messages) {
+      /* the whole conversation rendered at once: what `chat` must match
+       * however much of it a kept state already covers */
+      char *buf, *mj = NULL, *tj = NULL;
+      size_t len;
+      if (df_cli_read_input(messages, &buf, &len)) goto out;
+      df_chat_opts co = df_chat_opts_default();
+      co.effort = effort_s;
+      /* a request object as `template` and chat's /save write it: messages and tools */
+      json_t *req = json_loadb(buf, len, 0, NULL);
+      if (json_is_object(req)) {
+        const json_t *tools = json_object_get(req, "tools");
+        mj = json_dumps(json_object_get(req, "messages"), JSON_ENCODE_ANY);
+        if (json_is_array(tools)) tj = json_dumps(tools, 0);
+        co.tools_json = tj;
+        co.tools_len = tj ? strlen(tj) : 0;
+      }
+      json_decref(req);
+      df_chat_prompt cp;
+      r = df_chat_render_json(tok, mj ? mj : buf, mj ? strlen(mj) : len, &co, &cp, &e);
+      free(buf), free(mj), free(tj);
+      if (!r) {
+        free(ids);
+        ids = cp.ids, n = cp.n;
+        free(cp.text);
+      }
+    } else if (chat) {
       /* the release's encoder: effort message, the user message, think opened */
       df_chat_msg m = {.role = DF_ROLE_USER, .content = prompt, .content_len = strlen(prompt)};
       df_chat_opts co = df_chat_opts_default();
@@ -310,7 +302,7 @@ int df_cmd_run(int argc, char **argv) {
       r = df_tok_encode(tok, prompt, strlen(prompt), &ids, &n, &cap, &e);
     }
     if (r) {
-      df_cli_fail("--prompt: %s", e.msg);
+      df_cli_fail("%s: %s", messages ? messages : "--prompt", e.msg);
       goto out;
     }
     nids = (int)n;
@@ -347,7 +339,7 @@ int df_cmd_run(int argc, char **argv) {
   }
   finish_text(&os);
   int chunk = go.prefill_chunk > 0 ? go.prefill_chunk : nids;
-  uint64_t forwards = (uint64_t)((nids + chunk - 1) / chunk) + (uint64_t)(nout > 0 ? nout - 1 : 0);
+  uint64_t forwards = (uint64_t)((nids + chunk - 1) / chunk) + (uint64_t)st.n_passes;
   uint64_t spine_read = st.spine_bytes_per_token * forwards;
   double pre_tps = st.prefill_s > 0 ? nids / st.prefill_s : 0;
   double dec_tps = st.decode_s > 0 ? nout / st.decode_s : 0;
@@ -390,6 +382,7 @@ int df_cmd_run(int argc, char **argv) {
     json_object_set_new(js, "spine_stream_bytes",
                         json_integer((json_int_t)df_engine_spine_stream_bytes(en, NULL)));
     json_decref(ev);
+    json_object_set_new(js, "speculation", spec_json(en, &st));
     json_object_set_new(o, "stats", js);
     char *txt = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -409,6 +402,7 @@ int df_cmd_run(int argc, char **argv) {
             nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
             finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
             df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
+    spec_text(en, &st);
     char *pt = df_engine_plan_text(en);
     fprintf(stderr, "%s", pt);
     free(pt);

@@ -51,8 +51,17 @@ void df_cmd_serve_help(void) {
       "                           the memory plan sets the kept states' memory aside\n"
       "  --request-timeout S      a request's headers and body must arrive within S seconds\n"
       "                           (default 30; 0 = no limit)\n"
+      "  --max-tokens-default N   a request without max_tokens generates at most N tokens\n"
+      "                           (default 0: chat until the context ends; /v1/completions\n"
+      "                           16, OpenAI's default)\n"
       "  --max-client-connections N  connections one client address may hold (default 256;\n"
-      "                           0 = no limit)\n"
+      "                           0 = no limit); over it the address's oldest idle\n"
+      "                           connection is closed, or the new one answered 429\n"
+      "  --max-connections N      open connections in all (default 1000); over it the\n"
+      "                           oldest idle one is closed, or the new one answered 503\n"
+      "  --trusted-proxy ADDR     a reverse proxy (IP address, repeatable): its requests are\n"
+      "                           counted per X-Forwarded-For client (requests in progress,\n"
+      "                           --max-client-connections) and logged with that address\n"
       "  --allow-host NAME        accept requests whose Host is NAME (repeatable; '*' = any).\n"
       "                           IP literals, localhost and --host are always accepted;\n"
       "                           other names are refused (403) against DNS rebinding\n"
@@ -125,10 +134,23 @@ int df_cmd_serve(int argc, char **argv) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 86400, &x)) return 1;
       so.request_timeout_s = (int)x;
+    } else if (!strcmp(a, "--max-tokens-default")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 0, 1L << 30, &x)) return 1;
+      so.max_tokens_default = x;
     } else if (!strcmp(a, "--max-client-connections")) {
       NEED_VAL();
       if (df_cli_int(a, v, 0, 1000, &x)) return 1;
       so.max_client_conns = (int)x;
+    } else if (!strcmp(a, "--max-connections")) {
+      NEED_VAL();
+      if (df_cli_int(a, v, 1, 10000, &x)) return 1;
+      so.max_conns = (int)x;
+    } else if (!strcmp(a, "--trusted-proxy")) {
+      NEED_VAL();
+      if (!*v) return df_cli_fail("--trusted-proxy must not be empty");
+      if (so.ntrusted == 16) return df_cli_fail("--trusted-proxy: at most 16");
+      so.trusted_proxies[so.ntrusted++] = v;
     } else if (!strcmp(a, "--allow-host")) {
       NEED_VAL();
       if (!*v) return df_cli_fail("--allow-host must not be empty");

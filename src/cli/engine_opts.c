@@ -1,7 +1,10 @@
 /* One table of engine options: spelling, value, help line and parser. */
 #include "cli/engine_opts.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/util.h"
 
 #include "cli/cli.h"
 #include "plan/plan.h"
@@ -10,7 +13,7 @@ typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
   K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX, K_SPINE_DIR,
   K_FETCH_AHEAD,
-  K_STREAM_VERIFY, K_PRECISION
+  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX
 } opt_key;
 
 typedef struct opt_def {
@@ -29,6 +32,12 @@ static const opt_def defs[] = {
     {"--precision", "f32|f64", K_PRECISION,
      "activations: f32 (default) or f64, float64 on the scalar kernels (several times slower, "
      "state x2): the reference's answer where fp32 rounding meets a near-tie"},
+    {"--draft", "SRC", K_DRAFT,
+     "speculative decoding, same ids as without: off (default), ngram (prompt lookup), auto "
+     "(ngram with the block size adapted and switched off when it does not pay), DIR (a Qwen3 "
+     "draft model's folder, e.g. models/nano-draft), self (the model as its own draft: a test "
+     "of the machinery)"},
+    {"--draft-max", "K", K_DRAFT_MAX, "drafts per verify block (default 4, at most 16)"},
     {"--cache-mb", "N", K_CACHE, "expert RAM cache budget in MiB (default: a quarter of RAM, within the memory plan; 0 = only the reads in flight)"},
     {"--store", "FILE", K_STORE, "pack manifest to read experts from (default: the model's pack)"},
     {"--no-pack", NULL, K_NO_PACK, "read experts from the shards even if a pack exists"},
@@ -59,6 +68,14 @@ static const opt_def defs[] = {
 };
 #define NDEFS (sizeof defs / sizeof defs[0])
 
+/* A draft model's folder is recognised by its config.json. */
+static int has_config(const char *dir) {
+  char *p = df_path_join(dir, "config.json");
+  int ok = df_file_exists(p);
+  free(p);
+  return ok;
+}
+
 static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
   long n;
   switch (k) {
@@ -81,6 +98,17 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     if (!strcmp(v, "f32")) o->f64 = 0;
     else if (!strcmp(v, "f64")) o->f64 = 1;
     else return df_cli_fail("--precision: '%s' is not f32 or f64", v), -1;
+    return 0;
+  case K_DRAFT:
+    if (strcmp(v, "off") && strcmp(v, "ngram") && strcmp(v, "auto") && strcmp(v, "self") &&
+        !has_config(v))
+      return df_cli_fail("--draft: '%s' is not off, ngram, auto, self or a draft model's folder "
+                         "(config.json, safetensors, tokenizer.json)", v), -1;
+    o->draft = v;
+    return 0;
+  case K_DRAFT_MAX:
+    if (df_cli_int(a, v, 1, 16, &n)) return -1;
+    o->draft_max = (int)n;
     return 0;
   case K_GATE:
     if (!strcmp(v, "x")) o->gate_input = DF_GATE_INPUT_X;

@@ -6,6 +6,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "kernels/kernels.h"
+#include "store/trace.h"
 
 static const df_cmd cmds[] = {
     {"tokenize", "encode text (or a chat) to token ids", df_cmd_tokenize, df_cmd_tokenize_help},
@@ -17,6 +18,7 @@ static const df_cmd cmds[] = {
     {"make-model", "generate a K3-layout checkpoint from a seed", df_cmd_make_model,
      df_cmd_make_model_help},
     {"run", "generate text", df_cmd_run, df_cmd_run_help},
+    {"chat", "a multi-turn conversation in the terminal", df_cmd_chat, df_cmd_chat_help},
     {"eval", "perplexity of a model on a text file", df_cmd_eval, df_cmd_eval_help},
     {"logits", "every position's logits (and hidden states, routes) to a safetensors file",
      df_cmd_logits, df_cmd_logits_help},
@@ -34,6 +36,10 @@ static const df_cmd cmds[] = {
      df_cmd_record_sums_help},
     {"plan", "memory plan and a projected decode token for a machine", df_cmd_plan,
      df_cmd_plan_help},
+    {"draft-run", "run a Qwen3 draft checkpoint alone (greedy)", df_cmd_draft_run,
+     df_cmd_draft_run_help},
+    {"draft-tokenize", "encode text with a Hugging Face tokenizer.json", df_cmd_draft_tokenize,
+     df_cmd_draft_tokenize_help},
 };
 #define NCMDS (sizeof cmds / sizeof cmds[0])
 
@@ -119,6 +125,7 @@ int df_cli_read_input(const char *path, char **buf, size_t *len) {
 }
 
 int main(int argc, char **argv) {
+  df_trace_set_command(argc, argv);
   if (argc < 2) {
     usage(stderr);
     return 2;

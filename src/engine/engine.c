@@ -18,32 +18,7 @@
 #include "kernels/kernels.h"
 #include "model/k3.h"
 #include "store/store.h"
-
-struct df_engine {
-  char *model_dir, *model_id;
-  df_spine_kind spine;
-  df_config cfg;
-  df_tok *tok;
-  df_st_set set;
-  int set_open;
-  df_k3 *model;
-  df_store *store;
-  df_pool *pool;
-  df_kctx kc;
-  df_k3_run run;
-  df_plan plan;
-  uint64_t cache_cap; /* min(store default cache, every expert) */
-  char mem_src[128];
-};
-
-struct df_session {
-  df_engine *en;
-  df_k3_state *st;
-  float *logits; /* last position's logits */
-  int have_logits;
-  df_sampler *sampler;
-  float *masked; /* df_gen_opts.mask's copy of the logits */
-};
+#include "engine/engine_int.h"
 
 void df_engine_opts_default(df_engine_opts *o) {
   memset(o, 0, sizeof *o);
@@ -54,6 +29,7 @@ void df_engine_opts_default(df_engine_opts *o) {
 
 void df_engine_close(df_engine *en) {
   if (!en) return;
+  df_draft_free(en->draft); /* a self draft holds a session of en */
   df_k3_free(en->model); /* first: its spine stream reads through the store */
   df_store_close(en->store);
   df_plan_free(&en->plan);
@@ -71,6 +47,11 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   df_plan_in in;
   df_k3_plan_input(en->model, &in);
   in.f64 = o->f64;
+  if (o->draft && strcmp(o->draft, "off")) {
+    in.spec_bytes = df_plan_state_bytes(&en->cfg, 0) * (o->f64 ? 2 : 1) +
+                    sizeof(float) * (DF_DRAFT_MAX + 1) * (uint64_t)en->cfg.vocab;
+    in.spec_self = !strcmp(o->draft, "self");
+  }
   if (o->mem_limit) {
     in.mem_limit = o->mem_limit;
     snprintf(en->mem_src, sizeof en->mem_src, "--mem-limit");
@@ -141,6 +122,14 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->run.kc = &en->kc;
   en->run.store = en->store;
   en->run.gate_input = o->gate_input == DF_GATE_INPUT_X_SHARED ? DF_GATE_FROM_X_SHARED : DF_GATE_FROM_X;
+  en->draft_max = o->draft_max > 0 ? o->draft_max : 4;
+  if (o->draft && strcmp(o->draft, "off")) {
+    if (!strcmp(o->draft, "ngram") || !strcmp(o->draft, "auto")) en->draft = df_draft_new_ngram();
+    else if (!strcmp(o->draft, "self")) en->draft = df_draft_new_self(en);
+    else if (!(en->draft = df_draft_new_model(en, o->draft, e)))
+      goto fail;
+    en->draft_auto = !strcmp(o->draft, "auto");
+  }
   *out = en;
   return 0;
 fail:
@@ -158,6 +147,11 @@ const char *df_engine_kernels(const df_engine *en) {
 int df_engine_threads(const df_engine *en) { return df_pool_size(en->pool); }
 df_store *df_engine_store(df_engine *en) { return en->store; }
 uint64_t df_engine_expert_bytes(const df_engine *en) { return df_store_bytes_read(en->store); }
+const char *df_engine_draft(const df_engine *en, int *draft_max) {
+  if (draft_max) *draft_max = en->draft_max;
+  return en->draft ? (en->draft_auto ? "auto" : df_draft_name(en->draft)) : "off";
+}
+
 char *df_engine_store_text(df_engine *en) { return df_store_stats_text(en->store); }
 char *df_engine_store_describe(df_engine *en) { return df_store_describe(en->store); }
 
@@ -184,6 +178,8 @@ void df_session_reset(df_session *s) {
   df_k3_state_reset(s->st);
   s->have_logits = 0;
 }
+
+df_engine *df_session_engine(const df_session *s) { return s->en; }
 
 int df_session_pos(const df_session *s) { return df_k3_state_pos(s->st); }
 
@@ -239,9 +235,7 @@ void df_session_set_route_hook(df_session *s, df_route_hook fn, void *ud) {
   df_k3_state_set_route_hook(s->st, fn, ud);
 }
 
-/* want_last = 0 skips the lm_head (a prefill chunk that is not the last).
- * Returns 0, -1 (error) or DF_K3_CANCELLED. */
-static int forward(df_session *s, const int *ids, int n, int want_last, float *all_logits,
+int df_session_run(df_session *s, const int *ids, int n, int want_last, float *all_logits,
                    df_err *e) {
   int rc = df_k3_forward(&s->en->run, s->st, ids, n, want_last ? s->logits : NULL, all_logits, e);
   s->have_logits = rc == 0 && want_last;
@@ -250,124 +244,8 @@ static int forward(df_session *s, const int *ids, int n, int want_last, float *a
 
 int df_session_forward(df_session *s, const int *ids, int n, float *logits, float *all_logits,
                        df_err *e) {
-  if (forward(s, ids, n, 1, all_logits, e)) return -1; /* no cancel hook is set here */
+  if (df_session_run(s, ids, n, 1, all_logits, e)) return -1; /* no cancel hook is set here */
   if (logits) memcpy(logits, s->logits, sizeof(float) * (size_t)s->en->cfg.vocab);
-  return 0;
-}
-
-/* ----------------------------------------------------------- generation */
-
-void df_gen_opts_default(df_gen_opts *o) {
-  memset(o, 0, sizeof *o);
-  o->max_new = 256;
-  o->prefill_chunk = 64;
-  o->temperature = 0.0f;
-  o->top_p = 1.0f;
-}
-
-int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts *o, int **out,
-                int *nout, df_gen_stats *st, df_err *e) {
-  df_engine *en = s->en;
-  int V = en->cfg.vocab;
-  df_gen_stats z = {0};
-  if (!st) st = &z;
-  memset(st, 0, sizeof *st);
-  st->n_prompt = nprompt;
-  st->spine_bytes_per_token = df_k3_spine_bytes_per_token(en->model);
-  *out = NULL;
-  *nout = 0;
-  uint64_t bytes0 = df_store_bytes_read(en->store);
-  int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (nprompt > 0 ? nprompt : 1);
-  double t0 = df_now();
-  df_k3_state_set_cancel(s->st, o->cancel, o->ud);
-  int rc = 0;
-  for (int i = 0; i < nprompt && !rc; i += chunk) {
-    int n = nprompt - i < chunk ? nprompt - i : chunk;
-    if (o->cancel && o->cancel(o->ud)) rc = DF_K3_CANCELLED;
-    else rc = forward(s, prompt + i, n, i + n == nprompt, NULL, e);
-    if (!rc) {
-      st->n_prefilled += n;
-      if (o->on_prefill) o->on_prefill(o->ud, st->n_prefilled);
-    }
-  }
-  st->prefill_s = df_now() - t0;
-  if (rc) {
-    df_k3_state_set_cancel(s->st, NULL, NULL);
-    s->have_logits = 0;
-    if (rc < 0) return -1;
-    st->finish = DF_FINISH_CANCEL;
-    st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
-    return 0;
-  }
-  if (!s->have_logits) return df_err_set(e, "generate: empty prompt and no earlier context");
-  int cap = o->max_new > 0 ? o->max_new : 1;
-  int *ids = df_xmalloc(sizeof(int) * (size_t)cap);
-  uint64_t rng = o->seed;
-  df_sample_opts so;
-  if (o->sampling) {
-    so = *o->sampling;
-  } else {
-    df_sample_opts_default(&so);
-    so.temperature = o->temperature;
-    so.top_p = o->top_p;
-  }
-  if (!s->sampler) s->sampler = df_sampler_new(V);
-  /* the context the penalties look at: the prompt, then each new id */
-  int *ctx = NULL, nctx = 0;
-  if (df_sample_has_penalties(&so)) {
-    int nh = o->history && o->nhistory > 0 ? o->nhistory : 0;
-    ctx = df_xmalloc(sizeof(int) * ((size_t)nh + (size_t)nprompt + (size_t)cap));
-    if (nh) memcpy(ctx, o->history, sizeof(int) * (size_t)nh);
-    if (nprompt) memcpy(ctx + nh, prompt, sizeof(int) * (size_t)nprompt);
-    nctx = nh + nprompt;
-  }
-  st->finish = DF_FINISH_LENGTH;
-  double t1 = df_now();
-  int n = 0;
-  while (n < o->max_new) {
-    const float *lg = s->logits;
-    if (o->mask) {
-      if (!s->masked) s->masked = df_xmalloc(sizeof(float) * (size_t)V);
-      memcpy(s->masked, s->logits, sizeof(float) * (size_t)V);
-      o->mask(o->ud, s->masked);
-      lg = s->masked;
-    }
-    int id = df_sample_pick(s->sampler, lg, &so, ctx, nctx, n, &rng);
-    ids[n++] = id;
-    if (ctx) ctx[nctx++] = id;
-    if (o->on_token && o->on_token(o->ud, id)) {
-      st->finish = DF_FINISH_CANCEL;
-      break;
-    }
-    int stop = 0;
-    for (int i = 0; i < o->nstop; i++) stop |= o->stop_ids[i] == id;
-    if (stop) {
-      st->finish = DF_FINISH_STOP;
-      break;
-    }
-    if (n == o->max_new) break;
-    /* a full context ends the reply like max_new does, instead of failing
-     * after tokens were already handed out */
-    if (df_session_pos(s) >= df_k3_ctx_limit(en->model)) break;
-    rc = forward(s, &id, 1, 1, NULL, e);
-    if (rc == DF_K3_CANCELLED) {
-      st->finish = DF_FINISH_CANCEL;
-      break;
-    }
-    if (rc) {
-      df_k3_state_set_cancel(s->st, NULL, NULL);
-      free(ctx);
-      free(ids);
-      return -1;
-    }
-  }
-  df_k3_state_set_cancel(s->st, NULL, NULL);
-  free(ctx);
-  st->decode_s = df_now() - t1;
-  st->n_gen = n;
-  st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
-  *out = ids;
-  *nout = n;
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "engine/draft.h"
 #include "engine/sample.h"
 #include "format/config.h"
 #include "store/opts.h"
@@ -43,6 +44,10 @@ typedef struct df_engine_opts {
   const char *spine_dir;    /* the row-int8 spine's folder; NULL = <model_dir>/spine-int8 */
   uint64_t reuse_bytes;     /* serve --reuse-mb: kept sequence states take at most this... */
   int reuse_states;         /* ...and at most this many (0 = no count limit); the plan counts them */
+  /* --draft: off (NULL), "ngram", "self", "auto" (n-gram, K adapted and
+   * switched off when it does not pay); --draft-max: drafts per block */
+  const char *draft;
+  int draft_max;
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);
@@ -58,6 +63,7 @@ df_session *df_session_new(df_engine *en);
 void df_session_free(df_session *s);
 void df_session_reset(df_session *s);
 int df_session_pos(const df_session *s);
+df_engine *df_session_engine(const df_session *s);
 /* Keeping a sequence for later (conversation reuse): a snapshot copies the
  * session's state (see df_k3_state_clone) and its last logits; restoring it
  * puts the session exactly where it was, so a prompt that extends the
@@ -131,7 +137,17 @@ typedef struct df_gen_opts {
   void (*mask)(void *ud, float *logits);
   /* Called with ud after each prefill chunk with the prompt positions done. */
   void (*on_prefill)(void *ud, int done);
+  /* Speculation (engine/gen.c): drafts verified in blocks; the ids (greedy)
+   * or their distribution (sampling) are those of plain decoding. NULL: the
+   * engine's --draft source; no_draft: none. draft_max: drafts per block
+   * (<= 0: the engine's --draft-max, at most DF_DRAFT_MAX). Ignored with a
+   * mask (a grammar follows each id as it is handed out). */
+  df_draft *draft;
+  int draft_max;
+  int no_draft;
 } df_gen_opts;
+
+#define DF_DRAFT_MAX 16
 
 typedef struct df_gen_stats {
   int n_prompt, n_gen;
@@ -140,6 +156,12 @@ typedef struct df_gen_stats {
   uint64_t spine_bytes_per_token;  /* dense weights touched per decode token */
   uint64_t expert_bytes_read;      /* routed-expert bytes fetched in total */
   df_finish finish;
+  /* speculation: verify blocks, drafts proposed, drafts accepted, blocks
+   * rolled back; the block size at the end (0: off) and, with --draft auto,
+   * how often it changed and switched off */
+  int n_verify, n_drafted, n_accepted, n_rollback;
+  int n_passes; /* forward passes of the decode (single steps, blocks and rollbacks) */
+  int draft_k, draft_changes, draft_offs;
 } df_gen_stats;
 
 void df_gen_opts_default(df_gen_opts *o);
@@ -182,5 +204,7 @@ int df_engine_spine_reads(const df_engine *en,
 const char *df_engine_spine_source(const df_engine *en, int *drives);
 /* Routed-expert bytes the store has fetched since the engine opened. */
 uint64_t df_engine_expert_bytes(const df_engine *en);
+/* The engine's --draft source name ("off" when none) and --draft-max. */
+const char *df_engine_draft(const df_engine *en, int *draft_max);
 
 #endif

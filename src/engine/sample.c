@@ -52,13 +52,6 @@ void df_sampler_free(df_sampler *s) {
 
 uint64_t df_sample_splitmix(uint64_t *x) { return df_splitmix64(x); }
 
-static int argmax(const float *x, int n) {
-  int b = 0;
-  for (int i = 1; i < n; i++)
-    if (x[i] > x[b]) b = i;
-  return b;
-}
-
 static int cand_cmp(const void *a, const void *b) {
   const struct cand *x = a, *y = b;
   if (x->p != y->p) return x->p > y->p ? -1 : 1;
@@ -101,14 +94,13 @@ static const float *penalise(df_sampler *s, const float *logits, const df_sample
   return s->lg;
 }
 
-int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
-                   int nctx, int ngen, uint64_t *rng) {
+/* Steps 3-4 of the policy on penalised logits lg (temperature > 0): the
+ * kept candidates are s->cand[0..n), in draw order, with total mass *sum. */
+static int kept_set(df_sampler *s, const float *lg, const df_sample_opts *o, double *sum_out) {
   int V = s->V;
-  const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
   float temp = o->temperature;
-  if (!(temp > 0)) return argmax(lg, V);
   if (!s->cand) s->cand = df_xmalloc(sizeof *s->cand * (size_t)V);
-  float mx = lg[argmax(lg, V)];
+  float mx = lg[df_argmax(lg, V)];
   double sum = 0;
   for (int i = 0; i < V; i++) {
     double p = exp(((double)lg[i] - mx) / temp);
@@ -145,17 +137,53 @@ int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, 
     sum = 0;
     for (int i = 0; i < n; i++) sum += s->cand[i].p;
   }
+  *sum_out = sum;
+  return n;
+}
+
+/* Step 5 over the kept set, skipping `skip` (-1: none) whose mass is
+ * already taken out of sum. */
+static int draw(const df_sampler *s, int n, double sum, int skip, uint64_t *rng) {
   double u = (double)(df_splitmix64(rng) >> 11) * 0x1p-53 * sum, acc = 0;
+  int last = -1;
   for (int i = 0; i < n; i++) {
+    if (s->cand[i].id == skip) continue;
     acc += s->cand[i].p;
-    if (u < acc) return s->cand[i].id;
+    last = s->cand[i].id;
+    if (u < acc) return last;
   }
-  return s->cand[n - 1].id;
+  return last >= 0 ? last : s->cand[n - 1].id;
+}
+
+int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
+                   int nctx, int ngen, uint64_t *rng) {
+  const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
+  if (!(o->temperature > 0)) return df_argmax(lg, s->V);
+  double sum;
+  int n = kept_set(s, lg, o, &sum);
+  return draw(s, n, sum, -1, rng);
+}
+
+int df_sample_verify(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
+                     int nctx, int ngen, int draft, uint64_t *rng) {
+  const float *lg = df_sample_has_penalties(o) ? penalise(s, logits, o, ctx, nctx, ngen) : logits;
+  if (!(o->temperature > 0)) return df_argmax(lg, s->V);
+  double sum;
+  int n = kept_set(s, lg, o, &sum);
+  double pd = 0;
+  for (int i = 0; i < n; i++)
+    if (s->cand[i].id == draft) pd = s->cand[i].p;
+  /* accept with the target's probability of the draft... */
+  double u = (double)(df_splitmix64(rng) >> 11) * 0x1p-53 * sum;
+  if (u < pd) return draft;
+  /* ...else draw from the target with the draft taken out, renormalised */
+  if (sum - pd <= 0) return draft; /* the draft held all the mass: u < pd always */
+  return draw(s, n, sum - pd, draft, rng);
 }
 
 double df_sample_logprobs(const float *logits, int vocab, int id, int n, int *top_ids,
                           double *top_lp) {
-  float mx = logits[argmax(logits, vocab)];
+  float mx = logits[df_argmax(logits, vocab)];
   double sum = 0;
   for (int i = 0; i < vocab; i++) sum += exp((double)logits[i] - mx);
   double lse = (double)mx + log(sum);

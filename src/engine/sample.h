@@ -58,6 +58,15 @@ void df_sampler_free(df_sampler *s);
 int df_sample_pick(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
                    int nctx, int ngen, uint64_t *rng);
 
+/* Speculative sampling against a proposed id (a point-mass draft): with
+ * temperature 0 the greedy id; otherwise `draft` with the policy's
+ * probability p(draft), else a draw from the policy with draft excluded and
+ * the rest renormalised, so the id returned has exactly the distribution of
+ * df_sample_pick (P(draft) = p(draft), P(x) = (1 - p(draft)) p(x) / (1 -
+ * p(draft)) = p(x)). Uses one or two draws of rng. */
+int df_sample_verify(df_sampler *s, const float *logits, const df_sample_opts *o, const int *ctx,
+                     int nctx, int ngen, int draft, uint64_t *rng);
+
 /* The model's log-probabilities (log-softmax of the raw logits, in double):
  * lp of id, and the n most likely ids (ties: lower id) with theirs. n <= 20. */
 double df_sample_logprobs(const float *logits, int vocab, int id, int n, int *top_ids,

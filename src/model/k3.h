@@ -174,6 +174,18 @@ df_k3_state *df_k3_state_clone(const df_k3_state *s);
 void df_k3_state_copy(df_k3_state *dst, const df_k3_state *src);
 size_t df_k3_state_bytes(const df_k3_state *s);
 
+/* A cheap rollback point for speculation: the recurrent state (KDA
+ * matrices, conv windows) and the position, copied; restoring it forgets
+ * the positions after it (the MLA cache rows past it are rewritten before
+ * they are read, so they need no copy). Its bytes are fixed: the KDA state,
+ * whatever the context. A mark belongs to states of one model. */
+typedef struct df_k3_mark df_k3_mark;
+df_k3_mark *df_k3_mark_new(const df_k3_state *s);
+void df_k3_mark_save(df_k3_mark *k, const df_k3_state *s);
+void df_k3_mark_restore(df_k3_state *s, const df_k3_mark *k);
+size_t df_k3_mark_bytes(const df_k3_state *s);
+void df_k3_mark_free(df_k3_mark *k);
+
 /* Called after each layer with the T hidden states (the next layer's h). */
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);
 void df_k3_state_set_hook(df_k3_state *s, df_k3_layer_hook fn, void *ud);

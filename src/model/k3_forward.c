@@ -77,3 +77,36 @@ int df_k3_forward(const df_k3_run *r, df_k3_state *s, const int *ids, int T, flo
   return DISPATCH(s, df_k3f32_forward(r, s->s32, ids, T, logits_last, logits_all, e),
                   df_k3f64_forward(r, s->s64, ids, T, logits_last, logits_all, e));
 }
+
+struct df_k3_mark {
+  df_k3f32_mark *m32; /* the precision of the state it was made for */
+  df_k3f64_mark *m64;
+};
+
+df_k3_mark *df_k3_mark_new(const df_k3_state *s) {
+  df_k3_mark *k = df_xcalloc(1, sizeof *k);
+  if (s->s64) k->m64 = df_k3f64_mark_new(s->s64);
+  else k->m32 = df_k3f32_mark_new(s->s32);
+  return k;
+}
+
+void df_k3_mark_save(df_k3_mark *k, const df_k3_state *s) {
+  if (s->s64) df_k3f64_mark_save(k->m64, s->s64);
+  else df_k3f32_mark_save(k->m32, s->s32);
+}
+
+void df_k3_mark_restore(df_k3_state *s, const df_k3_mark *k) {
+  if (s->s64) df_k3f64_mark_restore(s->s64, k->m64);
+  else df_k3f32_mark_restore(s->s32, k->m32);
+}
+
+size_t df_k3_mark_bytes(const df_k3_state *s) {
+  return DISPATCH(s, df_k3f32_mark_bytes(s->s32), df_k3f64_mark_bytes(s->s64));
+}
+
+void df_k3_mark_free(df_k3_mark *k) {
+  if (!k) return;
+  df_k3f32_mark_free(k->m32);
+  df_k3f64_mark_free(k->m64);
+  free(k);
+}

@@ -19,7 +19,13 @@
   void P##state_set_route_hook(P##st *s, df_k3_route_hook fn, void *ud);                       \
   void P##state_set_cancel(P##st *s, df_k3_cancel_fn fn, void *ud);                            \
   int P##forward(const df_k3_run *r, P##st *s, const int *ids, int T, float *logits_last,      \
-                 float *logits_all, df_err *e);
+                 float *logits_all, df_err *e);                                                \
+  typedef struct P##mark P##mark;                                                              \
+  P##mark *P##mark_new(const P##st *s);                                                        \
+  void P##mark_save(P##mark *k, const P##st *s);                                               \
+  void P##mark_restore(P##st *s, const P##mark *k);                                            \
+  size_t P##mark_bytes(const P##st *s);                                                        \
+  void P##mark_free(P##mark *k);
 
 DF_K3_FWD_DECLARE(df_k3f32_)
 DF_K3_FWD_DECLARE(df_k3f64_)

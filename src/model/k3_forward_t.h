@@ -210,6 +210,67 @@ void N(state_copy)(ST *dst, const ST *src) {
   dst->pos = src->pos;
 }
 
+/* A mark: the recurrent part of a state (KDA matrices and conv windows)
+ * and its position. Restoring it forgets every position after the mark;
+ * the MLA cache needs no copy, since rows past the position are written
+ * before they are read. Speculation rolls a rejected draft back this way:
+ * a fixed cost (the KDA state), not one that grows with the context. */
+struct N(mark) {
+  int pos;
+  R **S, **conv;
+  int n_layers;
+};
+
+N(mark) *N(mark_new)(const ST *s) {
+  const df_config *c = s->m->cfg;
+  N(mark) *k = df_xcalloc(1, sizeof *k);
+  k->n_layers = c->n_layers;
+  k->S = df_xcalloc((size_t)c->n_layers, sizeof *k->S);
+  k->conv = df_xcalloc((size_t)c->n_layers, sizeof *k->conv);
+  for (int l = 0; l < c->n_layers; l++)
+    if (s->kda_S[l]) {
+      k->S[l] = df_xaligned(64, sizeof(R) * kda_s_floats(c));
+      k->conv[l] = df_xaligned(64, sizeof(R) * kda_conv_floats(c));
+    }
+  return k;
+}
+
+void N(mark_save)(N(mark) *k, const ST *s) {
+  const df_config *c = s->m->cfg;
+  for (int l = 0; l < c->n_layers; l++)
+    if (k->S[l]) {
+      memcpy(k->S[l], s->kda_S[l], sizeof(R) * kda_s_floats(c));
+      memcpy(k->conv[l], s->kda_conv[l], sizeof(R) * kda_conv_floats(c));
+    }
+  k->pos = s->pos;
+}
+
+void N(mark_restore)(ST *s, const N(mark) *k) {
+  const df_config *c = s->m->cfg;
+  for (int l = 0; l < c->n_layers; l++)
+    if (k->S[l]) {
+      memcpy(s->kda_S[l], k->S[l], sizeof(R) * kda_s_floats(c));
+      memcpy(s->kda_conv[l], k->conv[l], sizeof(R) * kda_conv_floats(c));
+    }
+  s->pos = k->pos;
+}
+
+size_t N(mark_bytes)(const ST *s) {
+  const df_config *c = s->m->cfg;
+  return (size_t)c->n_kda * (kda_s_floats(c) + kda_conv_floats(c)) * sizeof(R);
+}
+
+void N(mark_free)(N(mark) *k) {
+  if (!k) return;
+  for (int l = 0; l < k->n_layers; l++) {
+    free(k->S[l]);
+    free(k->conv[l]);
+  }
+  free(k->S);
+  free(k->conv);
+  free(k);
+}
+
 void N(state_set_hook)(ST *s, df_k3_layer_hook fn, void *ud) {
   s->hook = fn;
   s->hook_ud = ud;

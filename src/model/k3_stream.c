@@ -204,7 +204,10 @@ static void read_done(df_k3_stream *s, sreq *r) {
      * traces line up (the SVG draws both; tests compare their order) */
     double base = s->store ? df_now() - df_store_clock(s->store) : s->t0;
     df_trace_when w = {1, (s->store ? r->sr.t_enq : r->t_enq) - base,
-                       (s->store ? r->sr.t_take : req->t_start) - base};
+                       (s->store ? r->sr.t_take : req->t_start) - base,
+                       req->t_xfer1 > 0 ? req->t_xfer0 - base : 0,
+                       req->t_xfer1 > 0 ? req->t_xfer1 - base : 0,
+                       req->got > 0 ? (uint64_t)req->got : 0};
     df_trace_read(s->tr, req->t_done - base, unit, -1, s->sec ? r->drive : 0,
                   req->got > 0 ? (uint64_t)req->got : 0, 1, req->t_start - r->t_enq,
                   req->t_done - req->t_start, &w, ok);

@@ -27,9 +27,15 @@ static uint64_t reuse_of(const df_plan_in *in, int ctx) {
   return all < in->reuse_bytes ? all : in->reuse_bytes;
 }
 
-/* Per-sequence memory: the live state and the kept ones. */
+/* Speculation: the rollback mark and the block's logits, and for a self
+ * draft its own state. */
+static uint64_t spec_of(const df_plan_in *in, int ctx) {
+  return in->spec_bytes + (in->spec_self ? state_of(in, ctx) : 0);
+}
+
+/* Per-sequence memory: the live state, the kept ones, speculation's. */
 static uint64_t seq_bytes(const df_plan_in *in, int ctx) {
-  return state_of(in, ctx) + reuse_of(in, ctx);
+  return state_of(in, ctx) + reuse_of(in, ctx) + spec_of(in, ctx);
 }
 
 uint64_t df_plan_state_bytes(const df_config *c, int ctx) {
@@ -177,9 +183,12 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
       }
       if (least == UINT64_MAX) least = base + forced + st, lring = 0; /* nothing can stream */
       free(cand), free(best), free(ord);
-      char kept[96] = "";
+      char kept[192] = "";
       if (in->reuse_bytes)
         snprintf(kept, sizeof kept, " + kept conversation states %.2f MB", mb(reuse_of(in, ctx)));
+      if (in->spec_bytes)
+        snprintf(kept + strlen(kept), sizeof kept - strlen(kept), " + speculation (--draft) %.2f MB",
+                 mb(spec_of(in, ctx)));
       return df_err_set(e,
                         "memory plan: %.2f MB do not fit even with spine layers streamed and "
                         "no expert cache; at least %.2f MB (%" PRIu64 " bytes) are needed (state "

@@ -49,6 +49,8 @@ typedef struct df_plan_in {
   int reuse_states;            /* and at most this many, each a state for ctx positions plus
                                 * its logits (0 = no count limit) */
   int f64;                     /* float64 activations (--precision f64): state and scratch x2 */
+  uint64_t spec_bytes;         /* --draft: the rollback mark and a block's logits */
+  int spec_self;               /* --draft self: a second state of ctx positions too */
 } df_plan_in;
 
 typedef struct df_plan {

@@ -1,5 +1,6 @@
 #include "serve/gentext.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define TEXT_BUF 4096
@@ -17,6 +18,23 @@ void df_gentext_init(df_gentext *g, df_serve_kind kind, const df_tok *tok, int e
   df_tok_stream_init(&g->ts, tok);
   df_stop_init(&g->stop_r, stops, stop_lens, nstop);
   df_stop_init(&g->stop_c, stops, stop_lens, nstop);
+}
+
+void df_gentext_open_response(df_gentext *g) {
+  int open = df_tok_special_id(g->tok, "<|open|>"), sep = df_tok_special_id(g->tok, "<|sep|>");
+  int *ids = NULL;
+  size_t n = 0, cap = 0;
+  df_err e;
+  if (open < 0 || sep < 0 || df_tok_encode(g->tok, "response", 8, &ids, &n, &cap, &e)) {
+    free(ids);
+    return; /* a tokenizer without the K3 markup: there is no think channel to leave */
+  }
+  char buf[64];
+  df_channel ch;
+  df_chat_split_push(&g->split, open, buf, sizeof buf, &ch);
+  for (size_t i = 0; i < n; i++) df_chat_split_push(&g->split, ids[i], buf, sizeof buf, &ch);
+  df_chat_split_push(&g->split, sep, buf, sizeof buf, &ch);
+  free(ids);
 }
 
 void df_gentext_free(df_gentext *g) {

@@ -36,6 +36,10 @@ typedef struct df_gentext {
 void df_gentext_init(df_gentext *g, df_serve_kind kind, const df_tok *tok, int eot_id,
                      char *const *stops, const size_t *stop_lens, int nstop, df_gentext_sink sink,
                      void *ud);
+/* Chat in the release's instruct mode: the generation prompt opened the
+ * response channel, not think, so the splitter is told so (it is fed the
+ * same <|open|>response<|sep|> the prompt ends with). */
+void df_gentext_open_response(df_gentext *g);
 /* One generated id. Returns 1 once a stop sequence has ended the text. */
 int df_gentext_push(df_gentext *g, int id);
 /* End of generation: releases what was held back (unless stopped). */

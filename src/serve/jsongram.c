@@ -5,6 +5,7 @@
 #include "serve/jsongram.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,10 @@ typedef struct node {
   int nkids;
   char **lits; /* N_OBJ: the literal before each value ("{\"k\":", ",\"k2\":"); N_LITS: texts */
   int nlits;
+  long minc, maxc;  /* N_STR: characters, N_ARR: items (maxc -1: no limit) */
+  int bounded;      /* N_NUM / N_INT: lo and hi hold (infinite when absent) */
+  double lo, hi;
+  int xlo, xhi;     /* the bound itself is excluded */
 } node;
 
 struct df_jg {
@@ -35,6 +40,7 @@ static int add_node(df_jg *g, int kind) {
   }
   memset(&g->n[g->nn], 0, sizeof g->n[0]);
   g->n[g->nn].kind = kind;
+  g->n[g->nn].maxc = -1;
   return g->nn++;
 }
 
@@ -91,30 +97,147 @@ void df_jg_free(df_jg *g) {
 
 /* ---- schema compiler ---- */
 
-static int compile(df_jg *g, const json_t *s, const char *path, char *err, size_t errlen, int depth);
+typedef struct cctx {
+  df_jg *g;
+  const json_t *root; /* the schema document: local $ref targets */
+  char *err;
+  size_t errlen;
+  struct {
+    char *ref;
+    int id;
+  } memo[64]; /* $ref targets already compiled (or being compiled: recursion) */
+  int nmemo;
+} cctx;
 
-static int lits_node(df_jg *g, const json_t *values, const char *path, char *err, size_t errlen) {
-  if (json_array_size(values) == 0 || json_array_size(values) > 64) {
-    snprintf(err, errlen, "%s: enum must have 1 to 64 values", path);
-    return -1;
-  }
-  int id = add_node(g, N_LITS);
+static int compile(cctx *c, const json_t *s, const char *path, int depth);
+
+static int fail(cctx *c, const char *fmt, const char *path, const char *what) {
+  snprintf(c->err, c->errlen, fmt, path, what);
+  return -1;
+}
+
+static int lits_node(cctx *c, const json_t *values, const char *path) {
+  if (json_array_size(values) == 0 || json_array_size(values) > 64)
+    return fail(c, "%s: enum must have 1 to 64 values%s", path, "");
+  int id = add_node(c->g, N_LITS);
   size_t i;
   json_t *v;
   json_array_foreach(values, i, v) {
     char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    add_lit(g, id, t ? t : "null");
+    add_lit(c->g, id, t ? t : "null");
     free(t);
   }
   return id;
 }
 
-static int type_node(df_jg *g, const char *t, const json_t *s, const char *path, char *err,
-                     size_t errlen, int depth) {
+/* Keywords that only describe: they constrain nothing the grammar writes. */
+static int annotation(const char *k) {
+  static const char *const a[] = {"title", "description", "default", "examples", "$schema", "$id",
+                                  "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
+                                  "definitions", "discriminator", NULL};
+  for (const char *const *p = a; *p; p++)
+    if (!strcmp(*p, k)) return 1;
+  return 0;
+}
+
+/* The keywords each type enforces (besides type, enum, const, anyOf,
+ * allOf, $ref and the annotations); a schema with any other is refused,
+ * naming the keyword, so no constraint is dropped silently. */
+static int enforced(const char *t, const char *k) {
+  static const char *const num[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                    NULL};
+  static const char *const str[] = {"minLength", "maxLength", NULL};
+  static const char *const arr[] = {"items", "minItems", "maxItems", NULL};
+  /* every listed property is written, so required holds; none other is */
+  static const char *const obj[] = {"properties", "required", "additionalProperties", NULL};
+  const char *const *l = NULL;
+  if (!strcmp(t, "number") || !strcmp(t, "integer")) l = num;
+  else if (!strcmp(t, "string")) l = str;
+  else if (!strcmp(t, "array")) l = arr;
+  else if (!strcmp(t, "object")) l = obj;
+  for (; l && *l; l++)
+    if (!strcmp(*l, k)) return 1;
+  return 0;
+}
+
+static int count_kw(cctx *c, const json_t *s, const char *k, const char *path, long *out) {
+  const json_t *v = json_object_get(s, k);
+  if (!v) return 0;
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1L << 30))
+    return fail(c, "%s.%s must be a non-negative integer", path, k);
+  *out = (long)json_integer_value(v);
+  return 0;
+}
+
+static int bounds(cctx *c, node *n, const json_t *s, const char *path, int integer) {
+  double lo = -INFINITY, hi = INFINITY;
+  int xlo = 0, xhi = 0;
+  static const char *const kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+  for (int i = 0; i < 4; i++) {
+    const json_t *v = json_object_get(s, kw[i]);
+    if (!v) continue;
+    if (i >= 2 && json_is_boolean(v)) { /* draft 4: a flag on minimum / maximum */
+      if (json_is_true(v)) *(i == 2 ? &xlo : &xhi) = 1;
+      continue;
+    }
+    if (!json_is_number(v)) return fail(c, "%s.%s must be a number", path, kw[i]);
+    double x = json_number_value(v);
+    if (i == 0 || i == 2) {
+      if (x > lo || (x == lo && i == 2)) lo = x, xlo = i == 2;
+    } else if (x < hi || (x == hi && i == 3)) {
+      hi = x, xhi = i == 3;
+    }
+  }
+  if (lo == -INFINITY && hi == INFINITY) return 0;
+  if (integer) { /* the integer bounds, inclusive */
+    lo = xlo ? floor(lo) + 1 : ceil(lo);
+    hi = xhi ? ceil(hi) - 1 : floor(hi);
+    xlo = xhi = 0;
+  }
+  if (lo > hi || (lo == hi && (xlo || xhi)))
+    return fail(c, "%s: no %s satisfies its minimum and maximum", path, integer ? "integer" : "number");
+  n->bounded = 1;
+  n->lo = lo;
+  n->hi = hi;
+  n->xlo = xlo;
+  n->xhi = xhi;
+  return 0;
+}
+
+/* Every keyword of s must be an annotation or one that a type of the list
+ * (one type, or a type list's) enforces. */
+static int check_keywords(cctx *c, const json_t *s, const char *const *types, int ntypes,
+                          const char *path) {
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)s, k, v) {
+    if (annotation(k) || !strcmp(k, "type")) continue;
+    int ok = 0;
+    for (int i = 0; i < ntypes && !ok; i++) ok = enforced(types[i], k);
+    if (!ok) return fail(c, "%s: '%s' is not enforced by the constrained decoder", path, k);
+  }
+  return 0;
+}
+
+static int type_node(cctx *c, const char *t, const json_t *s, const char *path, int depth) {
+  df_jg *g = c->g;
   char sub[256];
-  if (!strcmp(t, "string")) return g->str;
-  if (!strcmp(t, "number")) return add_node(g, N_NUM);
-  if (!strcmp(t, "integer")) return add_node(g, N_INT);
+  const char *k;
+  json_t *v;
+  if (!strcmp(t, "string")) {
+    long mn = 0, mx = -1;
+    if (count_kw(c, s, "minLength", path, &mn) || count_kw(c, s, "maxLength", path, &mx)) return -1;
+    if (mx >= 0 && mn > mx) return fail(c, "%s: minLength is above maxLength%s", path, "");
+    if (!mn && mx < 0) return g->str;
+    int id = add_node(g, N_STR);
+    g->n[id].minc = mn;
+    g->n[id].maxc = mx;
+    return id;
+  }
+  if (!strcmp(t, "number") || !strcmp(t, "integer")) {
+    int id = add_node(g, !strcmp(t, "integer") ? N_INT : N_NUM);
+    return bounds(c, &g->n[id], s, path, !strcmp(t, "integer")) ? -1 : id;
+  }
   if (!strcmp(t, "boolean")) {
     int id = add_node(g, N_LITS);
     add_lit(g, id, "true");
@@ -129,24 +252,44 @@ static int type_node(df_jg *g, const char *t, const json_t *s, const char *path,
   if (!strcmp(t, "array")) {
     const json_t *items = json_object_get(s, "items");
     int item = g->any;
+    long mn = 0, mx = -1;
+    if (count_kw(c, s, "minItems", path, &mn) || count_kw(c, s, "maxItems", path, &mx)) return -1;
+    if (mx >= 0 && mn > mx) return fail(c, "%s: minItems is above maxItems%s", path, "");
     if (items) {
       snprintf(sub, sizeof sub, "%s.items", path);
-      if ((item = compile(g, items, sub, err, errlen, depth + 1)) < 0) return -1;
+      if (!json_is_object(items) && !json_is_true(items))
+        return fail(c, "%s must be one schema (tuple forms are not enforced)%s", sub, "");
+      if ((item = compile(c, items, sub, depth + 1)) < 0) return -1;
     }
     int id = add_node(g, N_ARR);
     add_kid(g, id, item);
+    g->n[id].minc = mn;
+    g->n[id].maxc = mx;
     return id;
   }
   if (!strcmp(t, "object")) {
     const json_t *props = json_object_get(s, "properties");
-    if (!props) return add_node(g, N_OBJ_ANY);
-    if (!json_is_object(props)) {
-      snprintf(err, errlen, "%s.properties must be an object", path);
-      return -1;
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    const json_t *req = json_object_get(s, "required");
+    if (req) {
+      size_t i;
+      json_t *r;
+      if (!json_is_array(req)) return fail(c, "%s.required must be an array%s", path, "");
+      json_array_foreach(req, i, r) {
+        if (!json_is_string(r) || !json_object_get(props, json_string_value(r)))
+          return fail(c, "%s.required names '%.100s', which is not in properties", path,
+                      json_is_string(r) ? json_string_value(r) : "?");
+      }
     }
+    if (!props) {
+      /* any object: its values would follow nothing but the schema's own
+       * additionalProperties, which the grammar does not read */
+      if (addl && !json_is_true(addl) && !(json_is_object(addl) && !json_object_size(addl)))
+        return fail(c, "%s: 'additionalProperties' without properties is not enforced%s", path, "");
+      return add_node(g, N_OBJ_ANY);
+    }
+    if (!json_is_object(props)) return fail(c, "%s.properties must be an object%s", path, "");
     int id = add_node(g, N_OBJ);
-    const char *k;
-    json_t *v;
     int first = 1;
     json_object_foreach((json_t *)props, k, v) {
       json_t *key = json_string(k);
@@ -156,7 +299,7 @@ static int type_node(df_jg *g, const char *t, const json_t *s, const char *path,
       sprintf(lit, "%s%s:", first ? "{" : ",", kj);
       free(kj);
       snprintf(sub, sizeof sub, "%s.properties.%.100s", path, k);
-      int kid = compile(g, v, sub, err, errlen, depth + 1);
+      int kid = compile(c, v, sub, depth + 1);
       if (kid < 0) {
         free(lit);
         return -1;
@@ -168,73 +311,145 @@ static int type_node(df_jg *g, const char *t, const json_t *s, const char *path,
     }
     return id;
   }
-  snprintf(err, errlen, "%s: type '%s' is not supported", path, t);
-  return -1;
+  return fail(c, "%s: type '%s' is not supported", path, t);
 }
 
-static int compile(df_jg *g, const json_t *s, const char *path, char *err, size_t errlen, int depth) {
-  if (depth > DF_JM_DEPTH / 2 - 2) {
-    snprintf(err, errlen, "%s: the schema nests too deeply", path);
-    return -1;
-  }
+/* A local $ref: "#", "#/$defs/NAME" or "#/definitions/NAME". Each target is
+ * compiled once; a union of one placeholder kid stands for it while it is
+ * being compiled, so a recursive schema refers to itself. */
+static int ref_node(cctx *c, const char *ref, const char *path, int depth) {
+  for (int i = 0; i < c->nmemo; i++)
+    if (!strcmp(c->memo[i].ref, ref)) return c->memo[i].id;
+  const json_t *t = NULL;
+  if (!strcmp(ref, "#")) t = c->root;
+  else if (!strncmp(ref, "#/$defs/", 8)) t = json_object_get(json_object_get(c->root, "$defs"), ref + 8);
+  else if (!strncmp(ref, "#/definitions/", 14))
+    t = json_object_get(json_object_get(c->root, "definitions"), ref + 14);
+  else return fail(c, "%s: '$ref' '%.100s' is not a local #/$defs/ or #/definitions/ reference", path, ref);
+  if (!t) return fail(c, "%s: '$ref' '%.100s' names no definition", path, ref);
+  if (c->nmemo == 64) return fail(c, "%s: more than 64 referenced definitions%s", path, "");
+  int id = add_node(c->g, N_UNION);
+  c->memo[c->nmemo].ref = df_xstrdup(ref);
+  c->memo[c->nmemo++].id = id;
+  char sub[256];
+  snprintf(sub, sizeof sub, "%.200s", ref);
+  int kid = compile(c, t, sub, depth + 1);
+  if (kid < 0) return -1;
+  add_kid(c->g, id, kid);
+  return id;
+}
+
+static int compile(cctx *c, const json_t *s, const char *path, int depth) {
+  df_jg *g = c->g;
+  if (depth > DF_JM_DEPTH / 2 - 2) return fail(c, "%s: the schema nests too deeply%s", path, "");
   if (json_is_true(s)) return g->any;
-  if (!json_is_object(s)) {
-    snprintf(err, errlen, "%s must be a schema object", path);
-    return -1;
+  if (!json_is_object(s)) return fail(c, "%s must be a schema object%s", path, "");
+  const json_t *nullable = json_object_get(s, "nullable");
+  if (nullable) {
+    /* OpenAPI's nullable (zod writes it for a nullable number): the schema
+     * without it, or null */
+    if (!json_is_boolean(nullable)) return fail(c, "%s.nullable must be a boolean%s", path, "");
+    json_t *rest = json_copy((json_t *)s);
+    json_object_del(rest, "nullable");
+    int kid = compile(c, rest, path, depth + 1);
+    json_decref(rest);
+    if (kid < 0 || !json_is_true(nullable)) return kid;
+    int id = add_node(g, N_UNION), null = add_node(g, N_LITS);
+    add_lit(g, null, "null");
+    add_kid(g, id, kid);
+    add_kid(g, id, null);
+    return id;
   }
-  static const char *const refused[] = {"$ref", "oneOf", "allOf", "not", "if", "pattern",
-                                        "patternProperties", "format", NULL};
-  for (const char *const *r = refused; *r; r++)
-    if (json_object_get(s, *r)) {
-      snprintf(err, errlen, "%s: '%s' is not supported by the constrained decoder", path, *r);
-      return -1;
+  const json_t *ref = json_object_get(s, "$ref"), *all = json_object_get(s, "allOf");
+  const json_t *e = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+  const json_t *any = json_object_get(s, "anyOf");
+  const json_t *t = json_object_get(s, "type");
+  const char *k;
+  json_t *v;
+  if (ref || all || e || cn) {
+    /* these stand for the whole value: beside them only annotations (and a
+     * type, which an enum's or const's values already are) */
+    json_object_foreach((json_t *)s, k, v) {
+      if (annotation(k) || (v == ref || v == all || v == e || v == cn)) continue;
+      if ((e || cn) && !ref && !all && !strcmp(k, "type")) continue;
+      return fail(c, "%s: '%s' beside $ref, allOf, enum or const is not enforced", path, k);
     }
-  const json_t *e = json_object_get(s, "enum"), *c = json_object_get(s, "const");
+    if ((ref ? 1 : 0) + (all ? 1 : 0) + (e ? 1 : 0) + (cn ? 1 : 0) > 1)
+      return fail(c, "%s: only one of $ref, allOf, enum and const may be given%s", path, "");
+  }
+  if (ref) {
+    if (!json_is_string(ref)) return fail(c, "%s.$ref must be a string%s", path, "");
+    return ref_node(c, json_string_value(ref), path, depth);
+  }
+  if (all) {
+    char sub[256];
+    if (!json_is_array(all) || json_array_size(all) != 1)
+      return fail(c, "%s: 'allOf' is enforced with one schema only%s", path, "");
+    snprintf(sub, sizeof sub, "%s.allOf[0]", path);
+    return compile(c, json_array_get(all, 0), sub, depth + 1);
+  }
   if (e) {
-    if (!json_is_array(e)) {
-      snprintf(err, errlen, "%s.enum must be an array", path);
-      return -1;
-    }
-    return lits_node(g, e, path, err, errlen);
+    if (!json_is_array(e)) return fail(c, "%s.enum must be an array%s", path, "");
+    return lits_node(c, e, path);
   }
-  if (c) {
+  if (cn) {
     json_t *one = json_array();
-    json_array_append((json_t *)one, (json_t *)c);
-    int id = lits_node(g, one, path, err, errlen);
+    json_array_append((json_t *)one, (json_t *)cn);
+    int id = lits_node(c, one, path);
     json_decref(one);
     return id;
   }
-  const json_t *any = json_object_get(s, "anyOf");
-  const json_t *t = json_object_get(s, "type");
   char sub[256];
-  if (any || json_is_array(t)) {
-    const json_t *alts = any ? any : t;
-    if (!json_is_array(alts) || !json_array_size(alts)) {
-      snprintf(err, errlen, "%s: anyOf / type lists must be non-empty arrays", path);
-      return -1;
+  if (any) {
+    json_object_foreach((json_t *)s, k, v) {
+      if (annotation(k) || v == any) continue;
+      return fail(c, "%s: '%s' beside anyOf is not enforced (put it in the alternatives)", path, k);
     }
+    if (!json_is_array(any) || !json_array_size(any))
+      return fail(c, "%s: anyOf must be a non-empty array%s", path, "");
     int id = add_node(g, N_UNION);
     size_t i;
     json_t *a;
-    json_array_foreach(alts, i, a) {
-      snprintf(sub, sizeof sub, "%s.%s[%zu]", path, any ? "anyOf" : "type", i);
-      int kid = any ? compile(g, a, sub, err, errlen, depth + 1)
-                    : (json_is_string(a) ? type_node(g, json_string_value(a), s, sub, err, errlen, depth)
-                                         : -1);
-      if (kid < 0) {
-        if (!any && !json_is_string(a)) snprintf(err, errlen, "%s must be a type name", sub);
-        return -1;
-      }
+    json_array_foreach(any, i, a) {
+      snprintf(sub, sizeof sub, "%s.anyOf[%zu]", path, i);
+      int kid = compile(c, a, sub, depth + 1);
+      if (kid < 0) return -1;
       add_kid(g, id, kid);
     }
     return id;
   }
-  if (!t) return g->any;
-  if (!json_is_string(t)) {
-    snprintf(err, errlen, "%s.type must be a string or an array of strings", path);
-    return -1;
+  if (json_is_array(t)) {
+    if (!json_array_size(t) || json_array_size(t) > 8)
+      return fail(c, "%s: the type list must have 1 to 8 names%s", path, "");
+    const char *names[8];
+    for (size_t i = 0; i < json_array_size(t); i++) {
+      names[i] = json_string_value(json_array_get(t, i));
+      if (!names[i]) return fail(c, "%s.type must list type names%s", path, "");
+    }
+    if (check_keywords(c, s, names, (int)json_array_size(t), path)) return -1;
+    int id = add_node(g, N_UNION);
+    size_t i;
+    json_t *a;
+    json_array_foreach(t, i, a) {
+      snprintf(sub, sizeof sub, "%s.type[%zu]", path, i);
+      if (!json_is_string(a)) return fail(c, "%s must be a type name%s", sub, "");
+      int kid = type_node(c, json_string_value(a), s, sub, depth);
+      if (kid < 0) return -1;
+      add_kid(g, id, kid);
+    }
+    return id;
   }
-  return type_node(g, json_string_value(t), s, path, err, errlen, depth);
+  if (!t) {
+    json_object_foreach((json_t *)s, k, v) {
+      if (annotation(k)) continue;
+      return fail(c, "%s: '%s' without a type is not enforced", path, k);
+    }
+    return g->any;
+  }
+  if (!json_is_string(t)) return fail(c, "%s.type must be a string or an array of strings%s", path, "");
+  const char *one = json_string_value(t);
+  if (check_keywords(c, s, &one, 1, path)) return -1;
+  return type_node(c, one, s, path, depth);
 }
 
 df_jg *df_jg_schema(const char *schema_json, size_t len, char *err, size_t errlen) {
@@ -245,14 +460,19 @@ df_jg *df_jg_schema(const char *schema_json, size_t len, char *err, size_t errle
     return NULL;
   }
   df_jg *g = base();
-  g->root = compile(g, s, "schema", err, errlen, 0);
+  cctx c = {.g = g, .root = s, .err = err, .errlen = errlen};
+  g->root = compile(&c, s, "schema", 0);
+  for (int i = 0; i < c.nmemo; i++) free(c.memo[i].ref);
   json_decref(s);
   if (g->root < 0) {
     df_jg_free(g);
     return NULL;
   }
-  /* the document is one object */
-  int k = g->n[g->root].kind;
+  /* the document is one object (a $ref to one included) */
+  int r = g->root;
+  for (int hop = 0; hop < 64 && g->n[r].kind == N_UNION && g->n[r].nkids == 1; hop++)
+    r = g->n[r].kids[0];
+  int k = g->n[r].kind;
   if (k != N_OBJ && k != N_OBJ_ANY) {
     snprintf(err, errlen, "schema: the top level must be an object");
     df_jg_free(g);
@@ -305,6 +525,59 @@ static int starts(const df_jg *g, int id, int c, int depth) {
 
 enum { TAKE, REFUSE, REFEED, END_TAKE, END_REFEED };
 
+/* Bounded numbers. The digits so far are the mantissa x (exact below 2^53)
+ * with idx of them after the point; phase as in step(). 1 if some way to
+ * go on (or to end here) gives a value within the node's bounds. */
+static int in_range(const node *n, double v) {
+  if (v < n->lo || (n->xlo && v == n->lo)) return 0;
+  if (v > n->hi || (n->xhi && v == n->hi)) return 0;
+  return 1;
+}
+
+/* [L, H] (each end excluded if its flag is set) meets the node's bounds */
+static int overlaps(const node *n, double L, int Lx, double H, int Hx) {
+  double lo = L, hi = H;
+  int lox = Lx, hix = Hx;
+  if (n->lo > lo || (n->lo == lo && n->xlo)) lo = n->lo, lox = n->xlo || (n->lo == L && Lx);
+  if (n->hi < hi || (n->hi == hi && n->xhi)) hi = n->hi, hix = n->xhi || (n->hi == H && Hx);
+  return lo < hi || (lo == hi && !lox && !hix);
+}
+
+/* the magnitudes from a up to b (b excluded if bx), with the frame's sign */
+static int meets(const node *n, double a, double b, int bx, int neg) {
+  return neg ? overlaps(n, -b, bx, -a, 0) : overlaps(n, a, 0, b, bx);
+}
+
+static int num_feasible(const node *n, const df_jm_frame *f, int phase) {
+  int integer = n->kind == N_INT;
+  double x = f->x;
+  switch (phase) {
+    case 0: return 1;
+    case 1: /* a minus sign: some negative value (or -0) must be allowed */
+      return n->lo < 0 || (n->lo == 0 && !n->xlo);
+    case 3: return integer ? in_range(n, 0) : meets(n, 0, 1, 1, f->neg);
+    case 2: {
+      /* more digits may follow: x * 10^k up to (x + 1) * 10^k */
+      double top = f->neg ? -n->lo : n->hi; /* the largest magnitude allowed */
+      if (top == INFINITY) return 1;
+      for (double m = 1; x * m <= top && m < 1e300; m *= 10)
+        if (integer ? meets(n, x * m, (x + 1) * m - 1, 0, f->neg) : meets(n, x * m, (x + 1) * m, 1, f->neg))
+          return 1;
+      return 0;
+    }
+    default: { /* after the point: idx fraction digits */
+      double p = pow(10, f->idx);
+      return meets(n, x / p, (x + 1) / p, 1, f->neg);
+    }
+  }
+}
+
+/* The value written, once the number ends. */
+static double num_value(const df_jm_frame *f) {
+  double v = f->x / pow(10, f->idx);
+  return f->neg ? -v : v;
+}
+
 /* One byte for the top frame. REFEED: the frame changed (a union chose, a
  * value was pushed) and the byte goes to the new top. */
 static int step(df_jm *m, int c) {
@@ -322,6 +595,16 @@ static int step(df_jm *m, int c) {
         }
       return REFUSE;
     case N_STR:
+      if (f->phase == 1 && !f->idx && c != '"') {
+        /* A character starts (an escape counts as one). JSON Schema counts
+         * characters, JavaScript validators (zod) UTF-16 units, in which a
+         * character past U+FFFF is two: maxLength holds for both counts,
+         * minLength for characters (so for units too). */
+        long w = c >= 0xF0 ? 2 : 1;
+        if (n->maxc >= 0 && f->units + w > n->maxc) return REFUSE;
+        f->count++;
+        f->units += w;
+      }
       switch (f->phase) {
         case 0: return c == '"' ? (f->phase = 1, TAKE) : REFUSE;
         case 1:
@@ -338,7 +621,7 @@ static int step(df_jm *m, int c) {
             f->idx--;
             return TAKE;
           }
-          if (c == '"') return END_TAKE;
+          if (c == '"') return f->count < n->minc ? REFUSE : END_TAKE;
           if (c == '\\') return f->phase = 2, TAKE;
           if (c < 0x20) return REFUSE;
           if (c < 0x80) return TAKE;
@@ -355,6 +638,45 @@ static int step(df_jm *m, int c) {
       }
     case N_NUM:
     case N_INT: {
+      if (n->bounded) {
+        /* the same steps on a copy; then the bounds decide */
+        df_jm_frame t = *f;
+        int r = REFUSE;
+        int integer = n->kind == N_INT;
+        switch (t.phase) {
+          case 0:
+            if (c == '-') {
+              t.neg = 1;
+              t.phase = 1;
+              r = TAKE;
+              break;
+            }
+            /* fall through */
+          case 1:
+            if (isdig(c)) t.x = c - '0', t.phase = c == '0' ? 3 : 2, r = TAKE;
+            break;
+          case 2:
+            if (isdig(c)) {
+              if (t.x >= 1e15) break; /* past what a double holds exactly */
+              t.x = t.x * 10 + (c - '0');
+              r = TAKE;
+              break;
+            }
+            /* fall through */
+          case 3:
+            if (!integer && c == '.') t.phase = 4, r = TAKE;
+            else r = in_range(n, num_value(&t)) ? END_REFEED : REFUSE;
+            break;
+          case 4:
+          case 5:
+            if (isdig(c) && t.x < 1e15) t.x = t.x * 10 + (c - '0'), t.idx++, t.phase = 5, r = TAKE;
+            else if (!isdig(c) && t.phase == 5) r = in_range(n, num_value(&t)) ? END_REFEED : REFUSE;
+            break;
+        }
+        if (r == TAKE && !num_feasible(n, &t, t.phase)) return REFUSE;
+        *f = t;
+        return r;
+      }
       int integer = n->kind == N_INT;
       switch (f->phase) {
         case 0:
@@ -443,14 +765,16 @@ static int step(df_jm *m, int c) {
       switch (f->phase) {
         case 0: return c == '[' ? (f->phase = 1, TAKE) : REFUSE;
         case 1:
-          if (c == ']') return END_TAKE;
+          if (c == ']') return n->minc > 0 ? REFUSE : END_TAKE;
           /* fall through */
         case 3:
+          if (n->maxc >= 0 && f->count >= n->maxc) return REFUSE;
+          f->count++;
           f->phase = 2;
           return push(m, n->kids[0]) ? REFEED : REFUSE;
         default: /* 2: after an item */
-          if (c == ',') return f->phase = 3, TAKE;
-          return c == ']' ? END_TAKE : REFUSE;
+          if (c == ',') return n->maxc >= 0 && f->count >= n->maxc ? REFUSE : (f->phase = 3, TAKE);
+          return c == ']' && f->count >= n->minc ? END_TAKE : REFUSE;
       }
   }
   return REFUSE;

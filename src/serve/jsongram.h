@@ -1,9 +1,14 @@
 /* Structured output: a byte-level matcher for JSON text that must be one
  * object (response_format json_object) or follow a JSON schema
- * (json_schema; the subset OpenAI's strict mode uses: objects with their
- * properties in the schema's order, all required, no others; arrays;
- * strings, numbers, integers, booleans, null; enum and const; anyOf of
- * those). Strings are valid UTF-8 and use the short escapes only (no
+ * (json_schema: objects with their properties in the schema's order, all
+ * of them written, no others; arrays with minItems / maxItems; strings with
+ * minLength / maxLength; numbers and integers with minimum / maximum /
+ * exclusiveMinimum / exclusiveMaximum (a bounded number is written without
+ * an exponent); booleans, null; enum and const; anyOf and type lists
+ * (nullable fields); allOf of one schema; local $ref into $defs /
+ * definitions, recursion included). Every other keyword that constrains a
+ * value is refused by name; annotations (title, description, default, ...)
+ * are ignored. Strings are valid UTF-8 and use the short escapes only (no
  * \uXXXX: a model writes the character). The server masks every token whose bytes would leave the text no
  * longer a prefix of an accepted document, so greedy decoding stays exact
  * within the constraint. The text is compact: no white space between
@@ -27,6 +32,10 @@ typedef struct df_jm_frame {
   int phase; /* where inside that node */
   int idx;   /* property / literal position */
   uint64_t cand; /* enum / anyOf: alternatives still possible */
+  long count;    /* strings: characters; arrays: items */
+  long units;    /* strings: UTF-16 code units (maxLength counts these too: see jsongram.c) */
+  double x, sc;  /* bounded numbers: the magnitude so far, the next fraction digit's weight */
+  int neg;       /* bounded numbers: a minus sign was written */
 } df_jm_frame;
 
 /* A matcher: plain data, copied by value to try a token. */

@@ -60,6 +60,9 @@ void df_serve_req_free(df_serve_req *r) {
   free(r->prompt_ids);
   free(r->bias);
   df_jg_free(r->grammar);
+  df_tg_free(r->toolgram);
+  for (int i = 0; i < r->ntool_args; i++) df_jg_free(r->tool_args[i]);
+  free(r->tool_args);
   memset(r, 0, sizeof *r);
 }
 
@@ -162,7 +165,7 @@ static int parse_prompt(df_serve_req *r, const json_t *v, const df_serve_limits 
 /* ---- small groups ---- */
 
 int df_serve_effort(const char *s, df_effort *out) {
-  if (!strcmp(s, "none") || !strcmp(s, "minimal")) {
+  if (!strcmp(s, "minimal")) {
     *out = DF_EFFORT_LOW;
     return 0;
   }
@@ -244,6 +247,40 @@ static int parse_stream_options(df_serve_req *r, const json_t *v, df_serve_err *
       if (b) return df_req_unsupported(p, "streams are not obfuscated", e);
     } else {
       return BAD(e, p, "unrecognized field '%s' in stream_options", k);
+    }
+  }
+  return 0;
+}
+
+/* chat_template_kwargs (vLLM, SGLang): the K3 template's own switches.
+ * thinking: false renders the instruct mode; thinking_effort names the
+ * effort message's level as the template does (low, high, max). Any other
+ * key is refused by name: a switch the template would read must not be
+ * dropped silently. */
+static int parse_template_kwargs(df_serve_req *r, const json_t *v, int *effort_set,
+                                 df_serve_err *e) {
+  if (!json_is_object(v))
+    return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object, not %s",
+               df_req_json_kind(v));
+  const char *k;
+  json_t *x;
+  char p[160];
+  json_object_foreach((json_t *)v, k, x) {
+    snprintf(p, sizeof p, "chat_template_kwargs.%.64s", k);
+    if (json_is_null(x)) continue;
+    if (!strcmp(k, "thinking") || !strcmp(k, "enable_thinking")) {
+      /* enable_thinking: the name other templates (Qwen, GLM) use for the same switch */
+      if (df_req_want_bool(x, p, &r->thinking, e)) return -1;
+    } else if (!strcmp(k, "thinking_effort")) {
+      if (df_req_want_str(x, p, e)) return -1;
+      const char *s = json_string_value(x);
+      if (!strcmp(s, "low")) r->effort = DF_EFFORT_LOW;
+      else if (!strcmp(s, "high")) r->effort = DF_EFFORT_HIGH;
+      else if (!strcmp(s, "max")) r->effort = DF_EFFORT_MAX;
+      else return BAD(e, p, "'%s' '%.32s' is not one the template accepts (low, high, max)", p, s);
+      *effort_set = 1;
+    } else {
+      return df_req_unsupported(p, "the K3 template reads thinking and thinking_effort", e);
     }
   }
   return 0;
@@ -339,7 +376,7 @@ static int is_known(df_serve_kind kind, const char *k) {
                                        "logprobs", "top_k", "min_p", "repeat_penalty", NULL};
   static const char *const chat[] = {"max_completion_tokens", "reasoning_effort",
                                      "safety_identifier", "prompt_cache_key", "top_logprobs",
-                                     NULL};
+                                     "chat_template_kwargs", NULL};
   for (const char *const *p = common; *p; p++)
     if (!strcmp(*p, k)) return 1;
   if (kind == DF_SERVE_CHAT)
@@ -357,6 +394,9 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
   out->repeat_penalty = 1;
   out->n = 1;
   out->effort = DF_EFFORT_MAX;
+  out->thinking = 1;
+  out->parallel_tool_calls = 1;
+  int effort_none = 0, effort_set = 0;
   if (!df_utf8_valid(body, len)) {
     BAD(err, NULL, "the request body is not valid UTF-8");
     return -1;
@@ -397,13 +437,19 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "reasoning_effort")) {
       if (df_req_want_str(v, k, err)) goto done;
       const char *s = json_string_value(v);
-      if (df_serve_effort(s, &out->effort)) {
+      if (!strcmp(s, "none")) {
+        effort_none = 1;
+      } else if (df_serve_effort(s, &out->effort)) {
         BAD(err, k,
             "'reasoning_effort' '%s' is not supported (none, minimal, low, medium, high, xhigh, "
             "max)",
             s);
         goto done;
+      } else {
+        effort_set = 1;
       }
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "chat_template_kwargs")) {
+      if (parse_template_kwargs(out, v, &effort_set, err)) goto done;
     } else if (!strcmp(k, "temperature")) {
       if (want_num(v, k, 0, 2, &out->temperature, err)) goto done;
     } else if (!strcmp(k, "top_p")) {
@@ -420,15 +466,9 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tools")) {
       if (df_req_parse_tools(out, v, err)) goto done;
     } else if (kind == DF_SERVE_CHAT && !strcmp(k, "tool_choice")) {
-      const char *c = json_is_string(v) ? json_string_value(v) : NULL;
-      if (c && !strcmp(c, "auto")) out->tool_choice = DF_TOOL_CHOICE_AUTO;
-      else if (c && !strcmp(c, "none")) out->tool_choice = DF_TOOL_CHOICE_NONE;
-      else if (c && !strcmp(c, "required")) out->tool_choice = DF_TOOL_CHOICE_REQUIRED;
-      else {
-        df_req_unsupported(k, "\"auto\", \"none\" or \"required\" (naming one function cannot be "
-                       "enforced)", err);
-        goto done;
-      }
+      if (df_req_parse_tool_choice(out, v, err)) goto done;
+    } else if (kind == DF_SERVE_CHAT && !strcmp(k, "parallel_tool_calls")) {
+      if (df_req_want_bool(v, k, &out->parallel_tool_calls, err)) goto done;
     } else if (!strcmp(k, "n")) {
       long long x;
       if (want_int(v, k, 1, DF_SERVE_MAX_N, &x, err)) goto done;
@@ -505,6 +545,22 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
     }
     if (parse_prompt(out, prompt, lim, err)) goto done;
   }
+  if (effort_none) {
+    if (json_is_true(json_object_get(json_object_get(root, "chat_template_kwargs"), "thinking"))) {
+      BAD(err, "reasoning_effort",
+          "'reasoning_effort' \"none\" turns thinking off; chat_template_kwargs.thinking is true");
+      goto done;
+    }
+    out->thinking = 0;
+  }
+  if (!out->thinking) {
+    /* the release's instruct mode: only its encoder renders it */
+    out->use_render = 1;
+    if (effort_set && !effort_none) {
+      BAD(err, "reasoning_effort", "a thinking effort needs thinking; it is turned off");
+      goto done;
+    }
+  }
   if (mt >= 0 && mct >= 0 && mt != mct) {
     BAD(err, "max_completion_tokens",
         "'max_tokens' and 'max_completion_tokens' disagree; send only one");
@@ -522,6 +578,8 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
                        err);
     goto done;
   }
+  if (kind == DF_SERVE_CHAT && df_req_build_toolgram(out, json_object_get(root, "tools"), err))
+    goto done;
   if (out->tools_json && out->nstop) {
     df_req_unsupported("stop", "stop sequences together with tools", err);
     goto done;
@@ -565,3 +623,11 @@ int df_serve_check_context(const df_serve_req *r, long nprompt, long max_pos, df
   return 0;
 }
 
+
+long df_serve_max_new(const df_serve_req *r, long nprompt, long max_pos, long dflt) {
+  if (r->max_tokens > 0) return r->max_tokens; /* checked against the context already */
+  long room = max_pos - nprompt;
+  long n = r->kind == DF_SERVE_COMPLETION ? DF_SERVE_COMPLETION_DEFAULT_MAX : room;
+  if (dflt > 0 && dflt < n) n = dflt;
+  return n < room ? n : room;
+}

@@ -11,6 +11,7 @@
 
 #include "engine/sample.h"
 #include "serve/jsongram.h"
+#include "serve/toolgram.h"
 #include "tokenizer/chat.h"
 
 #define DF_SERVE_MAX_STOP 16    /* OpenAI allows 4; llama.cpp-style clients send more */
@@ -45,7 +46,9 @@ typedef struct df_serve_req {
   /* chat */
   df_chat_msg *msgs;
   size_t nmsgs;
-  df_effort effort; /* default max (K3 always reasons) */
+  df_effort effort; /* default max */
+  int thinking;     /* 1 (default): think mode; 0: the release's instruct mode, no reasoning
+                       (chat_template_kwargs.thinking false, reasoning_effort "none") */
   /* completion: text prompt, or token ids when the prompt was given as ids */
   char *prompt;
   size_t prompt_len;
@@ -53,7 +56,7 @@ typedef struct df_serve_req {
   size_t nprompt_ids;
   int prompt_is_ids;
   /* common */
-  long max_tokens;             /* -1: until the context is full */
+  long max_tokens;             /* -1: not sent (df_serve_max_new decides) */
   const char *max_tokens_param; /* which field set it (for context errors) */
   int stream, include_usage;
   double temperature; /* 0 = greedy (the default) */
@@ -75,7 +78,12 @@ typedef struct df_serve_req {
    * output parsed for tool calls (df_chat_parser) */
   char *tools_json;       /* the request's tools array, compact JSON; NULL: none */
   size_t tools_len;
-  df_tool_choice tool_choice;
+  df_tool_choice tool_choice;  /* a named function renders as required */
+  char *tool_choice_name; /* tool_choice {"type":"function","function":{"name"}}; NULL: none */
+  int parallel_tool_calls;     /* default 1; 0: the reply ends after its first call */
+  df_tg *toolgram;        /* none / required / named / one call, enforced while decoding */
+  df_jg **tool_args;      /* the forced tools' argument grammars (toolgram points at them) */
+  int ntool_args;
   int use_render;         /* tools, tool calls in the history, or structured output */
   df_jg *grammar;         /* response_format json_object / json_schema: the constraint */
   int logprobs;           /* return the chosen tokens' log-probabilities */
@@ -86,8 +94,9 @@ typedef struct df_serve_req {
 } df_serve_req;
 
 /* The release's efforts for what OpenAI's SDK allows in reasoning_effort:
- * none and minimal -> low (K3 always reasons; low is its least), low, medium,
- * high as named, xhigh and max -> max. -1 for anything else. */
+ * minimal -> low (low is K3's least), low, medium, high as named, xhigh and
+ * max -> max. -1 for anything else ("none" is not an effort: it turns
+ * thinking off, which df_serve_parse handles). */
 int df_serve_effort(const char *s, df_effort *out);
 
 /* Parses and validates body (len bytes, not necessarily NUL-terminated).
@@ -97,14 +106,24 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
                    df_serve_req *out, df_serve_err *err);
 void df_serve_req_free(df_serve_req *r);
 
-/* POST /tokenize: {"content": string, "with_pieces"?: bool, "parse_special"?:
- * bool (special-token text becomes their ids; default false)}. *text points
- * into *owned (free it). */
+/* POST /tokenize, llama-server's shape: {"content": string, "with_pieces"?:
+ * bool, "parse_special"?: bool (special-token text becomes their ids;
+ * default false), "add_special"?: bool (K3 adds no BOS: no effect),
+ * "model"?: string}. *text points into *owned (free it). */
 int df_serve_parse_tokenize(const char *body, size_t len, char **owned, size_t *text_len,
                             int *with_pieces, int *parse_special, df_serve_err *err);
-/* POST /detokenize: {"tokens": [ids below vocab]}; *ids malloc'd. */
+/* POST /detokenize: {"tokens": [ids below vocab], "model"?: string}; *ids malloc'd. */
 int df_serve_parse_detokenize(const char *body, size_t len, int vocab, int **ids, size_t *n,
                               df_serve_err *err);
+
+/* OpenAI's default for /v1/completions when max_tokens is absent. */
+#define DF_SERVE_COMPLETION_DEFAULT_MAX 16
+
+/* The number of new tokens a request may generate: its max_tokens when set;
+ * otherwise 16 for a completion (OpenAI's default) and the rest of the
+ * context for chat, either capped by dflt (--max-tokens-default; 0: none)
+ * and never past the context. */
+long df_serve_max_new(const df_serve_req *r, long nprompt, long max_pos, long dflt);
 
 /* Checks the encoded prompt length (and max_tokens) against the context
  * limit: 400 naming the limit. */

@@ -161,6 +161,86 @@ int df_req_parse_tools(df_serve_req *r, const json_t *v, df_serve_err *e) {
   return 0;
 }
 
+/* "auto", "none", "required", or one function: {"type":"function",
+ * "function":{"name":N}} (Chat Completions) or {"type":"function","name":N}
+ * (the Responses API's shape). */
+int df_req_parse_tool_choice(df_serve_req *r, const json_t *v, df_serve_err *e) {
+  if (json_is_string(v)) {
+    const char *c = json_string_value(v);
+    if (!strcmp(c, "auto")) r->tool_choice = DF_TOOL_CHOICE_AUTO;
+    else if (!strcmp(c, "none")) r->tool_choice = DF_TOOL_CHOICE_NONE;
+    else if (!strcmp(c, "required")) r->tool_choice = DF_TOOL_CHOICE_REQUIRED;
+    else return BAD(e, "tool_choice", "'tool_choice' must be auto, none, required or a function");
+    return 0;
+  }
+  json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
+  if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+    return BAD(e, "tool_choice",
+               "'tool_choice' must be auto, none, required or {\"type\":\"function\",\"function\":"
+               "{\"name\":...}}");
+  json_t *fn = json_object_get(v, "function");
+  json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : json_object_get(v, "name");
+  if (!json_is_string(name) || !json_string_length(name))
+    return BAD(e, "tool_choice.function.name", "'tool_choice.function.name' must be a non-empty string");
+  r->tool_choice_name = df_req_own_json_str(r, name, NULL);
+  r->tool_choice = DF_TOOL_CHOICE_REQUIRED; /* the release's template knows no named choice */
+  return 0;
+}
+
+/* The decoding constraint for tool_choice none / required / a named
+ * function and parallel_tool_calls false (serve/toolgram.h). A forced
+ * call's arguments follow its tool's parameters, so those must be a schema
+ * the constrained decoder enforces: otherwise 400 naming the tool. */
+int df_req_build_toolgram(df_serve_req *r, const json_t *tools, df_serve_err *e) {
+  if (!r->tools_json) {
+    if (r->tool_choice_name)
+      return BAD(e, "tool_choice", "'tool_choice' names the function '%.100s' but no tools are given",
+                 r->tool_choice_name);
+    if (r->tool_choice == DF_TOOL_CHOICE_REQUIRED)
+      return BAD(e, "tool_choice", "'tool_choice' \"required\" needs 'tools'");
+    return 0;
+  }
+  int forbid = r->tool_choice == DF_TOOL_CHOICE_NONE;
+  int force = r->tool_choice == DF_TOOL_CHOICE_REQUIRED;
+  int one = !forbid && (!r->parallel_tool_calls || r->tool_choice_name);
+  if (!forbid && !force && !one) return 0;
+  const char *names[DF_TG_MAX_TOOLS];
+  int n = 0;
+  if (force) {
+    size_t i;
+    json_t *t;
+    r->tool_args = df_xcalloc(DF_TG_MAX_TOOLS, sizeof *r->tool_args);
+    json_array_foreach(tools, i, t) {
+      json_t *fn = json_object_get(t, "function");
+      const char *name = json_string_value(json_object_get(fn, "name"));
+      if (r->tool_choice_name && strcmp(name, r->tool_choice_name)) continue;
+      if (n == DF_TG_MAX_TOOLS)
+        return df_req_unsupported("tool_choice", "\"required\" with more than 64 tools", e);
+      json_t *params = json_object_get(fn, "parameters");
+      char why[256] = "", p[160];
+      snprintf(p, sizeof p, "tools[%zu].function.parameters", i);
+      if (!params || json_is_null(params)) {
+        r->tool_args[n] = df_jg_object();
+      } else {
+        char *text = json_dumps(params, JSON_COMPACT);
+        r->tool_args[n] = text ? df_jg_schema(text, strlen(text), why, sizeof why) : NULL;
+        free(text);
+      }
+      if (!r->tool_args[n])
+        return BAD(e, p, "'%s' cannot be enforced for tool_choice %s: %s", p,
+                   r->tool_choice_name ? "naming a function" : "\"required\"",
+                   why[0] ? why : "unreadable");
+      names[n] = name;
+      r->ntool_args = ++n;
+    }
+    if (!n)
+      return BAD(e, "tool_choice.function.name", "'tool_choice' names '%.100s', which is not in 'tools'",
+                 r->tool_choice_name);
+  }
+  r->toolgram = df_tg_new(forbid, force, one, r->thinking, names, (const df_jg *const *)r->tool_args, n);
+  return 0;
+}
+
 int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
   if (!json_is_array(arr))
     return BAD(e, "messages", "'messages' must be an array, not %s", df_req_json_kind(arr));
@@ -191,7 +271,8 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
 
     const char *k;
     json_t *v;
-    const json_t *content = NULL, *name = NULL, *call_id = NULL;
+    const json_t *content = NULL, *name = NULL, *call_id = NULL, *reasoning_content = NULL,
+                 *reasoning_alias = NULL;
     json_object_foreach(m, k, v) {
       snprintf(p, sizeof p, "messages[%zu].%s", i, k);
       if (!strcmp(k, "role")) continue;
@@ -207,12 +288,14 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
         if (cm->role != DF_ROLE_TOOL) return BAD(e, p, "'%s' belongs on tool messages only", p);
         if (df_req_want_str(v, p, e)) return -1;
         call_id = v;
-      } else if (!strcmp(k, "reasoning_content")) {
+      } else if (!strcmp(k, "reasoning_content") || !strcmp(k, "reasoning")) {
+        /* "reasoning": the name OpenRouter and vLLM's newer replies use */
         if (cm->role != DF_ROLE_ASSISTANT)
           return BAD(e, p, "'%s' belongs on assistant messages only", p);
         if (json_is_null(v)) continue;
         if (df_req_want_str(v, p, e)) return -1;
-        cm->reasoning = df_req_own_json_str(r, v, &cm->reasoning_len);
+        if (!strcmp(k, "reasoning")) reasoning_alias = v;
+        else reasoning_content = v;
       } else if (!strcmp(k, "tool_calls")) {
         if (json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0)) continue;
         if (cm->role != DF_ROLE_ASSISTANT)
@@ -233,6 +316,11 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
         return BAD(e, p, "unrecognized field '%s' in a message", k);
       }
     }
+    /* as the release: reasoning_content, or reasoning when that is absent or empty */
+    const json_t *rs_v = reasoning_content && json_string_length(reasoning_content)
+                             ? reasoning_content
+                             : reasoning_alias ? reasoning_alias : reasoning_content;
+    if (rs_v) cm->reasoning = df_req_own_json_str(r, rs_v, &cm->reasoning_len);
     snprintf(p, sizeof p, "messages[%zu].content", i);
     if (!content) return BAD(e, p, "'%s' is required", p);
     if (json_is_null(content)) {

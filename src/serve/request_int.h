@@ -20,6 +20,8 @@ int df_req_want_str(const json_t *v, const char *param, df_serve_err *e);
 int df_req_unsupported(const char *param, const char *why, df_serve_err *e);
 int df_req_parse_response_format(df_serve_req *r, const json_t *v, df_serve_err *e);
 int df_req_parse_tools(df_serve_req *r, const json_t *v, df_serve_err *e);
+int df_req_parse_tool_choice(df_serve_req *r, const json_t *v, df_serve_err *e);
+int df_req_build_toolgram(df_serve_req *r, const json_t *tools, df_serve_err *e);
 int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e);
 
 #endif

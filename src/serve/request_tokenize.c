@@ -45,14 +45,16 @@ int df_serve_parse_tokenize(const char *body, size_t len, char **owned, size_t *
       content = v;
     } else if (!strcmp(k, "with_pieces")) {
       if (df_req_want_bool(v, k, with_pieces, err)) goto done;
-    } else if (!strcmp(k, "parse_special") || !strcmp(k, "add_special")) {
+    } else if (!strcmp(k, "parse_special")) {
+      if (df_req_want_bool(v, k, parse_special, err)) goto done;
+    } else if (!strcmp(k, "add_special")) {
+      /* llama.cpp: add the BOS/EOS the tokenizer is configured to add. K3's
+       * adds none (its prompts open with the chat markup), so either value
+       * gives the same ids. */
       int b;
       if (df_req_want_bool(v, k, &b, err)) goto done;
-      if (!strcmp(k, "parse_special")) *parse_special = b;
-      else if (b) {
-        df_req_unsupported(k, "K3 prompts have no BOS to add", err);
-        goto done;
-      }
+    } else if (!strcmp(k, "model")) {
+      if (df_req_want_str(v, k, err)) goto done; /* one model is served; llama-server ignores it */
     } else {
       BAD(err, k, "Unrecognized request argument supplied: %s", k);
       goto done;
@@ -85,6 +87,8 @@ int df_serve_parse_detokenize(const char *body, size_t len, int vocab, int **ids
   json_object_foreach(root, k, v) {
     if (!strcmp(k, "tokens")) {
       toks = v;
+    } else if (!strcmp(k, "model")) {
+      if (df_req_want_str(v, k, err)) goto done;
     } else {
       BAD(err, k, "Unrecognized request argument supplied: %s", k);
       goto done;

@@ -112,11 +112,12 @@ static json_t *usage_obj(const df_serve_usage *u, df_serve_kind kind) {
   json_t *pd = json_object(); /* OpenAI's field for prompt caching */
   json_object_set_new(pd, "cached_tokens", json_integer(u->cached));
   json_object_set_new(o, "prompt_tokens_details", pd);
-  if (kind == DF_SERVE_CHAT) {
-    json_t *d = json_object();
-    json_object_set_new(d, "reasoning_tokens", json_integer(u->reasoning));
-    json_object_set_new(o, "completion_tokens_details", d);
-  }
+  json_t *d = json_object();
+  if (kind == DF_SERVE_CHAT) json_object_set_new(d, "reasoning_tokens", json_integer(u->reasoning));
+  /* OpenAI's fields for predicted tokens: the drafts the target kept / threw away */
+  json_object_set_new(d, "accepted_prediction_tokens", json_integer(u->accepted));
+  json_object_set_new(d, "rejected_prediction_tokens", json_integer(u->drafted - u->accepted));
+  json_object_set_new(o, "completion_tokens_details", d);
   return o;
 }
 
@@ -364,6 +365,34 @@ static double jnum(const json_t *o, const char *k) {
   return v && json_is_number(v) ? json_number_value(v) : 0;
 }
 
+static const double hist_bounds[DF_SERVE_HIST_N - 1] = {0.05, 0.1, 0.25, 0.5, 1,  2.5,
+                                                         5,    10,  30,   60,  120, 300};
+
+void df_serve_hist_add(df_serve_hist *h, double seconds) {
+  int i = 0;
+  while (i < DF_SERVE_HIST_N - 1 && seconds > hist_bounds[i]) i++;
+  h->le[i]++;
+  h->count++;
+  h->sum += seconds;
+}
+
+static void histogram(df_sbuf *b, const char *name, const char *help, const df_serve_hist *h) {
+  char n[160], lab[64];
+  metric(b, name, "histogram", help);
+  unsigned long long cum = 0;
+  snprintf(n, sizeof n, "%s_bucket", name);
+  for (int i = 0; i < DF_SERVE_HIST_N; i++) {
+    cum += h->le[i];
+    if (i < DF_SERVE_HIST_N - 1) snprintf(lab, sizeof lab, "{le=\"%g\"}", hist_bounds[i]);
+    else snprintf(lab, sizeof lab, "{le=\"+Inf\"}");
+    value(b, n, lab, (double)cum);
+  }
+  snprintf(n, sizeof n, "%s_sum", name);
+  value(b, n, NULL, h->sum);
+  snprintf(n, sizeof n, "%s_count", name);
+  value(b, n, NULL, (double)h->count);
+}
+
 char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
   df_sbuf b = {0};
   static const struct {
@@ -374,6 +403,8 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
       {"deltafin_prompt_tokens_cached_total", "counter",
        "Prompt tokens taken from a kept conversation state instead of prefilled."},
       {"deltafin_generated_tokens_total", "counter", "Tokens generated."},
+      {"deltafin_draft_tokens_total", "counter", "Draft tokens proposed to verify blocks (--draft)."},
+      {"deltafin_draft_tokens_accepted_total", "counter", "Draft tokens the model kept."},
       {"deltafin_prefill_seconds_total", "counter", "Time spent prefilling prompts."},
       {"deltafin_decode_seconds_total", "counter", "Time spent generating tokens."},
       {"deltafin_busy", "gauge", "1 while a generation runs."},
@@ -383,13 +414,25 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
       {"deltafin_reuse_kept_bytes", "gauge", "Memory those kept states take."},
   };
   double vals[] = {(double)m->requests,   (double)m->prompt_tokens, (double)m->cached_tokens,
-                   (double)m->gen_tokens, m->prefill_s,             m->decode_s,
+                   (double)m->gen_tokens, (double)m->drafted,       (double)m->accepted,
+                   m->prefill_s,          m->decode_s,
                    m->busy,               m->queued,                m->queue_max,
                    m->kept_states,        (double)m->kept_bytes};
   for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++) {
     metric(&b, defs[i].name, defs[i].type, defs[i].help);
     value(&b, defs[i].name, NULL, vals[i]);
   }
+  metric(&b, "deltafin_requests_rejected_total", "counter",
+         "Requests refused: 429 (busy, queue full) and 503 (shutting down).");
+  value(&b, "deltafin_requests_rejected_total", "{code=\"429\"}", (double)m->rejected_429);
+  value(&b, "deltafin_requests_rejected_total", "{code=\"503\"}", (double)m->rejected_503);
+  histogram(&b, "deltafin_request_duration_seconds",
+            "Generation requests answered 200: from arrival to the end of the reply.", &m->latency);
+  histogram(&b, "deltafin_time_to_first_token_seconds",
+            "Generation requests: from arrival to the first generated token.", &m->ttft);
+  metric(&b, "deltafin_decode_tokens_per_second", "gauge",
+         "The last generation's decode speed (tokens after the first per second of decoding).");
+  value(&b, "deltafin_decode_tokens_per_second", NULL, m->last_tps);
   json_t *st = stats_json ? json_loads(stats_json, 0, NULL) : NULL;
   const json_t *store = st ? json_object_get(st, "store") : NULL;
   if (!json_is_object(store)) store = NULL;

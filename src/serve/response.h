@@ -21,6 +21,9 @@ typedef struct df_serve_meta {
 typedef struct df_serve_usage {
   long prompt, completion, reasoning;
   long cached; /* prompt tokens taken from a kept state, not prefilled again */
+  /* speculation (--draft): drafts kept and thrown away by the verify blocks;
+   * reported under OpenAI's accepted/rejected_prediction_tokens */
+  long drafted, accepted;
 } df_serve_usage;
 
 /* A fresh random id with the kind's prefix. */
@@ -116,12 +119,27 @@ char *df_serve_template_json(const char *text, size_t len, const int *ids, size_
 
 /* GET /metrics: Prometheus text exposition. stats_json is the engine's
  * statistics (df_engine_stats_json; NULL: none yet). */
+/* A Prometheus histogram of seconds with fixed buckets (upper bounds
+ * DF_SERVE_HIST_BOUNDS; the last bucket is +Inf). */
+#define DF_SERVE_HIST_N 13
+typedef struct df_serve_hist {
+  unsigned long long le[DF_SERVE_HIST_N]; /* observations <= each bound (not cumulative) */
+  unsigned long long count;
+  double sum;
+} df_serve_hist;
+void df_serve_hist_add(df_serve_hist *h, double seconds);
+
 typedef struct df_serve_metrics {
   unsigned long long requests, prompt_tokens, cached_tokens, gen_tokens;
+  unsigned long long drafted, accepted; /* speculation's drafts, and those kept */
   double prefill_s, decode_s;
   int busy, queued, queue_max;
   unsigned long long kept_bytes;
   int kept_states;
+  unsigned long long rejected_429, rejected_503; /* replies refusing a request: busy, stopping */
+  df_serve_hist latency; /* generation requests answered 200: arrival to the reply's end */
+  df_serve_hist ttft;    /* arrival to the first generated token */
+  double last_tps;       /* the last generation's decode speed, tokens per second */
 } df_serve_metrics;
 char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json);
 

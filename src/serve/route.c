@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -32,10 +33,11 @@ df_route df_serve_route(const char *method, const char *path, const char **allow
     else if (!strcmp(p, "/tokenize")) r = DF_ROUTE_TOKENIZE;
     else if (!strcmp(p, "/detokenize")) r = DF_ROUTE_DETOKENIZE;
     else if (!strcmp(p, "/apply-template")) r = DF_ROUTE_APPLY_TEMPLATE;
+    else if (!strcmp(p, "/responses")) r = DF_ROUTE_RESPONSES;
   }
   if (r == DF_ROUTE_NOT_FOUND) return r;
   int is_post = r == DF_ROUTE_CHAT || r == DF_ROUTE_COMPLETIONS || r == DF_ROUTE_TOKENIZE ||
-                r == DF_ROUTE_DETOKENIZE || r == DF_ROUTE_APPLY_TEMPLATE;
+                r == DF_ROUTE_DETOKENIZE || r == DF_ROUTE_APPLY_TEMPLATE || r == DF_ROUTE_RESPONSES;
   *allow = is_post ? "POST" : "GET, HEAD";
   if (is_post ? !post : !get) {
     *arg = NULL;
@@ -115,6 +117,33 @@ int df_serve_cors_ok(const char *origin, const char *const *list, int n) {
   for (int i = 0; i < n; i++)
     if (!strcmp(list[i], "*") || !strcasecmp(list[i], origin)) return 1;
   return 0;
+}
+
+/* RFC 9110 tchar: the characters of a header name */
+static int tchar(unsigned char c) {
+  return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+const char *df_serve_cors_allow_headers(const char *requested, char *out, size_t cap) {
+  static const char dflt[] = "Authorization, Content-Type";
+  snprintf(out, cap, "%s", dflt);
+  if (!requested) return out;
+  size_t n = strlen(requested), names = 0;
+  if (n + 1 > cap) return out;
+  /* a comma-separated list of names with optional white space, nothing else */
+  const unsigned char *p = (const unsigned char *)requested;
+  for (;;) {
+    while (*p == ' ' || *p == '\t') p++;
+    const unsigned char *b = p;
+    while (tchar(*p)) p++;
+    if (p == b) return out;
+    names++;
+    while (*p == ' ' || *p == '\t') p++;
+    if (!*p) break;
+    if (*p++ != ',') return out;
+  }
+  if (names) snprintf(out, cap, "%s", requested);
+  return out;
 }
 
 int df_serve_framing(const char *const *cl, int ncl, const char *te, const char **why) {

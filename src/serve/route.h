@@ -17,6 +17,7 @@ typedef enum {
   DF_ROUTE_DETOKENIZE, /* POST /detokenize */
   DF_ROUTE_METRICS,    /* GET /metrics (Prometheus text) */
   DF_ROUTE_APPLY_TEMPLATE, /* POST /apply-template: the prompt a chat request would run */
+  DF_ROUTE_RESPONSES,      /* POST /v1/responses (the Responses API) */
 } df_route;
 
 /* Maps method + path (no query string) to a route. *allow gets the Allow
@@ -56,6 +57,13 @@ int df_serve_ctype_json(const char *ct);
 
 /* 1 if origin is one of the --cors origins ("*" matches any). */
 int df_serve_cors_ok(const char *origin, const char *const *list, int n);
+
+/* The preflight's Access-Control-Allow-Headers for an allowed origin: the
+ * requested headers (Access-Control-Request-Headers) when they are a list of
+ * header names - the SDKs send their own (x-stainless-*, ...) and a fixed
+ * list fails their preflight - else "Authorization, Content-Type". Writes
+ * out (cap bytes) and returns it. */
+const char *df_serve_cors_allow_headers(const char *requested, char *out, size_t cap);
 
 /* Request framing: the Content-Length values (n of them) and the
  * Transfer-Encoding value (NULL if absent). 0 if well formed, else the

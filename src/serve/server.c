@@ -39,6 +39,7 @@ void df_serve_opts_default(df_serve_opts *o) {
   o->idle_timeout_s = 60;
   o->request_timeout_s = 30;
   o->max_client_conns = 256;
+  o->max_conns = 1000;
   o->reuse_mb = 1024;
 }
 
@@ -64,6 +65,9 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   int eom = df_tok_special_id(S.tok, "<|end_of_msg|>");
   S.chat_stop[S.nchat_stop++] = eom >= 0 ? eom : cfg->eos_id;
   if (cfg->eos_id >= 0) S.text_stop[S.ntext_stop++] = cfg->eos_id;
+  S.sp_open = df_tok_special_id(S.tok, "<|open|>");
+  S.sp_close = df_tok_special_id(S.tok, "<|close|>");
+  S.sp_sep = df_tok_special_id(S.tok, "<|sep|>");
 
   struct addrinfo hints, *ai = NULL;
   memset(&hints, 0, sizeof hints);
@@ -85,6 +89,7 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   pthread_mutex_init(&S.mu, NULL);
   df_srv_cond_init_mono(&S.work_cv);
   pthread_mutex_init(&S.cmu, NULL);
+  pthread_mutex_init(&S.rmu, NULL);
   df_srv_cond_init_mono(&S.wd_cv);
   pthread_t wdt;
   int have_wd = o->request_timeout_s > 0 && !pthread_create(&wdt, NULL, df_srv_watchdog, &S);
@@ -105,8 +110,10 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, (uint16_t)o->port, NULL, NULL, df_srv_on_request, &S, MHD_OPTION_SOCK_ADDR,
       ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, df_srv_on_completed, &S,
-      MHD_OPTION_NOTIFY_CONNECTION, df_srv_on_connection, &S, MHD_OPTION_CONNECTION_LIMIT, 1000u,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_client_conns,
+      MHD_OPTION_NOTIFY_CONNECTION, df_srv_on_connection, &S, MHD_OPTION_URI_LOG_CALLBACK,
+      /* the caps are kept in df_srv_on_connection, which answers over them instead
+       * of dropping the connection unanswered; MHD's limit is only a backstop */
+      df_srv_on_uri, &S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns + 64u,
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->idle_timeout_s,
       MHD_OPTION_END);
@@ -147,9 +154,13 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
     pthread_cond_broadcast(&S.work_cv);
     pthread_mutex_unlock(&S.mu);
     pthread_join(wt, NULL);
-    /* let streams send their last frames (the cancellation notice) */
+    /* Every request begun gets its reply sent before the daemon stops: a
+     * 503 (or its result) is only queued on the connection, and stopping the
+     * daemon first would close the socket with nothing sent. Streams send
+     * their last frames (the cancellation notice). A client that does not
+     * read its reply is not waited for past 10 s. */
     pthread_mutex_lock(&S.mu);
-    for (int k = 0; S.streams > 0 && k < 100; k++)
+    for (int k = 0; (S.streams > 0 || S.reqs > 0) && k < 10000 / WAIT_SLICE_MS; k++)
       df_srv_timed_wait(&S.work_cv, &S.mu, WAIT_SLICE_MS);
     pthread_mutex_unlock(&S.mu);
     MHD_stop_daemon(d);
@@ -171,6 +182,8 @@ int df_serve_run(df_engine *en, const df_serve_opts *o, df_err *e) {
   }
   pthread_cond_destroy(&S.wd_cv);
   pthread_mutex_destroy(&S.cmu);
+  df_srv_resp_free_all(&S);
+  pthread_mutex_destroy(&S.rmu);
   freeaddrinfo(ai);
   df_session_free(S.sess);
   while (S.nsnaps) df_srv_drop_kept(&S, S.nsnaps - 1);

@@ -25,13 +25,20 @@ typedef struct df_serve_opts {
   int nforced;
   int request_timeout_s;    /* a request's headers and body must all arrive within this
                                (a client trickling bytes is not idle); 0: no limit */
-  int max_client_conns;     /* connections one client address may hold; 0: no limit */
+  int max_client_conns;     /* connections one client address may hold (behind a
+                               --trusted-proxy: requests in progress per forwarded
+                               client address); 0: no limit */
+  int max_conns;            /* open connections in all */
+  const char *trusted_proxies[16]; /* peers whose X-Forwarded-For names the client */
+  int ntrusted;
   long reuse_mb;            /* conversation reuse: the kept prompt state may take this
                                much (MiB); 0: every request starts from a reset */
 #define DF_SERVE_MAX_KEPT DF_PLAN_SERVE_KEPT /* kept prompt states at most (the plan counts them) */
   const char *allow_hosts[16]; /* Host names accepted besides IP literals, localhost and
                                   --host ("*": any) */
   int nallow_hosts;
+  long max_tokens_default;  /* requests without max_tokens generate at most this many
+                               (0: chat until the context ends, completions 16) */
   const char *cors[16];     /* origins that get CORS headers ("*": any); none: no CORS */
   int ncors;
 } df_serve_opts;

@@ -41,22 +41,30 @@ static void emit(job *j, int at_end) {
   size_t pend = c->nlp - c->lp_sent;
   if (j->tok_c.n || (at_end && pend && j->req.logprobs)) {
     df_serve_sse_delta_lp(&j->frames, &j->meta, j->cur, NULL, chat ? "content" : NULL,
-                          j->tok_c.p ? j->tok_c.p : "", j->tok_c.n, NULL, c->lp + c->lp_sent,
-                          pend, j->req.logprobs, c->text_sent);
+                          j->tok_c.p ? j->tok_c.p : "", j->tok_c.n, NULL,
+                          /* no logprobs asked: lp is NULL, and NULL + 0 is undefined */
+                          c->lp ? c->lp + c->lp_sent : NULL, pend, j->req.logprobs,
+                          c->text_sent);
     c->lp_sent = c->nlp;
     c->text_sent += j->tok_c.n;
     j->tok_c.n = 0;
   }
 }
 
+/* Under S->mu: the frames built so far go out to the connection; for
+ * /v1/responses as Responses events. */
+static void frames_out_locked(job *j) {
+  if (!j->frames.n) return;
+  if (j->rs) df_resp_stream_feed(j->rs, j->frames.p, j->frames.n, &j->out);
+  else df_sbuf_add(&j->out, j->frames.p, j->frames.n);
+  pthread_cond_broadcast(&j->cv);
+}
+
 /* Hands the frames built so far to the connection. */
 static void publish(job *j) {
   srv *S = j->S;
   pthread_mutex_lock(&S->mu);
-  if (j->frames.n) {
-    df_sbuf_add(&j->out, j->frames.p, j->frames.n);
-    pthread_cond_broadcast(&j->cv);
-  }
+  frames_out_locked(j);
   pthread_mutex_unlock(&S->mu);
   j->frames.n = 0;
 }
@@ -135,6 +143,14 @@ static void on_chat_event(const df_chat_event *ev, void *ctx) {
   }
 }
 
+static df_tg_sym tool_sym(const srv *S, int id) {
+  if (id == S->sp_open) return DF_TG_OPEN;
+  if (id == S->sp_close) return DF_TG_CLOSE;
+  if (id == S->sp_sep) return DF_TG_SEP;
+  if (id == S->chat_stop[0]) return DF_TG_EOM;
+  return DF_TG_OTHER;
+}
+
 static int on_token(void *ud, int id) {
   job *j = ud;
   srv *S = j->S;
@@ -143,6 +159,15 @@ static int on_token(void *ud, int id) {
   if (S->o.nforced) {
     id = S->o.forced_ids[j->forced_k < S->o.nforced ? j->forced_k : S->o.nforced - 1];
     forced_end = ++j->forced_k >= S->o.nforced;
+  }
+  if (j->req.toolgram) {
+    if (df_tok_is_special(S->tok, id)) {
+      df_tm_feed_sym(&j->tm, tool_sym(S, id));
+    } else {
+      size_t pn;
+      const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+      df_tm_feed_bytes(&j->tm, pp, pn);
+    }
   }
   if (j->req.grammar && !df_tok_is_special(S->tok, id)) {
     size_t pn;
@@ -162,10 +187,11 @@ static int on_token(void *ud, int id) {
   if (j->req.stream) emit(j, 0);
   pthread_mutex_lock(&S->mu);
   j->n_gen++;
-  if (j->frames.n) {
-    df_sbuf_add(&j->out, j->frames.p, j->frames.n);
-    pthread_cond_broadcast(&j->cv);
+  if (!j->first_seen) {
+    j->first_seen = 1;
+    df_serve_hist_add(&S->m_ttft, df_now() - j->t0);
   }
+  frames_out_locked(j);
   /* a slow reader holds the generation back instead of growing the buffer */
   while (j->out.n - j->out_off > STREAM_HIGH_WATER && !df_srv_peer_gone_locked(j) && !j->shutdown)
     df_srv_timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
@@ -190,6 +216,26 @@ static void grammar_mask(void *ud, float *lg) {
     size_t pn;
     const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
     if (j->jm.done || !pn || !df_jm_accepts(&j->jm, pp, pn)) lg[id] = -INFINITY;
+  }
+}
+
+/* Tool choice: every token the tool-call matcher refuses is masked (a
+ * forced call, no call for "none", one call for parallel_tool_calls false). */
+static void tool_mask(void *ud, float *lg) {
+  job *j = ud;
+  srv *S = j->S;
+  int V = S->limits.vocab;
+  for (int id = 0; id < V; id++) {
+    if (lg[id] == -INFINITY) continue;
+    int ok;
+    if (df_tok_is_special(S->tok, id)) {
+      ok = df_tm_accepts_sym(&j->tm, tool_sym(S, id));
+    } else {
+      size_t pn;
+      const uint8_t *pp = df_tok_piece(S->tok, id, &pn);
+      ok = df_tm_accepts_bytes(&j->tm, pp, pn);
+    }
+    if (!ok) lg[id] = -INFINITY;
   }
 }
 
@@ -231,7 +277,7 @@ static void publish_stats(srv *S) {
 static void run_job(srv *S, job *j) {
   df_gen_opts go;
   df_gen_opts_default(&go);
-  go.max_new = j->req.max_tokens > 0 ? (int)j->req.max_tokens : (int)(S->max_pos - (long)j->nprompt);
+  go.max_new = (int)df_serve_max_new(&j->req, (long)j->nprompt, S->max_pos, S->o.max_tokens_default);
   if (j->req.kind == DF_SERVE_CHAT) {
     go.stop_ids = S->chat_stop;
     go.nstop = S->nchat_stop;
@@ -258,6 +304,7 @@ static void run_job(srv *S, job *j) {
     seed = (uint64_t)time(NULL);
   go.on_token = on_token;
   if (j->req.grammar) go.mask = grammar_mask;
+  else if (j->req.toolgram) go.mask = tool_mask;
   go.cancel = gen_cancelled;
   go.on_prefill = on_prefill;
   go.ud = j;
@@ -268,7 +315,7 @@ static void run_job(srv *S, job *j) {
   memset(&st, 0, sizeof st);
   df_err e;
   int rc = 0, gone = 0, shutdown = 0, stopped = 0;
-  long total_gen = 0, total_reasoning = 0;
+  long total_gen = 0, total_reasoning = 0, total_drafted = 0, total_accepted = 0;
   for (int ci = 0; ci < j->nch; ci++) {
     j->cur = ci;
     choice *c = &j->ch[ci];
@@ -279,10 +326,12 @@ static void run_job(srv *S, job *j) {
     }
     df_gentext_init(&j->gt, j->req.kind, S->tok, S->ntext_stop ? S->text_stop[0] : -1,
                     j->req.stop, j->req.stop_len, j->req.nstop, df_srv_deliver, j);
+    if (j->req.kind == DF_SERVE_CHAT && !j->req.thinking) df_gentext_open_response(&j->gt);
     j->forced_k = 0;
     if (j->req.grammar) df_jm_init(&j->jm, j->req.grammar);
+    if (j->req.toolgram) df_tm_init(&j->tm, j->req.toolgram);
     if (j->req.tools_json || j->req.grammar) {
-      j->cp = df_chat_parser_new(S->tok, j->req.grammar ? 0 : 1);
+      j->cp = df_chat_parser_new(S->tok, j->req.grammar || !j->req.thinking ? 0 : 1);
       j->n_reasoning_tok = 0;
     }
     if (j->req.stream && j->req.kind == DF_SERVE_CHAT) {
@@ -314,6 +363,7 @@ static void run_job(srv *S, job *j) {
     pthread_mutex_lock(&S->mu);
     S->m_prefill_s += st.prefill_s;
     S->m_decode_s += st.decode_s;
+    if (st.n_gen > 0 && st.decode_s > 0) S->m_tps = st.n_gen / st.decode_s;
     pthread_mutex_unlock(&S->mu);
 
     pthread_mutex_lock(&S->mu);
@@ -354,6 +404,8 @@ static void run_job(srv *S, job *j) {
     c->n_gen = st.n_gen;
     c->n_reasoning = j->gt.n_reasoning;
     total_gen += st.n_gen;
+    total_drafted += st.n_drafted;
+    total_accepted += st.n_accepted;
     total_reasoning += j->gt.n_reasoning;
     if (j->req.stream)
       df_serve_sse_delta_lp(&j->frames, &j->meta, ci, NULL, NULL, NULL, 0, c->finish, NULL, 0, 0,
@@ -368,9 +420,13 @@ static void run_job(srv *S, job *j) {
   S->m_prompt_tokens += j->nprompt;
   S->m_cached_tokens += (unsigned long long)j->cached;
   S->m_gen_tokens += (unsigned long long)j->n_gen;
+  S->m_drafted += (unsigned long long)total_drafted;
+  S->m_accepted += (unsigned long long)total_accepted;
   pthread_mutex_unlock(&S->mu);
   publish_stats(S);
   j->n_reasoning = total_reasoning;
+  j->n_drafted = total_drafted;
+  j->n_accepted = total_accepted;
   if (rc) {
     j->failed = 1;
     df_serve_err_set(&j->err, 500, "server_error", NULL, NULL, "generation failed: %s", e.msg);
@@ -385,12 +441,20 @@ static void run_job(srv *S, job *j) {
     if (j->failed) {
       df_serve_sse_error(&j->frames, &j->err);
     } else if (j->req.include_usage) {
-      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning, j->cached};
+      df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning, j->cached, total_drafted,
+                          total_accepted};
       df_serve_sse_usage(&j->frames, &j->meta, &u);
     }
     df_serve_sse_done(&j->frames);
   }
   publish(j);
+  df_resp_result rr;
+  df_serve_call calls[DF_RESP_MAX_CALLS];
+  pthread_mutex_lock(&S->mu);
+  int kept = j->rs && j->rq->store && df_resp_stream_result(j->rs, &rr, calls);
+  char *hist = kept ? df_serve_responses_history(j->rq, &rr) : NULL;
+  pthread_mutex_unlock(&S->mu);
+  if (hist) df_srv_resp_keep(S, j->resp_id, hist);
 }
 
 void *df_srv_worker(void *arg) {

@@ -14,6 +14,8 @@ enum MHD_Result df_srv_handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
     m.prompt_tokens = S->m_prompt_tokens;
     m.cached_tokens = S->m_cached_tokens;
     m.gen_tokens = S->m_gen_tokens;
+    m.drafted = S->m_drafted;
+    m.accepted = S->m_accepted;
     m.prefill_s = S->m_prefill_s;
     m.decode_s = S->m_decode_s;
     m.busy = S->running != NULL;
@@ -21,6 +23,11 @@ enum MHD_Result df_srv_handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
     m.queue_max = S->o.queue;
     m.kept_bytes = S->m_kept_bytes;
     m.kept_states = S->m_kept_states;
+    m.rejected_429 = S->m_429;
+    m.rejected_503 = S->m_503;
+    m.latency = S->m_latency;
+    m.ttft = S->m_ttft;
+    m.last_tps = S->m_tps;
     char *text = df_serve_metrics_text(&m, S->stats_json);
     pthread_mutex_unlock(&S->mu);
     return df_srv_reply_body(c, r, 200, text, "text/plain; version=0.0.4", NULL, NULL);

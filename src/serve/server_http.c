@@ -54,6 +54,7 @@ typedef struct framing {
   int ncl;
   const char *te;
   int nte;
+  int nhost;
 } framing;
 
 static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -67,6 +68,8 @@ static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const
   } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
     f->te = value;
     f->nte++;
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+    f->nhost++;
   }
   return MHD_YES;
 }
@@ -81,9 +84,16 @@ static void set_complete(srv *S, conn_ctx *r, int complete) {
 static enum MHD_Result reply_preflight(struct MHD_Connection *c, conn_ctx *r) {
   struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
   if (!resp) return MHD_NO;
+  char allow[1024];
   df_srv_add_cors(resp, r);
+  /* the answer depends on the requested headers too: a cache must keep them apart */
+  MHD_add_response_header(resp, "Vary", "Access-Control-Request-Headers");
   MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
-  MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+  MHD_add_response_header(
+      resp, "Access-Control-Allow-Headers",
+      df_serve_cors_allow_headers(
+          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers"),
+          allow, sizeof allow));
   MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
   enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_NO_CONTENT, resp);
   MHD_destroy_response(resp);
@@ -125,18 +135,15 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
     r = df_xcalloc(1, sizeof *r);
     *con_cls = r;
     r->t0 = df_now();
+    pthread_mutex_lock(&S->mu);
+    S->reqs++;
+    pthread_mutex_unlock(&S->mu);
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->path, sizeof r->path, "%s", url);
     r->http11 = version && !strcmp(version, MHD_HTTP_VERSION_1_1);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    if (ci && ci->client_addr) {
-      const struct sockaddr *sa = ci->client_addr;
-      if (sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof r->peer);
-      else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer, sizeof r->peer);
-    }
+    if (ci && ci->client_addr) df_srv_addr_text(ci->client_addr, r->peer, sizeof r->peer);
     const union MHD_ConnectionInfo *si =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     r->sc = si ? si->socket_context : NULL;
@@ -144,6 +151,41 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
       pthread_mutex_lock(&S->cmu);
       r->sc->complete = 1; /* until it turns out a body must still arrive */
       pthread_mutex_unlock(&S->cmu);
+    }
+    pthread_mutex_lock(&S->cmu);
+    int refuse = r->sc ? r->sc->refuse : 0;
+    pthread_mutex_unlock(&S->cmu);
+    if (refuse) {
+      df_serve_err_set(&err, refuse, refuse == 429 ? "requests" : "server_error",
+                       refuse == 429 ? "rate_limit_exceeded" : "server_busy", NULL,
+                       refuse == 429 ? "this address holds too many connections "
+                                       "(--max-client-connections); retry later"
+                                     : "the server holds too many connections (--max-connections); "
+                                       "retry later");
+      MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 1u); /* then it goes */
+      return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    }
+    if (df_srv_trusted(S, r->peer)) {
+      /* a proxy's request: the client is the last X-Forwarded-For hop (the
+       * one the proxy saw); it is logged and counted as that client */
+      const char *xff = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Forwarded-For");
+      if (xff && *xff) {
+        const char *last = strrchr(xff, ',');
+        last = last ? last + 1 : xff;
+        while (*last == ' ' || *last == '\t') last++;
+        size_t n = strcspn(last, " \t");
+        if (n && n < sizeof r->peer) {
+          memcpy(r->peer, last, n);
+          r->peer[n] = 0;
+        }
+      }
+      if (!df_srv_fwd_count(S, r->peer, 1)) {
+        df_serve_err_set(&err, 429, "requests", "rate_limit_exceeded", NULL,
+                         "this client has too many requests in progress "
+                         "(--max-client-connections); retry later");
+        return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+      }
+      r->fwd = 1;
     }
     framing fr = {.ncl = 0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, collect_framing, &fr);
@@ -153,6 +195,14 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
     if (fst) {
       df_serve_err_set(&err, fst, "invalid_request_error", fst == 501 ? "not_implemented" : NULL,
                        NULL, "the request's framing is refused: %s", why);
+      return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    /* RFC 9112 3.2: an HTTP/1.1 request without Host, or any with two, is a 400
+     * (two Hosts could name different servers to a proxy and to us) */
+    if (fr.nhost > 1 || (r->http11 && fr.nhost == 0)) {
+      df_serve_err_set(&err, 400, "invalid_request_error", NULL, NULL,
+                       fr.nhost ? "the request has more than one Host header"
+                                : "an HTTP/1.1 request must have a Host header");
       return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_CONNECTION, "close");
     }
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
@@ -188,7 +238,8 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
                        "Incorrect or missing API key: send 'Authorization: Bearer <key>'");
       return df_srv_reply_err(c, r, &err, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
-    int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS;
+    int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS ||
+              r->route == DF_ROUTE_RESPONSES;
     if (gen || r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE ||
         r->route == DF_ROUTE_APPLY_TEMPLATE) {
       if (!df_serve_ctype_json(
@@ -219,7 +270,10 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
       if (!r->responded) set_complete(S, r, 0);
       return ar;
     }
-    return df_srv_handle_get(S, c, r);
+    /* answered on the next call: MHD 0.9.75 closes a connection whose reply was
+     * queued while the request was still being read, so a GET answered here
+     * would say "Connection: close" and drop a request pipelined after it */
+    return MHD_YES;
   }
   if (r->responded) { /* answered early: the rest of the body is dropped */
     *upload_size = 0;
@@ -243,24 +297,30 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
     df_sbuf_add(&r->body, upload, n);
     return MHD_YES;
   }
+  if (r->route == DF_ROUTE_HEALTH || r->route == DF_ROUTE_MODELS || r->route == DF_ROUTE_MODEL ||
+      r->route == DF_ROUTE_METRICS)
+    return df_srv_handle_get(S, c, r);
   if (r->route == DF_ROUTE_TOKENIZE || r->route == DF_ROUTE_DETOKENIZE)
     return df_srv_handle_tokenize(S, c, r);
   if (r->route == DF_ROUTE_APPLY_TEMPLATE) return df_srv_handle_apply_template(S, c, r);
+  if (r->route == DF_ROUTE_RESPONSES) return df_srv_handle_responses(S, c, r);
   return df_srv_handle_generation(S, c, r,
                            r->route == DF_ROUTE_CHAT ? DF_SERVE_CHAT : DF_SERVE_COMPLETION);
 }
 
 void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)c;
   srv *S = cls;
   conn_ctx *r = *con_cls;
   if (!r) return;
   *con_cls = NULL;
   df_srv_conn_release_slot(S, r);
+  if (r->j) /* a request that ended early (cancelled, shut down) may not have put it back */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)S->o.idle_timeout_s);
   if (r->sc) {
     pthread_mutex_lock(&S->cmu);
-    r->sc->t0 = df_now(); /* a kept-alive connection's next request */
+    r->sc->t0 = df_now(); /* a kept-alive connection waits for its next request */
+    r->sc->in_request = 0;
     r->sc->complete = 0;
     pthread_mutex_unlock(&S->cmu);
   }
@@ -303,5 +363,18 @@ void df_srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)w;
   }
   df_sbuf_free(&r->body);
+  if (r->fwd) df_srv_fwd_count(S, r->peer, -1);
+  df_resp_req_free(r->rq); /* a /v1/responses request refused before it became a job */
+  free(r->rq);
+  int gen = r->route == DF_ROUTE_CHAT || r->route == DF_ROUTE_COMPLETIONS ||
+            r->route == DF_ROUTE_RESPONSES;
+  double t0 = r->t0;
   free(r);
+  pthread_mutex_lock(&S->mu);
+  if (status == 429) S->m_429++;
+  if (status == 503) S->m_503++;
+  if (gen && status == 200) df_serve_hist_add(&S->m_latency, df_now() - t0);
+  S->reqs--;
+  pthread_cond_broadcast(&S->work_cv); /* the shutdown waits for the last reply */
+  pthread_mutex_unlock(&S->mu);
 }

@@ -13,6 +13,7 @@
 #include "serve/gentext.h"
 #include "serve/request.h"
 #include "serve/response.h"
+#include "serve/responses.h"
 #include "serve/route.h"
 #include "serve/server.h"
 
@@ -21,6 +22,8 @@
 #define WAIT_SLICE_MS 20
 /* SSE bytes buffered per stream before the generation waits for the client. */
 #define STREAM_HIGH_WATER (1u << 20)
+/* Responses kept for previous_response_id (the oldest is dropped first). */
+#define DF_SRV_RESP_KEPT 256
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 
@@ -76,10 +79,13 @@ typedef struct job {
   int start;              /* the current choice's first prompt position to run */
   int want_snap;          /* take a snapshot when the prompt is done */
   long prefilled_at_cancel; /* ... when the hang-up or shutdown was first seen (-1: not yet) */
+  double t0;              /* when the request arrived (for the latency histograms) */
+  int first_seen;         /* the first token was counted in the time-to-first-token histogram */
   /* ---- generation thread only until DONE ---- */
   choice *ch;
   int nch, cur;
   long n_reasoning;
+  long n_drafted, n_accepted; /* speculation over all choices (usage) */
   df_sbuf tok_r, tok_c; /* streams: text released by the current token */
   const char *finish;   /* set when every choice finished */
   int failed;
@@ -90,7 +96,17 @@ typedef struct job {
   long n_reasoning_tok;
   int forced_k; /* --debug-output-ids: the next one */
   df_jm jm;     /* structured output: where the reply is in the grammar */
+  df_tm tm;     /* tool choice: where the reply is in the tool-call markup */
   df_sbuf frames; /* SSE frames built for the current token */
+  /* /v1/responses: the translated request, the Response id, and (streams)
+   * the converter of the chat frames into Responses events, which runs
+   * where frames go out (under S->mu) */
+  df_resp_req *rq;
+  char resp_id[64];
+  df_resp_stream *rs;
+  /* ---- the connection thread only ---- */
+  struct MHD_Connection *conn; /* streams: to put the idle timeout back after the prefill */
+  int idle_back;               /* ... done */
 } job;
 
 struct srv {
@@ -102,6 +118,7 @@ struct srv {
   long long started;
   df_serve_limits limits;
   int chat_stop[2], nchat_stop;
+  int sp_open, sp_close, sp_sep; /* the chat markup's specials (tool-choice matcher) */
   int text_stop[2], ntext_stop;
 
   pthread_mutex_t mu;
@@ -111,6 +128,7 @@ struct srv {
   int inflight; /* admitted generation requests not finished (df_serve_admit) */
   int stopping;
   int streams; /* streamed responses still being sent */
+  int reqs;    /* requests begun and not completed (their reply not sent yet) */
   df_session *sess; /* generation thread only */
   /* conversation reuse (generation thread only): the ids the live session
    * covers, and snapshots taken at the end of recent prompts (least
@@ -122,23 +140,42 @@ struct srv {
   size_t reuse_max_bytes;
   /* counters for /metrics (guarded by mu) */
   unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_kept_bytes;
+  unsigned long long m_drafted, m_accepted; /* speculation, over all requests */
   int m_kept_states;
   double m_prefill_s, m_decode_s;
+  unsigned long long m_429, m_503;
+  df_serve_hist m_latency, m_ttft;
+  double m_tps;
   char *stats_json; /* the engine's statistics after the last job */
 
+  /* /v1/responses: each stored response's message history (previous_response_id) */
+  pthread_mutex_t rmu;
+  struct resp_kept {
+    char id[64];
+    char *history;
+  } resp[DF_SRV_RESP_KEPT];
+  int nresp, resp_next;
   /* open connections, for the request deadline (watchdog thread) */
   pthread_mutex_t cmu;
   pthread_cond_t wd_cv;
   struct sock_ctx *socks;
   int wd_stop;
+  /* behind a --trusted-proxy: requests in progress per forwarded client (under cmu) */
+  struct fwd_count {
+    char addr[64];
+    int n;
+  } fwd[256];
 };
 
 /* Per-connection state (MHD's socket context): when the current request
  * began and whether all of it has arrived. */
 typedef struct sock_ctx {
   int fd;
-  double t0;
+  double t0;       /* when the current request's line arrived, or the last one ended */
+  int in_request;  /* a request line has arrived and its request is not finished */
   int complete, killed;
+  char addr[64];   /* the peer's address */
+  int refuse;      /* over a connection cap with nothing idle to close: 429 or 503 */
   struct sock_ctx *prev, *next;
 } sock_ctx;
 
@@ -152,8 +189,10 @@ typedef struct conn_ctx {
   size_t received;
   int too_big, responded, status;
   int slot; /* admitted: holds one of S->inflight until a job takes it over */
+  df_resp_req *rq; /* /v1/responses: the translated request (passes to the job) */
   int http11;
   char origin[256]; /* an allowed CORS origin, echoed back; "" when none */
+  int fwd;          /* counted in srv.fwd under peer (a forwarded client) */
   sock_ctx *sc;
   job *j;
 } conn_ctx;
@@ -194,5 +233,12 @@ enum MHD_Result df_srv_handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
 void df_srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code);
 void *df_srv_watchdog(void *arg);
+void *df_srv_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
+int df_srv_trusted(const srv *S, const char *addr);
+void df_srv_addr_text(const struct sockaddr *sa, char *out, size_t cap);
+int df_srv_fwd_count(srv *S, const char *addr, int delta);
+enum MHD_Result df_srv_handle_responses(srv *S, struct MHD_Connection *c, conn_ctx *r);
+void df_srv_resp_keep(srv *S, const char *id, char *history);
+void df_srv_resp_free_all(srv *S);
 
 #endif

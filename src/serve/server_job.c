@@ -18,6 +18,9 @@ void df_srv_job_unref_locked(job *j) {
   df_serve_req_free(&j->req);
   free(j->prompt);
   df_sbuf_free(&j->out);
+  df_resp_stream_free(j->rs);
+  df_resp_req_free(j->rq);
+  free(j->rq);
   for (int i = 0; i < j->nch; i++) {
     df_sbuf_free(&j->ch[i].reasoning);
     df_sbuf_free(&j->ch[i].content);

@@ -18,6 +18,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   pthread_mutex_lock(&S->mu);
   for (;;) {
     size_t avail = j->out.n - j->out_off;
+    if (avail && !j->idle_back && (j->prefilled >= (long)j->nprompt || j->n_gen > 0)) {
+      /* the prefill is over: from here a reader that stops reading is idle
+       * (setting the timeout from 0 restarts MHD's timer) */
+      MHD_set_connection_option(j->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                (unsigned)S->o.idle_timeout_s);
+      j->idle_back = 1;
+    }
     if (avail) {
       size_t n = avail < max ? avail : max;
       memcpy(buf, j->out.p + j->out_off, n);
@@ -82,7 +89,7 @@ int df_srv_encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
     df_chat_opts o = df_chat_opts_default();
     /* structured output: instruct mode, the reply opens with the response
      * (the constraint covers the whole reply) */
-    o.thinking = q->grammar ? 0 : 1;
+    o.thinking = q->grammar ? 0 : q->thinking;
     o.effort = eff[q->effort];
     o.tool_choice = q->tool_choice;
     o.tools_json = q->tools_json;
@@ -125,6 +132,7 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   j->S = S;
   j->peer_fd = -1;
   j->prefilled_at_cancel = -1;
+  j->t0 = r->t0;
   df_srv_cond_init_mono(&j->cv);
   j->refs = 1;
   if (df_serve_parse(kind, r->body.p ? r->body.p : "", r->body.n, &S->limits, &j->req, &err) ||
@@ -138,6 +146,12 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   }
   df_serve_meta_init(&j->meta, kind, S->model_id, (long long)time(NULL));
   j->meta.include_usage = j->req.include_usage;
+  if (r->rq) { /* /v1/responses */
+    j->rq = r->rq;
+    r->rq = NULL;
+    df_resp_new_id(j->resp_id, sizeof j->resp_id);
+    if (j->req.stream) j->rs = df_resp_stream_new(j->resp_id, j->meta.created, S->model_id, j->rq);
+  }
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (ci) j->peer_fd = dup(ci->connect_fd);
   j->http11 = r->http11;
@@ -163,6 +177,11 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   }
   j->slot = 1;
   r->slot = 0;
+  /* a queued or generating request is not idle: MHD measures idleness from
+   * the last byte moved, so a long prefill (or wait in the queue) would read
+   * as a silent client; df_srv_on_completed puts the idle timeout back */
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  j->conn = c;
   j->refs++; /* the queue's (then the generation thread's) reference */
   r->j = j;
   pthread_cond_signal(&S->work_cv);
@@ -216,9 +235,23 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
     df_srv_timed_wait(&j->cv, &S->mu, WAIT_SLICE_MS);
   }
   pthread_mutex_unlock(&S->mu);
+  /* the reply is ready: from here a client that does not read it is idle */
+  MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)S->o.idle_timeout_s);
   if (j->failed) return df_srv_reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
-  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning, j->cached};
+  df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning, j->cached, j->n_drafted,
+                      j->n_accepted};
+  if (j->rq) {
+    choice *ch = &j->ch[0];
+    df_serve_call *calls = ch->ncb ? df_xmalloc(ch->ncb * sizeof *calls) : NULL;
+    for (size_t k = 0; k < ch->ncb; k++) calls[k] = ch->cb[k].c;
+    df_resp_result res = {ch->reasoning.p, ch->reasoning.n, ch->content.p, ch->content.n,
+                          calls, ch->ncb, ch->finish, u};
+    char *body = df_serve_responses_object(j->resp_id, j->meta.created, S->model_id, j->rq, &res);
+    if (j->rq->store) df_srv_resp_keep(S, j->resp_id, df_serve_responses_history(j->rq, &res));
+    free(calls);
+    return df_srv_reply_json(c, r, 200, body);
+  }
   df_serve_choice cs[DF_SERVE_MAX_N];
   for (int i = 0; i < j->nch && i < DF_SERVE_MAX_N; i++) {
     choice *ch = &j->ch[i];

@@ -15,6 +15,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "setup/install.h"
 
 char *df_dl_journal_path(const char *dest, int in_place) {
   size_t n = strlen(dest) + 16;
@@ -37,6 +38,9 @@ typedef struct fstate {
   int fd;
   df_ranges *rj;
   int pending;
+  int norange;  /* its server ignores Range: fetched as one stream once its chunks are done */
+  int streamed; /* a worker took its stream */
+  int done;     /* verified and at its final name */
 } fstate;
 
 typedef struct job {
@@ -46,6 +50,7 @@ typedef struct job {
 
 typedef struct run {
   const df_dl_opts *o;
+  df_http_cfg hc;  /* o->http with the run's rate-limit gate */
   fstate *fs;
   int nfs;
   job *jobs;
@@ -98,7 +103,10 @@ static int finalize(run *r, fstate *f, df_err *e) {
   if (unlink(f->jpath) && errno != ENOENT) return df_err_errno(e, "removing %s", f->jpath);
   pthread_mutex_lock(&r->mu);
   r->completed++;
+  f->done = 1;
   pthread_mutex_unlock(&r->mu);
+  char z[24];
+  df_log_info("%s: %s downloaded and verified", it->file->name, df_setup_fmt_size(it->file->size, z));
   return 0;
 }
 
@@ -107,7 +115,20 @@ typedef struct sinkctx {
   int fd;
   const char *path;
   XXH3_state_t *h;
+  /* a stream (stream_fetch): journalled every `every` bytes, so a kill or a
+   * failure loses at most that much */
+  df_ranges *rj;
+  uint64_t every, jb, at;
 } sinkctx;
+
+static int stream_flush(sinkctx *s, df_err *e) {
+  if (s->at == s->jb) return 0;
+  if (fdatasync(s->fd)) return df_err_errno(e, "syncing %s", s->path);
+  if (df_ranges_add(s->rj, s->jb, s->at, XXH3_64bits_digest(s->h), e)) return -1;
+  XXH3_64bits_reset(s->h);
+  s->jb = s->at;
+  return 0;
+}
 
 static int sink_write(void *ud, uint64_t off, const void *data, size_t n, df_err *e) {
   sinkctx *s = ud;
@@ -125,27 +146,110 @@ static int sink_write(void *ud, uint64_t off, const void *data, size_t n, df_err
   }
   XXH3_64bits_update(s->h, data, n);
   atomic_fetch_add(&s->r->bytes, n);
+  if (s->rj) {
+    s->at = off;
+    if (s->at - s->jb >= s->every) return stream_flush(s, e);
+  }
   return 0;
+}
+
+static void first_gap(void *ud, uint64_t b, uint64_t e) {
+  (void)e;
+  uint64_t *g = ud;
+  if (*g == UINT64_MAX) *g = b;
+}
+
+/* A file whose server ignores Range: everything from its first gap to its
+ * end as one stream over one connection (the server sends the whole file;
+ * the bytes before the gap are skipped), journalled as it arrives. */
+static int stream_fetch(run *r, df_http *h, fstate *f, df_err *e) {
+  uint64_t size = f->it->file->size, b = UINT64_MAX;
+  df_ranges_gaps(f->rj, 0, size, first_gap, &b);
+  if (b == UINT64_MAX) return f->done ? 0 : finalize(r, f, e);
+  XXH3_state_t *xs = XXH3_createState();
+  XXH3_64bits_reset(xs);
+  sinkctx sc = {r, f->fd, f->data, xs, f->rj, r->o->chunk ? r->o->chunk : 16u << 20, b, b};
+  int rc = df_http_get_range_ex(h, f->it->url, b, size - b, (int64_t)size, 1, sink_write, &sc, e);
+  df_err fe;
+  if (stream_flush(&sc, rc ? &fe : e) && !rc) rc = -1;
+  if (rc) df_err_prefix(e, "%s: ", f->it->file->name);
+  XXH3_freeState(xs);
+  if (!rc && df_ranges_covered(f->rj, 0, size)) rc = finalize(r, f, e);
+  return rc;
 }
 
 static void *worker(void *arg) {
   run *r = arg;
-  df_http *h = df_http_new(&r->o->http);
+  df_http *h = df_http_new(&r->hc);
   XXH3_state_t *xs = XXH3_createState();
   df_err e;
   for (;;) {
     pthread_mutex_lock(&r->mu);
-    if (r->stop || r->next >= r->njobs) {
+    if (r->stop) {
       pthread_mutex_unlock(&r->mu);
       break;
     }
+    if (r->next >= r->njobs) {
+      /* the chunks are done: a file whose server ignores Range is fetched
+       * as one stream once none of its chunks is in flight */
+      int pick = -1, busy = 0;
+      for (int i = 0; i < r->nfs && pick < 0; i++)
+        if (r->fs[i].norange && !r->fs[i].streamed) {
+          if (r->fs[i].pending) busy = 1;
+          else r->fs[pick = i].streamed = 1;
+        }
+      pthread_mutex_unlock(&r->mu);
+      if (pick >= 0) {
+        if (stream_fetch(r, h, &r->fs[pick], &e)) {
+          fail(r, &e);
+          break;
+        }
+        continue;
+      }
+      if (!busy) break;
+      struct timespec ts = {0, 10 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
     job j = r->jobs[r->next++];
-    pthread_mutex_unlock(&r->mu);
     fstate *f = &r->fs[j.file];
+    if (f->norange) { /* left to its stream */
+      f->pending--;
+      pthread_mutex_unlock(&r->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&r->mu);
     XXH3_64bits_reset(xs);
-    sinkctx sc = {r, f->fd, f->data, xs};
-    if (df_http_get_range(h, f->it->url, j.b, j.e - j.b, (int64_t)f->it->file->size, sink_write,
-                          &sc, &e)) {
+    sinkctx sc = {r, f->fd, f->data, xs, NULL, 0, 0, 0};
+    int gr = df_http_get_range(h, f->it->url, j.b, j.e - j.b, (int64_t)f->it->file->size,
+                               sink_write, &sc, &e);
+    if (gr == DF_HTTP_NORANGE && f->it->want) {
+      /* only parts of this file are wanted (a stream install): a server that
+       * sends whole files cannot serve them */
+      df_err_prefix(&e, "%s: a stream install needs a server that honours Range (setup --full "
+                        "downloads whole files from this one): ",
+                    f->it->file->name);
+      fail(r, &e);
+      break;
+    }
+    if (gr == DF_HTTP_NORANGE) {
+      pthread_mutex_lock(&r->mu);
+      int first = !f->norange;
+      f->norange = 1;
+      f->pending--;
+      pthread_mutex_unlock(&r->mu);
+      if (first) {
+        char host[200];
+        const char *u = strstr(f->it->url, "://");
+        u = u ? u + 3 : f->it->url;
+        snprintf(host, sizeof host, "%.*s", (int)strcspn(u, "/?#"), u);
+        df_log_warn("%s ignores Range requests (%s): fetching %s as one stream from it, over one "
+                    "connection",
+                    host, e.msg, f->it->file->name);
+      }
+      continue;
+    }
+    if (gr) {
       df_err_prefix(&e, "%s: ", f->it->file->name);
       fail(r, &e);
       break;
@@ -311,7 +415,9 @@ static int open_file(run *r, int i, const df_dl_item *it, df_err *e) {
 int df_dl_run(const df_dl_item *items, int n, const df_dl_opts *o, df_dl_stats *st, df_err *e) {
   memset(st, 0, sizeof *st);
   double t0 = df_now();
-  run r = {.o = o};
+  run r = {.o = o, .hc = o->http};
+  df_http_gate *own_gate = NULL;
+  if (!r.hc.gate) r.hc.gate = own_gate = df_http_gate_new(o->http.max_wait_s);
   pthread_mutex_init(&r.mu, NULL);
   r.fs = df_xcalloc((size_t)(n ? n : 1), sizeof *r.fs);
   r.nfs = n;
@@ -333,6 +439,23 @@ int df_dl_run(const df_dl_item *items, int n, const df_dl_opts *o, df_dl_stats *
       goto out;
   }
   st->bytes_wanted = total;
+  if (o->offline && total) {
+    int nmiss = 0;
+    char names[600] = "";
+    for (int i = 0; i < n; i++)
+      if (r.fs[i].pending) {
+        size_t k = strlen(names);
+        if (nmiss++ < 3)
+          snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", items[i].file->name);
+      }
+    df_err_set(e,
+               "offline (HF_HUB_OFFLINE or --offline): %d file%s not local (%s%s; %.1f MB) and "
+               "nothing may be downloaded: they are neither in the install nor in the hub cache; "
+               "run setup without offline to fetch them",
+               nmiss, nmiss == 1 ? " is" : "s are", names, nmiss > 3 ? ", ..." : "",
+               (double)total / 1e6);
+    goto out;
+  }
   int nw = o->connections > 0 ? o->connections : 4;
   if (nw > r.njobs) nw = r.njobs;
   pthread_t *th = df_xcalloc((size_t)(nw ? nw : 1), sizeof *th);
@@ -348,16 +471,23 @@ int df_dl_run(const df_dl_item *items, int n, const df_dl_opts *o, df_dl_stats *
     nanosleep(&ts, NULL);
     if (o->progress) {
       uint64_t b = atomic_load(&r.bytes);
-      snprintf(label, sizeof label, "%s %.1f/%.1f MB", o->step ? o->step : "download",
-               (double)b / 1e6, (double)total / 1e6);
+      double wait = df_http_gate_remaining(r.hc.gate);
+      snprintf(label, sizeof label, "%s %.1f/%.1f MB%s", o->step ? o->step : "download",
+               (double)b / 1e6, (double)total / 1e6, wait > 0 ? " (rate limited: waiting)" : "");
       df_progress_update(&pr, b < total ? b : total);
     }
   }
   for (int i = 0; i < nw; i++) pthread_join(th[i], NULL);
   free(th);
+
   if (o->progress && total) {
-    snprintf(label, sizeof label, "%s %.1f MB", o->step ? o->step : "download", (double)total / 1e6);
-    df_progress_end(&pr);
+    uint64_t b = atomic_load(&r.bytes);
+    if (b > total) b = total; /* a whole body's skipped bytes are not progress */
+    snprintf(label, sizeof label, "%s %.1f/%.1f MB%s", o->step ? o->step : "download",
+             (double)b / 1e6, (double)total / 1e6, r.stop ? " (failed)" : "");
+    /* the real figure when it failed, never the total */
+    if (r.stop) df_progress_stop(&pr, b);
+    else df_progress_end(&pr);
   }
   if (r.stop) {
     *e = r.err;
@@ -379,5 +509,6 @@ out:
   free(r.fs);
   free(r.jobs);
   pthread_mutex_destroy(&r.mu);
+  df_http_gate_free(own_gate);
   return rc;
 }

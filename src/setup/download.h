@@ -35,6 +35,7 @@ typedef struct df_dl_opts {
   uint64_t chunk;   /* bytes per range request; 0: 16 MiB */
   int progress;     /* 1: progress on stderr */
   const char *step; /* progress label, "download" */
+  int offline;      /* nothing may be fetched: anything missing is an error naming it */
 } df_dl_opts;
 
 typedef struct df_dl_stats {

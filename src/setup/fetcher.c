@@ -143,7 +143,10 @@ void df_fetcher_set_connections(df_fetcher *f, int n) {
   free(f->pool);
   free(f->free_h);
   char *tok = df_setup_token();
-  df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 5, .stall_s = 30};
+  /* stall: HF_HUB_DOWNLOAD_TIMEOUT or 30 s; once a connection is told to
+   * wait (429/503), none of them sends before that time */
+  if (!f->gate) f->gate = df_http_gate_new(0);
+  df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 5, .gate = f->gate};
   f->pool = df_xcalloc((size_t)n, sizeof *f->pool);
   f->free_h = df_xcalloc((size_t)n, sizeof *f->free_h);
   for (int i = 0; i < n; i++) f->pool[i] = f->free_h[i] = df_http_new(&hc);
@@ -169,6 +172,7 @@ void df_fetcher_close(df_fetcher *f) {
   for (int i = 0; i < f->npool; i++) df_http_free(f->pool[i]);
   free(f->pool);
   free(f->free_h);
+  df_http_gate_free(f->gate);
   free(f->fl);
   df_recsums_free(f->sums);
   df_hub_info_free(&f->info);
@@ -622,7 +626,25 @@ static int fetch_round(df_fetcher *f, const df_fetch_req *r, int n, df_fetch_req
   return rc;
 }
 
+/* HF_HUB_OFFLINE: what is local is served, the first record that is not
+ * fails the fetch, named, and no request is sent. */
+static int offline_refuse(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
+  uint64_t xxh;
+  for (int i = 0; i < n; i++) {
+    if (r[i].file < 0 || r[i].file >= f->n || df_fetcher_local(f, r[i].file, r[i].off, r[i].len, &xxh))
+      continue;
+    return df_err_set(e,
+                      "offline (HF_HUB_OFFLINE is set): layer %d expert %d is not local (shard %s, "
+                      "bytes %llu-%llu) and nothing may be fetched; unset HF_HUB_OFFLINE, or fetch "
+                      "it ahead with deltafin warm or setup --full",
+                      r[i].layer, r[i].expert, df_fetcher_base_name(f->sh[r[i].file].path),
+                      (unsigned long long)r[i].off, (unsigned long long)(r[i].off + r[i].len - 1));
+  }
+  return 0;
+}
+
 int df_fetcher_fetch(df_fetcher *f, const df_fetch_req *r, int n, df_err *e) {
+  if (df_hub_offline()) return offline_refuse(f, r, n, e);
   if (f->policy == DF_SVERIFY_SHARD && df_fetcher_shard_first(f, r, n, e)) return -1;
   double t0 = df_now();
   df_fetch_req *todo = df_xmalloc((size_t)(n ? n : 1) * sizeof *todo);

@@ -48,6 +48,7 @@ struct df_fetcher {
   int nfl, capfl;
   df_http **pool;
   int npool, nfree;
+  df_http_gate *gate;            /* rate limits: shared by every connection, demand and ahead */
   df_http **free_h;
   df_fetcher_stats st;
   char last_err[1024];

@@ -8,8 +8,129 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
 #include "base/util.h"
 #include "setup/redir.h"
+
+/* ---- the rate-limit gate shared by the connections of one download ---- */
+
+struct df_http_gate {
+  pthread_mutex_t mu;
+  double until;     /* df_now() before which no request goes */
+  double waited;    /* the union of the waits so far */
+  double max_wait;
+  uint64_t answers;
+};
+
+df_http_gate *df_http_gate_new(double max_wait_s) {
+  df_http_gate *g = df_xcalloc(1, sizeof *g);
+  pthread_mutex_init(&g->mu, NULL);
+  g->max_wait = max_wait_s > 0 ? max_wait_s : DF_HTTP_DEFAULT_MAX_WAIT_S;
+  return g;
+}
+
+void df_http_gate_free(df_http_gate *g) {
+  if (!g) return;
+  pthread_mutex_destroy(&g->mu);
+  free(g);
+}
+
+double df_http_gate_remaining(df_http_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  double d = g->until - df_now();
+  pthread_mutex_unlock(&g->mu);
+  return d > 0 ? d : 0;
+}
+
+uint64_t df_http_gate_answers(df_http_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  uint64_t n = g->answers;
+  pthread_mutex_unlock(&g->mu);
+  return n;
+}
+
+double df_http_gate_waited(df_http_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  double w = g->waited;
+  pthread_mutex_unlock(&g->mu);
+  return w;
+}
+
+static void sleep_s(double s) {
+  if (s <= 0) return;
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* Blocks until the gate is open. */
+static void gate_pass(df_http_gate *g) {
+  for (;;) {
+    double d = df_http_gate_remaining(g);
+    if (d <= 0) return;
+    sleep_s(d < 0.5 ? d : 0.5);
+  }
+}
+
+/* Closes the gate for `wait` seconds from now (never shortening it). 0, or
+ * -1 when that goes beyond the patience left (*left set). *fresh: the wait
+ * extends the window by more than a second (worth telling the user). */
+static int gate_close(df_http_gate *g, double wait, double *left, int *fresh) {
+  if (wait > DF_HTTP_MAX_ONE_WAIT_S) wait = DF_HTTP_MAX_ONE_WAIT_S;
+  pthread_mutex_lock(&g->mu);
+  g->answers++;
+  double now = df_now(), from = g->until > now ? g->until : now, to = now + wait;
+  double more = to > from ? to - from : 0;
+  int rc = 0;
+  *left = g->max_wait - g->waited - (from - now);
+  *fresh = g->until <= now || more > 1.0; /* a new window, or a longer one */
+  if (g->waited + more > g->max_wait) rc = -1;
+  else if (more > 0) {
+    g->waited += more;
+    g->until = to;
+  }
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
+static int all_digits(const char *s) {
+  if (!*s) return 0;
+  for (; *s; s++)
+    if (!isdigit((unsigned char)*s)) return 0;
+  return 1;
+}
+
+/* The number after `key=` in a structured header ("api";r=0;t=55), or -1. */
+static double sf_param(const char *v, const char *key) {
+  size_t k = strlen(key);
+  for (const char *p = v; p && *p; p++) {
+    if (strncmp(p, key, k) || p[k] != '=' || (p != v && p[-1] != ';' && p[-1] != ' ' &&
+                                              p[-1] != ','))
+      continue;
+    char *end;
+    double d = strtod(p + k + 1, &end);
+    if (end != p + k + 1 && d >= 0) return d;
+  }
+  return -1;
+}
+
+double df_http_retry_after(const char *retry_after, const char *ratelimit, double now_epoch) {
+  if (retry_after && *retry_after) {
+    if (all_digits(retry_after)) return strtod(retry_after, NULL);
+    time_t t = curl_getdate(retry_after, NULL);
+    if (t != (time_t)-1) {
+      double d = (double)t - now_epoch;
+      return d > 0 ? d : 0;
+    }
+  }
+  if (ratelimit && *ratelimit) return sf_param(ratelimit, "t");
+  return -1;
+}
+
+static double epoch_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 struct df_http {
   CURL *curl;
@@ -19,6 +140,9 @@ struct df_http {
   df_http_stats st;
   unsigned seed;
   df_redir *redir; /* requested URL -> where it redirected (range GETs only) */
+  df_http_gate *gate;
+  int own_gate;
+  int norange_warned;
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -31,7 +155,13 @@ df_http *df_http_new(const df_http_cfg *cfg) {
   h->cfg = *cfg;
   if (h->cfg.retries <= 0) h->cfg.retries = 8;
   if (h->cfg.backoff_s <= 0) h->cfg.backoff_s = 0.2;
-  if (h->cfg.stall_s <= 0) h->cfg.stall_s = 30;
+  if (h->cfg.stall_s <= 0) {
+    /* the hub's tools read their download timeout from here */
+    const char *t = getenv("HF_HUB_DOWNLOAD_TIMEOUT");
+    char *end;
+    long v = t && *t ? strtol(t, &end, 10) : 0;
+    h->cfg.stall_s = t && *t && !*end && v > 0 ? v : 30;
+  }
   snprintf(h->what, sizeof h->what, "%s", cfg->what ? cfg->what : "the repository");
   h->cfg.what = h->what;
   h->curl = curl_easy_init();
@@ -49,6 +179,12 @@ df_http *df_http_new(const df_http_cfg *cfg) {
   }
   h->seed = (unsigned)time(NULL) ^ (unsigned)(uintptr_t)h;
   h->redir = df_redir_new(DF_REDIR_MAX);
+  h->gate = cfg->gate;
+  if (!h->gate) {
+    h->gate = df_http_gate_new(cfg->max_wait_s);
+    h->own_gate = 1;
+  }
+  h->cfg.gate = h->gate;
   return h;
 }
 
@@ -57,6 +193,7 @@ void df_http_free(df_http *h) {
   curl_easy_cleanup(h->curl);
   curl_slist_free_all(h->hdrs);
   df_redir_free(h->redir);
+  if (h->own_gate) df_http_gate_free(h->gate);
   free(h);
 }
 
@@ -100,7 +237,7 @@ int df_http_parse_content_range(const char *s, size_t n, uint64_t *first, uint64
 
 /* ---- one transfer ---- */
 
-enum { AB_NONE, AB_SINK, AB_STATUS, AB_RANGE, AB_LONG };
+enum { AB_NONE, AB_SINK, AB_STATUS, AB_RANGE, AB_LONG, AB_NORANGE, AB_ENOUGH };
 
 typedef struct xfer {
   df_http *h;
@@ -120,6 +257,14 @@ typedef struct xfer {
   int have_cr;
   df_http_meta *meta;
   CURLcode rc;                /* curl's result of the attempt */
+  char retry_after[80];       /* Retry-After of the current response */
+  char ratelimit[160];        /* RateLimit */
+  char rlpolicy[160];         /* RateLimit-Policy */
+  double wait_s;              /* rate limited: seconds to wait; -2 = no hint (429); -1 = not */
+  int whole_ok;               /* a 200 to a range may be read as one stream */
+  int whole;                  /* this response is a 200 with the whole file */
+  uint64_t pos;               /* whole: bytes of the body seen */
+  long status;                /* the final status of the attempt */
 } xfer;
 
 static void copy_hval(char *dst, size_t cap, const char *v, size_t n) {
@@ -147,6 +292,13 @@ static size_t on_header(char *buf, size_t sz, size_t nitems, void *ud) {
   if (n >= 5 && !strncmp(buf, "HTTP/", 5)) { /* a new response along the redirect chain */
     x->have_cr = 0;
     x->cr[0] = 0;
+    x->retry_after[0] = x->ratelimit[0] = x->rlpolicy[0] = 0;
+  } else if (hname(buf, n, "retry-after", &v, &vl)) {
+    copy_hval(x->retry_after, sizeof x->retry_after, v, vl);
+  } else if (hname(buf, n, "ratelimit", &v, &vl)) {
+    copy_hval(x->ratelimit, sizeof x->ratelimit, v, vl);
+  } else if (hname(buf, n, "ratelimit-policy", &v, &vl)) {
+    copy_hval(x->rlpolicy, sizeof x->rlpolicy, v, vl);
   } else if (hname(buf, n, "content-range", &v, &vl)) {
     copy_hval(x->cr, sizeof x->cr, v, vl);
     x->have_cr = 1;
@@ -160,6 +312,10 @@ static size_t on_header(char *buf, size_t sz, size_t nitems, void *ud) {
     char *end;
     long long s = strtoll(tmp, &end, 10);
     if (*tmp && !*end && s >= 0) x->meta->linked_size = s;
+  } else if (x->meta && hname(buf, n, "etag", &v, &vl)) {
+    while (vl && (*v == ' ' || *v == '\t')) v++, vl--;
+    if (vl >= 2 && v[0] == 'W' && v[1] == '/') v += 2, vl -= 2;
+    copy_hval(x->meta->etag, sizeof x->meta->etag, v, vl);
   }
   return n;
 }
@@ -175,6 +331,30 @@ static int check_response(xfer *x) {
       return -1;
     }
     return 0;
+  }
+  if (code == 200 && x->total >= 0) {
+    /* A server or proxy that ignores Range sends the whole file: that is
+     * what was asked for when the range is the whole file; otherwise only
+     * a caller that reads it as a stream can use it. */
+    curl_off_t cl = -1;
+    curl_easy_getinfo(x->h->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    if (cl >= 0 && cl != x->total) {
+      snprintf(x->why, sizeof x->why, "status 200 to a range request with %lld bytes, the file has %lld",
+               (long long)cl, (long long)x->total);
+      x->abort = AB_RANGE;
+      return -1;
+    }
+    if ((x->first == 0 && x->len == (uint64_t)x->total) || x->whole_ok) {
+      x->whole = 1;
+      x->h->st.whole_bodies++;
+      return 0;
+    }
+    snprintf(x->why, sizeof x->why,
+             "status 200 (the whole file) to a request for bytes %llu-%llu: the server or a proxy "
+             "ignores Range",
+             (unsigned long long)x->first, (unsigned long long)(x->first + x->len - 1));
+    x->abort = AB_NORANGE;
+    return -1;
   }
   if (code != 206) {
     snprintf(x->why, sizeof x->why,
@@ -227,6 +407,28 @@ static size_t on_body(char *buf, size_t sz, size_t nitems, void *ud) {
     x->h->st.bytes += n;
     return n;
   }
+  if (x->whole) { /* the whole file: skip to the range, stop after it */
+    size_t full = n;
+    uint64_t at = x->pos;
+    x->pos += n;
+    x->h->st.bytes += n;
+    if (x->pos <= x->first) return n;
+    if (at < x->first) {
+      buf += x->first - at;
+      n -= (size_t)(x->first - at);
+    }
+    size_t take = x->got + n > x->len ? (size_t)(x->len - x->got) : n;
+    if (take && x->sink(x->ud, x->first + x->got, buf, take, &x->sink_err)) {
+      x->abort = AB_SINK;
+      return 0;
+    }
+    x->got += take;
+    if (take < n) {
+      x->abort = AB_ENOUGH; /* the rest of the file is not wanted */
+      return 0;
+    }
+    return full;
+  }
   if (x->got + n > x->len) {
     snprintf(x->why, sizeof x->why, "body longer than the %llu bytes asked for",
              (unsigned long long)x->len);
@@ -254,7 +456,7 @@ static void setup_handle(df_http *h, const char *url, int auth, xfer *x, char *e
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_USERAGENT, "deltafin/" DF_VERSION);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 20L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, h->cfg.stall_s < 20 ? h->cfg.stall_s : 20L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, h->cfg.stall_s);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
@@ -309,6 +511,51 @@ static void backoff(df_http *h, int attempt) {
   nanosleep(&ts, NULL);
 }
 
+static void url_host(const char *url, char *out, size_t cap) {
+  const char *p = strstr(url, "://");
+  p = p ? p + 3 : url;
+  size_t n = strcspn(p, "/?#");
+  if (n >= cap) n = cap - 1;
+  memcpy(out, p, n);
+  out[n] = 0;
+}
+
+/* After a rate-limit answer: closes the gate for the time it asked (a
+ * doubling wait when it said nothing) and waits; -1 when that is past the
+ * patience left. */
+static int rate_wait(df_http *h, const xfer *x, int *nohint, df_err *e) {
+  double w = x->wait_s;
+  const char *why = *x->retry_after ? "as its Retry-After says" : "as its RateLimit header says";
+  if (w == -2) {
+    w = 1.0;
+    for (int i = 0; i < *nohint && w < 60; i++) w *= 2;
+    if (w > 60) w = 60;
+    (*nohint)++;
+    why = "it gave no time: waiting longer each time";
+  } else {
+    *nohint = 0;
+  }
+  char host[200], *eff = NULL;
+  curl_easy_getinfo(h->curl, CURLINFO_EFFECTIVE_URL, &eff);
+  url_host(eff ? eff : "", host, sizeof host);
+  double left;
+  int fresh;
+  if (gate_close(h->gate, w, &left, &fresh))
+    return df_err_prefix(e,
+                         "rate limited by %s: it asks to wait %.0f s, more than the %.0f s left of "
+                         "the patience (--max-wait %.0f s); what is downloaded is kept: run setup "
+                         "again later, or with a larger --max-wait: ",
+                         host, w, left > 0 ? left : 0, h->gate->max_wait);
+  if (fresh)
+    df_log_warn("rate limited by %s (HTTP %ld): waiting %.0f s, %s%s%s (%.0f s waited so far, "
+                "--max-wait %.0f s)",
+                host, x->status, w, why,
+                *x->ratelimit ? "; RateLimit: " : "", x->ratelimit,
+                df_http_gate_waited(h->gate), h->gate->max_wait);
+  gate_pass(h->gate);
+  return 0;
+}
+
 /* One attempt at `to` (url itself, or the target remembered for it, with
  * auth telling whether the token may go there). Messages name `url`: a
  * signed CDN URL is not for logs. Returns 0 done, 1 retryable failure, -1
@@ -330,15 +577,32 @@ static int attempt_to(df_http *h, const char *url, const char *to, int auth, xfe
   long code = 0;
   curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
   if (x->meta) x->meta->status = code;
+  x->status = code;
   if (x->abort == AB_SINK) {
     *e = x->sink_err;
     return -1;
   }
+  if (x->abort == AB_NORANGE) {
+    df_err_set(e, "%s: %s", url, x->why);
+    return DF_HTTP_NORANGE;
+  }
+  if (x->abort == AB_ENOUGH) return 0;
   if (x->abort) {
     df_err_set(e, "%s: %s", url, x->why);
     return 1;
   }
   if (code >= 300 && (rc == CURLE_OK || rc == CURLE_PARTIAL_FILE)) {
+    if (code == 429 || code == 503) {
+      double w = df_http_retry_after(x->retry_after, x->ratelimit, epoch_now());
+      if (w >= 0 || code == 429) {
+        x->wait_s = w >= 0 ? w : -2;
+        h->st.rate_limited++;
+        df_err_set(e, "%s: HTTP %ld (rate limited%s%s%s%s)", url, code,
+                   *x->ratelimit ? "; RateLimit: " : "", x->ratelimit,
+                   *x->rlpolicy ? "; RateLimit-Policy: " : "", x->rlpolicy);
+        return 1;
+      }
+    }
     return classify_status(h, code, url, e) ? 1 : -1;
   }
   if (rc != CURLE_OK) {
@@ -365,10 +629,57 @@ static int attempt(df_http *h, const char *url, xfer *x, df_err *e) {
   return attempt_to(h, url, url, 1, x, e);
 }
 
+int df_http_head(df_http *h, const char *url, df_http_meta *meta, df_err *e) {
+  int nohint = 0;
+  for (int a = 0;; a++) {
+    xfer x = {.h = h, .meta = meta, .wait_s = -1};
+    memset(meta, 0, sizeof *meta);
+    meta->linked_size = meta->content_length = -1;
+    gate_pass(h->gate);
+    char errbuf[CURL_ERROR_SIZE] = "";
+    setup_handle(h, url, 1, &x, errbuf);
+    curl_easy_setopt(h->curl, CURLOPT_NOBODY, 1L);
+    h->st.requests++;
+    CURLcode rc = curl_easy_perform(h->curl);
+    long code = 0;
+    curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
+    x.status = meta->status = code;
+    curl_off_t cl = -1;
+    curl_easy_getinfo(h->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+    meta->content_length = cl;
+    int r;
+    if (rc != CURLE_OK) {
+      df_err_set(e, "%s: %s%s%s", url, curl_easy_strerror(rc), *errbuf ? ": " : "", errbuf);
+      r = 1;
+    } else if (code == 200) {
+      return 0;
+    } else if ((code == 429 || code == 503) &&
+               ((x.wait_s = df_http_retry_after(x.retry_after, x.ratelimit, epoch_now())) >= 0 ||
+                code == 429)) {
+      if (x.wait_s < 0) x.wait_s = -2;
+      h->st.rate_limited++;
+      df_err_set(e, "%s: HTTP %ld (rate limited)", url, code);
+      if (rate_wait(h, &x, &nohint, e)) return -1;
+      a--;
+      continue;
+    } else {
+      r = classify_status(h, code, url, e) ? 1 : -1;
+    }
+    if (r < 0 || a >= h->cfg.retries) {
+      if (r > 0) df_err_prefix(e, "giving up after %d attempts: ", a + 1);
+      return -1;
+    }
+    h->st.retries++;
+    backoff(h, a);
+  }
+}
+
 int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t *len,
                 df_http_meta *meta, df_err *e) {
+  int nohint = 0;
   for (int a = 0;; a++) {
-    xfer x = {.h = h, .doc_max = max_len, .meta = meta};
+    xfer x = {.h = h, .doc_max = max_len, .meta = meta, .wait_s = -1};
+    gate_pass(h->gate);
     if (meta) {
       memset(meta, 0, sizeof *meta);
       meta->linked_size = -1;
@@ -382,6 +693,11 @@ int df_http_get(df_http *h, const char *url, size_t max_len, char **body, size_t
       return 0;
     }
     free(x.doc);
+    if (r > 0 && x.wait_s != -1) {
+      if (rate_wait(h, &x, &nohint, e)) return -1;
+      a--; /* told to wait: not a failure */
+      continue;
+    }
     if (r < 0 || a >= h->cfg.retries) {
       if (r > 0) df_err_prefix(e, "giving up after %d attempts: ", a + 1);
       return -1;
@@ -400,11 +716,17 @@ static void remember(df_http *h, const char *url) {
 
 int df_http_get_range(df_http *h, const char *url, uint64_t off, uint64_t len, int64_t total,
                       df_http_sink sink, void *ud, df_err *e) {
+  return df_http_get_range_ex(h, url, off, len, total, 0, sink, ud, e);
+}
+
+int df_http_get_range_ex(df_http *h, const char *url, uint64_t off, uint64_t len, int64_t total,
+                         int whole_ok, df_http_sink sink, void *ud, df_err *e) {
   uint64_t done = 0;
-  int fails = 0, reresolved = 0;
+  int fails = 0, reresolved = 0, nohint = 0;
   while (done < len) {
     xfer x = {.h = h, .range = 1, .first = off + done, .len = len - done, .total = total,
-              .sink = sink, .ud = ud};
+              .sink = sink, .ud = ud, .wait_s = -1, .whole_ok = whole_ok};
+    gate_pass(h->gate);
     int same = 0;
     const char *to = df_redir_lookup(h->redir, url, &same);
     if (to) h->st.redirects_skipped++;
@@ -413,6 +735,11 @@ int df_http_get_range(df_http *h, const char *url, uint64_t off, uint64_t len, i
     if (r == 0) {
       if (!to) remember(h, url);
       break;
+    }
+    if (r == DF_HTTP_NORANGE) return DF_HTTP_NORANGE;
+    if (r > 0 && x.wait_s != -1) {
+      if (rate_wait(h, &x, &nohint, e)) return -1;
+      continue; /* told to wait: not a failure */
     }
     /* A remembered target that refuses for good (401/403/404/410: a signed
      * URL past its expiry; a redirect loop; ...) is forgotten and the

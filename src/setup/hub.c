@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -192,10 +193,10 @@ static char *build(const char *endpoint, const char *repo, const char *mid, cons
     memcpy(b + len, parts[i], k + 1);
     len += k;
   }
-  if (mid && !strcmp(mid, "api")) {
+  if (mid && (!strcmp(mid, "api") || !strcmp(mid, "tree"))) {
     append_enc(&b, &len, &cap, "api/models/", 1);
     append_enc(&b, &len, &cap, repo, 1);
-    append_enc(&b, &len, &cap, "/revision/", 1);
+    append_enc(&b, &len, &cap, !strcmp(mid, "api") ? "/revision/" : "/tree/", 1);
     append_enc(&b, &len, &cap, rev, 0);
   } else {
     append_enc(&b, &len, &cap, repo, 1);
@@ -216,6 +217,73 @@ char *df_hub_info_url(const char *endpoint, const char *repo, const char *rev) {
   return build(endpoint, repo, "api", rev, NULL, "?blobs=true");
 }
 
+char *df_hub_tree_url(const char *endpoint, const char *repo, const char *commit) {
+  return build(endpoint, repo, "tree", commit, NULL, "?recursive=true");
+}
+
+int df_hub_info_has_sizes(const char *json, size_t len) {
+  json_error_t je;
+  json_t *o = json_loadb(json, len, 0, &je);
+  const json_t *sib = o ? json_object_get(o, "siblings") : NULL;
+  int ok = json_is_array(sib);
+  size_t i;
+  const json_t *v;
+  json_array_foreach(sib, i, v) if (!json_is_integer(json_object_get(v, "size"))) ok = 0;
+  json_decref(o);
+  return ok;
+}
+
+/* The tree's entries: {type, path, size, oid (git blob id; of the pointer
+ * for an LFS file), lfs: {oid (sha256), size}}. */
+int df_hub_info_from_tree(const char *info, size_t ilen, const char *tree, size_t tlen,
+                          const char *label, char **out, size_t *olen, df_err *e) {
+  json_error_t je;
+  json_t *io = json_loadb(info, ilen, 0, &je), *to = NULL;
+  if (!io || !json_is_string(json_object_get(io, "sha"))) {
+    json_decref(io);
+    return df_err_set(e, "%s: the model info has no 'sha'", label);
+  }
+  to = json_loadb(tree, tlen, 0, &je);
+  if (!json_is_array(to)) {
+    json_decref(io);
+    json_decref(to);
+    return df_err_set(e, "%s: not a JSON array of tree entries", label);
+  }
+  json_t *sib = json_array();
+  size_t i;
+  json_t *v;
+  int rc = 0;
+  json_array_foreach(to, i, v) {
+    const char *type = json_string_value(json_object_get(v, "type"));
+    if (type && strcmp(type, "file")) continue; /* folders */
+    const json_t *path = json_object_get(v, "path"), *size = json_object_get(v, "size");
+    const json_t *oid = json_object_get(v, "oid"), *lfs = json_object_get(v, "lfs");
+    if (!json_is_string(path) || !json_is_integer(size)) {
+      rc = df_err_set(e, "%s: entry %zu: needs 'path' and an integer 'size'", label, i);
+      break;
+    }
+    json_t *f = json_pack("{s:O,s:O}", "rfilename", path, "size", size);
+    if (json_is_object(lfs)) {
+      json_object_set_new(f, "lfs", json_pack("{s:O,s:O}", "sha256", json_object_get(lfs, "oid"),
+                                              "size", json_object_get(lfs, "size")
+                                                  ? json_object_get(lfs, "size") : size));
+    } else if (json_is_string(oid)) {
+      json_object_set(f, "blobId", (json_t *)oid);
+    }
+    json_array_append_new(sib, f);
+  }
+  if (!rc) {
+    json_object_set_new(io, "siblings", sib);
+    *out = json_dumps(io, JSON_INDENT(1));
+    *olen = strlen(*out);
+  } else {
+    json_decref(sib);
+  }
+  json_decref(io);
+  json_decref(to);
+  return rc;
+}
+
 char *df_hub_file_url(const char *endpoint, const char *repo, const char *commit,
                       const char *file) {
   return build(endpoint, repo, NULL, commit, file, NULL);
@@ -230,20 +298,41 @@ char *df_hub_endpoint(const char *override) {
   return s;
 }
 
-char *df_hub_cache_snapshot(const char *repo, const char *commit) {
-  const char *hub = getenv("HF_HUB_CACHE");
-  char *base;
-  if (hub && *hub) base = df_xstrdup(hub);
-  else {
-    const char *home = getenv("HF_HOME");
-    if (home && *home) base = df_path_join(home, "hub");
-    else {
-      const char *h = getenv("HOME");
-      char *c = df_path_join(h && *h ? h : "/", ".cache/huggingface");
-      base = df_path_join(c, "hub");
-      free(c);
-    }
+/* ---- the hub's environment (as huggingface_hub reads it) ---- */
+
+int df_hub_env_bool(const char *name) {
+  const char *v = getenv(name);
+  if (!v) return 0;
+  static const char *yes[] = {"1", "ON", "YES", "TRUE"};
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+    if (!strcasecmp(v, yes[i])) return 1;
+  return 0;
+}
+
+int df_hub_offline(void) { return df_hub_env_bool("HF_HUB_OFFLINE"); }
+
+char *df_hub_home(void) {
+  const char *home = getenv("HF_HOME");
+  if (home && *home) return df_xstrdup(home);
+  const char *xdg = getenv("XDG_CACHE_HOME");
+  if (xdg && *xdg) return df_path_join(xdg, "huggingface");
+  const char *h = getenv("HOME");
+  return df_path_join(h && *h ? h : "/", ".cache/huggingface");
+}
+
+char *df_hub_cache_dir(void) {
+  /* HUGGINGFACE_HUB_CACHE is the older name the hub's tools still honour */
+  const char *names[] = {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"};
+  for (int i = 0; i < 2; i++) {
+    const char *v = getenv(names[i]);
+    if (v && *v) return df_xstrdup(v);
   }
+  char *home = df_hub_home(), *c = df_path_join(home, "hub");
+  free(home);
+  return c;
+}
+
+char *df_hub_cache_repo(const char *repo) {
   size_t n = strlen(repo) + 16;
   char *folder = df_xmalloc(n);
   snprintf(folder, n, "models--%s", repo);
@@ -254,14 +343,32 @@ char *df_hub_cache_snapshot(const char *repo, const char *commit) {
       p[1] = '-';
       p++;
     }
-  char *a = df_path_join(base, folder);
-  char *b = df_path_join(a, "snapshots");
-  char *c = df_path_join(b, commit);
+  char *base = df_hub_cache_dir(), *a = df_path_join(base, folder);
   free(base);
   free(folder);
+  return a;
+}
+
+static char *repo_sub(const char *repo, const char *sub, const char *leaf) {
+  char *a = df_hub_cache_repo(repo), *b = df_path_join(a, sub), *c = df_path_join(b, leaf);
   free(a);
   free(b);
   return c;
+}
+
+char *df_hub_cache_snapshot(const char *repo, const char *commit) {
+  return repo_sub(repo, "snapshots", commit);
+}
+
+char *df_hub_cache_blob(const char *repo, const df_hub_file *f) {
+  const char *etag = f->lfs ? f->sha256 : f->blob_id;
+  if (!*etag) return NULL;
+  return repo_sub(repo, "blobs", etag);
+}
+
+char *df_hub_cache_ref(const char *repo, const char *rev) {
+  if (!df_hub_name_valid(rev)) return NULL;
+  return repo_sub(repo, "refs", rev);
 }
 
 /* ---- checksums ---- */

@@ -50,12 +50,34 @@ int df_hub_name_valid(const char *name);
 
 /* URLs (fresh strings). The revision and file are percent-encoded. */
 char *df_hub_info_url(const char *endpoint, const char *repo, const char *rev);
+/* Mirrors that ignore ?blobs=true give siblings without sizes or checksums:
+ * GET {endpoint}/api/models/{repo}/tree/{commit}?recursive=true lists them.
+ * df_hub_info_from_tree rebuilds the model-info document (its sha and
+ * everything else kept, siblings from the tree; fresh *out). */
+char *df_hub_tree_url(const char *endpoint, const char *repo, const char *commit);
+int df_hub_info_has_sizes(const char *json, size_t len);
+int df_hub_info_from_tree(const char *info, size_t ilen, const char *tree, size_t tlen,
+                          const char *label, char **out, size_t *olen, df_err *e);
 char *df_hub_file_url(const char *endpoint, const char *repo, const char *commit,
                       const char *file);
 /* HF_ENDPOINT or the default, without a trailing slash (fresh string). */
 char *df_hub_endpoint(const char *override);
-/* The snapshot folder of repo@commit in the local hub cache (may not exist). */
+/* The hub's environment, read as huggingface_hub reads it:
+ * - a boolean variable is true when it is 1, ON, YES or TRUE (any case);
+ * - HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface;
+ * - the cache: HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub;
+ * - HF_HUB_OFFLINE: no request at all. */
+int df_hub_env_bool(const char *name);
+int df_hub_offline(void);
+char *df_hub_home(void);
+char *df_hub_cache_dir(void);
+/* Paths in the cache (fresh strings; may not exist): models--{owner}--{name},
+ * snapshots/{commit}, blobs/{etag} (the LFS sha256, else the git blob id;
+ * NULL without either) and refs/{rev} (NULL for a revision that is no safe name). */
+char *df_hub_cache_repo(const char *repo);
 char *df_hub_cache_snapshot(const char *repo, const char *commit);
+char *df_hub_cache_blob(const char *repo, const df_hub_file *f);
+char *df_hub_cache_ref(const char *repo, const char *rev);
 
 /* Checksums as the hub records them (hex into out). */
 int df_hub_sha256_file(const char *path, char out[65], df_err *e);

@@ -9,6 +9,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <dirent.h>
+#include <fnmatch.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -24,14 +26,21 @@
 #include "store/pack.h"
 
 char *df_setup_token(void) {
-  const char *t = getenv("HF_TOKEN");
-  if (t && *t) return df_xstrdup(t);
+  /* As huggingface_hub: with implicit tokens disabled, reads send none. */
+  if (df_hub_env_bool("HF_HUB_DISABLE_IMPLICIT_TOKEN")) return NULL;
+  const char *envs[] = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"};
+  for (int i = 0; i < 2; i++) {
+    const char *t = getenv(envs[i]);
+    if (t && *t) return df_xstrdup(t);
+  }
   char *path = NULL;
-  const char *tp = getenv("HF_TOKEN_PATH"), *home = getenv("HF_HOME"), *h = getenv("HOME");
+  const char *tp = getenv("HF_TOKEN_PATH");
   if (tp && *tp) path = df_xstrdup(tp);
-  else if (home && *home) path = df_path_join(home, "token");
-  else if (h && *h) path = df_path_join(h, ".cache/huggingface/token");
-  if (!path) return NULL;
+  else {
+    char *home = df_hub_home();
+    path = df_path_join(home, "token");
+    free(home);
+  }
   char *buf = NULL;
   size_t len = 0;
   df_err e;
@@ -44,6 +53,16 @@ char *df_setup_token(void) {
     return NULL;
   }
   return buf;
+}
+
+const char *df_setup_fmt_size(uint64_t b, char out[24]) {
+  double v = (double)b;
+  if (b < 1000) snprintf(out, 24, "%llu B", (unsigned long long)b);
+  else if (v < 1e6) snprintf(out, 24, "%.1f KB", v / 1e3);
+  else if (v < 1e9) snprintf(out, 24, "%.1f MB", v / 1e6);
+  else if (v < 1e12) snprintf(out, 24, "%.2f GB", v / 1e9);
+  else snprintf(out, 24, "%.2f TB", v / 1e12);
+  return out;
 }
 
 /* ---- which files an install needs ---- */
@@ -64,6 +83,21 @@ static int wanted(const char *name) {
 }
 
 static int is_shard(const char *name) { return ends_with(name, ".safetensors"); }
+
+static int glob_any(const char *const *g, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (!fnmatch(g[i], name, 0)) return 1;
+  return 0;
+}
+
+/* NULL when the install takes the file, else why not: --exclude wins, then
+ * --include (which replaces the default set), then the default set. */
+static const char *skip_reason(const df_setup_opts *o, const char *name) {
+  if (glob_any(o->exclude, o->nexclude, name)) return "--exclude";
+  if (o->ninclude) return glob_any(o->include, o->ninclude, name) ? NULL : "not in --include";
+  if (strchr(name, '/')) return "in a sub-folder";
+  return wanted(name) ? NULL : "not needed to run (docs, images)";
+}
 
 /* ---- state ---- */
 
@@ -246,17 +280,21 @@ static int copy_in(const char *src, const char *dest, df_err *e) {
   return rc;
 }
 
-/* Looks for a verified copy of f in the local folder or the hub cache. */
+/* Looks for a verified copy of f in the local folder or the hub cache: its
+ * snapshot of this commit, else its blob store, where a file is named by its
+ * content (LFS sha256 or git blob id) whatever commit brought it, so a new
+ * commit with the same files finds them all. */
 static int try_reuse(const df_setup_opts *o, const state *s, const df_hub_file *f, const char *dest,
                      int *reused, df_err *e) {
   *reused = 0;
-  char *cands[2] = {NULL, NULL};
+  char *cands[3] = {NULL, NULL, NULL};
   if (o->from_dir) cands[0] = df_path_join(o->from_dir, f->name);
   char *snap = df_hub_cache_snapshot(s->repo, s->commit);
   cands[1] = df_path_join(snap, f->name);
   free(snap);
+  cands[2] = df_hub_cache_blob(s->repo, f);
   int rc = 0;
-  for (int i = 0; i < 2 && !*reused; i++) {
+  for (int i = 0; i < 3 && !*reused; i++) {
     struct stat st;
     if (!cands[i] || stat(cands[i], &st) || (uint64_t)st.st_size != f->size) continue;
     df_err ve;
@@ -271,9 +309,100 @@ static int try_reuse(const df_setup_opts *o, const state *s, const df_hub_file *
     df_log_info("reused %s (verified)", cands[i]);
     *reused = 1;
   }
-  free(cands[0]);
-  free(cands[1]);
+  for (int i = 0; i < 3; i++) free(cands[i]);
   return rc;
+}
+
+/* ---- writing into the hub cache (--hf-cache) ---- */
+
+/* path -> dest by a temporary name and a rename: a hard link when they
+ * share a filesystem (no second copy of a shard), else a copy. */
+static int place_file(const char *src, const char *dest, df_err *e) {
+  char *dir = df_xstrdup(dest);
+  *strrchr(dir, '/') = 0;
+  int rc = df_mkdir_p(dir, e);
+  free(dir);
+  return rc ? -1 : copy_in(src, dest, e);
+}
+
+/* A relative symlink at `at` to `target` (both under the repo folder), by a
+ * temporary name and a rename. */
+static int place_link(const char *target, const char *at, df_err *e) {
+  char *dir = df_xstrdup(at);
+  *strrchr(dir, '/') = 0;
+  int rc = df_mkdir_p(dir, e);
+  free(dir);
+  if (rc) return -1;
+  size_t n = strlen(at) + 16;
+  char *tmp = df_xmalloc(n);
+  snprintf(tmp, n, "%s.link.tmp", at);
+  unlink(tmp);
+  if (symlink(target, tmp) || rename(tmp, at)) {
+    rc = df_err_errno(e, "linking %s", at);
+    unlink(tmp);
+  }
+  free(tmp);
+  return rc;
+}
+
+/* Puts a verified file where the hub's tools look for it: blobs/{etag}
+ * (the LFS sha256 or git blob id), snapshots/{commit}/{name} linking to it,
+ * and refs/{revision} naming the commit when the revision is a branch or a
+ * tag; hf download, transformers and huggingface.js then reuse it. */
+static int to_hub_cache(const state *s, const df_hub_file *f, const char *path, df_err *e) {
+  char *blob = df_hub_cache_blob(s->repo, f);
+  if (!blob) return 0;
+  struct stat st;
+  int rc = 0;
+  if (stat(blob, &st) || (uint64_t)st.st_size != f->size) rc = place_file(path, blob, e);
+  char *snap = df_hub_cache_snapshot(s->repo, s->commit), *at = df_path_join(snap, f->name);
+  /* ../../blobs/{etag}, one more ../ per folder of the name */
+  size_t cap = strlen(f->name) * 2 + 160, len = 0;
+  char *target = df_xmalloc(cap);
+  target[0] = 0;
+  for (const char *p = f->name; (p = strchr(p, '/')); p++) len += (size_t)snprintf(target + len, cap - len, "../");
+  snprintf(target + len, cap - len, "../../blobs/%s", strrchr(blob, '/') + 1);
+  char cur[4096];
+  ssize_t cn = readlink(at, cur, sizeof cur - 1);
+  if (cn >= 0) cur[cn] = 0;
+  if (!rc && (cn < 0 || strcmp(cur, target))) rc = place_link(target, at, e);
+  free(target);
+  free(at);
+  free(snap);
+  free(blob);
+  return rc;
+}
+
+static int hub_cache_write(const df_setup_opts *o, const state *s, df_err *e) {
+  int n = 0;
+  for (int i = 0; i < s->info.nfiles; i++) {
+    const df_hub_file *f = &s->info.files[i];
+    if (skip_reason(o, f->name)) continue;
+    char *p = df_path_join(s->root, f->name), *rj = df_dl_journal_path(p, 1);
+    struct stat st;
+    /* complete files only (a header-only or stream shard has a journal) */
+    int ok = !df_file_exists(rj) && !stat(p, &st) && (uint64_t)st.st_size == f->size;
+    int rc = ok ? to_hub_cache(s, f, p, e) : 0;
+    free(p);
+    free(rj);
+    if (rc) return -1;
+    n += ok;
+  }
+  if (strcmp(s->revision, s->commit)) {
+    char *ref = df_hub_cache_ref(s->repo, s->revision);
+    if (ref) {
+      char *dir = df_xstrdup(ref);
+      *strrchr(dir, '/') = 0;
+      int rc = df_mkdir_p(dir, e) || df_file_write_atomic(ref, s->commit, strlen(s->commit), e);
+      free(dir);
+      free(ref);
+      if (rc) return -1;
+    }
+  }
+  char *repo = df_hub_cache_repo(s->repo);
+  df_log_info("hub cache: %d files of %s@%s in %s", n, s->repo, s->commit, repo);
+  free(repo);
+  return 0;
 }
 
 /* ---- disk space ---- */
@@ -283,11 +412,13 @@ static int space_check(const char *dir, uint64_t need, const char *what, df_err 
   if (statvfs(dir, &v)) return df_err_errno(e, "statvfs %s", dir);
   uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
   uint64_t margin = need / 50 + (64u << 20); /* filesystems misbehave when full */
+  char a[24], n[24], m[24];
   if (avail < need + margin)
     return df_err_set(e,
-                      "%s: %.2f GB free, %s needs %.2f GB (plus a %.2f GB margin); free space or "
+                      "%s: %s free, %s needs %s (plus a %s margin); free space or "
                       "choose another folder (--no-space-check skips this check)",
-                      dir, (double)avail / 1e9, what, (double)need / 1e9, (double)margin / 1e9);
+                      dir, df_setup_fmt_size(avail, a), what, df_setup_fmt_size(need, n),
+                      df_setup_fmt_size(margin, m));
   return 0;
 }
 
@@ -321,12 +452,106 @@ static int mark_vision_only(const char *root, const df_dl_item *sh, int n, int *
   return 0;
 }
 
+/* Every shard the index maps a tensor to must be in the model info: a
+ * snapshot in the hub cache may hold only some files (the model info is
+ * rebuilt from it offline), and an install without one of them is no model. */
+static int index_complete(const df_setup_opts *o, const state *s, int offline, df_err *e) {
+  char *ip = df_path_join(s->root, "model.safetensors.index.json");
+  json_t *ix;
+  int got = json_if_present(ip, &ix, "", e);
+  free(ip);
+  if (got <= 0) return got;
+  const char *k;
+  json_t *v;
+  int rc = 0;
+  json_object_foreach(json_object_get(ix, "weight_map"), k, v) {
+    const char *file = json_string_value(v);
+    const char *why = file ? skip_reason(o, file) : NULL;
+    if (file && why) {
+      rc = df_err_set(e,
+                      "%s is left out (%s), but model.safetensors.index.json maps tensors to it: "
+                      "the model cannot run without it",
+                      file, why);
+      break;
+    }
+    if (!file || df_hub_info_find(&s->info, file)) continue;
+    rc = df_err_set(e, "%s (named by model.safetensors.index.json) is not in %s: %s", file,
+                    offline ? "the hub cache's snapshot" : "the model info",
+                    offline ? "offline (HF_HUB_OFFLINE or --offline), nothing may be downloaded; "
+                              "run setup without offline to fetch it"
+                            : "the repository is incomplete at this revision");
+    break;
+  }
+  json_decref(ix);
+  return rc;
+}
+
 /* ---- the install ---- */
 
-static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_err *e) {
+static int is_hex_n(const char *v, size_t n) {
+  if (strlen(v) != n) return 0;
+  for (; *v; v++)
+    if (!strchr("0123456789abcdef", *v)) return 0;
+  return 1;
+}
+
+/* A mirror with neither ?blobs=true sizes nor a tree: one HEAD per file,
+ * as the hub's tools ask for a file's metadata: X-Linked-Etag (the sha256)
+ * and X-Linked-Size for an LFS file, else the ETag (the git blob id) and
+ * the length. A file that gives neither cannot be verified: refused. */
+static int info_from_heads(df_http *h, const char *endpoint, const char *repo, const char *info,
+                           size_t ilen, char **out, size_t *olen, df_err *e) {
+  json_error_t je;
+  json_t *io = json_loadb(info, ilen, 0, &je);
+  const char *sha = json_string_value(json_object_get(io, "sha"));
+  json_t *sib = json_object_get(io, "siblings"), *ns = json_array();
+  size_t i;
+  json_t *v;
+  int rc = 0;
+  json_array_foreach(sib, i, v) {
+    const char *name = json_string_value(json_object_get(v, "rfilename"));
+    if (!name || !df_hub_name_valid(name)) {
+      rc = df_err_set(e, "the model info's siblings[%zu] has no usable 'rfilename'", i);
+      break;
+    }
+    char *url = df_hub_file_url(endpoint, repo, sha, name);
+    df_http_meta m;
+    rc = df_http_head(h, url, &m, e);
+    json_t *f = NULL;
+    if (rc) {
+      df_err_prefix(e, "%s: ", name);
+    } else if (is_hex_n(m.linked_etag, 64) && m.linked_size >= 0) {
+      f = json_pack("{s:s,s:I,s:{s:s,s:I}}", "rfilename", name, "size", (json_int_t)m.linked_size,
+                    "lfs", "sha256", m.linked_etag, "size", (json_int_t)m.linked_size);
+    } else if (is_hex_n(m.etag, 40) && m.content_length >= 0) {
+      f = json_pack("{s:s,s:I,s:s}", "rfilename", name, "size", (json_int_t)m.content_length,
+                    "blobId", m.etag);
+    } else {
+      rc = df_err_set(e,
+                      "%s: HEAD %s gives neither X-Linked-Etag/X-Linked-Size (an LFS file's sha256) "
+                      "nor an ETag that is a git blob id: it cannot be verified",
+                      name, url);
+    }
+    free(url);
+    if (rc) break;
+    json_array_append_new(ns, f);
+  }
+  if (!rc) {
+    json_object_set_new(io, "siblings", ns);
+    *out = json_dumps(io, JSON_INDENT(1));
+    *olen = strlen(*out);
+  } else {
+    json_decref(ns);
+  }
+  json_decref(io);
+  return rc;
+}
+
+static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_http_gate *gate,
+                      df_err *e) {
   char *tok = df_setup_token();
   df_http_cfg hc = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
-                    .stall_s = o->stall_s, .what = o->repo};
+                    .stall_s = o->stall_s, .what = o->repo, .gate = gate};
   df_http *h = df_http_new(&hc);
   if (tok) {
     memset(tok, 0, strlen(tok));
@@ -335,6 +560,40 @@ static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df
   char *url = df_hub_info_url(endpoint, o->repo, o->revision);
   df_http_meta m;
   int rc = df_http_get(h, url, 64u << 20, &s->info_json, &s->info_len, &m, e);
+  if (!rc && !df_hub_info_has_sizes(s->info_json, s->info_len)) {
+    /* a mirror that ignores ?blobs=true: sizes and checksums from the tree */
+    json_error_t je;
+    json_t *io = json_loadb(s->info_json, s->info_len, 0, &je);
+    const char *sha = json_string_value(json_object_get(io, "sha"));
+    char *turl = df_hub_is_commit(sha) ? df_hub_tree_url(endpoint, o->repo, sha) : NULL, *tree = NULL,
+         *merged = NULL;
+    size_t tlen = 0, mlen = 0;
+    if (!turl) rc = df_err_set(e, "%s: no sizes in the model info, and no commit 'sha' to ask the tree of", url);
+    else if (df_http_get(h, turl, 64u << 20, &tree, &tlen, &m, e)) {
+      if (m.status == 404 || m.status == 405 || m.status == 501) {
+        df_log_info("the endpoint gives no sizes with ?blobs=true and has no tree API: one HEAD per file");
+        rc = info_from_heads(h, endpoint, o->repo, s->info_json, s->info_len, &merged, &mlen, e);
+        if (rc) df_err_prefix(e, "the model info (%s) gives no file sizes and the tree API answers %ld: ",
+                              url, m.status);
+        else {
+          free(s->info_json);
+          s->info_json = merged;
+          s->info_len = mlen;
+        }
+      } else {
+        rc = df_err_prefix(e, "the model info (%s) gives no file sizes (a mirror without ?blobs=true), "
+                              "and its tree could not be read: ", url);
+      }
+    } else if (!(rc = df_hub_info_from_tree(s->info_json, s->info_len, tree, tlen, turl, &merged, &mlen, e))) {
+      df_log_info("the endpoint gives no sizes with ?blobs=true: sizes and checksums from its tree API");
+      free(s->info_json);
+      s->info_json = merged;
+      s->info_len = mlen;
+    }
+    json_decref(io);
+    free(turl);
+    free(tree);
+  }
   df_http_free(h);
   if (!rc) rc = df_hub_info_parse(s->info_json, s->info_len, url, &s->info, e);
   if (!rc && df_hub_is_commit(o->revision) && strcmp(s->info.commit, o->revision))
@@ -345,6 +604,103 @@ static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df
   snprintf(s->commit, sizeof s->commit, "%s", s->info.commit);
   if (strcmp(s->commit, o->revision))
     df_log_info("revision %s is commit %s (recorded; reruns use it)", o->revision, s->commit);
+  if (o->dry_run) return 0;
+  char *ip = df_path_join(s->root, DF_SETUP_INFO);
+  rc = df_file_write_atomic(ip, s->info_json, s->info_len, e);
+  free(ip);
+  return rc;
+}
+
+/* Offline, without an earlier install: the model info is rebuilt from the
+ * hub cache. The revision is a commit or a ref the cache recorded
+ * (refs/{rev}); each top-level snapshot entry links to blobs/{etag}, and the
+ * etag is the file's LFS sha256 (64 hex) or git blob id (40 hex), so every
+ * file is still verified against the checksum the hub gave for it. */
+static int offline_info(const df_setup_opts *o, state *s, df_err *e) {
+  char commit[41] = "";
+  if (df_hub_is_commit(o->revision)) snprintf(commit, sizeof commit, "%s", o->revision);
+  else {
+    char *rp = df_hub_cache_ref(o->repo, o->revision), *buf = NULL;
+    size_t len = 0;
+    df_err re;
+    if (rp && !df_file_read(rp, &buf, &len, &re)) {
+      while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) buf[--len] = 0;
+      if (df_hub_is_commit(buf)) snprintf(commit, sizeof commit, "%s", buf);
+    }
+    free(buf);
+    if (!commit[0]) {
+      df_err_set(e,
+                 "offline (HF_HUB_OFFLINE or --offline): %s has no earlier install and the hub "
+                 "cache has no commit for revision '%s' of %s (%s); run setup once online, or "
+                 "give --revision a commit that is in the cache",
+                 s->root, o->revision, o->repo, rp ? rp : "not a ref name");
+      free(rp);
+      return -1;
+    }
+    free(rp);
+  }
+  char *snap = df_hub_cache_snapshot(o->repo, commit);
+  DIR *d = opendir(snap);
+  if (!d) {
+    df_err_errno(e,
+                 "offline (HF_HUB_OFFLINE or --offline): %s has no earlier install and the hub "
+                 "cache has no snapshot of %s@%s (%s)",
+                 s->root, o->repo, commit, snap);
+    free(snap);
+    return -1;
+  }
+  json_t *sib = json_array();
+  int rc = 0;
+  struct dirent *de;
+  while (!rc && (de = readdir(d))) {
+    if (de->d_name[0] == '.' || !df_hub_name_valid(de->d_name)) continue;
+    char *p = df_path_join(snap, de->d_name), target[4096];
+    struct stat st;
+    ssize_t n = readlink(p, target, sizeof target - 1);
+    if (stat(p, &st) || !S_ISREG(st.st_mode)) {
+      free(p);
+      continue;
+    }
+    if (n < 0) {
+      rc = df_err_set(e, "%s: not a link to the cache's blobs: cannot tell its checksum offline", p);
+      free(p);
+      break;
+    }
+    target[n] = 0;
+    const char *etag = strrchr(target, '/');
+    etag = etag ? etag + 1 : target;
+    size_t el = strlen(etag);
+    int hex = el == 40 || el == 64;
+    for (size_t k = 0; hex && k < el; k++) hex = strchr("0123456789abcdef", etag[k]) != NULL;
+    if (!hex) {
+      rc = df_err_set(e, "%s: links to '%s', not a blob named by its checksum", p, target);
+      free(p);
+      break;
+    }
+    json_t *f = json_pack("{s:s,s:I}", "rfilename", de->d_name, "size", (json_int_t)st.st_size);
+    if (el == 64) json_object_set_new(f, "lfs", json_pack("{s:s,s:I}", "sha256", etag, "size",
+                                                          (json_int_t)st.st_size));
+    else json_object_set_new(f, "blobId", json_string(etag));
+    json_array_append_new(sib, f);
+    free(p);
+  }
+  closedir(d);
+  if (!rc && !json_array_size(sib))
+    rc = df_err_set(e, "offline: the hub cache's snapshot %s holds no files", snap);
+  free(snap);
+  if (rc) {
+    json_decref(sib);
+    return -1;
+  }
+  json_t *doc = json_pack("{s:s,s:s,s:o}", "id", o->repo, "sha", commit, "siblings", sib);
+  s->info_json = json_dumps(doc, JSON_INDENT(1) | JSON_SORT_KEYS);
+  json_decref(doc);
+  s->info_len = strlen(s->info_json);
+  if (df_hub_info_parse(s->info_json, s->info_len, "the hub cache's snapshot", &s->info, e))
+    return -1;
+  snprintf(s->commit, sizeof s->commit, "%s", commit);
+  df_log_info("offline: %s@%s from the hub cache (%d files)", o->repo, commit, s->info.nfiles);
+  if (o->dry_run) return 0;
   char *ip = df_path_join(s->root, DF_SETUP_INFO);
   rc = df_file_write_atomic(ip, s->info_json, s->info_len, e);
   free(ip);
@@ -444,20 +800,106 @@ static void warn_if_arrival(const state *s) {
     df_log_info("stream verify: %s", s->verify[0] ? s->verify : "record (record sums present)");
 }
 
-int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
+/* --dry-run: one line per file of the model info, on stdout, and totals;
+ * nothing is written or hashed (a size that matches is "present" or
+ * "reuse": setup verifies it before it trusts it). */
+static int dry_run(const df_setup_opts *o, const state *s, df_err *e) {
+  (void)e;
+  uint64_t sum[4] = {0};
+  int cnt[4] = {0};
+  static const char *act[4] = {"download", "reuse", "present", "skip"};
+  printf("%s@%s: %d files in the model info\n", s->repo, s->commit, s->info.nfiles);
+  for (int i = 0; i < s->info.nfiles; i++) {
+    const df_hub_file *f = &s->info.files[i];
+    const char *why = skip_reason(o, f->name);
+    char *dest = df_path_join(s->root, f->name), *from = NULL, *rj = df_dl_journal_path(dest, 1),
+         *pj = df_dl_journal_path(dest, 0);
+    struct stat st;
+    int a = 0;
+    uint64_t part = 0;
+    if (why) a = 3;
+    else if (!df_file_exists(rj) && !stat(dest, &st) && (uint64_t)st.st_size == f->size) a = 2;
+    else if (df_file_exists(rj) || df_file_exists(pj)) {
+      df_dl_item it = {.file = f, .dest = dest, .in_place = df_file_exists(rj)};
+      df_err me;
+      uint64_t miss = f->size;
+      if (!df_dl_missing(&it, &miss, &me)) part = f->size - miss;
+    } else {
+      char *c[3] = {o->from_dir ? df_path_join(o->from_dir, f->name) : NULL, NULL,
+                    df_hub_cache_blob(s->repo, f)};
+      char *snap = df_hub_cache_snapshot(s->repo, s->commit);
+      c[1] = df_path_join(snap, f->name);
+      free(snap);
+      for (int k = 0; k < 3 && !from; k++)
+        if (c[k] && !stat(c[k], &st) && (uint64_t)st.st_size == f->size) from = df_xstrdup(c[k]);
+      for (int k = 0; k < 3; k++) free(c[k]);
+      if (from) a = 1;
+    }
+    char z[24];
+    uint64_t n = a == 0 ? f->size - part : f->size;
+    sum[a] += n;
+    cnt[a]++;
+    printf("%-8s %10s  %s", act[a], df_setup_fmt_size(n, z), f->name);
+    if (why) printf("  (%s)", why);
+    if (from) printf("  (from %s)", from);
+    if (part) printf("  (%s of it already here)", df_setup_fmt_size(part, z));
+    printf("\n");
+    free(from);
+    free(dest);
+    free(rj);
+    free(pj);
+  }
+  static const char *tot[4] = {"to download", "to reuse", "already present", "skipped"};
+  for (int a = 0; a < 4; a++) {
+    char z[24];
+    printf("%s%d %s (%s)", a ? ", " : "total: ", cnt[a], tot[a], df_setup_fmt_size(sum[a], z));
+  }
+  printf("\n%s", o->stream ? "(--stream fetches only the headers and the spine of the shards)\n" : "");
+  return 0;
+}
+
+static int setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e);
+
+/* No --revision: what the folder's install recorded, else main (as the
+ * hub's tools default). Fresh string. */
+static char *default_revision(const char *root) {
+  char *p = df_path_join(root, DF_SETUP_STATE);
+  json_error_t je;
+  json_t *o = df_file_exists(p) ? json_load_file(p, 0, &je) : NULL;
+  const char *v = json_string_value(json_object_get(o, "revision"));
+  char *r = df_xstrdup(v && *v ? v : "main");
+  json_decref(o);
+  free(p);
+  return r;
+}
+
+int df_setup_run(const df_setup_opts *o_in, df_setup_report *rep, df_err *e) {
+  df_setup_opts oo = *o_in;
+  const df_setup_opts *o = &oo;
+  char *rev_owned = NULL;
+  if (!oo.revision && oo.model_root) oo.revision = rev_owned = default_revision(oo.model_root);
+  int rc0 = setup_run(o, rep, e);
+  free(rev_owned);
+  return rc0;
+}
+
+static int setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   memset(rep, 0, sizeof *rep);
   double t0 = df_now();
   if (!df_hub_repo_valid(o->repo))
     return df_err_set(e, "--repo '%s' is not a repository id like owner/name", o->repo ? o->repo : "");
   if (!o->revision || !*o->revision) return df_err_set(e, "--revision is required (a commit sha or branch)");
   if (!o->model_root) return df_err_set(e, "--model-root DIR is required");
-  if (df_mkdir_p(o->model_root, e)) return -1;
-  /* One setup per model root at a time (held until this process exits). */
-  char *lp = df_path_join(o->model_root, ".deltafin-setup.lock");
-  int lfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  free(lp);
-  if (lfd < 0) return df_err_errno(e, "%s/.deltafin-setup.lock", o->model_root);
-  if (flock(lfd, LOCK_EX | LOCK_NB)) {
+  int lfd = -1;
+  if (!o->dry_run) { /* a dry run writes nothing, not even the folder */
+    if (df_mkdir_p(o->model_root, e)) return -1;
+    /* One setup per model root at a time (held until this process exits). */
+    char *lp = df_path_join(o->model_root, ".deltafin-setup.lock");
+    lfd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    free(lp);
+    if (lfd < 0) return df_err_errno(e, "%s/.deltafin-setup.lock", o->model_root);
+  }
+  if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB)) {
     close(lfd);
     return df_err_set(e, "%s: another deltafin setup is working on this folder; wait for it",
                       o->model_root);
@@ -474,9 +916,21 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   char *sums_buf = NULL;
   size_t sums_len = 0;
   int rc = -1, nitems = 0, flfd = -1;
+  int offline = o->offline || df_hub_offline();
+  /* one patience for every request of this setup */
+  df_http_gate *gate = df_http_gate_new(o->max_wait_s);
   int ls = load_state(&s, o->repo, o->revision, e);
   if (ls < 0) goto out;
-  if (ls == 0 && fetch_info(o, &s, endpoint, e)) goto out;
+  if (ls == 0 && (offline ? offline_info(o, &s, e) : fetch_info(o, &s, endpoint, gate, e))) goto out;
+  if (o->dry_run) {
+    rc = dry_run(o, &s, e);
+    goto out;
+  }
+  if (offline && o->record_sums && strstr(o->record_sums, "://")) {
+    df_err_set(e, "offline (HF_HUB_OFFLINE or --offline): --record-sums %s is a URL; give a file",
+               o->record_sums);
+    goto out;
+  }
   if (o->stream && verify_options(o, &s, endpoint, &sums, &sums_buf, &sums_len, e)) goto out;
   /* stored before anything is fetched: a rerun after a failure (or a kill)
    * checks what it fetches against them too */
@@ -493,9 +947,16 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < nf; i++) {
       const df_hub_file *f = &s.info.files[i];
-      if (!wanted(f->name) || is_shard(f->name) != pass) continue;
+      if (skip_reason(o, f->name) || is_shard(f->name) != pass) continue;
       rep->files_total++;
       char *dest = df_path_join(s.root, f->name);
+      if (strchr(f->name, '/')) { /* a sub-folder file (--include) */
+        char *dir = df_xstrdup(dest);
+        *strrchr(dir, '/') = 0;
+        int mk = df_mkdir_p(dir, e);
+        free(dir);
+        if (mk) goto out_dest;
+      }
       char *rj = df_dl_journal_path(dest, 1);
       int partial_inplace = df_file_exists(rj);
       free(rj);
@@ -549,9 +1010,9 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
 
   char *tok = df_setup_token();
   df_dl_opts dl = {.http = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
-                            .stall_s = o->stall_s, .what = s.repo},
+                            .stall_s = o->stall_s, .what = s.repo, .gate = gate},
                    .connections = o->connections, .chunk = o->chunk, .progress = o->progress,
-                   .step = "download"};
+                   .step = "download", .offline = offline};
   df_dl_stats ds = {0};
   if (o->stream) {
     /* Small files completely; shards: headers, then the spine ranges. */
@@ -569,6 +1030,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     rep->files_downloaded += ds.files_completed;
     for (int i = 0; i < nsmall; i++)
       if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
+    if (index_complete(o, &s, offline, e)) goto out_tok;
     if (df_stream_plan_build(&plan, s.root, &s.info, items + nsmall, nitems - nsmall, &dl, rep, e))
       goto out_tok;
     if (!o->no_space_check &&
@@ -583,8 +1045,9 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     warn_if_arrival(&s);
   } else {
     int nsteps = 1 + (o->spine != NULL) + (o->ndrives > 0), step = 1;
-    df_log_info("step %d/%d: download (%.2f GB missing of %.2f GB)", step++, nsteps,
-                (double)need / 1e9, (double)(need + rep->bytes_present) / 1e9);
+    char z1[24], z2[24];
+    df_log_info("step %d/%d: download (%s missing of %s)", step++, nsteps, df_setup_fmt_size(need, z1),
+                df_setup_fmt_size(need + rep->bytes_present + rep->bytes_reused, z2));
     /* Before anything is fetched (counting vision-only shards too: their
      * header-only treatment is decided from the index, fetched below). */
     if (!o->no_space_check) {
@@ -601,6 +1064,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
     rep->files_downloaded += ds.files_completed;
     for (int i = 0; i < nsmall; i++)
       if (verified_add(s.root, items[i].file->name, items[i].dest, e)) goto out_tok;
+    if (index_complete(o, &s, offline, e)) goto out_tok;
     int nsh = nitems - nsmall;
     int *vis = df_xcalloc((size_t)(nsh ? nsh : 1), sizeof *vis);
     if (!o->with_vision && nsh && mark_vision_only(s.root, items + nsmall, nsh, vis, e)) {
@@ -637,9 +1101,12 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
           df_stream_plan_fetch(plan, &dl, rep, e))
         ok = 0;
       else
-        df_log_info("%d shard%s holding only vision tensors (%.2f GB) kept as header only; "
+      {
+        char z[24];
+        df_log_info("%d shard%s holding only vision tensors (%s) kept as header only; "
                     "--with-vision downloads %s",
-                    nv, nv == 1 ? "" : "s", (double)vis_bytes / 1e9, nv == 1 ? "it" : "them");
+                    nv, nv == 1 ? "" : "s", df_setup_fmt_size(vis_bytes, z), nv == 1 ? "it" : "them");
+      }
     }
     free(text);
     free(visi);
@@ -667,6 +1134,7 @@ int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       if (df_pack(&po, e)) goto out_tok;
     }
   }
+  if (o->hf_cache && hub_cache_write(o, &s, e)) goto out_tok;
   rc = 0;
 out_tok:
   if (tok) {
@@ -675,6 +1143,8 @@ out_tok:
   }
 out:
   rep->seconds = df_now() - t0;
+  rep->rate_limited = df_http_gate_answers(gate);
+  rep->rate_wait_s = df_http_gate_waited(gate);
   df_stream_plan_free(plan);
   df_recsums_free(sums);
   free(sums_buf);
@@ -686,10 +1156,11 @@ out:
   free(dests);
   free(urls);
   free(endpoint);
+  df_http_gate_free(gate);
   df_hub_info_free(&s.info);
   free(s.info_json);
   free(s.root);
   if (flfd >= 0) close(flfd);
-  close(lfd);
+  if (lfd >= 0) close(lfd);
   return rc;
 }

@@ -52,16 +52,30 @@ typedef struct df_setup_opts {
   int with_vision;         /* --full: also download shards that hold only vision tensors */
   const char *record_sums; /* --stream: record sums to store (a file or an http(s) URL), or NULL */
   const char *stream_verify; /* --stream: record, shard or arrival to record; NULL = keep/auto */
+  double max_wait_s;       /* total patience for rate limits; <= 0: DF_HTTP_DEFAULT_MAX_WAIT_S */
+  int offline;             /* no request at all (also HF_HUB_OFFLINE) */
+  int dry_run;             /* list what would be downloaded, reused, skipped; write nothing */
+  const char *const *include; /* globs (fnmatch): only matching files (instead of the default set) */
+  int ninclude;
+  const char *const *exclude; /* globs: files left out */
+  int nexclude;
+  int hf_cache;            /* also place every complete file in the hub cache's layout */
 } df_setup_opts;
 
 typedef struct df_setup_report {
   uint64_t bytes_net, bytes_reused, bytes_present;
   int files_total, files_downloaded, files_reused;
   uint64_t requests, retries;
+  uint64_t rate_limited;   /* answers that said to wait */
+  double rate_wait_s;      /* time spent waiting on them (the union of the waits) */
   double seconds;
 } df_setup_report;
 
 int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e);
+
+/* A size in the unit that fits it ("812 B", "7.4 KB", "2.3 MB", "1.50 GB",
+ * "1.52 TB"; decimal units, as the hub shows sizes); returns out. */
+const char *df_setup_fmt_size(uint64_t bytes, char out[24]);
 
 /* The token the hub tools would use: HF_TOKEN, else the token file
  * ($HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token); NULL if none.

@@ -153,7 +153,12 @@ void df_cache_evict(df_store *s) {
   df_evict_order(c, (size_t)nc);
   for (long i = 0; i < nc && i < over; i++) {
     entry *x = s->by_key[c[i].key];
-    if (x->speculative) s->pf_wasted += s->rec_bytes;
+    if (x->speculative) {
+      s->pf_wasted += s->rec_bytes;
+      if (s->trace)
+        df_trace_wasted(s->trace, df_store_now_rel(s), df_store_key_layer(s, x->key),
+                        df_store_key_expert(s, x->key), s->rec_bytes);
+    }
     s->evictions++;
     df_cache_entry_free(s, x);
   }

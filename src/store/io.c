@@ -60,15 +60,19 @@ static void sleep_until(double t) {
 static pthread_mutex_t emu_mu = PTHREAD_MUTEX_INITIALIZER;
 static double emu_busy[EMU_DRIVES]; /* drive i is busy until then */
 
-/* When an emulated drive finishes a read of len bytes submitted now. */
-static double emu_release(drive *d, uint32_t len) {
+/* When an emulated drive finishes a read r of len bytes submitted now
+ * (r's t_xfer0/t_xfer1: when the drive moves its bytes). */
+static double emu_release(drive *d, df_io_req *r, uint32_t len) {
   df_io *io = d->io;
+  r->t_xfer0 = r->t_xfer1 = 0;
   if (io->emu.bw <= 0) return 0;
   double *next = d->idx < EMU_DRIVES ? &emu_busy[d->idx] : &d->emu_next;
   pthread_mutex_lock(&emu_mu);
   double now = df_now();
   double start = *next > now ? *next : now;
   *next = start + (double)len / io->emu.bw;
+  r->t_xfer0 = start;
+  r->t_xfer1 = *next;
   double t = *next + io->emu.latency;
   pthread_mutex_unlock(&emu_mu);
   return t;
@@ -113,7 +117,7 @@ static void *pread_main(void *arg) {
   df_io_req *r;
   while ((r = wait_take(d))) {
     r->t_start = df_now();
-    double rel = emu_release(d, r->len);
+    double rel = emu_release(d, r, r->len);
     pread_one(r);
     if (rel > 0) sleep_until(rel);
     r->t_done = df_now();
@@ -179,7 +183,7 @@ static void *uring_main(void *arg) {
       r->done_part = 0;
       r->got = 0;
       r->err = 0;
-      double t = emu_release(d, r->len);
+      double t = emu_release(d, r, r->len);
       /* remember the release time next to the request */
       int k = 0;
       while (slot[k]) k++;

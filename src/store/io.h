@@ -27,6 +27,9 @@ typedef struct df_io_req {
   int64_t got;    /* bytes read (stops at EOF) */
   int err;        /* errno of a failed read, 0 = ok */
   double t_start, t_done;
+  /* an emulated drive: when it moved this read's bytes (its one timeline,
+   * before the latency); both 0 on real drives */
+  double t_xfer0, t_xfer1;
   uint32_t done_part; /* internal: bytes done so far */
   int tag;        /* the caller's (the store: which kind of read); never touched by the engine */
 } df_io_req;

@@ -266,7 +266,10 @@ static void finish_entry(df_store *s, entry *e) {
     part *p = &e->parts[i];
     int dr = part_drive(s, p);
     if (s->trace) {
-      df_trace_when w = {p->taken_cls, p->t_class - s->t_open, p->t_take - s->t_open};
+      df_trace_when w = {p->taken_cls, p->t_class - s->t_open, p->t_take - s->t_open,
+                         p->req.t_xfer1 > 0 ? p->req.t_xfer0 - s->t_open : 0,
+                         p->req.t_xfer1 > 0 ? p->req.t_xfer1 - s->t_open : 0,
+                         p->req.got > 0 ? (uint64_t)p->req.got : 0};
       df_trace_read(s->trace, tr, df_store_key_layer(s, e->key), df_store_key_expert(s, e->key), dr, p->rbytes,
                     e->demand && !e->speculative, p->req.t_start - p->t_enq,
                     p->req.t_done - p->req.t_start, &w, fault == DF_FAULT_NONE);

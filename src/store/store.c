@@ -138,6 +138,28 @@ fail:
   return -1;
 }
 
+/* The trace's last records: each predictor's recall per layer and the
+ * drives' rate estimates. */
+static void trace_close_records(df_store *s) {
+  static const char *const names[NPRED] = {"gate", "prev"};
+  double *r = df_xcalloc((size_t)s->n_layers + 1, sizeof *r);
+  for (int p = 0; p < NPRED; p++) {
+    if (!s->recall_samples[p] || !(s->pred_mask >> p & 1)) continue;
+    for (int l = 0; l < s->n_layers; l++)
+      r[l] = s->recall_total[p][l] > 0 ? s->recall_hits[p][l] / s->recall_total[p][l] : -1;
+    df_trace_recall(s->trace, names[p], r, s->n_layers);
+  }
+  free(r);
+  double *rate = df_xcalloc((size_t)s->ndrives + 1, sizeof *rate);
+  for (int i = 0; i < s->ndrives; i++) rate[i] = s->drive[i].rate;
+  df_trace_end(s->trace, df_store_now_rel(s), rate, s->ndrives);
+  free(rate);
+}
+
+void df_store_trace_mark(df_store *s, const char *kind, int i) {
+  if (s && s->trace) df_trace_mark(s->trace, df_store_now_rel(s), kind, i);
+}
+
 void df_store_close(df_store *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
@@ -162,6 +184,7 @@ void df_store_close(df_store *s) {
     if (df_heat_merge_save(&s->heat, s->heat_path, &e))
       df_log_warn("heat file not saved: %s", e.msg);
   }
+  if (s->trace) trace_close_records(s);
   df_trace_close(s->trace);
   df_cache_free_all(s);
   df_store_close_files(s);
@@ -324,7 +347,9 @@ void df_store_end(df_store *s) {
     entry *x = s->batch[i];
     if (--x->refs == 0) s->n_unref++;
   }
-  if (s->trace) df_trace_batch(s->trace, df_store_now_rel(s), s->layer, s->batch_n, s->batch_wait);
+  if (s->trace)
+    df_trace_batch_ex(s->trace, df_store_now_rel(s), s->layer, s->batch_n, s->batch_wait, s->pass,
+                      s->batch_prefill ? 2 : 1, s->hits, s->requests, (uint64_t)s->n_resident * s->rec_bytes);
   s->batch_n = 0;
   df_cache_evict(s);
   pthread_mutex_unlock(&s->mu);

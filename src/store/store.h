@@ -132,6 +132,11 @@ int df_store_o_direct(const df_store *s);
 const char *df_store_io_used(const df_store *s);
 double df_store_clock(const df_store *s);
 
+/* Generation marks in the store's trace (no-op without one): kind "gen"
+ * (i = prompt length) when a generation begins, "token" (i = 1-based
+ * number) when a token was sampled. store/trace.h has the format. */
+void df_store_trace_mark(df_store *s, const char *kind, int i);
+
 /* Total routed-expert bytes fetched so far (reads and cache hits are
  * reported separately in the stats JSON). */
 uint64_t df_store_bytes_read(const df_store *s);

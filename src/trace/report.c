@@ -2,6 +2,7 @@
 #include "trace/report.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -22,9 +23,16 @@ void df_trace_data_free(df_trace_data *d) {
   free(d->drive_paths);
   free(d->emulated);
   free(d->io);
+  free(d->command);
+  free(d->host);
   free(d->reads);
   free(d->samples);
   free(d->batches);
+  free(d->marks);
+  free(d->waste);
+  for (int i = 0; i < d->nrecall; i++) free(d->recall[i].pred), free(d->recall[i].r);
+  free(d->recall);
+  free(d->rate);
   memset(d, 0, sizeof *d);
 }
 
@@ -42,12 +50,114 @@ static int parse_head(df_trace_data *d, json_t *o, const char *name, int lineno,
   d->emulated = em ? df_xstrdup(em) : NULL;
   const char *io = json_string_value(json_object_get(o, "io"));
   d->io = df_xstrdup(io ? io : "?");
+  json_t *c = json_object_get(o, "command");
+  if (json_is_array(c)) {
+    size_t n = 1;
+    for (size_t i = 0; i < json_array_size(c); i++) {
+      const char *a = json_string_value(json_array_get(c, i));
+      n += (a ? strlen(a) : 0) + 3;
+    }
+    d->command = df_xcalloc(n, 1);
+    for (size_t i = 0; i < json_array_size(c); i++) {
+      const char *a = json_string_value(json_array_get(c, i));
+      if (!a) continue;
+      if (i) strcat(d->command, " ");
+      int q = !*a || strpbrk(a, " \t'\"") != NULL;
+      if (q) strcat(d->command, "'");
+      strcat(d->command, a);
+      if (q) strcat(d->command, "'");
+    }
+  }
+  json_t *h = json_object_get(o, "host");
+  if (json_is_object(h)) {
+    const char *cpu = json_string_value(json_object_get(h, "cpu"));
+    const char *k = json_string_value(json_object_get(h, "kernel"));
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s, %lld cores, %.1f GB memory, Linux %s", cpu ? cpu : "?",
+             geti(h, "cores"), (double)geti(h, "mem_bytes") / 1e9, k ? k : "?");
+    d->host = df_xstrdup(buf);
+  }
   return 0;
+}
+
+/* A finite time (fuzzed traces hold anything). */
+static double gett(json_t *o, const char *k) {
+  double v = getd(o, k);
+  return isfinite(v) && v > -1e12 && v < 1e12 ? v : 0;
+}
+
+static void parse_recall(df_trace_data *d, json_t *o) {
+  const char *p = json_string_value(json_object_get(o, "pred"));
+  json_t *a = json_object_get(o, "per_layer");
+  if (!p || !json_is_array(a) || d->nrecall >= 8) return;
+  d->recall = df_xrealloc(d->recall, (size_t)(d->nrecall + 1) * sizeof *d->recall);
+  df_trace_recall *r = &d->recall[d->nrecall++];
+  r->pred = df_xstrdup(p);
+  r->n = (int)(json_array_size(a) < 4096 ? json_array_size(a) : 4096);
+  r->r = df_xcalloc((size_t)r->n + 1, sizeof *r->r);
+  for (int l = 0; l < r->n; l++) {
+    json_t *v = json_array_get(a, (size_t)l);
+    double x = json_is_number(v) ? json_number_value(v) : -1;
+    r->r[l] = x >= 0 && x <= 1 ? x : -1;
+  }
+}
+
+static void parse_end(df_trace_data *d, json_t *o) {
+  json_t *a = json_object_get(o, "rate");
+  if (!json_is_array(a) || d->rate) return;
+  d->rate = df_xcalloc((size_t)d->ndrives + 1, sizeof *d->rate);
+  for (int i = 0; i < d->ndrives && i < (int)json_array_size(a); i++) {
+    double v = json_number_value(json_array_get(a, (size_t)i));
+    d->rate[i] = isfinite(v) && v > 0 ? v : 0;
+  }
+}
+
+typedef struct wkey {
+  int layer, expert;
+  double t;
+  size_t idx;
+} wkey;
+
+static int cmp_wkey(const void *a, const void *b) {
+  const wkey *x = a, *y = b;
+  if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+  if (x->expert != y->expert) return x->expert < y->expert ? -1 : 1;
+  return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Each "wasted" record names the latest speculative read of its record
+ * that completed before it (and is not named by another). */
+static void mark_wasted(df_trace_data *d) {
+  if (!d->nwaste) return;
+  wkey *k = df_xmalloc((d->nreads + 1) * sizeof *k);
+  size_t n = 0;
+  for (size_t i = 0; i < d->nreads; i++)
+    if (!d->reads[i].demand && d->reads[i].expert >= 0)
+      k[n++] = (wkey){d->reads[i].layer, d->reads[i].expert, d->reads[i].t, i};
+  qsort(k, n, sizeof *k, cmp_wkey);
+  for (size_t w = 0; w < d->nwaste; w++) {
+    wkey q = {d->waste[w].layer, d->waste[w].expert, d->waste[w].t, 0};
+    size_t lo = 0, hi = n; /* first key > q */
+    while (lo < hi) {
+      size_t m = (lo + hi) / 2;
+      if (cmp_wkey(&k[m], &q) <= 0) lo = m + 1;
+      else hi = m;
+    }
+    while (lo > 0) {
+      wkey *c = &k[--lo];
+      if (c->layer != q.layer || c->expert != q.expert) break;
+      if (!d->reads[c->idx].wasted) {
+        d->reads[c->idx].wasted = 1;
+        break;
+      }
+    }
+  }
+  free(k);
 }
 
 int df_trace_parse(df_trace_data *d, FILE *f, const char *name, df_err *e) {
   memset(d, 0, sizeof *d);
-  size_t cr = 0, cs = 0, cb = 0;
+  size_t cr = 0, cs = 0, cb = 0, cm = 0, cw = 0;
   int lineno = 0, rc = 0;
   char *line = NULL;
   size_t lcap = 0;
@@ -66,18 +176,55 @@ int df_trace_parse(df_trace_data *d, FILE *f, const char *name, df_err *e) {
     if (!k) k = "";
     if (!strcmp(k, "head")) {
       rc = parse_head(d, o, name, lineno, e);
+    } else if (!d->drive_paths) {
+      rc = df_err_set(e, "trace %s line %d: a record before the head record", name, lineno);
     } else if (!strcmp(k, "read")) {
-      df_trace_rd x = {getd(o, "t"), getd(o, "service"), (int)geti(o, "layer"), (int)geti(o, "drive"),
-                       (int)geti(o, "demand"), (int)geti(o, "ok"), (uint64_t)geti(o, "bytes")};
+      df_trace_rd x = {0};
+      x.t = gett(o, "t");
+      x.service = gett(o, "service");
+      if (x.service < 0) x.service = 0;
+      x.start = json_object_get(o, "start") ? gett(o, "start") : x.t - x.service;
+      json_t *xf = json_object_get(o, "xfer");
+      if (json_array_size(xf) == 2) {
+        x.x0 = json_number_value(json_array_get(xf, 0));
+        x.x1 = json_number_value(json_array_get(xf, 1));
+        if (!(isfinite(x.x0) && isfinite(x.x1) && x.x1 >= x.x0 && x.x1 > 0 && x.x1 < 1e12)) x.x0 = x.x1 = 0;
+      }
+      x.layer = (int)geti(o, "layer");
+      x.expert = (int)geti(o, "expert");
+      x.drive = (int)geti(o, "drive");
+      x.demand = (int)geti(o, "demand");
+      x.ok = (int)geti(o, "ok");
+      x.bytes = (uint64_t)geti(o, "bytes");
+      x.dev = json_object_get(o, "dev") ? (uint64_t)geti(o, "dev") : x.bytes;
+      if (x.bytes > (1ull << 50)) x.bytes = 0;
+      if (x.dev > (1ull << 50)) x.dev = 0;
+      const char *cls = json_string_value(json_object_get(o, "class"));
+      if (cls && !strcmp(cls, "spine")) x.expert = -1;
       if (x.drive < 0 || x.drive >= d->ndrives)
         rc = df_err_set(e, "trace %s line %d: drive %d not in the head record", name, lineno, x.drive);
       else PUSH(d->reads, d->nreads, cr, x);
     } else if (!strcmp(k, "sample")) {
-      df_trace_smp x = {getd(o, "t"), (int)geti(o, "drive"), (uint64_t)geti(o, "bytes")};
+      df_trace_smp x = {gett(o, "t"), (int)geti(o, "drive"), (uint64_t)geti(o, "bytes")};
       if (x.drive >= 0 && x.drive < d->ndrives) PUSH(d->samples, d->nsamples, cs, x);
     } else if (!strcmp(k, "batch")) {
-      df_trace_bat x = {getd(o, "t"), getd(o, "wait"), (int)geti(o, "layer"), (int)geti(o, "n")};
+      df_trace_bat x = {gett(o, "t"), gett(o, "wait"), (int)geti(o, "layer"), (int)geti(o, "n"),
+                        json_object_get(o, "pass") ? (long)geti(o, "pass") : -1, (int)geti(o, "rows"),
+                        (uint64_t)geti(o, "hits"), (uint64_t)geti(o, "requests"),
+                        (uint64_t)geti(o, "resident")};
+      if (x.wait < 0) x.wait = 0;
       PUSH(d->batches, d->nbatches, cb, x);
+    } else if (!strcmp(k, "gen") || !strcmp(k, "token")) {
+      int gen = !strcmp(k, "gen");
+      df_trace_mk x = {gett(o, "t"), (int)geti(o, gen ? "prompt" : "i"), gen};
+      PUSH(d->marks, d->nmarks, cm, x);
+    } else if (!strcmp(k, "wasted")) {
+      df_trace_waste x = {gett(o, "t"), (int)geti(o, "layer"), (int)geti(o, "expert")};
+      PUSH(d->waste, d->nwaste, cw, x);
+    } else if (!strcmp(k, "recall")) {
+      parse_recall(d, o);
+    } else if (!strcmp(k, "end")) {
+      parse_end(d, o);
     }
     json_decref(o);
   }
@@ -85,6 +232,7 @@ int df_trace_parse(df_trace_data *d, FILE *f, const char *name, df_err *e) {
   if (!rc && !d->drive_paths)
     rc = df_err_set(e, "trace %s: no head record (not a deltafin trace?)", name);
   if (rc) df_trace_data_free(d);
+  else mark_wasted(d);
   return rc;
 }
 
@@ -212,122 +360,6 @@ void df_trace_summary(const df_trace_data *d, const char *name, FILE *out) {
   summary_batches(d, out);
 }
 
-/* MB/s of sample i since the previous sample p of the same series. */
-static double smp_rate(const df_trace_smp *sm, size_t p, size_t i) {
-  return (double)(sm[i].bytes - sm[p].bytes) / (sm[i].t - sm[p].t) / 1e6;
-}
-
-/* The chart: per-drive MB/s of expert reads between consecutive samples on
- * top, with the spine stream's MB/s (sp, its trace; NULL = none) as its own
- * dashed series on the same axes, barrier waits as bars below, on one time
- * axis (both traces use the store's clock). */
-static void svg_write(const df_trace_data *d, const df_trace_data *sp, FILE *g) {
-  const df_trace_smp *sm = d->samples;
-  const df_trace_bat *b = d->batches;
-  size_t ns = d->nsamples, nb = d->nbatches;
-  const int W = 900, H = 360, L = 60, R = 20, T = 30, B = 40, HW = 80;
-  double ts0 = 1e300, ts1 = 0, ymax = 1;
-  for (size_t i = 0; i < ns; i++) {
-    if (sm[i].t < ts0) ts0 = sm[i].t;
-    if (sm[i].t > ts1) ts1 = sm[i].t;
-  }
-  for (size_t i = 0; i < nb; i++) {
-    if (b[i].t < ts0) ts0 = b[i].t;
-    if (b[i].t > ts1) ts1 = b[i].t;
-  }
-  if (ts1 <= ts0) ts1 = ts0 + 1;
-  size_t *lastk = df_xcalloc((size_t)d->ndrives + 1, sizeof *lastk);
-  for (int dr = 0; dr < d->ndrives; dr++) lastk[dr] = (size_t)-1;
-  for (size_t i = 0; i < ns; i++) {
-    size_t p = lastk[sm[i].drive];
-    if (p != (size_t)-1 && sm[i].t > sm[p].t) {
-      double v = (double)(sm[i].bytes - sm[p].bytes) / (sm[i].t - sm[p].t) / 1e6;
-      if (v > ymax) ymax = v;
-    }
-    lastk[sm[i].drive] = i;
-  }
-  free(lastk);
-  /* the spine's samples: one series whatever drive they name */
-  size_t nsp = sp ? sp->nsamples : 0;
-  for (size_t i = 0; i < nsp; i++) {
-    const df_trace_smp *q = &sp->samples[i];
-    if (q->t < ts0) ts0 = q->t;
-    if (q->t > ts1) ts1 = q->t;
-    if (i && q->t > sp->samples[i - 1].t) {
-      double v = smp_rate(sp->samples, i - 1, i);
-      if (v > ymax) ymax = v;
-    }
-  }
-  if (ts1 <= ts0) ts1 = ts0 + 1;
-  int wl;
-  double wmax = max_wait(d, &wl);
-  double wm = wmax > 0 ? wmax : 1e-3;
-  int ph = H - T - B - HW - 10;
-  const char *emu = d->emulated;
-  fprintf(g,
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-          "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" "
-          "fill=\"white\"/>\n<text x=\"%d\" y=\"18\">expert reads per drive%s (MB/s)%s%s</text>\n",
-          W, H, L, sp ? ", spine reads dashed" : "", emu ? " - EMULATED drives " : "", emu ? emu : "");
-  fprintf(g, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", L, T + ph, W - R,
-          T + ph);
-  fprintf(g, "<text x=\"4\" y=\"%d\">%.0f</text><text x=\"4\" y=\"%d\">0</text>\n", T + 8, ymax,
-          T + ph);
-  static const char *col[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
-                              "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"};
-  for (int dr = 0; dr < d->ndrives; dr++) {
-    fprintf(g, "<polyline fill=\"none\" stroke=\"%s\" points=\"", col[dr % 8]);
-    size_t p = (size_t)-1;
-    for (size_t i = 0; i < ns; i++) {
-      if (sm[i].drive != dr) continue;
-      if (p != (size_t)-1 && sm[i].t > sm[p].t) {
-        double v = (double)(sm[i].bytes - sm[p].bytes) / (sm[i].t - sm[p].t) / 1e6;
-        double x = L + (sm[i].t - ts0) / (ts1 - ts0) * (W - L - R);
-        double y = T + ph - v / ymax * ph;
-        fprintf(g, "%.1f,%.1f ", x, y);
-      }
-      p = i;
-    }
-    fprintf(g, "\"/>\n<text x=\"%d\" y=\"%d\" fill=\"%s\">drive %d%s</text>\n", W - R - 200,
-            T + 12 + 12 * dr, col[dr % 8], dr, sp ? " experts" : "");
-  }
-  if (sp) {
-    fprintf(g, "<polyline class=\"spine\" fill=\"none\" stroke=\"black\" stroke-dasharray=\"4,3\" "
-               "points=\"");
-    for (size_t i = 1; i < nsp; i++) {
-      const df_trace_smp *q = &sp->samples[i];
-      if (!(q->t > sp->samples[i - 1].t)) continue;
-      double x = L + (q->t - ts0) / (ts1 - ts0) * (W - L - R);
-      double y = T + ph - smp_rate(sp->samples, i - 1, i) / ymax * ph;
-      fprintf(g, "%.1f,%.1f ", x, y);
-    }
-    fprintf(g, "\"/>\n<text x=\"%d\" y=\"%d\">spine stream (dashed)</text>\n", W - R - 200,
-            T + 12 + 12 * d->ndrives);
-  }
-  int by = H - B;
-  fprintf(g, "<text x=\"%d\" y=\"%d\">layer barrier waits (max %.2f ms)</text>\n", L, by - HW - 2,
-          wm * 1e3);
-  for (size_t i = 0; i < nb; i++) {
-    double x = L + (b[i].t - ts0) / (ts1 - ts0) * (W - L - R);
-    double h = b[i].wait / wm * HW;
-    fprintf(g, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\"/>\n", x, by,
-            x, by - h);
-  }
-  fprintf(g, "<text x=\"%d\" y=\"%d\">time (s): %.3f .. %.3f</text>\n</svg>\n", L, H - 10, ts0, ts1);
-}
-
-int df_trace_svg(const df_trace_data *d, const df_trace_data *spine, const char *path, df_err *e) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *g = open_memstream(&buf, &len);
-  if (!g) return df_err_errno(e, "--svg %s", path);
-  svg_write(d, spine, g);
-  fclose(g);
-  int rc = df_file_write_atomic(path, buf, len, e);
-  free(buf);
-  return rc;
-}
-
 /* The spine stream's trace next to a store trace (PATH.spine.jsonl), parsed
  * into sp: 1 when there is one, 0 when not, -1 when it does not parse. */
 static int load_spine(const char *path, df_trace_data *sp, df_err *e) {
@@ -344,7 +376,72 @@ static int load_spine(const char *path, df_trace_data *sp, df_err *e) {
   return rc;
 }
 
-int df_trace_report(const char *path, FILE *out, const char *svg_path, df_err *e) {
+/* Per drive: the highest binned rate against its ceiling; per phase: the
+ * tokens' times; the cache; the predictors. */
+static void summary_series(const df_trace_data *d, const df_trace_series *s, FILE *out) {
+  for (int dr = 0; dr < s->ndrives; dr++) {
+    fprintf(out, "drive %d: highest %.0f ms bin %.1f MB/s", dr, s->bin * 1e3, s->peak[dr]);
+    if (s->ceiling[dr] > 0)
+      fprintf(out, " (%.0f%% of the %s %.1f MB/s)", 100.0 * s->peak[dr] / s->ceiling[dr],
+              s->ceiling_emulated ? "EMULATED ceiling" : "store's rate estimate", s->ceiling[dr]);
+    uint64_t *cb = &s->cat_bytes[dr * DF_TR_NCAT];
+    fprintf(out, "; device MB demand %.1f, prefetch %.1f, wasted prefetch %.1f%s", (double)cb[0] / 1e6,
+            (double)cb[1] / 1e6, (double)cb[2] / 1e6, s->has_spine ? "" : "\n");
+    if (s->has_spine) fprintf(out, ", spine %.1f\n", (double)cb[3] / 1e6);
+  }
+  if (s->ntok) {
+    double pd = 0, dd = 0, de = 0, ds = 0, dc = 0;
+    size_t np = 0, nd = 0;
+    for (size_t i = 0; i < s->ntok; i++) {
+      const df_trace_tok *t = &s->tok[i];
+      if (t->prefill) pd += t->dur, np++;
+      else dd += t->dur, de += t->expert_wait, ds += t->spine_wait, dc += t->compute, nd++;
+    }
+    fprintf(out, "tokens: %zu (%zu after a prefill, %.3f s); decode %zu in %.3f s", s->ntok, np, pd, nd, dd);
+    if (nd && dd > 0)
+      fprintf(out, " (%.3f s/token: compute %.0f%%, waiting on experts %.0f%%%s", dd / (double)nd,
+              100 * dc / dd, 100 * de / dd, s->has_spine ? "" : ")");
+    if (nd && dd > 0 && s->has_spine) fprintf(out, ", on the spine %.0f%%)", 100 * ds / dd);
+    fputc('\n', out);
+  }
+  if (s->ncache) {
+    const df_trace_cpt *c = &s->cache[s->ncache - 1];
+    fprintf(out, "cache: %zu forward passes, last pass hit rate %.1f%%, resident %.1f MB at the end\n",
+            s->ncache, 100 * c->hit_rate, (double)c->resident / 1e6);
+  }
+  for (int p = 0; p < d->nrecall; p++) {
+    fprintf(out, "predictor %s recall per layer:", d->recall[p].pred);
+    for (int l = 0; l < d->recall[p].n; l++)
+      if (d->recall[p].r[l] >= 0) fprintf(out, " %d:%.2f", l, d->recall[p].r[l]);
+      else fprintf(out, " %d:-", l);
+    fputc('\n', out);
+  }
+}
+
+typedef void (*writer_fn)(const df_trace_data *, const df_trace_data *, const df_trace_series *,
+                          const char *, FILE *);
+
+static void svg_w(const df_trace_data *d, const df_trace_data *sp, const df_trace_series *s,
+                  const char *name, FILE *g) {
+  (void)name;
+  df_trace_svg_write(d, sp, s, g);
+}
+
+/* One output file, written to a temp name and renamed. */
+static int write_out(const char *path, writer_fn fn, const df_trace_data *d, const df_trace_data *sp,
+                     const df_trace_series *s, const char *name, df_err *e) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *g = open_memstream(&buf, &len);
+  if (!g) return df_err_errno(e, "%s", path);
+  fn(d, sp, s, name, g);
+  fclose(g);
+  int rc = df_file_write_atomic(path, buf, len, e);
+  free(buf);
+  return rc;
+}
+
+int df_trace_report(const char *path, FILE *out, const df_trace_out *o, df_err *e) {
   FILE *f = fopen(path, "r");
   if (!f) return df_err_errno(e, "trace %s", path);
   df_trace_data d;
@@ -365,10 +462,23 @@ int df_trace_report(const char *path, FILE *out, const char *svg_path, df_err *e
       if (sp.reads[i].ok) b += sp.reads[i].bytes, nr++;
     fprintf(out, "spine stream (%s.spine.jsonl): %zu reads, %.1f MB\n", path, nr, (double)b / 1e6);
   }
-  if (svg_path) {
-    rc = df_trace_svg(&d, has_sp ? &sp : NULL, svg_path, e);
-    if (!rc) fprintf(out, "chart written to %s%s\n", svg_path, has_sp ? " (expert and spine reads)" : "");
+  df_trace_series s;
+  df_trace_series_build(&s, &d, has_sp ? &sp : NULL, o && o->bin_s > 0 ? o->bin_s : DF_TRACE_DEFAULT_BIN);
+  summary_series(&d, &s, out);
+  const df_trace_data *spp = has_sp ? &sp : NULL;
+  if (o && o->svg && !rc) {
+    rc = write_out(o->svg, svg_w, &d, spp, &s, path, e);
+    if (!rc) fprintf(out, "chart written to %s%s\n", o->svg, has_sp ? " (expert and spine reads)" : "");
   }
+  if (o && o->html && !rc) {
+    rc = write_out(o->html, df_trace_html_write, &d, spp, &s, path, e);
+    if (!rc) fprintf(out, "report written to %s\n", o->html);
+  }
+  if (o && o->json && !rc) {
+    rc = write_out(o->json, df_trace_json_write, &d, spp, &s, path, e);
+    if (!rc) fprintf(out, "series written to %s\n", o->json);
+  }
+  df_trace_series_free(&s);
   if (has_sp) df_trace_data_free(&sp);
   df_trace_data_free(&d);
   return rc;

@@ -1,6 +1,6 @@
 #!/bin/sh
-# One parser for the engine options (src/cli/engine_opts.c): run, serve and
-# bench --model accept every engine option, refuse the same bad values with
+# One parser for the engine options (src/cli/engine_opts.c): run, serve,
+# chat and bench --model accept every engine option, refuse the same bad values with
 # the same message and print the same help section.
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
@@ -23,6 +23,8 @@ ALL="--threads 1 --spine bf16 --kernels auto --cache-mb 0 --no-pack --io pread -
   >"$tmp/bench.json" 2>"$tmp/e" || fail "bench with every engine option: $(cat "$tmp/e")"
 [ -s "$tmp/b.jsonl" ] || fail "bench --trace wrote nothing"
 jq -e '.io == "pread"' "$tmp/bench.json" >/dev/null || fail "bench did not use --io pread: $(cat "$tmp/bench.json")"
+# shellcheck disable=SC2086
+"$BIN" chat --model "$tmp/m" $ALL </dev/null >/dev/null 2>"$tmp/e" || fail "chat with every engine option: $(cat "$tmp/e")"
 # serve: the options parse (the missing model is what stops it)
 # shellcheck disable=SC2086
 if "$BIN" serve --model "$tmp/none" --port 0 $ALL --trace "$tmp/t2" 2>"$tmp/e"; then fail "serve on no model"; fi
@@ -33,7 +35,7 @@ for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-inpu
            "--kernels fast" "--queue-depth 0" "--cache-mb -1" "--pin-mb x" "--threads 5000" \
            "--mem-limit lots" "--ctx 0" "--fetch-ahead maybe"; do
   msgs=""
-  for cmd in run serve bench; do
+  for cmd in run serve bench chat; do
     # shellcheck disable=SC2086
     if "$BIN" $cmd --model "$tmp/m" $bad >/dev/null 2>"$tmp/e"; then fail "$cmd accepted $bad"; fi
     msgs="$msgs$(cat "$tmp/e")
@@ -48,12 +50,13 @@ if "$BIN" run --model "$tmp/m" --io 2>"$tmp/e"; then fail "--io without a value"
 grep -q "needs a value" "$tmp/e" || fail "--io without a value: $(cat "$tmp/e")"
 
 # one help section, the same text everywhere (bench leaves out what it refuses)
-for cmd in run serve bench; do
+for cmd in run serve bench chat; do
   "$BIN" $cmd --help | sed -n '/^engine and expert store/,$p' >"$tmp/help.$cmd"
   [ -s "$tmp/help.$cmd" ] || fail "$cmd --help has no engine section"
 done
 cmp -s "$tmp/help.run" "$tmp/help.serve" || fail "run and serve print different engine help"
 cmp -s "$tmp/help.run" "$tmp/help.bench" || fail "run and bench print different engine help"
+cmp -s "$tmp/help.run" "$tmp/help.chat" || fail "run and chat print different engine help"
 for o in --pin-mb --heat --queue-depth --split-reads --gate-input --io --prefetch --fetch-ahead; do
   grep -q -- "$o" "$tmp/help.serve" || fail "serve --help lacks $o"
 done

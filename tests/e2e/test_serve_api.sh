@@ -41,6 +41,17 @@ s, d = post("/detokenize", {"tokens": [eom]})
 assert d["content"] == "<|end_of_msg|>", d
 s, d = post("/detokenize", {"tokens": [10**9]})
 assert s == 400 and d["error"]["param"] == "tokens", d
+# llama-server clients send model and add_special (K3's tokenizer adds no BOS: same ids)
+for extra in ({"model": "k3-tiny"}, {"add_special": True}, {"add_special": False, "model": "k3-tiny"}):
+    s, d = post("/tokenize", {"content": text, **extra})
+    assert s == 200 and d["tokens"] == ids, (extra, s, d)
+s, d = post("/tokenize", {"content": text, "with_pieces": True, "add_special": True, "model": "k3-tiny"})
+pieces = b"".join(t["piece"].encode() if isinstance(t["piece"], str) else bytes(t["piece"]) for t in d["tokens"])
+assert s == 200 and [t["id"] for t in d["tokens"]] == ids and pieces.decode() == text, d
+s, d = post("/detokenize", {"tokens": ids, "model": "k3-tiny"})
+assert s == 200 and d["content"] == text, d
+s, d = post("/tokenize", {"content": text, "add_special": "yes"})
+assert s == 400 and d["error"]["param"] == "add_special", d
 s, d = post("/tokenize", {"text": "x"})
 assert s == 400 and d["error"]["param"] == "text", d
 s, d = post("/tokenize", {"content": "x"}, "text/plain")
@@ -59,19 +70,23 @@ for i, body in enumerate([
 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
     assert r.headers["Content-Type"].startswith("text/plain"), r.headers["Content-Type"]
     lines = r.read().decode().splitlines()
-vals, families, seen = {}, [], set()
+vals, families, seen, types = {}, [], set(), {}
 for ln in lines:
     if ln.startswith("# TYPE "):
         name = ln.split()[2]
         assert name not in seen, f"family {name} is split"
         seen.add(name)
         families.append(name)
+        types[name] = ln.split()[3]
         continue
     if ln.startswith("#") or not ln:
         continue
     key, v = ln.rsplit(" ", 1)
     base = key.split("{")[0]
-    assert base == families[-1], f"{key} outside its family"
+    # a histogram family's samples are NAME_bucket, NAME_sum and NAME_count
+    fam = families[-1]
+    allowed = [fam + x for x in ("_bucket", "_sum", "_count")] if types[fam] == "histogram" else [fam]
+    assert base in allowed, f"{key} outside its family"
     vals[key] = float(v)
 assert vals["deltafin_requests_total"] == 3, vals
 assert vals["deltafin_prompt_tokens_total"] == sum(u["prompt_tokens"] for u in usage)

@@ -86,7 +86,7 @@ bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"frobnicate\":1}" frobni
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"n\":17}" n
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"logprobs\":\"yes\"}" logprobs
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"tools\":[{\"type\":\"function\",\"function\":{\"description\":\"no name\"}}]}" 'tools[0]'
-bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}" tool_choice
+bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}" tool_choice.function.name
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"max_tokens\":\"5\"}" max_tokens
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"temperature\":3}" temperature
 bad /v1/chat/completions "{\"model\":\"k3-tiny\",$CHAT,\"reasoning_effort\":\"extreme\"}" reasoning_effort

@@ -91,10 +91,12 @@ pass "SIGTERM cancels a long prefill and exits 0"
 
 # ---- a second signal exits at once (the first waits for the running generation)
 # the worker sleeps 30 s after a token, so the first signal alone cannot finish the shutdown
-# before the second arrives however slow this machine is
+# before the second arrives however slow this machine is; a one-token prompt, so the
+# signal finds that sleep and not a prefill (which it would cancel at once) even in a
+# sanitizer build
 start G --queue 0 --debug-token-delay-ms 30000
-curl -sN -m 60 -H "$JSON" "http://127.0.0.1:$PORT/v1/chat/completions" \
-  -d '{"model":"k3-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":50,"stream":true}' >/dev/null 2>&1 &
+curl -sN -m 60 -H "$JSON" "http://127.0.0.1:$PORT/v1/completions" \
+  -d '{"model":"k3-tiny","prompt":[1],"max_tokens":50,"stream":true}' >/dev/null 2>&1 &
 C=$!
 wait_for 60 is_busy "$PORT" || fail "the stream did not start"
 sleep 0.5

@@ -187,7 +187,7 @@ rc=0
   2>"$T/r9.err" || rc=$?
 cp "$T/info.keep" "$T/hub/www/api/$COMMIT.json"
 [ "$rc" != 0 ] || fail "a 1 PB install passed the free-space check"
-grep -q "GB free" "$T/r9.err" && grep -q "needs" "$T/r9.err" || fail "space message: $(cat "$T/r9.err")"
+grep -Eq "[0-9.]+ [KMGT]?B free" "$T/r9.err" && grep -q "needs" "$T/r9.err" || fail "space message: $(cat "$T/r9.err")"
 [ "$(hub_bytes '^/cdn/')" = 0 ] || fail "shards were downloaded before the space check refused"
 
 # --- 7: a shard holding only vision tensors: header only unless --with-vision ---

@@ -8,7 +8,8 @@
 # the drive took it in, when it joined that queue and when the drive took
 # it) no prefetch was taken while a spine or demand read waited on that
 # drive. `trace report --svg` then draws expert and spine reads apart in one
-# chart.
+# chart (stacked by class on the drive they share), with the tokens' waits
+# on the spine.
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
 tmp=$(mktemp -d)
@@ -51,9 +52,10 @@ done
 # one chart, both series
 "$BIN" trace report "$tmp/tr8.jsonl" --svg "$tmp/c.svg" >"$tmp/rep" || fail "trace report"
 grep -q "spine stream (.*): [0-9]* reads" "$tmp/rep" || fail "report has no spine line: $(cat "$tmp/rep")"
-grep -q "drive 0 experts" "$tmp/c.svg" || fail "SVG does not name the expert series"
-grep -q "spine stream (dashed)" "$tmp/c.svg" || fail "SVG does not name the spine series"
-[ "$(grep -c '<polyline class="spine"' "$tmp/c.svg")" = 1 ] || fail "SVG has no spine polyline"
+grep -q '<path class="cls-demand"' "$tmp/c.svg" || fail "SVG does not draw the experts' demand reads"
+grep -q 'class="legend">spine</text>' "$tmp/c.svg" || fail "SVG does not name the spine series"
+[ "$(grep -c '<path class="cls-spine"' "$tmp/c.svg")" = 1 ] || fail "SVG has no spine series on its one drive"
+grep -q 'waiting on the spine' "$tmp/c.svg" || fail "SVG does not show the tokens' spine waits"
 # without a spine trace next to it: the expert chart alone
 cp "$tmp/tr8.jsonl" "$tmp/alone.jsonl"
 "$BIN" trace report "$tmp/alone.jsonl" --svg "$tmp/a.svg" >/dev/null || fail "trace report (alone)"

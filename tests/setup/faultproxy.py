@@ -12,6 +12,7 @@ without following redirects, and damages responses on purpose:
   --require-token T     answer 401 unless "Authorization: Bearer T" is sent
   --rate BYTES/S   throttle all bodies together (an emulated link)
   --latency-ms N   wait N ms before each response (an emulated round trip)
+  --latency-rx RX  only before responses to paths matching RX (default: all)
   --flip-first N   flip one byte in the middle of the body of the first N
                    responses on --only paths (a transient corrupting hop)
   --only REGEX     faults only on paths matching REGEX (default: /cdn/)
@@ -22,12 +23,31 @@ without following redirects, and damages responses on purpose:
                    to /cdn/ gets a fresh "?sig=..." and a /cdn/ request is
                    served only with a sig used fewer than N times before
                    (403 otherwise, as an expired signed URL answers)
+  --limit-after K  rate limiting: after K requests on --only paths a window
+                   of --limit-s seconds opens in which every request is
+                   answered 429 (or 503 with --limit-style 503), telling the
+                   time left as --limit-style says: retry-after (seconds),
+                   date (an HTTP date), ratelimit (the hub's RateLimit and
+                   RateLimit-Policy headers only), none (nothing), 503
+                   (503 + Retry-After seconds). --limit-windows N windows
+                   (each after K more requests; default 1). A request that
+                   arrives inside a window more than --limit-grace seconds
+                   (default 0.5: requests already on their way when the first
+                   429 went out) after its first 429 is logged "early".
+  POST /api/models/{repo}/paths-info/{rev} (the hub's paths-info API, JSON
+                   {"paths": [...]}) is answered from upstream's tree
+                   (/api/models/{repo}/tree/{rev}): the entries of those paths
+  --ignore-range   forward without the Range header: upstream answers 200
+                   with the whole file (a server or proxy that ignores Range)
 
 Faults are drawn from a seeded generator, one draw per request. Every request
-is logged to --log as: path range status bytes_sent fault auth(yes/no).
+is logged to --log as: path range status bytes_sent fault auth(yes/no) arrival
+(epoch seconds, when the request was read).
 """
 import argparse
+import email.utils
 import http.client
+import json
 import http.server
 import random
 import re
@@ -73,12 +93,22 @@ def main():
     ap.add_argument("--require-token")
     ap.add_argument("--rate", type=float, default=0)
     ap.add_argument("--latency-ms", type=float, default=0)
+    ap.add_argument("--latency-rx", default="")
     ap.add_argument("--flip-first", type=int, default=0)
     ap.add_argument("--only", default="/cdn/")
     ap.add_argument("--log")
     ap.add_argument("--cdn-base")
     ap.add_argument("--sign", type=int, default=0)
+    ap.add_argument("--limit-after", type=int, default=-1)
+    ap.add_argument("--limit-s", type=float, default=2.0)
+    ap.add_argument("--limit-style", default="retry-after",
+                    choices=["retry-after", "date", "ratelimit", "none", "503"])
+    ap.add_argument("--limit-windows", type=int, default=1)
+    ap.add_argument("--limit-grace", type=float, default=0.5)
+    ap.add_argument("--ignore-range", action="store_true")
     a = ap.parse_args()
+    lim_lock = threading.Lock()
+    lim = {"count": 0, "start": None, "end": 0.0, "windows": 0}
     rng = random.Random(a.seed)
     rng_lock = threading.Lock()
     log_lock = threading.Lock()
@@ -137,8 +167,42 @@ def main():
             if logf:
                 auth = "yes" if self.headers.get("Authorization") else "no"
                 with log_lock:
-                    logf.write("%s %s %d %d %s %s\n" % (self.path, self.headers.get("Range", "-"),
-                                                        status, sent, fault or "-", auth))
+                    logf.write("%s %s %d %d %s %s %.6f\n" % (
+                        self.path, self.headers.get("Range", "-").replace(" ", ""), status, sent,
+                        fault or "-", auth, self.t_arrival))
+
+        def limited(self):
+            """Rate limiting: None, or (code, headers, fault) to answer now."""
+            if a.limit_after < 0:
+                return None
+            now = self.t_arrival
+            with lim_lock:
+                if lim["start"] is not None and now >= lim["end"]:
+                    lim["start"] = None  # the window is over
+                    lim["count"] = 0
+                if lim["start"] is None:
+                    if not only.search(self.path) or lim["windows"] >= a.limit_windows:
+                        return None
+                    lim["count"] += 1
+                    if lim["count"] <= a.limit_after:
+                        return None
+                    lim["start"], lim["end"] = now, now + a.limit_s
+                    lim["windows"] += 1
+                start, end = lim["start"], lim["end"]
+            fault = "early" if now > start + a.limit_grace else "ratelimit"
+            left = max(1, int(end - now + 0.999))
+            code, hdrs = 429, []
+            if a.limit_style == "retry-after":
+                hdrs.append(("Retry-After", str(left)))
+            elif a.limit_style == "date":
+                hdrs.append(("Retry-After", email.utils.formatdate(int(end + 0.999), usegmt=True)))
+            elif a.limit_style == "ratelimit":
+                hdrs.append(("RateLimit", '"resolvers";r=0;t=%d' % left))
+                hdrs.append(("RateLimit-Policy", '"fixed window";"resolvers";q=3000;w=300'))
+            elif a.limit_style == "503":
+                code = 503
+                hdrs.append(("Retry-After", str(left)))
+            return code, hdrs, fault
 
         def plain(self, code, msg):
             body = (msg + "\n").encode()
@@ -149,8 +213,44 @@ def main():
             self.wfile.write(body)
             self.record(code, len(body), "status")
 
+        def do_POST(self):
+            self.t_arrival = time.time()
+            m = re.match(r"^/api/models/(.+)/paths-info/([^/?]+)$", self.path)
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+            if not m:
+                return self.plain(404, "no such API")
+            up = http.client.HTTPConnection("127.0.0.1", a.upstream, timeout=30)
+            up.request("GET", "/api/models/%s/tree/%s" % (m.group(1), m.group(2)))
+            r = up.getresponse()
+            tree = r.read()
+            up.close()
+            if r.status != 200:
+                return self.plain(r.status, "no tree")
+            want = set(json.loads(body or b"{}").get("paths", []))
+            out = json.dumps([e for e in json.loads(tree) if e.get("path") in want]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            self.record(200, len(out), "")
+
         def do_GET(self):
-            if a.latency_ms:
+            self.t_arrival = time.time()
+            lt = self.limited()
+            if lt:
+                code, hdrs, fault = lt
+                body = b"Too Many Requests\n"
+                self.send_response(code)
+                for k, v in hdrs:
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                self.record(code, len(body), fault)
+                return
+            if a.latency_ms and re.search(a.latency_rx, self.path):
                 time.sleep(a.latency_ms / 1000.0)
             for code, rx in statuses:
                 if rx.search(self.path):
@@ -169,8 +269,10 @@ def main():
                 return self.plain(500, "injected server error")
             up = http.client.HTTPConnection("127.0.0.1", a.upstream, timeout=30)
             hdrs = {}
-            if "Range" in self.headers:
+            if "Range" in self.headers and not a.ignore_range:
                 hdrs["Range"] = self.headers["Range"]
+            if a.ignore_range and "Range" in self.headers and not fault:
+                fault = "norange"
             up.request("GET", self.path, headers=hdrs)
             r = up.getresponse()
             body = r.read()

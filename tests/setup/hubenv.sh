@@ -47,11 +47,15 @@ wait_port() { # port
   echo "FAIL: nothing listens on 127.0.0.1:$1" >&2; return 1
 }
 
-start_hub() { # model-dir repo commit
+start_hub() { # model-dir repo commit [out, default $T/hub: a second hub needs its own] [hubgen options]
   HUB_PORT=$(free_port)
-  python3 "$DF_SRC/tests/setup/hubgen.py" --model "$1" --repo "$2" --commit "$3" --out "$T/hub" \
-    --port "$HUB_PORT"
-  "$NGINX" -c "$T/hub/nginx.conf" -p "$T/hub" -e "$T/hub/logs/error.log" &
+  _out=${4:-$T/hub}
+  _m=$1 _r=$2 _c=$3
+  shift 3
+  [ $# -gt 0 ] && shift
+  python3 "$DF_SRC/tests/setup/hubgen.py" --model "$_m" --repo "$_r" --commit "$_c" --out "$_out" \
+    --port "$HUB_PORT" "$@"
+  "$NGINX" -c "$_out/nginx.conf" -p "$_out" -e "$_out/logs/error.log" &
   HUB_PIDS="$HUB_PIDS $!"
   wait_port "$HUB_PORT"
 }
@@ -76,7 +80,31 @@ stop_hub() {
   HUB_PIDS=""
 }
 
+# nginx writes a request's log line after it sent the response, so a client
+# can exit before its last request is logged: wait until the log has not
+# grown for 0.3 s (at most 5 s) before reading it.
+hub_settle() { # [hub dir]
+  python3 - "${1:-$T/hub}/logs/access.log" <<'PYEOF'
+import os, sys, time
+p, last, since, t0 = sys.argv[1], -1, time.monotonic(), time.monotonic()
+while time.monotonic() - t0 < 5:
+    n = os.path.getsize(p) if os.path.exists(p) else 0
+    if n != last:
+        last, since = n, time.monotonic()
+    elif time.monotonic() - since >= 0.3:
+        break
+    time.sleep(0.05)
+PYEOF
+}
+
 # Sum of body bytes nginx sent for paths matching a regex (its access log).
-hub_bytes() { # regex
-  awk -v rx="$1" '$2 ~ rx { s += $4 } END { print s + 0 }' "$T/hub/logs/access.log"
+hub_bytes() { # regex [hub dir]
+  hub_settle "${2:-}"
+  awk -v rx="$1" '$2 ~ rx { s += $4 } END { print s + 0 }' "${2:-$T/hub}/logs/access.log"
+}
+
+# Requests nginx answered (all paths) so far.
+hub_requests() { # [hub dir]
+  hub_settle "${1:-}"
+  wc -l <"${1:-$T/hub}/logs/access.log" | tr -d ' '
 }

@@ -8,6 +8,13 @@ Writes, under OUT:
   www/raw/<commit>/<file>    plain git files (json, py, ...)
   nginx.conf                 a server on 127.0.0.1:PORT answering
     GET /api/models/<repo>/revision/<commit or branch>  -> the info document
+    GET /api/models/<repo>/tree/<commit or branch>      -> the tree (path, size,
+        oid = git blob id (of the LFS pointer for LFS files), lfs.oid = sha256)
+    --no-blob-sizes: the info document's siblings have rfilename only (a
+        mirror that ignores ?blobs=true); --no-tree: no tree endpoint
+    git files carry ETag: "<git blob id>" as the hub sends it (nginx's own ETag
+        off); --no-etag: no ETag at all (a mirror whose files cannot be
+        verified from a HEAD)
     GET /<repo>/resolve/<commit or branch>/<lfs file>   -> 302 to /cdn/<sha256>
         (X-Repo-Commit, X-Linked-Etag, X-Linked-Size, as the hub sends)
     GET /<repo>/resolve/<commit or branch>/<git file>   -> the file (X-Repo-Commit)
@@ -37,6 +44,9 @@ def main():
     ap.add_argument("--branch", default="main")
     ap.add_argument("--out", required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--no-blob-sizes", action="store_true")
+    ap.add_argument("--no-tree", action="store_true")
+    ap.add_argument("--no-etag", action="store_true")
     a = ap.parse_args()
     out = os.path.abspath(a.out)
     www = os.path.join(out, "www")
@@ -45,6 +55,7 @@ def main():
     for d in ("logs", "tmp"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
     siblings = []
+    tree = []
     locs = []
     for name in sorted(os.listdir(a.model)):
         path = os.path.join(a.model, name)
@@ -52,9 +63,14 @@ def main():
             continue
         data = open(path, "rb").read()
         s = {"rfilename": name, "size": len(data), "blobId": git_blob_id(data)}
+        t = {"type": "file", "path": name, "size": len(data), "oid": git_blob_id(data)}
         if is_lfs(name):
             sha = hashlib.sha256(data).hexdigest()
             s["lfs"] = {"sha256": sha, "size": len(data), "pointerSize": 134}
+            pointer = b"version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n" % (
+                sha.encode(), len(data))
+            t["oid"] = git_blob_id(pointer)
+            t["lfs"] = {"oid": sha, "size": len(data), "pointerSize": len(pointer)}
             shutil.copyfile(path, os.path.join(www, "cdn", sha))
             for rev in (a.commit, a.branch):
                 locs.append(
@@ -69,12 +85,23 @@ def main():
                 locs.append(
                     "    location = /%s/resolve/%s/%s {\n"
                     "      add_header X-Repo-Commit %s always;\n"
-                    "      try_files /raw/%s/%s =404;\n    }\n" % (a.repo, rev, name, a.commit, a.commit, name))
-        siblings.append(s)
+                    "      etag off;\n%s"
+                    "      try_files /raw/%s/%s =404;\n    }\n" % (
+                        a.repo, rev, name, a.commit,
+                        "" if a.no_etag else "      add_header ETag '\"%s\"' always;\n" % git_blob_id(data),
+                        a.commit, name))
+        tree.append(t)
+        siblings.append({"rfilename": name} if a.no_blob_sizes else s)
     info = {"_id": "x", "id": a.repo, "modelId": a.repo, "sha": a.commit, "private": False,
             "gated": False, "siblings": siblings}
     with open(os.path.join(www, "api", a.commit + ".json"), "w") as f:
         json.dump(info, f, indent=1)
+    with open(os.path.join(www, "api", a.commit + ".tree.json"), "w") as f:
+        json.dump(tree, f, indent=1)
+    for rev in (a.commit, a.branch) if not a.no_tree else ():
+        locs.append("    location = /api/models/%s/tree/%s {\n"
+                    "      default_type application/json;\n"
+                    "      try_files /api/%s.tree.json =404;\n    }\n" % (a.repo, rev, a.commit))
     for rev in (a.commit, a.branch):
         locs.append("    location = /api/models/%s/revision/%s {\n"
                     "      default_type application/json;\n"

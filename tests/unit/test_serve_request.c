@@ -424,6 +424,82 @@ static void test_context_limit(void **st) {
   df_serve_req_free(&r);
 }
 
+/* Lengths without max_tokens: completions 16 (OpenAI), chat the rest of the
+ * context; --max-tokens-default caps both; nothing passes the context. */
+static void test_max_new_defaults(void **st) {
+  (void)st;
+  df_serve_req r = ok(DF_SERVE_COMPLETION, COMPL(""));
+  assert_int_equal(df_serve_max_new(&r, 10, 128, 0), 16);
+  assert_int_equal(df_serve_max_new(&r, 120, 128, 0), 8); /* only 8 positions left */
+  assert_int_equal(df_serve_max_new(&r, 10, 128, 5), 5);
+  assert_int_equal(df_serve_max_new(&r, 10, 128, 100), 16);
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_COMPLETION, COMPL(",\"max_tokens\":40"));
+  assert_int_equal(df_serve_max_new(&r, 10, 128, 5), 40);
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_CHAT, CHAT(""));
+  assert_int_equal(df_serve_max_new(&r, 28, 128, 0), 100);
+  assert_int_equal(df_serve_max_new(&r, 28, 128, 7), 7);
+  assert_int_equal(df_serve_max_new(&r, 28, 128, 1000), 100);
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_CHAT, CHAT(",\"max_completion_tokens\":3"));
+  assert_int_equal(df_serve_max_new(&r, 28, 128, 7), 3);
+  df_serve_req_free(&r);
+}
+
+/* Thinking off: reasoning_effort "none" and chat_template_kwargs; the
+ * template's other switches by name, unknown ones refused by name. */
+static void test_thinking_off(void **st) {
+  (void)st;
+  df_serve_req r = ok(DF_SERVE_CHAT, CHAT(""));
+  assert_int_equal(r.thinking, 1);
+  assert_false(r.use_render);
+  df_serve_req_free(&r);
+  static const char *const off[] = {
+      CHAT(",\"reasoning_effort\":\"none\""),
+      CHAT(",\"chat_template_kwargs\":{\"thinking\":false}"),
+      CHAT(",\"chat_template_kwargs\":{\"enable_thinking\":false}"),
+      CHAT(",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"thinking\":false}"),
+  };
+  for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+    r = ok(DF_SERVE_CHAT, off[i]);
+    assert_int_equal(r.thinking, 0);
+    assert_true(r.use_render);
+    df_serve_req_free(&r);
+  }
+  r = ok(DF_SERVE_CHAT, CHAT(",\"chat_template_kwargs\":{\"thinking\":true,\"thinking_effort\":\"low\"}"));
+  assert_int_equal(r.thinking, 1);
+  assert_int_equal(r.effort, DF_EFFORT_LOW);
+  df_serve_req_free(&r);
+  static const char *const badk[][2] = {
+      {CHAT(",\"chat_template_kwargs\":{\"thinking\":\"no\"}"), "chat_template_kwargs.thinking"},
+      {CHAT(",\"chat_template_kwargs\":{\"foo\":1}"), "chat_template_kwargs.foo"},
+      {CHAT(",\"chat_template_kwargs\":[1]"), "chat_template_kwargs"},
+      {CHAT(",\"chat_template_kwargs\":{\"thinking_effort\":\"medium\"}"),
+       "chat_template_kwargs.thinking_effort"},
+      {CHAT(",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"thinking\":true}"),
+       "reasoning_effort"},
+      {CHAT(",\"reasoning_effort\":\"low\",\"chat_template_kwargs\":{\"thinking\":false}"),
+       "reasoning_effort"},
+  };
+  for (size_t i = 0; i < sizeof badk / sizeof badk[0]; i++) {
+    df_serve_err e;
+    assert_int_equal(df_serve_parse(DF_SERVE_CHAT, badk[i][0], strlen(badk[i][0]), &lim, &r, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, badk[i][1]);
+  }
+  /* history may carry the reasoning under either name */
+  r = ok(DF_SERVE_CHAT, "{\"model\":\"k3-tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+                        "{\"role\":\"assistant\",\"content\":\"b\",\"reasoning\":\"why\"},"
+                        "{\"role\":\"assistant\",\"content\":\"c\",\"reasoning\":\"x\","
+                        "\"reasoning_content\":\"because\"},{\"role\":\"user\",\"content\":\"d\"}]}");
+  assert_int_equal(r.msgs[1].reasoning_len, 3);
+  assert_memory_equal(r.msgs[1].reasoning, "why", 3);
+  assert_int_equal(r.msgs[2].reasoning_len, 7); /* reasoning_content wins, as in the release */
+  assert_memory_equal(r.msgs[2].reasoning, "because", 7);
+  df_serve_req_free(&r);
+}
+
 /* Bodies are byte strings, not C strings: an embedded NUL is invalid JSON. */
 static void test_embedded_nul(void **st) {
   (void)st;
@@ -472,14 +548,16 @@ static void test_client_extensions(void **st) {
   assert_int_equal(r.top_logprobs, 4);
   df_serve_req_free(&r);
   /* efforts the SDK types allow */
-  static const char *const names[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
-  static const df_effort want[] = {DF_EFFORT_LOW,  DF_EFFORT_LOW, DF_EFFORT_LOW, DF_EFFORT_MEDIUM,
+  static const char *const names[] = {"minimal", "low", "medium", "high", "xhigh", "max"};
+  static const df_effort want[] = {DF_EFFORT_LOW,  DF_EFFORT_LOW, DF_EFFORT_MEDIUM,
                                    DF_EFFORT_HIGH, DF_EFFORT_MAX, DF_EFFORT_MAX};
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < 6; i++) {
     df_effort e;
     assert_int_equal(df_serve_effort(names[i], &e), 0);
     assert_int_equal(e, want[i]);
   }
+  df_effort none_effort;
+  assert_int_equal(df_serve_effort("none", &none_effort), -1); /* not an effort: thinking off */
   /* completions: logprobs is the number of alternatives; top_k -1 is off */
   r = ok(DF_SERVE_COMPLETION, COMPL(",\"logprobs\":3,\"top_k\":-1"));
   assert_int_equal(r.logprobs, 1);
@@ -511,7 +589,42 @@ static void test_tools(void **st) {
   assert_string_equal(r.msgs[1].calls[0].id, "c1");
   assert_string_equal(r.msgs[1].calls[0].arguments, "{\"city\":\"Oslo\"}");
   assert_string_equal(r.msgs[2].tool_call_id, "c1");
+  assert_int_equal(r.parallel_tool_calls, 0);
+  assert_non_null(r.toolgram); /* required, one call */
   df_serve_req_free(&r);
+  /* a named function, in the Chat Completions and the Responses shapes */
+#define TOOLS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\"}}]"
+  static const char *const named[] = {
+      CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get\"}}"),
+      CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"name\":\"get\"}"),
+  };
+  for (size_t i = 0; i < 2; i++) {
+    r = ok(DF_SERVE_CHAT, named[i]);
+    assert_string_equal(r.tool_choice_name, "get");
+    assert_int_equal(r.tool_choice, DF_TOOL_CHOICE_REQUIRED);
+    assert_non_null(r.toolgram);
+    df_serve_req_free(&r);
+  }
+  r = ok(DF_SERVE_CHAT, CHAT(TOOLS));
+  assert_null(r.toolgram); /* auto with parallel calls: nothing to enforce */
+  df_serve_req_free(&r);
+  r = ok(DF_SERVE_CHAT, CHAT(TOOLS ",\"tool_choice\":\"none\""));
+  assert_non_null(r.toolgram);
+  df_serve_req_free(&r);
+  static const char *const badtc[][2] = {
+      {CHAT(TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"other\"}}"),
+       "tool_choice.function.name"},
+      {CHAT(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get\"}}"), "tool_choice"},
+      {CHAT(",\"tool_choice\":\"required\""), "tool_choice"},
+      {CHAT(TOOLS ",\"tool_choice\":{\"type\":\"custom\"}"), "tool_choice"},
+      {CHAT(TOOLS ",\"parallel_tool_calls\":1"), "parallel_tool_calls"},
+  };
+  for (size_t i = 0; i < sizeof badtc / sizeof badtc[0]; i++) {
+    df_serve_err e;
+    assert_int_equal(df_serve_parse(DF_SERVE_CHAT, badtc[i][0], strlen(badtc[i][0]), &lim, &r, &e), -1);
+    assert_string_equal(e.param, badtc[i][1]);
+  }
+#undef TOOLS
   r = ok(DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"));
   assert_non_null(r.grammar);
   assert_true(r.use_render);
@@ -535,7 +648,8 @@ static void test_tokenize_bodies(void **st) {
   free(text);
   static const char *const bad_tok[][2] = {{"{}", "content"},
                                            {"{\"content\":5}", "content"},
-                                           {"{\"content\":\"x\",\"add_special\":true}", "add_special"},
+                                           {"{\"content\":\"x\",\"add_special\":1}", "add_special"},
+                                           {"{\"content\":\"x\",\"model\":5}", "model"},
                                            {"{\"content\":\"x\",\"zz\":1}", "zz"},
                                            {"[1]", ""}};
   for (size_t i = 0; i < sizeof bad_tok / sizeof bad_tok[0]; i++) {
@@ -545,6 +659,15 @@ static void test_tokenize_bodies(void **st) {
     assert_int_equal(e.status, 400);
     assert_string_equal(e.param, bad_tok[i][1]);
   }
+  /* llama-server clients send model and add_special */
+  const char *b3 = "{\"content\":\"ab\",\"model\":\"any\",\"add_special\":true,\"with_pieces\":false}";
+  assert_int_equal(df_serve_parse_tokenize(b3, strlen(b3), &text, &n, &pieces, &special, &e), 0);
+  assert_int_equal(n, 2);
+  assert_false(pieces || special);
+  free(text);
+  const char *b4 = "{\"tokens\":[5],\"model\":\"any\"}";
+  assert_int_equal(df_serve_parse_detokenize(b4, strlen(b4), 1000, &ids, &n, &e), 0);
+  free(ids);
   const char *b2 = "{\"tokens\":[1,2,999]}";
   assert_int_equal(df_serve_parse_detokenize(b2, strlen(b2), 1000, &ids, &n, &e), 0);
   assert_int_equal(n, 3);
@@ -567,6 +690,7 @@ int main(void) {
       cmocka_unit_test(test_embedded_nul),
       cmocka_unit_test(test_unknown_model_404),  cmocka_unit_test(test_client_extensions),
       cmocka_unit_test(test_tokenize_bodies),    cmocka_unit_test(test_tools),
+      cmocka_unit_test(test_max_new_defaults),   cmocka_unit_test(test_thinking_off),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,7 +81,7 @@ static void test_chat_response(void **st) {
   (void)st;
   df_serve_meta m;
   df_serve_meta_init(&m, DF_SERVE_CHAT, "k3-tiny", 1700000000);
-  df_serve_usage u = {12, 30, 20, 7};
+  df_serve_usage u = {12, 30, 20, 7, 9, 5};
   char *s = df_serve_response_json(&m, "think\xc3\xa9", 7, "answer", 6, "length", &u);
   json_t *v = parse(s);
   assert_string_equal(str(v, "id"), m.id);
@@ -102,6 +102,10 @@ static void test_chat_response(void **st) {
   assert_int_equal(json_integer_value(at(at(us, "prompt_tokens_details"), "cached_tokens")), 7);
   assert_int_equal(json_integer_value(at(at(us, "completion_tokens_details"), "reasoning_tokens")),
                    20);
+  /* speculation: 9 drafts, 5 kept, under OpenAI's predicted-output fields */
+  json_t *cd = at(us, "completion_tokens_details");
+  assert_int_equal(json_integer_value(at(cd, "accepted_prediction_tokens")), 5);
+  assert_int_equal(json_integer_value(at(cd, "rejected_prediction_tokens")), 4);
   json_decref(v);
   free(s);
 }
@@ -110,7 +114,7 @@ static void test_text_response(void **st) {
   (void)st;
   df_serve_meta m;
   df_serve_meta_init(&m, DF_SERVE_COMPLETION, "k3-tiny", 1);
-  df_serve_usage u = {3, 4, 0, 0};
+  df_serve_usage u = {3, 4, 0, 0, 0, 0};
   char *s = df_serve_response_json(&m, NULL, 0, " upon a time", 12, "stop", &u);
   json_t *v = parse(s);
   assert_string_equal(str(v, "object"), "text_completion");
@@ -158,7 +162,7 @@ static void test_chat_stream(void **st) {
   df_serve_sse_delta(&b, &m, NULL, "reasoning_content", "hm\nm", 4, NULL);
   df_serve_sse_delta(&b, &m, NULL, "content", "hi", 2, NULL);
   df_serve_sse_delta(&b, &m, NULL, NULL, NULL, 0, "stop");
-  df_serve_usage u = {5, 3, 1, 0};
+  df_serve_usage u = {5, 3, 1, 0, 0, 0};
   df_serve_sse_usage(&b, &m, &u);
   df_serve_sse_done(&b);
   json_t *f[8];
@@ -232,7 +236,7 @@ static void test_invalid_utf8_is_repaired(void **st) {
   /* a response never fails for a bad byte in the text */
   df_serve_meta m;
   df_serve_meta_init(&m, DF_SERVE_COMPLETION, "k3-tiny", 1);
-  df_serve_usage u = {1, 1, 0, 0};
+  df_serve_usage u = {1, 1, 0, 0, 0, 0};
   char *j = df_serve_response_json(&m, NULL, 0, "x\x80y", 3, "stop", &u);
   json_t *v = parse(j);
   assert_string_equal(str(v, "choices.0.text"), "x\xef\xbf\xbdy");
@@ -263,12 +267,39 @@ static void test_models_and_health(void **st) {
   free(s);
 }
 
+/* Histogram buckets: an observation on a bound falls in that bound's bucket;
+ * the text's buckets are cumulative and end with +Inf equal to _count. */
+static void test_metrics_histograms(void **st) {
+  (void)st;
+  df_serve_metrics m;
+  memset(&m, 0, sizeof m);
+  df_serve_hist_add(&m.latency, 0.05);  /* le 0.05 */
+  df_serve_hist_add(&m.latency, 0.051); /* le 0.1 */
+  df_serve_hist_add(&m.latency, 7);     /* le 10 */
+  df_serve_hist_add(&m.latency, 1e6);   /* +Inf only */
+  m.rejected_429 = 3;
+  char *t = df_serve_metrics_text(&m, NULL);
+  assert_non_null(strstr(t, "# TYPE deltafin_request_duration_seconds histogram\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"0.05\"} 1\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"0.1\"} 2\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"5\"} 2\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"10\"} 3\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"300\"} 3\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_bucket{le=\"+Inf\"} 4\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_count 4\n"));
+  assert_non_null(strstr(t, "deltafin_request_duration_seconds_sum 1000007.101"));
+  assert_non_null(strstr(t, "deltafin_time_to_first_token_seconds_count 0\n"));
+  assert_non_null(strstr(t, "deltafin_requests_rejected_total{code=\"429\"} 3\n"));
+  free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_error_shape),       cmocka_unit_test(test_ids),
       cmocka_unit_test(test_chat_response),     cmocka_unit_test(test_text_response),
       cmocka_unit_test(test_chat_stream),       cmocka_unit_test(test_text_stream_and_error_frame),
       cmocka_unit_test(test_invalid_utf8_is_repaired), cmocka_unit_test(test_models_and_health),
+      cmocka_unit_test(test_metrics_histograms),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -185,6 +185,21 @@ static void test_ctype_cors(void **st) {
   assert_false(df_serve_cors_ok("http://app.example:3000", o, 0));
   const char *any[] = {"*"};
   assert_true(df_serve_cors_ok("http://evil.example", any, 1));
+  /* preflight: the requested header names come back; anything else gets the fixed list */
+  char ah[256];
+  assert_string_equal(df_serve_cors_allow_headers(NULL, ah, sizeof ah), "Authorization, Content-Type");
+  assert_string_equal(
+      df_serve_cors_allow_headers("authorization,content-type,x-stainless-os,x-stainless-retry-count",
+                                  ah, sizeof ah),
+      "authorization,content-type,x-stainless-os,x-stainless-retry-count");
+  assert_string_equal(df_serve_cors_allow_headers(" x-a , x-b ", ah, sizeof ah), " x-a , x-b ");
+  static const char *const refused[] = {"", "x-a,,x-b", "x-a;x-b", "x a", "x-a,", "x-a\r\nSet-Cookie: 1",
+                                        "x-\xc3\xa9"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+    assert_string_equal(df_serve_cors_allow_headers(refused[i], ah, sizeof ah),
+                        "Authorization, Content-Type");
+  char small[8];
+  assert_string_equal(df_serve_cors_allow_headers("x-longer-than-eight", small, sizeof small), "Authori");
 }
 
 static void test_framing(void **st) {

@@ -5,7 +5,10 @@
  * the hub records (sha256 of LFS files, git blob sha1 of plain files; the
  * expected values come from sha256sum / `git hash-object`, computed once
  * outside deltafin), and the table of remembered redirect targets (origins
- * compared as curl does for its own redirects: scheme, host, port). */
+ * compared as curl does for its own redirects: scheme, host, port); the
+ * waits rate-limit answers ask for (the HTTP date's epoch from Python's
+ * calendar.timegm), the hub's environment as huggingface_hub documents it,
+ * the model info rebuilt from the tree API, and the size units. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 
 #include "base/util.h"
 #include "setup/http.h"
+#include "setup/install.h"
 #include "setup/hub.h"
 #include "setup/ranges.h"
 #include "setup/redir.h"
@@ -294,12 +298,125 @@ static void redirect_table(void **st) {
   df_redir_free(t);
 }
 
+static void rate_limit_hints(void **st) {
+  (void)st;
+  assert_true(df_http_retry_after("120", NULL, 0) == 120);
+  /* Wed, 21 Oct 2015 07:28:00 GMT is 1445412480 */
+  assert_true(df_http_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", NULL, 1445412480.0 - 30) == 30);
+  assert_true(df_http_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", NULL, 1445412480.0 + 5) == 0);
+  assert_true(df_http_retry_after(NULL, "\"api\";r=0;t=55", 0) == 55);
+  assert_true(df_http_retry_after("", "\"resolvers\";r=12;t=7", 0) == 7);
+  assert_true(df_http_retry_after("10", "\"api\";r=0;t=55", 0) == 10); /* Retry-After wins */
+  assert_true(df_http_retry_after("soon", NULL, 0) == -1);
+  assert_true(df_http_retry_after(NULL, "\"api\";r=0", 0) == -1);
+  assert_true(df_http_retry_after(NULL, "\"api\";rt=5", 0) == -1); /* not t= */
+  assert_true(df_http_retry_after(NULL, NULL, 0) == -1);
+}
+
+static void hub_environment(void **st) {
+  (void)st;
+  const char *yes[] = {"1", "ON", "on", "Yes", "TRUE", "true"}, *no[] = {"0", "", "no", "2", "off", "y"};
+  for (size_t i = 0; i < 6; i++) {
+    setenv("DF_T_BOOL", yes[i], 1);
+    assert_int_equal(df_hub_env_bool("DF_T_BOOL"), 1);
+    setenv("DF_T_BOOL", no[i], 1);
+    assert_int_equal(df_hub_env_bool("DF_T_BOOL"), 0);
+  }
+  unsetenv("DF_T_BOOL");
+  assert_int_equal(df_hub_env_bool("DF_T_BOOL"), 0);
+  const char *vars[] = {"HF_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"};
+  for (int i = 0; i < 4; i++) unsetenv(vars[i]);
+  setenv("HOME", "/h", 1);
+  char *p = df_hub_home();
+  assert_string_equal(p, "/h/.cache/huggingface");
+  free(p);
+  setenv("XDG_CACHE_HOME", "/x", 1);
+  p = df_hub_home();
+  assert_string_equal(p, "/x/huggingface");
+  free(p);
+  p = df_hub_cache_dir();
+  assert_string_equal(p, "/x/huggingface/hub");
+  free(p);
+  setenv("HF_HOME", "/hf", 1); /* HF_HOME over XDG_CACHE_HOME */
+  p = df_hub_cache_dir();
+  assert_string_equal(p, "/hf/hub");
+  free(p);
+  setenv("HUGGINGFACE_HUB_CACHE", "/legacy", 1);
+  p = df_hub_cache_dir();
+  assert_string_equal(p, "/legacy");
+  free(p);
+  setenv("HF_HUB_CACHE", "/c", 1); /* over the legacy name */
+  p = df_hub_cache_dir();
+  assert_string_equal(p, "/c");
+  free(p);
+  df_hub_file lfs = {.name = "m.safetensors", .size = 1, .lfs = 1}, git = {.name = "config.json", .size = 1};
+  memset(lfs.sha256, 'a', 64);
+  memset(git.blob_id, 'b', 40);
+  p = df_hub_cache_blob("o/n", &lfs);
+  assert_string_equal(p, "/c/models--o--n/blobs/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+  free(p);
+  p = df_hub_cache_blob("o/n", &git);
+  assert_string_equal(p, "/c/models--o--n/blobs/bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
+  free(p);
+  p = df_hub_cache_ref("o/n", "main");
+  assert_string_equal(p, "/c/models--o--n/refs/main");
+  free(p);
+  assert_null(df_hub_cache_ref("o/n", "../main"));
+  for (int i = 0; i < 4; i++) unsetenv(vars[i]);
+}
+
+static void info_from_tree(void **st) {
+  (void)st;
+  const char *info = "{\"sha\":\"0123456789abcdef0123456789abcdef01234567\",\"siblings\":"
+                     "[{\"rfilename\":\"config.json\"},{\"rfilename\":\"m.safetensors\"}]}";
+  const char *tree =
+      "[{\"type\":\"directory\",\"path\":\"docs\",\"oid\":\"1111111111111111111111111111111111111111\"},"
+      "{\"type\":\"file\",\"path\":\"config.json\",\"size\":12,"
+      "\"oid\":\"2222222222222222222222222222222222222222\"},"
+      "{\"type\":\"file\",\"path\":\"m.safetensors\",\"size\":99,"
+      "\"oid\":\"3333333333333333333333333333333333333333\",\"lfs\":{\"oid\":"
+      "\"4444444444444444444444444444444444444444444444444444444444444444\",\"size\":99,\"pointerSize\":130}}]";
+  assert_int_equal(df_hub_info_has_sizes(info, strlen(info)), 0);
+  char *out;
+  size_t n;
+  df_err e;
+  assert_int_equal(df_hub_info_from_tree(info, strlen(info), tree, strlen(tree), "t", &out, &n, &e), 0);
+  assert_int_equal(df_hub_info_has_sizes(out, n), 1);
+  df_hub_info hi;
+  assert_int_equal(df_hub_info_parse(out, n, "t", &hi, &e), 0);
+  assert_int_equal(hi.nfiles, 2);
+  const df_hub_file *c = df_hub_info_find(&hi, "config.json"), *m = df_hub_info_find(&hi, "m.safetensors");
+  assert_true(c && m && c->size == 12 && !c->lfs && m->size == 99 && m->lfs);
+  assert_string_equal(c->blob_id, "2222222222222222222222222222222222222222");
+  assert_string_equal(m->sha256, "4444444444444444444444444444444444444444444444444444444444444444");
+  assert_string_equal(m->blob_id, ""); /* the pointer's oid is not the content's */
+  assert_string_equal(hi.commit, "0123456789abcdef0123456789abcdef01234567");
+  df_hub_info_free(&hi);
+  free(out);
+  const char *bad = "[{\"type\":\"file\",\"path\":\"x\"}]";
+  assert_int_equal(df_hub_info_from_tree(info, strlen(info), bad, strlen(bad), "t", &out, &n, &e), -1);
+}
+
+static void size_units(void **st) {
+  (void)st;
+  char z[24];
+  assert_string_equal(df_setup_fmt_size(0, z), "0 B");
+  assert_string_equal(df_setup_fmt_size(999, z), "999 B");
+  assert_string_equal(df_setup_fmt_size(1000, z), "1.0 KB");
+  assert_string_equal(df_setup_fmt_size(7550, z), "7.5 KB");
+  assert_string_equal(df_setup_fmt_size(2300000, z), "2.3 MB");
+  assert_string_equal(df_setup_fmt_size(1500000000ull, z), "1.50 GB");
+  assert_string_equal(df_setup_fmt_size(1560936091448ull, z), "1.56 TB");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(content_range), cmocka_unit_test(model_info),
       cmocka_unit_test(names_and_urls), cmocka_unit_test(checksums),
       cmocka_unit_test(ranges_journal), cmocka_unit_test(redirect_origins),
-      cmocka_unit_test(redirect_table),
+      cmocka_unit_test(redirect_table), cmocka_unit_test(rate_limit_hints),
+      cmocka_unit_test(hub_environment), cmocka_unit_test(info_from_tree),
+      cmocka_unit_test(size_units),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

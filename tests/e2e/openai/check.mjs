@@ -349,7 +349,7 @@ for (const [prompt, n] of textPrompts) {
     age: z.number().int(),
     member: z.boolean(),
     tags: z.array(z.enum(['red', 'green'])),
-    score: z.number().nullable(),
+    score: z.number().nullable(), // zod writes OpenAPI's "nullable": true for it
   });
   const params = {
     model: MODEL_ID,

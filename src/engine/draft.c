@@ -1,0 +1,263 @@
+/* The draft sources of draft.h. */
+#include "engine/draft.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "engine/engine_int.h"
+#include "qwen3/qwen3.h"
+#include "tokenizer/hf_bpe.h"
+
+typedef enum { D_FN, D_NGRAM, D_SELF, D_MODEL } draft_kind;
+
+struct df_draft {
+  draft_kind kind;
+  char name[32];
+  df_draft_fn fn;
+  void *ud;
+  /* self: a second session, the ids it holds up to its mark, and the mark */
+  df_session *sess;
+  df_k3_mark *mark;
+  int *held, nheld, capheld;
+  float *mlog; /* the logits at the mark */
+  /* model: the draft, its tokenizer and state; the target's tokenizer; the
+   * draft ids that hold the committed text (nd of them, in the state),
+   * committed bytes not yet handed to the draft (an unfinished UTF-8
+   * character), and the draft's logits after the committed text */
+  df_engine *en;
+  df_qwen3 *q;
+  df_qwen3_state *qs;
+  df_hftok *qt;
+  const df_tok *kt;
+  int nd;
+  char pend[8];
+  int npend;
+  float *qlog;
+};
+
+static df_draft *draft_new(draft_kind k, const char *name) {
+  df_draft *d = df_xcalloc(1, sizeof *d);
+  d->kind = k;
+  snprintf(d->name, sizeof d->name, "%s", name);
+  return d;
+}
+
+df_draft *df_draft_new_fn(const char *name, df_draft_fn fn, void *ud) {
+  df_draft *d = draft_new(D_FN, name);
+  d->fn = fn;
+  d->ud = ud;
+  return d;
+}
+
+df_draft *df_draft_new_ngram(void) { return draft_new(D_NGRAM, "ngram"); }
+
+df_draft *df_draft_new_self(df_engine *en) {
+  df_draft *d = draft_new(D_SELF, "self");
+  d->sess = df_session_new(en);
+  d->mark = df_k3_mark_new(d->sess->st);
+  df_k3_mark_save(d->mark, d->sess->st); /* the empty sequence */
+  d->mlog = df_xmalloc(sizeof(float) * (size_t)en->cfg.vocab);
+  return d;
+}
+
+const char *df_draft_name(const df_draft *d) { return d->name; }
+
+df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e) {
+  const df_tok *kt = df_engine_tok(en);
+  if (!kt) {
+    df_err_set(e, "--draft %s: the target model has no tokenizer to turn drafts into its ids", dir);
+    return NULL;
+  }
+  df_draft *d = draft_new(D_MODEL, "model");
+  d->en = en;
+  d->kt = kt;
+  if (df_qwen3_load(&d->q, dir, e) || df_hftok_load(&d->qt, dir, e)) {
+    df_err_prefix(e, "--draft %s: ", dir);
+    df_draft_free(d);
+    return NULL;
+  }
+  d->qs = df_qwen3_state_new(d->q);
+  d->qlog = df_xmalloc(sizeof(float) * (size_t)df_qwen3_vocab(d->q));
+  const char *b = strrchr(dir, '/');
+  snprintf(d->name, sizeof d->name, "%s", b && b[1] ? b + 1 : dir);
+  return d;
+}
+
+void df_draft_free(df_draft *d) {
+  if (!d) return;
+  df_qwen3_state_free(d->qs);
+  df_qwen3_free(d->q);
+  df_hftok_free(d->qt);
+  free(d->qlog);
+  df_k3_mark_free(d->mark);
+  df_session_free(d->sess);
+  free(d->held);
+  free(d->mlog);
+  free(d);
+}
+
+/* Latest earlier occurrence of the longest suffix (3..1 ids) that has a
+ * continuation; the continuation, up to kmax ids. Latest, because recent
+ * text is the likeliest to repeat; longest, because it is the most
+ * specific. */
+static int ngram_propose(const int *h, int n, int *out, int kmax) {
+  for (int m = 3; m >= 1; m--) {
+    if (n < m + 1) continue;
+    const int *suf = h + n - m;
+    for (int j = n - m - 1; j >= 0; j--) {
+      if (memcmp(h + j, suf, sizeof(int) * (size_t)m)) continue;
+      int k = 0;
+      while (k < kmax && j + m + k < n) {
+        out[k] = h[j + m + k];
+        k++;
+      }
+      return k;
+    }
+  }
+  return 0;
+}
+
+/* The held ids up to the mark are a prefix of hist (a sequence only grows
+ * between proposals of one generation); anything else starts over. */
+static int self_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
+  df_session *s = d->sess;
+  int V = s->en->cfg.vocab;
+  int keep = d->nheld <= n &&
+             (d->nheld == 0 || !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld));
+  if (!keep) {
+    df_session_reset(s);
+    d->nheld = 0;
+    df_k3_mark_save(d->mark, s->st);
+  } else {
+    df_k3_mark_restore(s->st, d->mark);
+  }
+  if (n > d->nheld) {
+    if (df_session_run(s, h + d->nheld, n - d->nheld, 1, NULL, e)) return -1;
+    if (n > d->capheld) {
+      d->capheld = n * 2;
+      d->held = df_xrealloc(d->held, sizeof(int) * (size_t)d->capheld);
+    }
+    memcpy(d->held + d->nheld, h + d->nheld, sizeof(int) * (size_t)(n - d->nheld));
+    d->nheld = n;
+    df_k3_mark_save(d->mark, s->st);
+    memcpy(d->mlog, s->logits, sizeof(float) * (size_t)V);
+  } else if (keep && n > 0) {
+    memcpy(s->logits, d->mlog, sizeof(float) * (size_t)V);
+    s->have_logits = 1;
+  }
+  if (!s->have_logits) return 0;
+  int limit = df_k3_ctx_limit(s->en->model) - n;
+  if (kmax > limit) kmax = limit;
+  int k = 0;
+  while (k < kmax) {
+    out[k] = df_argmax(s->logits, V);
+    if (++k == kmax) break;
+    if (df_session_run(s, &out[k - 1], 1, 1, NULL, e)) return -1;
+  }
+  return k;
+}
+
+/* Bytes of a complete UTF-8 prefix of p[0..n): an unfinished character at
+ * the end waits for the next ids. */
+static size_t utf8_complete(const char *p, size_t n) {
+  size_t i = n;
+  int back = 0;
+  while (i > 0 && back < 4 && ((unsigned char)p[i - 1] & 0xC0) == 0x80) i--, back++;
+  if (i == 0) return n; /* no lead byte: not ours to fix */
+  unsigned char c = (unsigned char)p[i - 1];
+  int need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  return back + 1 >= need ? n : i - 1;
+}
+
+static int model_sync(df_draft *d, const int *h, int n, df_err *e) {
+  int keep = d->nheld <= n &&
+             (d->nheld == 0 || !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld));
+  if (!keep) {
+    df_qwen3_state_reset(d->qs);
+    d->nheld = d->nd = d->npend = 0;
+  }
+  df_qwen3_state_truncate(d->qs, d->nd);
+  if (n == d->nheld) return 0;
+  size_t len;
+  char *txt = df_tok_decode(d->kt, h + d->nheld, (size_t)(n - d->nheld), &len);
+  size_t all = (size_t)d->npend + len;
+  char *buf = df_xmalloc(all + 1);
+  memcpy(buf, d->pend, (size_t)d->npend);
+  memcpy(buf + d->npend, txt, len);
+  free(txt);
+  size_t ok = utf8_complete(buf, all);
+  if (all - ok > sizeof d->pend) ok = all; /* not UTF-8 at all: hand it over */
+  int rc = 0;
+  if (ok > 0) {
+    int *ids = NULL;
+    size_t ni = 0, cap = 0;
+    rc = df_hftok_encode(d->qt, buf, ok, 0, &ids, &ni, &cap, e);
+    if (!rc && ni > 0) {
+      rc = df_qwen3_forward(d->q, &d->en->kc, d->qs, ids, (int)ni, d->qlog, NULL, e);
+      if (!rc) d->nd += (int)ni;
+    }
+    free(ids);
+  }
+  if (!rc) {
+    d->npend = (int)(all - ok);
+    memcpy(d->pend, buf + ok, (size_t)d->npend);
+    if (n > d->capheld) {
+      d->capheld = n * 2;
+      d->held = df_xrealloc(d->held, sizeof(int) * (size_t)d->capheld);
+    }
+    memcpy(d->held + d->nheld, h + d->nheld, sizeof(int) * (size_t)(n - d->nheld));
+    d->nheld = n;
+  }
+  free(buf);
+  return rc;
+}
+
+/* The draft's greedy text after the committed text, as target ids: a few
+ * more draft ids than target ids wanted (draft ids are often shorter), the
+ * last target id dropped unless the draft ended its text. */
+static int model_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
+  if (model_sync(d, h, n, e)) return -1;
+  if (d->nd == 0 || d->npend) return 0; /* nothing to continue, or mid-character */
+  int QV = df_qwen3_vocab(d->q), eos = df_qwen3_eos(d->q);
+  int want = kmax + 2, nq = 0, ended = 0;
+  int qids[DF_DRAFT_MAX + 3];
+  int room = df_qwen3_max_pos(d->q) - d->nd;
+  if (want > room) want = room;
+  while (nq < want) {
+    int id = df_argmax(d->qlog, QV);
+    if (id == eos || df_hftok_is_special(d->qt, id)) {
+      ended = 1;
+      break;
+    }
+    qids[nq++] = id;
+    if (nq == want) break;
+    if (df_qwen3_forward(d->q, &d->en->kc, d->qs, &id, 1, d->qlog, NULL, e)) return -1;
+  }
+  if (nq == 0) return 0;
+  size_t len;
+  char *txt = df_hftok_decode(d->qt, qids, (size_t)nq, &len);
+  size_t ok = utf8_complete(txt, len);
+  int *ids = NULL;
+  size_t ni = 0, cap = 0;
+  int k = 0;
+  df_err e2;
+  if (ok > 0 && !df_tok_encode(d->kt, txt, ok, &ids, &ni, &cap, &e2)) {
+    if (!ended || ok < len) ni = ni > 0 ? ni - 1 : 0;
+    for (k = 0; k < kmax && (size_t)k < ni; k++) out[k] = ids[k];
+  }
+  free(ids);
+  free(txt);
+  return k;
+}
+
+int df_draft_propose(df_draft *d, const int *hist, int n, int *out, int kmax, df_err *e) {
+  if (kmax <= 0) return 0;
+  switch (d->kind) {
+  case D_FN: return d->fn(d->ud, hist, n, out, kmax, e);
+  case D_NGRAM: return ngram_propose(hist, n, out, kmax);
+  case D_SELF: return self_propose(d, hist, n, out, kmax, e);
+  case D_MODEL: return model_propose(d, hist, n, out, kmax, e);
+  }
+  return 0;
+}

@@ -1,0 +1,41 @@
+/* Draft sources for exact speculative decoding: each proposes ids that may
+ * continue the sequence; the target model verifies them in one batched pass
+ * and keeps only what it would have produced itself (engine/gen.c), so a
+ * draft changes the speed, never the ids (greedy) or their distribution
+ * (sampling). */
+#ifndef DF_ENGINE_DRAFT_H
+#define DF_ENGINE_DRAFT_H
+
+#include "base/err.h"
+
+typedef struct df_draft df_draft;
+typedef struct df_engine df_engine;
+
+/* Proposes up to kmax ids continuing hist[0..n) (the whole sequence so far:
+ * reused history, prompt, generated ids). Returns how many (0: nothing to
+ * propose) or -1 with e set. */
+typedef int (*df_draft_fn)(void *ud, const int *hist, int n, int *out, int kmax, df_err *e);
+
+/* A caller's own source (tests: one always right, one always wrong). */
+df_draft *df_draft_new_fn(const char *name, df_draft_fn fn, void *ud);
+/* Prompt lookup: the ids that followed the latest earlier occurrence of the
+ * longest suffix of hist (3, 2, then 1 ids) - code edits, quotes, repeats. */
+df_draft *df_draft_new_ngram(void);
+/* The target itself, greedy, in a second session of en: always right under
+ * greedy decoding (a test of the machinery, and its upper bound). */
+df_draft *df_draft_new_self(df_engine *en);
+
+/* A draft model in another vocabulary: a Qwen3 checkpoint folder (config.json,
+ * safetensors, tokenizer.json; models/nano-draft, or Qwen3-0.6B/1.7B as
+ * published). The committed ids become text (the target's tokenizer), the
+ * text the draft's ids; the draft continues greedily and its text becomes
+ * the target's ids again, the last one dropped (it may end inside a target
+ * token the draft's text has not finished). Fails with e naming what is
+ * missing (no tokenizer on either side, a bad checkpoint). */
+df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e);
+
+int df_draft_propose(df_draft *d, const int *hist, int n, int *out, int kmax, df_err *e);
+const char *df_draft_name(const df_draft *d);
+void df_draft_free(df_draft *d);
+
+#endif

@@ -1,0 +1,298 @@
+/* Generation: the prompt prefilled in chunks, then decoding, either one
+ * position at a time or, with a draft source, in speculative blocks:
+ *
+ *   x (the token just chosen, not yet run) and k drafts d0..dk-1 run as one
+ *   batch [x, d0..dk-1]: every row's work is batched and each expert a row
+ *   needs is read once for the block (the prefill path). Row i's logits are
+ *   exactly those plain decoding would have after d(i-1), because the
+ *   forward pass gives every row the same result whatever the batch, so
+ *   choosing from them as plain decoding does and keeping drafts while they
+ *   match gives the ids of plain decoding. The first mismatch (or, all
+ *   matched, row k) gives the next token for free.
+ *
+ *   Rollback: a rejected tail is undone by restoring a mark taken before
+ *   the block (the KDA state and the position; model/k3.h) and running the
+ *   accepted rows again without the head. The alternative, a state per row,
+ *   would cost k KDA states (k x 414 MiB at real K3 size) instead of one,
+ *   for a recompute whose experts the block has just brought into the cache.
+ *
+ * With sampling, each draft is accepted with the target's probability of it
+ * and a rejection draws from the target with the draft taken out
+ * (df_sample_verify): the output distribution is the target's exactly. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "engine/engine_int.h"
+
+void df_gen_opts_default(df_gen_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->max_new = 256;
+  o->prefill_chunk = 64;
+  o->temperature = 0.0f;
+  o->top_p = 1.0f;
+}
+
+/* The decode loop's state. */
+typedef struct gen {
+  df_session *s;
+  const df_gen_opts *o;
+  df_gen_stats *st;
+  df_sample_opts so;
+  uint64_t rng;
+  int *ids, n;        /* emitted */
+  int *ctx, nctx;     /* the penalties' context (NULL: no penalties) */
+  int *hist, nhist;   /* the drafts' view: history, prompt, emitted */
+} gen;
+
+/* Hands out one id; 1 when generation ends with it. */
+static int emit(gen *g, int id) {
+  g->ids[g->n++] = id;
+  df_store_trace_mark(g->s->en->store, "token", g->n);
+  if (g->ctx) g->ctx[g->nctx++] = id;
+  if (g->hist) g->hist[g->nhist++] = id;
+  if (g->o->on_token && g->o->on_token(g->o->ud, id)) {
+    g->st->finish = DF_FINISH_CANCEL;
+    return 1;
+  }
+  for (int i = 0; i < g->o->nstop; i++)
+    if (g->o->stop_ids[i] == id) {
+      g->st->finish = DF_FINISH_STOP;
+      return 1;
+    }
+  return g->n == g->o->max_new;
+}
+
+static int pick(gen *g, const float *lg) {
+  df_session *s = g->s;
+  int V = s->en->cfg.vocab;
+  if (g->o->mask) {
+    if (!s->masked) s->masked = df_xmalloc(sizeof(float) * (size_t)V);
+    memcpy(s->masked, lg, sizeof(float) * (size_t)V);
+    g->o->mask(g->o->ud, s->masked);
+    lg = s->masked;
+  }
+  return df_sample_pick(s->sampler, lg, &g->so, g->ctx, g->nctx, g->n, &g->rng);
+}
+
+/* --draft auto: K and on/off from what a block delivers. Greedy decoding
+ * compares measured speed (tokens per second of blocks against single
+ * steps; the ids do not depend on it); sampling decides on accepted counts
+ * only, so a seed gives the same ids on every run. */
+typedef struct spec_auto {
+  int on, K, kmax;
+  int passes, window_tok, window_pass, window_full; /* since the last decision */
+  int plain_left;          /* single steps before the next probe */
+  double t_step, t_pass;   /* EMA seconds: a single step, a block (rollback included) */
+  int changes, offs;
+} spec_auto;
+
+static void auto_decide(spec_auto *a, int timed) {
+  if (a->window_pass < 4) return;
+  double tpp = (double)a->window_tok / a->window_pass; /* tokens per block */
+  int pays = timed && a->t_step > 0 && a->t_pass > 0 ? tpp / a->t_pass > 1.05 / a->t_step
+                                                      : tpp >= 1.5;
+  if (!pays) {
+    /* next to nothing accepted: off at once rather than through every K */
+    a->K = tpp < 1.1 ? 0 : a->K / 2;
+    a->changes++;
+    if (a->K == 0) {
+      a->on = 0, a->offs++;
+      a->plain_left = 64; /* then probe again with K = 1 */
+    }
+  } else if (a->window_full == a->window_pass && a->K < a->kmax) {
+    a->K = a->K * 2 > a->kmax ? a->kmax : a->K * 2;
+    a->changes++;
+  }
+  a->window_tok = a->window_pass = a->window_full = 0;
+}
+
+static int decode(gen *g, df_err *e) {
+  /* --max-new 0 (a prompt's ids only): the first id below would already be
+   * one past the buffer and past the limit emit() checks */
+  if (g->o->max_new <= 0) return 0;
+  df_session *s = g->s;
+  df_engine *en = s->en;
+  const df_gen_opts *o = g->o;
+  df_gen_stats *st = g->st;
+  int V = en->cfg.vocab, limit = df_k3_ctx_limit(en->model);
+  df_draft *draft = o->no_draft ? NULL : o->draft ? o->draft : en->draft;
+  if (o->mask) draft = NULL; /* a grammar's state moves with each handed-out id */
+  int kmax = o->draft_max > 0 ? o->draft_max : en->draft_max > 0 ? en->draft_max : 4;
+  if (kmax > DF_DRAFT_MAX) kmax = DF_DRAFT_MAX;
+  spec_auto au = {.on = 1, .K = kmax, .kmax = kmax};
+  int adapt = !o->draft && en->draft_auto;
+  int timed = !(g->so.temperature > 0);
+  float *all = NULL;
+  int d[DF_DRAFT_MAX + 1], blk[DF_DRAFT_MAX + 1];
+  df_k3_mark *mark = NULL;
+  if (draft) {
+    all = df_xmalloc(sizeof(float) * (size_t)V * (DF_DRAFT_MAX + 1));
+    mark = df_k3_mark_new(s->st);
+  }
+  int rc = 0, x = pick(g, s->logits);
+  if (emit(g, x)) goto out;
+  for (;;) {
+    /* a full context ends the reply like max_new does, instead of failing
+     * after tokens were already handed out */
+    if (df_session_pos(s) >= limit) break;
+    int k = 0;
+    int want = adapt ? (au.on ? au.K : 0) : kmax;
+    if (adapt && !au.on && --au.plain_left <= 0) au.on = 1, au.K = 1, want = 1;
+    if (draft && want > 0) {
+      int room = o->max_new - g->n - 1, ctxroom = limit - df_session_pos(s) - 1;
+      if (want > room) want = room;
+      if (want > ctxroom) want = ctxroom;
+      if (want > 0) {
+        k = df_draft_propose(draft, g->hist, g->nhist, d, want, e);
+        if (k < 0) {
+          rc = -1;
+          break;
+        }
+      }
+    }
+    double t0 = df_now();
+    if (k == 0) {
+      rc = df_session_run(s, &x, 1, 1, NULL, e);
+      st->n_passes++;
+      if (rc) break;
+      double dt = df_now() - t0;
+      au.t_step = au.t_step > 0 ? 0.8 * au.t_step + 0.2 * dt : dt;
+      x = pick(g, s->logits);
+      if (emit(g, x)) break;
+      continue;
+    }
+    df_k3_mark_save(mark, s->st);
+    blk[0] = x;
+    memcpy(blk + 1, d, sizeof(int) * (size_t)k);
+    rc = df_session_run(s, blk, k + 1, 1, all, e);
+    st->n_passes++;
+    if (rc) break;
+    st->n_verify++;
+    st->n_drafted += k;
+    /* rows: keep drafts while they are what the target chooses */
+    int keep = k, stop = 0, acc = 0;
+    for (int i = 0; i <= k; i++) {
+      const float *row = all + (size_t)i * V;
+      int t = i < k ? df_sample_verify(s->sampler, row, &g->so, g->ctx, g->nctx, g->n, d[i], &g->rng)
+                    : pick(g, row);
+      if (i < k && t == d[i]) {
+        acc++;
+        if (emit(g, t)) {
+          stop = 1, keep = i; /* d[i] is the last id out: the state holds what precedes it */
+          break;
+        }
+        continue;
+      }
+      stop = emit(g, t);
+      keep = i;
+      x = t;
+      break;
+    }
+    st->n_accepted += acc;
+    if (keep < k) {
+      df_k3_mark_restore(s->st, mark);
+      rc = df_session_run(s, blk, keep + 1, 0, NULL, e);
+      st->n_passes++;
+      if (rc) break;
+      memcpy(s->logits, all + (size_t)keep * V, sizeof(float) * (size_t)V);
+      s->have_logits = 1;
+      st->n_rollback++;
+    }
+    double dt = df_now() - t0;
+    au.t_pass = au.t_pass > 0 ? 0.8 * au.t_pass + 0.2 * dt : dt;
+    au.window_tok += acc + 1, au.window_pass++, au.window_full += acc == k;
+    if (adapt) auto_decide(&au, timed);
+    if (stop) break;
+  }
+out:
+  st->draft_k = draft ? (adapt ? (au.on ? au.K : 0) : kmax) : 0;
+  st->draft_changes = au.changes;
+  st->draft_offs = au.offs;
+  df_k3_mark_free(mark);
+  free(all);
+  if (rc == DF_K3_CANCELLED) {
+    st->finish = DF_FINISH_CANCEL;
+    return 0;
+  }
+  return rc;
+}
+
+int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts *o, int **out,
+                int *nout, df_gen_stats *st, df_err *e) {
+  df_engine *en = s->en;
+  int V = en->cfg.vocab;
+  df_gen_stats z = {0};
+  if (!st) st = &z;
+  memset(st, 0, sizeof *st);
+  st->n_prompt = nprompt;
+  st->spine_bytes_per_token = df_k3_spine_bytes_per_token(en->model);
+  *out = NULL;
+  *nout = 0;
+  uint64_t bytes0 = df_store_bytes_read(en->store);
+  int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (nprompt > 0 ? nprompt : 1);
+  double t0 = df_now();
+  df_store_trace_mark(en->store, "gen", nprompt);
+  df_k3_state_set_cancel(s->st, o->cancel, o->ud);
+  int rc = 0;
+  for (int i = 0; i < nprompt && !rc; i += chunk) {
+    int n = nprompt - i < chunk ? nprompt - i : chunk;
+    if (o->cancel && o->cancel(o->ud)) rc = DF_K3_CANCELLED;
+    else rc = df_session_run(s, prompt + i, n, i + n == nprompt, NULL, e);
+    if (!rc) {
+      st->n_prefilled += n;
+      if (o->on_prefill) o->on_prefill(o->ud, st->n_prefilled);
+    }
+  }
+  st->prefill_s = df_now() - t0;
+  if (rc) {
+    df_k3_state_set_cancel(s->st, NULL, NULL);
+    s->have_logits = 0;
+    if (rc < 0) return -1;
+    st->finish = DF_FINISH_CANCEL;
+    st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
+    return 0;
+  }
+  if (!s->have_logits) return df_err_set(e, "generate: empty prompt and no earlier context");
+  int cap = o->max_new > 0 ? o->max_new : 1;
+  gen g = {.s = s, .o = o, .st = st, .rng = o->seed};
+  g.ids = df_xmalloc(sizeof(int) * (size_t)cap);
+  if (o->sampling) {
+    g.so = *o->sampling;
+  } else {
+    df_sample_opts_default(&g.so);
+    g.so.temperature = o->temperature;
+    g.so.top_p = o->top_p;
+  }
+  if (!s->sampler) s->sampler = df_sampler_new(V);
+  int nh = o->history && o->nhistory > 0 ? o->nhistory : 0;
+  size_t full = (size_t)nh + (size_t)nprompt + (size_t)cap;
+  /* the context the penalties look at, and the drafts': history, prompt, each new id */
+  if (df_sample_has_penalties(&g.so)) g.ctx = df_xmalloc(sizeof(int) * full);
+  if (!o->no_draft && (o->draft || en->draft)) g.hist = df_xmalloc(sizeof(int) * full);
+  int *both[2] = {g.ctx, g.hist};
+  for (int i = 0; i < 2; i++)
+    if (both[i]) {
+      if (nh) memcpy(both[i], o->history, sizeof(int) * (size_t)nh);
+      if (nprompt) memcpy(both[i] + nh, prompt, sizeof(int) * (size_t)nprompt);
+    }
+  g.nctx = g.ctx ? nh + nprompt : 0;
+  g.nhist = g.hist ? nh + nprompt : 0;
+  st->finish = DF_FINISH_LENGTH;
+  double t1 = df_now();
+  rc = decode(&g, e);
+  df_k3_state_set_cancel(s->st, NULL, NULL);
+  free(g.ctx);
+  free(g.hist);
+  if (rc) {
+    free(g.ids);
+    return -1;
+  }
+  st->decode_s = df_now() - t1;
+  st->n_gen = g.n;
+  st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
+  *out = g.ids;
+  *nout = g.n;
+  return 0;
+}

@@ -1,0 +1,86 @@
+#!/bin/sh
+# Speculative decoding through `deltafin run`: --draft ngram, auto and self
+# give the ids of --draft off on a generated checkpoint and on nano-K3, for
+# K 1..8, 1 and 2 threads, the trained Qwen3 nano-draft (another vocabulary), no expert cache, a pack on two drives, a memory
+# limit that streams spine layers, and another prefill split; --stats and
+# --json report the blocks; bad --draft values are refused by name.
+set -eu
+BIN=${DF_BIN:-build/deltafin}
+SRC=${DF_SRC:-.}
+T=$(mktemp -d /tmp/df_e2e_spec.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$BIN" make-model --preset tiny --seed 9 --out "$T/m" -q >/dev/null 2>&1
+# repetitive ids so prompt lookup has something to find
+IDS=$(python3 -c "print(','.join(str(300 + (i * 7) % 23) for i in range(60)))")
+NANO="$SRC/models/nano-k3"
+TEXT="A list is a sequence of items. A list can hold other lists. A list"
+
+ids_of() { # model, then run args; the JSON in $T/last.json
+  m=$1; shift
+  "$BIN" run --model "$m" --max-new 40 --json --heat "" "$@" >"$T/last.json" 2>"$T/last.err" ||
+    { cat "$T/last.err" >&2; return 1; }
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['output_ids'])" "$T/last.json"
+}
+spec() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['stats']['speculation'][sys.argv[2]])" "$T/last.json" "$1"; }
+
+check() { # label, model, base args..., then the variants as one string each
+  label=$1 m=$2 args=$3; shift 3
+  base=$(eval ids_of "\"$m\"" $args --draft off) || fail "$label: base run"
+  for v in "$@"; do
+    got=$(eval ids_of "\"$m\"" $args $v) || fail "$label $v: run failed"
+    [ "$got" = "$base" ] || fail "$label $v: ids $got differ from $base"
+  done
+  echo "ok: $label: $# variants give the ids of --draft off"
+}
+
+check tiny "$T/m" "--prompt-ids $IDS" \
+  "--draft ngram --draft-max 1" "--draft ngram --draft-max 2" "--draft ngram --draft-max 5" \
+  "--draft ngram --draft-max 8" "--draft self --draft-max 3" "--draft self --draft-max 8" \
+  "--draft auto" "--draft ngram --threads 1" "--draft ngram --threads 2" \
+  "--draft ngram --cache-mb 0" "--draft self --cache-mb 0 --prefill-chunk 7"
+
+# the self draft is always right: every draft accepted, fewer passes than tokens
+ids_of "$T/m" --prompt-ids "$IDS" --draft self --draft-max 4 >/dev/null || fail "self run"
+[ "$(spec accepted)" = "$(spec drafted)" ] || fail "self draft: $(spec accepted) of $(spec drafted) accepted"
+[ "$(spec rollbacks)" = 0 ] || fail "self draft rolled back"
+[ "$(spec decode_passes)" -lt 39 ] || fail "self draft: $(spec decode_passes) passes for 40 tokens"
+[ "$(spec draft)" = self ] || fail "speculation.draft is $(spec draft)"
+
+# two drives, and spine layers streamed under a memory limit
+"$BIN" pack --model "$T/m" --drives "$T/d0,$T/d1" -q >/dev/null 2>&1 || fail "pack on two drives"
+check "tiny, 2 drives" "$T/m" "--prompt-ids $IDS --cache-mb 0" "--draft ngram" "--draft self --draft-max 6"
+# the least memory the plan accepts with a self draft (its refusal names it, speculation
+# included): spine layers stream
+lim=$("$BIN" run --model "$T/m" --prompt-ids 1,2 --max-new 1 --ctx 512 --mem-limit 1M --heat "" --draft self 2>&1 |
+  sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p')
+[ -n "$lim" ] || fail "no least memory in the plan's refusal"
+ids_of "$T/m" --prompt-ids "$IDS" --ctx 512 --mem-limit "$lim" --draft ngram >/dev/null || fail "streamed run"
+python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['stats']['plan']; sys.exit(0 if p['streamed_units'] > 0 else 1)" \
+  "$T/last.json" || fail "--mem-limit $lim streams no spine layer"
+check "tiny, --mem-limit $lim (spine streamed)" "$T/m" "--prompt-ids $IDS --ctx 512 --mem-limit $lim" "--draft ngram" "--draft self"
+
+check nano "$NANO" "--prompt \"$TEXT\"" "--draft ngram --draft-max 4" "--draft auto --draft-max 8" \
+  "--draft self --draft-max 2" "--draft ngram --threads 2 --cache-mb 0" \
+  "--draft $SRC/models/nano-draft --draft-max 4" "--draft $SRC/models/nano-draft --draft-max 8 --threads 2" \
+  "--draft $SRC/models/nano-draft --draft-max 1 --cache-mb 0"
+check "nano chat" "$NANO" "--chat --prompt \"What is a list?\"" "--draft $SRC/models/nano-draft" "--draft auto"
+
+# the trained Qwen3 draft (another vocabulary, its text re-encoded into K3 ids) is right sometimes
+ids_of "$NANO" --prompt "$TEXT" --draft "$SRC/models/nano-draft" >/dev/null || fail "nano-draft run"
+[ "$(spec accepted)" -gt 0 ] || fail "nano-draft: no draft accepted of $(spec drafted)"
+[ "$(spec draft)" = nano-draft ] || fail "speculation.draft is $(spec draft)"
+echo "ok: nano-draft: $(spec accepted) of $(spec drafted) drafts accepted"
+
+# --stats says what the draft did
+"$BIN" run --model "$NANO" --prompt "$TEXT" --max-new 16 --heat "" --draft ngram --stats \
+  >/dev/null 2>"$T/stats.err" || fail "--stats run"
+grep -q "^draft    ngram, K 4" "$T/stats.err" || { cat "$T/stats.err"; fail "--stats has no draft line"; }
+
+# bad values
+for bad in "--draft qwen9" "--draft /nonexistent" "--draft-max 0" "--draft-max 17"; do
+  if "$BIN" run --model "$T/m" --prompt-ids 1,2 $bad >"$T/o" 2>"$T/e"; then fail "$bad accepted"; fi
+  grep -q -- "--draft" "$T/e" || { cat "$T/e"; fail "$bad: the error does not name the option"; }
+done
+echo "test_spec: ok"
