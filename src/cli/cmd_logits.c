@@ -130,7 +130,7 @@ int df_cmd_logits(int argc, char **argv) {
   df_engine *en = NULL;
   df_session *s = NULL;
   float *logits = NULL;
-  capture cap_ = {0};
+  capture hk = {0}; /* what the hooks fill */
   df_st_writer *w = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -212,37 +212,37 @@ int df_cmd_logits(int argc, char **argv) {
     }
   size_t V = (size_t)cfg->vocab, H = (size_t)cfg->hidden, L = (size_t)cfg->n_layers;
   size_t E = (size_t)cfg->n_experts, K = (size_t)cfg->top_k, Tz = (size_t)T;
-  cap_.cfg = cfg;
-  cap_.T = T;
+  hk.cfg = cfg;
+  hk.T = T;
   int M = 0;
   json_t *moe = json_array();
   for (int l = 0; l < cfg->n_layers; l++) {
-    cap_.moe_index[l] = l >= cfg->first_k_dense ? M++ : -1;
-    if (cap_.moe_index[l] >= 0) json_array_append_new(moe, json_integer(l));
+    hk.moe_index[l] = l >= cfg->first_k_dense ? M++ : -1;
+    if (hk.moe_index[l] >= 0) json_array_append_new(moe, json_integer(l));
   }
   logits = df_xmalloc(sizeof(float) * Tz * V);
   s = df_session_new(en);
   if (want_hidden) {
-    cap_.hidden = df_xcalloc(L * Tz * H, sizeof(float));
-    df_session_set_layer_hook(s, on_layer, &cap_);
+    hk.hidden = df_xcalloc(L * Tz * H, sizeof(float));
+    df_session_set_layer_hook(s, on_layer, &hk);
   }
   if (want_routes && M > 0) {
-    cap_.scores = df_xcalloc((size_t)M * Tz * E, sizeof(float));
-    cap_.ids = df_xcalloc((size_t)M * Tz * K, sizeof(int32_t));
-    df_session_set_route_hook(s, on_route, &cap_);
+    hk.scores = df_xcalloc((size_t)M * Tz * E, sizeof(float));
+    hk.ids = df_xcalloc((size_t)M * Tz * K, sizeof(int32_t));
+    df_session_set_route_hook(s, on_route, &hk);
   }
   for (int p = 0; p < T; p += chunk) {
     int n = T - p < chunk ? T - p : chunk;
-    cap_.pos0 = p;
+    hk.pos0 = p;
     if (df_session_forward(s, ids + p, n, NULL, logits + (size_t)p * V, &e)) {
       json_decref(moe);
       df_cli_fail("positions %d-%d: %s", p, p + n - 1, e.msg);
       goto out;
     }
   }
-  if (cap_.bad[0]) {
+  if (hk.bad[0]) {
     json_decref(moe);
-    df_cli_fail("logits: the engine's hooks gave what this command did not expect (%s)", cap_.bad);
+    df_cli_fail("logits: the engine's hooks gave what this command did not expect (%s)", hk.bad);
     goto out;
   }
 
@@ -252,10 +252,10 @@ int df_cmd_logits(int argc, char **argv) {
   int nt = 0;
   t[nt++] = (out_tensor){"logits", DF_DT_F32, 2, {T, (int64_t)V}, logits};
   t[nt++] = (out_tensor){"prompt_ids", DF_DT_I32, 1, {T}, pid};
-  if (cap_.hidden) t[nt++] = (out_tensor){"hidden", DF_DT_F32, 3, {(int64_t)L, T, (int64_t)H}, cap_.hidden};
-  if (cap_.scores) {
-    t[nt++] = (out_tensor){"route_scores", DF_DT_F32, 3, {M, T, (int64_t)E}, cap_.scores};
-    t[nt++] = (out_tensor){"route_ids", DF_DT_I32, 3, {M, T, (int64_t)K}, cap_.ids};
+  if (hk.hidden) t[nt++] = (out_tensor){"hidden", DF_DT_F32, 3, {(int64_t)L, T, (int64_t)H}, hk.hidden};
+  if (hk.scores) {
+    t[nt++] = (out_tensor){"route_scores", DF_DT_F32, 3, {M, T, (int64_t)E}, hk.scores};
+    t[nt++] = (out_tensor){"route_ids", DF_DT_I32, 3, {M, T, (int64_t)K}, hk.ids};
   }
   w = df_st_writer_new(out_path);
   meta_json(w, "moe_layers", moe);
@@ -274,15 +274,15 @@ int df_cmd_logits(int argc, char **argv) {
     df_cli_fail("%s", e.msg);
     goto out;
   }
-  printf("logits: %d positions x %zu vocab%s%s -> %s\n", T, V, cap_.hidden ? ", hidden states" : "",
-         cap_.scores ? ", routes" : "", out_path);
+  printf("logits: %d positions x %zu vocab%s%s -> %s\n", T, V, hk.hidden ? ", hidden states" : "",
+         hk.scores ? ", routes" : "", out_path);
   rc = 0;
 out:
   df_st_writer_free(w);
   free(logits);
-  free(cap_.hidden);
-  free(cap_.scores);
-  free(cap_.ids);
+  free(hk.hidden);
+  free(hk.scores);
+  free(hk.ids);
   free(ids);
   json_decref(eargs);
   df_session_free(s);
