@@ -42,7 +42,8 @@ ctest --test-dir build-aarch64 --output-on-failure -j "$J"
 echo "== ASan+UBSan unit tests and the server's end-to-end tests"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DDF_SANITIZE=ON >/dev/null
 cmake --build build-asan -j "$J"
-ctest --test-dir build-asan --output-on-failure -j "$J" -L unit
+# -LE slow: the statistical tests (unit.test_spec_sampling) run in the Release suite
+ctest --test-dir build-asan --output-on-failure -j "$J" -L unit -LE slow
 # -fno-sanitize-recover: a finding ends the server, so the test that met it fails
 ctest --test-dir build-asan --output-on-failure -j "$J" -R '^e2e\.test_serve_'
 
