@@ -19,28 +19,7 @@
 #include "base/util.h"
 #include "engine/engine.h"
 
-static const int PROMPT[] = {698, 608, 258, 3728, 2783, 3705, 1071, 296, 489, 2713, 46,
-                             363, 626, 304, 260, 1447, 307, 2256, 46, 363, 626};
-#define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
-#define NGEN 40
-
-static df_engine *open_nano(int threads, long cache_mb, const char *draft) {
-  const char *src = getenv("DF_SRC");
-  if (!src) fail_msg("DF_SRC is not set (run through ctest)");
-  static char dir[1024];
-  snprintf(dir, sizeof dir, "%s/models/nano-k3", src);
-  df_engine_opts o;
-  df_engine_opts_default(&o);
-  o.model_dir = dir;
-  o.threads = threads;
-  o.store.heat_path = ""; /* the committed model folder stays as it is */
-  if (cache_mb >= 0) o.store.cache_mb = cache_mb;
-  o.draft = draft;
-  df_engine *en;
-  df_err e;
-  if (df_engine_open(&en, &o, &e)) fail_msg("engine open: %s", e.msg);
-  return en;
-}
+#include "nano_engine.h"
 
 /* Two-sample chi-square over the ids at one generated position: bins with
  * fewer than 10 draws in both samples together are pooled. Returns the
