@@ -118,13 +118,28 @@ static int ngram_propose(const int *h, int n, int *out, int kmax) {
   return 0;
 }
 
+/* The ids a stateful draft has consumed: still a prefix of the sequence
+ * (it only grows between proposals of one generation), and extended to it. */
+static int held_prefix(const df_draft *d, const int *h, int n) {
+  return d->nheld <= n &&
+         (d->nheld == 0 || !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld));
+}
+
+static void held_extend(df_draft *d, const int *h, int n) {
+  if (n > d->capheld) {
+    d->capheld = n * 2;
+    d->held = df_xrealloc(d->held, sizeof(int) * (size_t)d->capheld);
+  }
+  memcpy(d->held + d->nheld, h + d->nheld, sizeof(int) * (size_t)(n - d->nheld));
+  d->nheld = n;
+}
+
 /* The held ids up to the mark are a prefix of hist (a sequence only grows
  * between proposals of one generation); anything else starts over. */
 static int self_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
   df_session *s = d->sess;
   int V = s->en->cfg.vocab;
-  int keep = d->nheld <= n &&
-             (d->nheld == 0 || !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld));
+  int keep = held_prefix(d, h, n);
   if (!keep) {
     df_session_reset(s);
     d->nheld = 0;
@@ -134,12 +149,7 @@ static int self_propose(df_draft *d, const int *h, int n, int *out, int kmax, df
   }
   if (n > d->nheld) {
     if (df_session_run(s, h + d->nheld, n - d->nheld, 1, NULL, e)) return -1;
-    if (n > d->capheld) {
-      d->capheld = n * 2;
-      d->held = df_xrealloc(d->held, sizeof(int) * (size_t)d->capheld);
-    }
-    memcpy(d->held + d->nheld, h + d->nheld, sizeof(int) * (size_t)(n - d->nheld));
-    d->nheld = n;
+    held_extend(d, h, n);
     df_k3_mark_save(d->mark, s->st);
     memcpy(d->mlog, s->logits, sizeof(float) * (size_t)V);
   } else if (keep && n > 0) {
@@ -171,8 +181,7 @@ static size_t utf8_complete(const char *p, size_t n) {
 }
 
 static int model_sync(df_draft *d, const int *h, int n, df_err *e) {
-  int keep = d->nheld <= n &&
-             (d->nheld == 0 || !memcmp(d->held, h, sizeof(int) * (size_t)d->nheld));
+  int keep = held_prefix(d, h, n);
   if (!keep) {
     df_qwen3_state_reset(d->qs);
     d->nheld = d->nd = d->npend = 0;
@@ -202,12 +211,7 @@ static int model_sync(df_draft *d, const int *h, int n, df_err *e) {
   if (!rc) {
     d->npend = (int)(all - ok);
     memcpy(d->pend, buf + ok, (size_t)d->npend);
-    if (n > d->capheld) {
-      d->capheld = n * 2;
-      d->held = df_xrealloc(d->held, sizeof(int) * (size_t)d->capheld);
-    }
-    memcpy(d->held + d->nheld, h + d->nheld, sizeof(int) * (size_t)(n - d->nheld));
-    d->nheld = n;
+    held_extend(d, h, n);
   }
   free(buf);
   return rc;

@@ -82,7 +82,7 @@ static int pick(gen *g, const float *lg) {
  * only, so a seed gives the same ids on every run. */
 typedef struct spec_auto {
   int on, K, kmax;
-  int passes, window_tok, window_pass, window_full; /* since the last decision */
+  int window_tok, window_pass, window_full; /* since the last decision */
   int plain_left;          /* single steps before the next probe */
   double t_step, t_pass;   /* EMA seconds: a single step, a block (rollback included) */
   int changes, offs;
