@@ -13,7 +13,7 @@ typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
   K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX, K_SPINE_DIR,
   K_FETCH_AHEAD,
-  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX
+  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX, K_DRAFT_ROLLBACK
 } opt_key;
 
 typedef struct opt_def {
@@ -38,6 +38,10 @@ static const opt_def defs[] = {
      "draft model's folder, e.g. models/nano-draft), self (the model as its own draft: a test "
      "of the machinery)"},
     {"--draft-max", "K", K_DRAFT_MAX, "drafts per verify block (default 4, at most 16)"},
+    {"--draft-rollback", "recompute|rows", K_DRAFT_ROLLBACK,
+     "undoing a rejected block: recompute (default: one saved recurrent state, the accepted "
+     "rows run again) or rows (a saved state per block row, no recompute, --draft-max times "
+     "the memory; same ids)"},
     {"--cache-mb", "N", K_CACHE, "expert RAM cache budget in MiB (default: a quarter of RAM, within the memory plan; 0 = only the reads in flight)"},
     {"--store", "FILE", K_STORE, "pack manifest to read experts from (default: the model's pack)"},
     {"--no-pack", NULL, K_NO_PACK, "read experts from the shards even if a pack exists"},
@@ -109,6 +113,11 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
   case K_DRAFT_MAX:
     if (df_cli_int(a, v, 1, 16, &n)) return -1;
     o->draft_max = (int)n;
+    return 0;
+  case K_DRAFT_ROLLBACK:
+    if (!strcmp(v, "recompute")) o->draft_rows = 0;
+    else if (!strcmp(v, "rows")) o->draft_rows = 1;
+    else return df_cli_fail("--draft-rollback: '%s' is not recompute or rows", v), -1;
     return 0;
   case K_GATE:
     if (!strcmp(v, "x")) o->gate_input = DF_GATE_INPUT_X;

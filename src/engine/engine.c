@@ -48,7 +48,9 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   df_k3_plan_input(en->model, &in);
   in.f64 = o->f64;
   if (o->draft && strcmp(o->draft, "off")) {
-    in.spec_bytes = df_plan_state_bytes(&en->cfg, 0) * (o->f64 ? 2 : 1) +
+    /* the rollback marks (one, or one per row) and a block's logits */
+    uint64_t marks = o->draft_rows ? (uint64_t)(o->draft_max > 0 ? o->draft_max : 4) : 1;
+    in.spec_bytes = marks * df_plan_state_bytes(&en->cfg, 0) * (o->f64 ? 2 : 1) +
                     sizeof(float) * (DF_DRAFT_MAX + 1) * (uint64_t)en->cfg.vocab;
     in.spec_self = !strcmp(o->draft, "self");
   }
@@ -123,6 +125,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->run.store = en->store;
   en->run.gate_input = o->gate_input == DF_GATE_INPUT_X_SHARED ? DF_GATE_FROM_X_SHARED : DF_GATE_FROM_X;
   en->draft_max = o->draft_max > 0 ? o->draft_max : 4;
+  en->draft_rows = o->draft_rows;
   if (o->draft && strcmp(o->draft, "off")) {
     if (!strcmp(o->draft, "ngram") || !strcmp(o->draft, "auto")) en->draft = df_draft_new_ngram();
     else if (!strcmp(o->draft, "self")) en->draft = df_draft_new_self(en);

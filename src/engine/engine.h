@@ -48,6 +48,12 @@ typedef struct df_engine_opts {
    * switched off when it does not pay); --draft-max: drafts per block */
   const char *draft;
   int draft_max;
+  /* --draft-rollback: how a rejected block is undone. 0 (recompute, the
+   * default): one mark taken before the block, restored, and the accepted
+   * rows run again; 1 (rows): a mark per row filled during the verify pass
+   * and the one after the last accepted row restored, no recompute, for
+   * draft_max marks of memory (gen.c's header compares the two). */
+  int draft_rows;
 } df_engine_opts;
 
 void df_engine_opts_default(df_engine_opts *o);

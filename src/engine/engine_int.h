@@ -28,6 +28,7 @@ struct df_engine {
   df_draft *draft;      /* --draft: the engine's draft source (NULL: off) */
   int draft_max;        /* --draft-max */
   int draft_auto;       /* --draft auto: adapt K, switch off when it does not pay */
+  int draft_rows;       /* --draft-rollback rows */
 };
 
 struct df_session {

@@ -12,9 +12,12 @@
  *
  *   Rollback: a rejected tail is undone by restoring a mark taken before
  *   the block (the KDA state and the position; model/k3.h) and running the
- *   accepted rows again without the head. The alternative, a state per row,
- *   would cost k KDA states (k x 414 MiB at real K3 size) instead of one,
- *   for a recompute whose experts the block has just brought into the cache.
+ *   accepted rows again without the head. The alternative, a state per row
+ *   (--draft-rollback rows: the verify pass fills a mark after each row),
+ *   skips the recompute but costs k KDA states (k x 414 MiB at real K3
+ *   size) instead of one, and copies each into place during the pass; the
+ *   recompute's experts are the ones the block has just brought into the
+ *   cache. docs/PERFORMANCE.md measures the two.
  *
  * With sampling, each draft is accepted with the target's probability of it
  * and a rejection draws from the target with the draft taken out
@@ -126,10 +129,14 @@ static int decode(gen *g, df_err *e) {
   int timed = !(g->so.temperature > 0);
   float *all = NULL;
   int d[DF_DRAFT_MAX + 1], blk[DF_DRAFT_MAX + 1];
-  df_k3_mark *mark = NULL;
+  df_k3_mark *mark = NULL, *rowmk[DF_DRAFT_MAX] = {0};
+  int rows = draft && en->draft_rows;
   if (draft) {
     all = df_xmalloc(sizeof(float) * (size_t)V * (DF_DRAFT_MAX + 1));
-    mark = df_k3_mark_new(s->st);
+    if (rows)
+      for (int i = 0; i < kmax; i++) rowmk[i] = df_k3_mark_new(s->st);
+    else
+      mark = df_k3_mark_new(s->st);
   }
   int rc = 0, x = pick(g, s->logits);
   if (emit(g, x)) goto out;
@@ -163,10 +170,12 @@ static int decode(gen *g, df_err *e) {
       if (emit(g, x)) break;
       continue;
     }
-    df_k3_mark_save(mark, s->st);
+    if (rows) df_k3_state_set_row_marks(s->st, rowmk, k);
+    else df_k3_mark_save(mark, s->st);
     blk[0] = x;
     memcpy(blk + 1, d, sizeof(int) * (size_t)k);
     rc = df_session_run(s, blk, k + 1, 1, all, e);
+    if (rows) df_k3_state_set_row_marks(s->st, NULL, 0);
     st->n_passes++;
     if (rc) break;
     st->n_verify++;
@@ -192,10 +201,14 @@ static int decode(gen *g, df_err *e) {
     }
     st->n_accepted += acc;
     if (keep < k) {
-      df_k3_mark_restore(s->st, mark);
-      rc = df_session_run(s, blk, keep + 1, 0, NULL, e);
-      st->n_passes++;
-      if (rc) break;
+      if (rows) {
+        df_k3_mark_restore(s->st, rowmk[keep]); /* the state after row keep */
+      } else {
+        df_k3_mark_restore(s->st, mark);
+        rc = df_session_run(s, blk, keep + 1, 0, NULL, e);
+        st->n_passes++;
+        if (rc) break;
+      }
       memcpy(s->logits, all + (size_t)keep * V, sizeof(float) * (size_t)V);
       s->have_logits = 1;
       st->n_rollback++;
@@ -211,6 +224,7 @@ out:
   st->draft_changes = au.changes;
   st->draft_offs = au.offs;
   df_k3_mark_free(mark);
+  for (int i = 0; i < DF_DRAFT_MAX; i++) df_k3_mark_free(rowmk[i]);
   free(all);
   if (rc == DF_K3_CANCELLED) {
     st->finish = DF_FINISH_CANCEL;

@@ -185,6 +185,12 @@ void df_k3_mark_save(df_k3_mark *k, const df_k3_state *s);
 void df_k3_mark_restore(df_k3_state *s, const df_k3_mark *k);
 size_t df_k3_mark_bytes(const df_k3_state *s);
 void df_k3_mark_free(df_k3_mark *k);
+/* Per-row boundary states, the other rollback: during every later forward
+ * pass (until n = 0 clears it), marks[t] for t < n receives the recurrent
+ * state as it is after that pass's row t, so a verify block rejected after
+ * row t is undone by restoring marks[t], with no recompute; the price is n
+ * marks' memory and their copies during the pass. */
+void df_k3_state_set_row_marks(df_k3_state *s, df_k3_mark *const *marks, int n);
 
 /* Called after each layer with the T hidden states (the next layer's h). */
 typedef void (*df_k3_layer_hook)(void *ud, int layer, const float *h, int T, int hidden);

@@ -10,6 +10,7 @@
 struct df_k3_state {
   df_k3f32_st *s32; /* exactly one of the two is set */
   df_k3f64_st *s64;
+  void **rowmk; /* the row marks' inner marks (df_k3_state_set_row_marks) */
 };
 
 #define DISPATCH(s, call32, call64) ((s)->s64 ? (call64) : (call32))
@@ -30,6 +31,7 @@ void df_k3_state_free(df_k3_state *s) {
   if (!s) return;
   if (s->s64) df_k3f64_state_free(s->s64);
   else df_k3f32_state_free(s->s32);
+  free(s->rowmk);
   free(s);
 }
 
@@ -109,4 +111,16 @@ void df_k3_mark_free(df_k3_mark *k) {
   df_k3f32_mark_free(k->m32);
   df_k3f64_mark_free(k->m64);
   free(k);
+}
+
+void df_k3_state_set_row_marks(df_k3_state *s, df_k3_mark *const *marks, int n) {
+  free(s->rowmk);
+  s->rowmk = NULL;
+  if (n > 0) {
+    s->rowmk = df_xcalloc((size_t)n, sizeof *s->rowmk);
+    for (int i = 0; i < n; i++)
+      s->rowmk[i] = s->s64 ? (void *)marks[i]->m64 : (void *)marks[i]->m32;
+  }
+  if (s->s64) df_k3f64_state_set_row_marks(s->s64, (df_k3f64_mark **)s->rowmk, n);
+  else df_k3f32_state_set_row_marks(s->s32, (df_k3f32_mark **)s->rowmk, n);
 }

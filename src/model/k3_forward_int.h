@@ -25,7 +25,8 @@
   void P##mark_save(P##mark *k, const P##st *s);                                               \
   void P##mark_restore(P##st *s, const P##mark *k);                                            \
   size_t P##mark_bytes(const P##st *s);                                                        \
-  void P##mark_free(P##mark *k);
+  void P##mark_free(P##mark *k);                                                               \
+  void P##state_set_row_marks(P##st *s, P##mark **mk, int n);
 
 DF_K3_FWD_DECLARE(df_k3f32_)
 DF_K3_FWD_DECLARE(df_k3f64_)

@@ -58,6 +58,10 @@ struct N(st) {
   void *route_ud;
   df_k3_cancel_fn cancel;
   void *cancel_ud;
+  /* speculation's per-row boundary states: after row t < nrowmk of the
+   * next pass, rowmk[t] holds the recurrent state as it is then */
+  struct N(mark) **rowmk;
+  int nrowmk;
 
   /* scratch, sized for Tcap rows and nth threads */
   int Tcap, nth;
@@ -281,6 +285,11 @@ void N(state_set_route_hook)(ST *s, df_k3_route_hook fn, void *ud) {
   s->route_ud = ud;
 }
 
+void N(state_set_row_marks)(ST *s, N(mark) **mk, int n) {
+  s->rowmk = n > 0 ? mk : NULL;
+  s->nrowmk = n > 0 ? n : 0;
+}
+
 void N(state_set_cancel)(ST *s, df_k3_cancel_fn fn, void *ud) {
   s->cancel = fn;
   s->cancel_ud = ud;
@@ -464,6 +473,8 @@ typedef struct {
   R *X[3];
   R *st;
   int T, P, K, per;
+  struct N(mark) **rowmk; /* per-row boundary states (NULL: none) */
+  int nrow, l;
 } conv_job;
 
 /* Causal depthwise conv per channel; the window is the K-1 stored inputs
@@ -492,6 +503,10 @@ static void conv_task(void *ctx, int task, int thread) {
       for (int i = 0; i + 1 < K - 1; i++) st[(size_t)i * P + c] = st[(size_t)(i + 1) * P + c];
       if (K > 1) st[(size_t)(K - 2) * P + c] = x;
       X[(size_t)t * P + c] = acc;
+      if (t < j->nrow) {
+        R *b = j->rowmk[t]->conv[j->l] + (size_t)a * (size_t)(K - 1) * P;
+        for (int i = 0; i < K - 1; i++) b[(size_t)i * P + c] = st[(size_t)i * P + c];
+      }
     }
   }
 }
@@ -504,6 +519,8 @@ typedef struct {
   R *thr;
   size_t thr_stride;
   int T;
+  struct N(mark) **rowmk;
+  int nrow, l;
 } kda_job;
 
 static void l2norm(const KT *k, R *u, int n) {
@@ -544,6 +561,7 @@ static void kda_head_task(void *ctx, int h, int thread) {
     R beta = j->b[(size_t)t * c->kda_heads + h];
     k->sigmoid(&beta, 1);
     k->kda_step(S, q, kv, v, f, beta, o, scr, D);
+    if (t < j->nrow) memcpy(j->rowmk[t]->S[j->l] + (size_t)h * D * D, S, sizeof(R) * D * D);
     k->rmsnorm(o, o, j->y->o_norm, D, c->eps);
     R *g = j->g + r;
     k->sigmoid(g, D);
@@ -563,11 +581,13 @@ static void kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   MM(kc, &y->fb, s->kfa, T, (size_t)c->kda_head_dim, s->kf, P);
   MM(kc, &y->b, s->xn, T, H, s->kb, (size_t)c->kda_heads);
   conv_job cj = {.k = KSEL(kc), .y = y, .X = {s->kq, s->kk, s->kv}, .st = s->kda_conv[l], .T = T,
-                 .P = (int)P, .K = c->kda_conv, .per = 512};
+                 .P = (int)P, .K = c->kda_conv, .per = 512, .rowmk = s->rowmk,
+                 .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};
   df_pool_run(kc->pool, 3 * (int)((P + 511) / 512), conv_task, &cj);
   kda_job kj = {.k = KSEL(kc), .y = y, .c = c, .S = s->kda_S[l], .q = s->kq, .kk = s->kk,
                 .v = s->kv, .g = s->kg, .f = s->kf, .b = s->kb, .o = s->ko, .thr = s->thr,
-                .thr_stride = s->thr_stride, .T = T};
+                .thr_stride = s->thr_stride, .T = T, .rowmk = s->rowmk,
+                .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};
   df_pool_run(kc->pool, c->kda_heads, kda_head_task, &kj);
   MM(kc, &y->o, s->ko, T, P, s->a, H);
 }
@@ -911,6 +931,7 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     }
     df_k3_release(m, c->n_layers);
   }
+  for (int t = 0; t < s->nrowmk && t < T; t++) s->rowmk[t]->pos = s->pos + t + 1;
   s->pos += T;
   return 0;
 }

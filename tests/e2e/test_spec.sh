@@ -39,7 +39,9 @@ check tiny "$T/m" "--prompt-ids $IDS" \
   "--draft ngram --draft-max 1" "--draft ngram --draft-max 2" "--draft ngram --draft-max 5" \
   "--draft ngram --draft-max 8" "--draft self --draft-max 3" "--draft self --draft-max 8" \
   "--draft auto" "--draft ngram --threads 1" "--draft ngram --threads 2" \
-  "--draft ngram --cache-mb 0" "--draft self --cache-mb 0 --prefill-chunk 7"
+  "--draft ngram --cache-mb 0" "--draft self --cache-mb 0 --prefill-chunk 7" \
+  "--draft ngram --draft-rollback rows --draft-max 1" "--draft ngram --draft-rollback rows --draft-max 8" \
+  "--draft self --draft-rollback rows --draft-max 5 --threads 1"
 
 # the self draft is always right: every draft accepted, fewer passes than tokens
 ids_of "$T/m" --prompt-ids "$IDS" --draft self --draft-max 4 >/dev/null || fail "self run"
@@ -59,12 +61,13 @@ lim=$("$BIN" run --model "$T/m" --prompt-ids 1,2 --max-new 1 --ctx 512 --mem-lim
 ids_of "$T/m" --prompt-ids "$IDS" --ctx 512 --mem-limit "$lim" --draft ngram >/dev/null || fail "streamed run"
 python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['stats']['plan']; sys.exit(0 if p['streamed_units'] > 0 else 1)" \
   "$T/last.json" || fail "--mem-limit $lim streams no spine layer"
-check "tiny, --mem-limit $lim (spine streamed)" "$T/m" "--prompt-ids $IDS --ctx 512 --mem-limit $lim" "--draft ngram" "--draft self"
+check "tiny, --mem-limit $lim (spine streamed)" "$T/m" "--prompt-ids $IDS --ctx 512 --mem-limit $lim" "--draft ngram" "--draft self" "--draft ngram --draft-rollback rows"
 
 check nano "$NANO" "--prompt \"$TEXT\"" "--draft ngram --draft-max 4" "--draft auto --draft-max 8" \
   "--draft self --draft-max 2" "--draft ngram --threads 2 --cache-mb 0" \
   "--draft $SRC/models/nano-draft --draft-max 4" "--draft $SRC/models/nano-draft --draft-max 8 --threads 2" \
-  "--draft $SRC/models/nano-draft --draft-max 1 --cache-mb 0"
+  "--draft $SRC/models/nano-draft --draft-max 1 --cache-mb 0" \
+  "--draft $SRC/models/nano-draft --draft-max 6 --draft-rollback rows" "--draft auto --draft-rollback rows"
 check "nano chat" "$NANO" "--chat --prompt \"What is a list?\"" "--draft $SRC/models/nano-draft" "--draft auto"
 
 # the trained Qwen3 draft (another vocabulary, its text re-encoded into K3 ids) is right sometimes
@@ -72,6 +75,15 @@ ids_of "$NANO" --prompt "$TEXT" --draft "$SRC/models/nano-draft" >/dev/null || f
 [ "$(spec accepted)" -gt 0 ] || fail "nano-draft: no draft accepted of $(spec drafted)"
 [ "$(spec draft)" = nano-draft ] || fail "speculation.draft is $(spec draft)"
 echo "ok: nano-draft: $(spec accepted) of $(spec drafted) drafts accepted"
+# rows rollback: the same blocks, and no recompute pass for a rejected one
+rb=$(spec rollbacks) passes=$(spec decode_passes)
+[ "$rb" -gt 0 ] || fail "nano-draft: no block rolled back (the rows check below needs one)"
+ids_of "$NANO" --prompt "$TEXT" --draft "$SRC/models/nano-draft" --draft-rollback rows >/dev/null ||
+  fail "nano-draft rows run"
+[ "$(spec rollbacks)" = "$rb" ] || fail "rows: $(spec rollbacks) rollbacks, recompute had $rb"
+[ "$(spec decode_passes)" = $((passes - rb)) ] ||
+  fail "rows: $(spec decode_passes) passes, expected $passes - $rb recomputes"
+echo "ok: rows rollback: $rb rejected blocks undone without a recompute pass"
 
 # --stats says what the draft did
 "$BIN" run --model "$NANO" --prompt "$TEXT" --max-new 16 --heat "" --draft ngram --stats \
@@ -79,7 +91,7 @@ echo "ok: nano-draft: $(spec accepted) of $(spec drafted) drafts accepted"
 grep -q "^draft    ngram, K 4" "$T/stats.err" || { cat "$T/stats.err"; fail "--stats has no draft line"; }
 
 # bad values
-for bad in "--draft qwen9" "--draft /nonexistent" "--draft-max 0" "--draft-max 17"; do
+for bad in "--draft qwen9" "--draft /nonexistent" "--draft-max 0" "--draft-max 17" "--draft-rollback undo"; do
   if "$BIN" run --model "$T/m" --prompt-ids 1,2 $bad >"$T/o" 2>"$T/e"; then fail "$bad accepted"; fi
   grep -q -- "--draft" "$T/e" || { cat "$T/e"; fail "$bad: the error does not name the option"; }
 done
