@@ -91,24 +91,32 @@ typedef struct spec_auto {
   int changes, offs;
 } spec_auto;
 
-static void auto_decide(spec_auto *a, int timed) {
-  if (a->window_pass < 4) return;
+/* Returns what it decided ("grow", "shrink", "off"; NULL: K stays) and the
+ * tokens per block it decided on, for the trace. */
+static const char *auto_decide(spec_auto *a, int timed, double *tpp_out) {
+  if (a->window_pass < 4) return NULL;
+  const char *why = NULL;
   double tpp = (double)a->window_tok / a->window_pass; /* tokens per block */
+  *tpp_out = tpp;
   int pays = timed && a->t_step > 0 && a->t_pass > 0 ? tpp / a->t_pass > 1.05 / a->t_step
                                                       : tpp >= 1.5;
   if (!pays) {
     /* next to nothing accepted: off at once rather than through every K */
     a->K = tpp < 1.1 ? 0 : a->K / 2;
     a->changes++;
+    why = "shrink";
     if (a->K == 0) {
       a->on = 0, a->offs++;
       a->plain_left = 64; /* then probe again with K = 1 */
+      why = "off";
     }
   } else if (a->window_full == a->window_pass && a->K < a->kmax) {
     a->K = a->K * 2 > a->kmax ? a->kmax : a->K * 2;
     a->changes++;
+    why = "grow";
   }
   a->window_tok = a->window_pass = a->window_full = 0;
+  return why;
 }
 
 static int decode(gen *g, df_err *e) {
@@ -146,7 +154,10 @@ static int decode(gen *g, df_err *e) {
     if (df_session_pos(s) >= limit) break;
     int k = 0;
     int want = adapt ? (au.on ? au.K : 0) : kmax;
-    if (adapt && !au.on && --au.plain_left <= 0) au.on = 1, au.K = 1, want = 1;
+    if (adapt && !au.on && --au.plain_left <= 0) {
+      au.on = 1, au.K = 1, want = 1;
+      df_store_trace_draft(en->store, 1, 0, "probe");
+    }
     if (draft && want > 0) {
       int room = o->max_new - g->n - 1, ctxroom = limit - df_session_pos(s) - 1;
       if (want > room) want = room;
@@ -216,7 +227,9 @@ static int decode(gen *g, df_err *e) {
     double dt = df_now() - t0;
     au.t_pass = au.t_pass > 0 ? 0.8 * au.t_pass + 0.2 * dt : dt;
     au.window_tok += acc + 1, au.window_pass++, au.window_full += acc == k;
-    if (adapt) auto_decide(&au, timed);
+    double tpp = 0;
+    const char *why = adapt ? auto_decide(&au, timed, &tpp) : NULL;
+    if (why) df_store_trace_draft(en->store, au.K, tpp, why);
     if (stop) break;
   }
 out:

@@ -160,6 +160,10 @@ void df_store_trace_mark(df_store *s, const char *kind, int i) {
   if (s && s->trace) df_trace_mark(s->trace, df_store_now_rel(s), kind, i);
 }
 
+void df_store_trace_draft(df_store *s, int K, double tpp, const char *why) {
+  if (s && s->trace) df_trace_draft(s->trace, df_store_now_rel(s), K, tpp, why);
+}
+
 void df_store_close(df_store *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);

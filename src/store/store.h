@@ -136,6 +136,8 @@ double df_store_clock(const df_store *s);
  * (i = prompt length) when a generation begins, "token" (i = 1-based
  * number) when a token was sampled. store/trace.h has the format. */
 void df_store_trace_mark(df_store *s, const char *kind, int i);
+/* A --draft auto decision in the trace (store/trace.h: df_trace_draft). */
+void df_store_trace_draft(df_store *s, int K, double tpp, const char *why);
 
 /* Total routed-expert bytes fetched so far (reads and cache hits are
  * reported separately in the stats JSON). */

@@ -134,6 +134,13 @@ void df_trace_mark(df_trace *t, double ts, const char *kind, int i) {
   pthread_mutex_unlock(&t->mu);
 }
 
+void df_trace_draft(df_trace *t, double ts, int K, double tpp, const char *why) {
+  pthread_mutex_lock(&t->mu);
+  fprintf(t->f, "{\"k\":\"draft\",\"t\":%.6f,\"K\":%d,\"tpp\":%.3f,\"why\":\"%s\"}\n", ts, K,
+          tpp, why);
+  pthread_mutex_unlock(&t->mu);
+}
+
 void df_trace_wasted(df_trace *t, double ts, int layer, int expert, uint64_t bytes) {
   pthread_mutex_lock(&t->mu);
   fprintf(t->f, "{\"k\":\"wasted\",\"t\":%.6f,\"layer\":%d,\"expert\":%d,\"bytes\":%llu}\n", ts,

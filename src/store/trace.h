@@ -65,6 +65,10 @@ void df_trace_batch_ex(df_trace *t, double ts, int layer, int n, double wait, lo
 /* The generation marks: kind "gen" (i = the prompt's length) or "token"
  * (i = the token's number, 1-based; phase "prefill" for the first). */
 void df_trace_mark(df_trace *t, double ts, const char *kind, int i);
+/* A --draft auto decision: {"k":"draft","t","K","tpp","why"}: the block size
+ * from now on (0: drafts off), the tokens per verify block it was decided
+ * on, and why ("grow", "shrink", "off", "probe"). */
+void df_trace_draft(df_trace *t, double ts, int K, double tpp, const char *why);
 void df_trace_wasted(df_trace *t, double ts, int layer, int expert, uint64_t bytes);
 /* At close: one predictor's recall per layer (r[l] < 0 = not measured), and
  * the drives' rate estimates. */

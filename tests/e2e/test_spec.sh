@@ -85,6 +85,24 @@ ids_of "$NANO" --prompt "$TEXT" --draft "$SRC/models/nano-draft" --draft-rollbac
   fail "rows: $(spec decode_passes) passes, expected $passes - $rb recomputes"
 echo "ok: rows rollback: $rb rejected blocks undone without a recompute pass"
 
+# --draft auto's decisions are in the trace, one record per change --stats counts (sampling:
+# the decisions rest on accepted counts only, so the seed fixes them)
+ids_of "$NANO" --prompt "$TEXT" --max-new 120 --draft auto --temperature 0.8 --seed 1 \
+  --trace "$T/auto.trace" >/dev/null || fail "auto traced run"
+python3 - "$T/auto.trace" "$(spec k_changes)" "$(spec switched_off)" <<'PY' || fail "auto's trace records"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"draft"' in l]
+recs = [r for r in recs if r["k"] == "draft"]
+changes = [r for r in recs if r["why"] != "probe"]
+offs = [r for r in recs if r["why"] == "off"]
+assert len(changes) == int(sys.argv[2]), (len(changes), sys.argv[2])
+assert len(offs) == int(sys.argv[3]) and offs, (len(offs), sys.argv[3])
+assert all(r["K"] == 0 for r in offs) and all(r["tpp"] < 1.5 for r in offs), offs
+ts = [r["t"] for r in recs]
+assert ts == sorted(ts), ts
+print("ok: auto: %d decisions in the trace (%d off), as --json counts" % (len(changes), len(offs)))
+PY
+
 # --stats says what the draft did
 "$BIN" run --model "$NANO" --prompt "$TEXT" --max-new 16 --heat "" --draft ngram --stats \
   >/dev/null 2>"$T/stats.err" || fail "--stats run"
