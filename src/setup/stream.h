@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "setup/download.h"
-#include "setup/hub.h"
+#include "remote/download.h"
+#include "remote/hub.h"
 #include "setup/install.h"
 
 typedef struct df_stream_plan df_stream_plan;
