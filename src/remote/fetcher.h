@@ -1,6 +1,6 @@
 /* The stream fetcher: fetches routed-expert records of a stream install by
  * HTTP range requests from their shard offsets, the first time they are
- * needed, into the sparse local shards (stream.h).
+ * needed, into the sparse local shards (setup/stream.h lays them out).
  *
  * - Records asked for together are coalesced when adjacent in a shard and
  *   fetched over several connections at once; a record already being

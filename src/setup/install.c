@@ -671,7 +671,7 @@ static int offline_info(const df_setup_opts *o, state *s, df_err *e) {
   return rc;
 }
 
-/* ---- stream verification (sverify.h, recsums.h) ---- */
+/* ---- stream verification (remote/sverify.h, remote/recsums.h) ---- */
 
 static int have_sums(const state *s) {
   char *p = df_path_join(s->root, DF_RECSUMS_FILE);

@@ -13,7 +13,7 @@
  * experts packed onto the drives (optional); each step is resumable.
  * Stream: config, tokenizer, index, each shard's header and the spine
  * tensors are fetched into sparse shards at their true offsets; experts are
- * fetched on demand by the stream fetcher (fetcher.h). */
+ * fetched on demand by the stream fetcher (remote/fetcher.h). */
 #ifndef DF_SETUP_INSTALL_H
 #define DF_SETUP_INSTALL_H
 
