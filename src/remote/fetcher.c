@@ -17,10 +17,10 @@
 #include "remote/download.h"
 #include "remote/http.h"
 #include "remote/hub.h"
-#include "remote/root.h"
 #include "remote/ranges.h"
 #include "remote/reclock.h"
 #include "remote/recsums.h"
+#include "remote/root.h"
 #include "remote/sverify.h"
 
 #include "remote/fetcher_int.h"

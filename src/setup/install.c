@@ -20,9 +20,9 @@
 #include "remote/download.h"
 #include "remote/http.h"
 #include "remote/hub.h"
+#include "remote/sverify.h"
 #include "setup/recsums.h"
 #include "setup/stream.h"
-#include "remote/sverify.h"
 #include "store/pack.h"
 
 /* The CLI's name for it (the formatter lives with the downloads, below the

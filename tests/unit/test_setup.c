@@ -22,10 +22,10 @@
 
 #include "base/util.h"
 #include "remote/http.h"
-#include "setup/install.h"
 #include "remote/hub.h"
 #include "remote/ranges.h"
 #include "remote/redir.h"
+#include "setup/install.h"
 
 static void content_range(void **st) {
   (void)st;
