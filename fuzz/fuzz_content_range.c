@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "setup/http.h"
+#include "remote/http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint64_t a, b, t;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "setup/hub.h"
+#include "remote/hub.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   df_hub_info i;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "setup/ranges.h"
+#include "remote/ranges.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   df_range *v;

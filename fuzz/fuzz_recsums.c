@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "setup/hub.h"
-#include "setup/recsums.h"
+#include "remote/hub.h"
+#include "remote/recsums.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   df_recsums *r;

@@ -17,53 +17,17 @@
 #include "base/util.h"
 #include "format/safetensors.h"
 #include "model/k3.h"
-#include "setup/download.h"
-#include "setup/http.h"
-#include "setup/hub.h"
+#include "remote/download.h"
+#include "remote/http.h"
+#include "remote/hub.h"
+#include "remote/sverify.h"
 #include "setup/recsums.h"
 #include "setup/stream.h"
-#include "setup/sverify.h"
 #include "store/pack.h"
 
-char *df_setup_token(void) {
-  /* As huggingface_hub: with implicit tokens disabled, reads send none. */
-  if (df_hub_env_bool("HF_HUB_DISABLE_IMPLICIT_TOKEN")) return NULL;
-  const char *envs[] = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"};
-  for (int i = 0; i < 2; i++) {
-    const char *t = getenv(envs[i]);
-    if (t && *t) return df_xstrdup(t);
-  }
-  char *path = NULL;
-  const char *tp = getenv("HF_TOKEN_PATH");
-  if (tp && *tp) path = df_xstrdup(tp);
-  else {
-    char *home = df_hub_home();
-    path = df_path_join(home, "token");
-    free(home);
-  }
-  char *buf = NULL;
-  size_t len = 0;
-  df_err e;
-  int rc = df_file_read(path, &buf, &len, &e);
-  free(path);
-  if (rc) return NULL;
-  while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ')) buf[--len] = 0;
-  if (!len) {
-    free(buf);
-    return NULL;
-  }
-  return buf;
-}
-
-const char *df_setup_fmt_size(uint64_t b, char out[24]) {
-  double v = (double)b;
-  if (b < 1000) snprintf(out, 24, "%llu B", (unsigned long long)b);
-  else if (v < 1e6) snprintf(out, 24, "%.1f KB", v / 1e3);
-  else if (v < 1e9) snprintf(out, 24, "%.1f MB", v / 1e6);
-  else if (v < 1e12) snprintf(out, 24, "%.2f GB", v / 1e9);
-  else snprintf(out, 24, "%.2f TB", v / 1e12);
-  return out;
-}
+/* The CLI's name for it (the formatter lives with the downloads, below the
+ * store, which log sizes too). */
+const char *df_setup_fmt_size(uint64_t bytes, char out[24]) { return df_dl_fmt_size(bytes, out); }
 
 /* ---- which files an install needs ---- */
 
@@ -417,8 +381,8 @@ static int space_check(const char *dir, uint64_t need, const char *what, df_err 
     return df_err_set(e,
                       "%s: %s free, %s needs %s (plus a %s margin); free space or "
                       "choose another folder (--no-space-check skips this check)",
-                      dir, df_setup_fmt_size(avail, a), what, df_setup_fmt_size(need, n),
-                      df_setup_fmt_size(margin, m));
+                      dir, df_dl_fmt_size(avail, a), what, df_dl_fmt_size(need, n),
+                      df_dl_fmt_size(margin, m));
   return 0;
 }
 
@@ -549,7 +513,7 @@ static int info_from_heads(df_http *h, const char *endpoint, const char *repo, c
 
 static int fetch_info(const df_setup_opts *o, state *s, const char *endpoint, df_http_gate *gate,
                       df_err *e) {
-  char *tok = df_setup_token();
+  char *tok = df_hub_token();
   df_http_cfg hc = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
                     .stall_s = o->stall_s, .what = o->repo, .gate = gate};
   df_http *h = df_http_new(&hc);
@@ -707,7 +671,7 @@ static int offline_info(const df_setup_opts *o, state *s, df_err *e) {
   return rc;
 }
 
-/* ---- stream verification (sverify.h, recsums.h) ---- */
+/* ---- stream verification (remote/sverify.h, remote/recsums.h) ---- */
 
 static int have_sums(const state *s) {
   char *p = df_path_join(s->root, DF_RECSUMS_FILE);
@@ -731,7 +695,7 @@ static int verify_options(const df_setup_opts *o, state *s, const char *endpoint
     /* the token goes only to the endpoint it is for, never to another host */
     size_t el = strlen(endpoint);
     int ours = !strncmp(o->record_sums, endpoint, el) && o->record_sums[el] == '/';
-    char *tok = ours ? df_setup_token() : NULL;
+    char *tok = ours ? df_hub_token() : NULL;
     df_http_cfg hc = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
                       .stall_s = o->stall_s, .what = o->record_sums};
     int rc = df_recsums_load(o->record_sums, &hc, &s->info, sums, buf, len, e);
@@ -839,10 +803,10 @@ static int dry_run(const df_setup_opts *o, const state *s, df_err *e) {
     uint64_t n = a == 0 ? f->size - part : f->size;
     sum[a] += n;
     cnt[a]++;
-    printf("%-8s %10s  %s", act[a], df_setup_fmt_size(n, z), f->name);
+    printf("%-8s %10s  %s", act[a], df_dl_fmt_size(n, z), f->name);
     if (why) printf("  (%s)", why);
     if (from) printf("  (from %s)", from);
-    if (part) printf("  (%s of it already here)", df_setup_fmt_size(part, z));
+    if (part) printf("  (%s of it already here)", df_dl_fmt_size(part, z));
     printf("\n");
     free(from);
     free(dest);
@@ -852,7 +816,7 @@ static int dry_run(const df_setup_opts *o, const state *s, df_err *e) {
   static const char *tot[4] = {"to download", "to reuse", "already present", "skipped"};
   for (int a = 0; a < 4; a++) {
     char z[24];
-    printf("%s%d %s (%s)", a ? ", " : "total: ", cnt[a], tot[a], df_setup_fmt_size(sum[a], z));
+    printf("%s%d %s (%s)", a ? ", " : "total: ", cnt[a], tot[a], df_dl_fmt_size(sum[a], z));
   }
   printf("\n%s", o->stream ? "(--stream fetches only the headers and the spine of the shards)\n" : "");
   return 0;
@@ -1008,7 +972,7 @@ static int setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
       goto out;
     }
 
-  char *tok = df_setup_token();
+  char *tok = df_hub_token();
   df_dl_opts dl = {.http = {.token = tok, .retries = o->retries, .backoff_s = o->backoff_s,
                             .stall_s = o->stall_s, .what = s.repo, .gate = gate},
                    .connections = o->connections, .chunk = o->chunk, .progress = o->progress,
@@ -1046,8 +1010,8 @@ static int setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
   } else {
     int nsteps = 1 + (o->spine != NULL) + (o->ndrives > 0), step = 1;
     char z1[24], z2[24];
-    df_log_info("step %d/%d: download (%s missing of %s)", step++, nsteps, df_setup_fmt_size(need, z1),
-                df_setup_fmt_size(need + rep->bytes_present + rep->bytes_reused, z2));
+    df_log_info("step %d/%d: download (%s missing of %s)", step++, nsteps, df_dl_fmt_size(need, z1),
+                df_dl_fmt_size(need + rep->bytes_present + rep->bytes_reused, z2));
     /* Before anything is fetched (counting vision-only shards too: their
      * header-only treatment is decided from the index, fetched below). */
     if (!o->no_space_check) {
@@ -1105,7 +1069,7 @@ static int setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e) {
         char z[24];
         df_log_info("%d shard%s holding only vision tensors (%s) kept as header only; "
                     "--with-vision downloads %s",
-                    nv, nv == 1 ? "" : "s", df_setup_fmt_size(vis_bytes, z), nv == 1 ? "it" : "them");
+                    nv, nv == 1 ? "" : "s", df_dl_fmt_size(vis_bytes, z), nv == 1 ? "it" : "them");
       }
     }
     free(text);

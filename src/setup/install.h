@@ -13,21 +13,14 @@
  * experts packed onto the drives (optional); each step is resumable.
  * Stream: config, tokenizer, index, each shard's header and the spine
  * tensors are fetched into sparse shards at their true offsets; experts are
- * fetched on demand by the stream fetcher (fetcher.h). */
+ * fetched on demand by the stream fetcher (remote/fetcher.h). */
 #ifndef DF_SETUP_INSTALL_H
 #define DF_SETUP_INSTALL_H
 
 #include <stdint.h>
 
 #include "base/err.h"
-
-#define DF_SETUP_STATE "deltafin-setup.json"
-#define DF_SETUP_INFO "deltafin-setup.info.json"
-#define DF_SETUP_VERIFIED "deltafin-setup.verified"
-/* Held shared (flock) by every fetcher open on a stream install (run, serve,
- * warm) and exclusively by a setup adding record sums to it: a fetcher that
- * opened the install before the sums would journal records unchecked. */
-#define DF_SETUP_FETCH_LOCK ".deltafin-fetch.lock"
+#include "remote/root.h" /* the files named here */
 
 typedef struct df_setup_opts {
   const char *repo;
@@ -73,13 +66,7 @@ typedef struct df_setup_report {
 
 int df_setup_run(const df_setup_opts *o, df_setup_report *rep, df_err *e);
 
-/* A size in the unit that fits it ("812 B", "7.4 KB", "2.3 MB", "1.50 GB",
- * "1.52 TB"; decimal units, as the hub shows sizes); returns out. */
+/* df_dl_fmt_size (remote/download.h) under the name the CLI calls. */
 const char *df_setup_fmt_size(uint64_t bytes, char out[24]);
-
-/* The token the hub tools would use: HF_TOKEN, else the token file
- * ($HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token); NULL if none.
- * Caller frees (and should clear it). */
-char *df_setup_token(void);
 
 #endif

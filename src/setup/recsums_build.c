@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "format/config.h"
-#include "setup/download.h"
+#include "remote/download.h"
 #include "setup/install.h"
 #include "setup/recsums.h"
 #include "setup/stream.h"

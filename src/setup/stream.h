@@ -2,7 +2,7 @@
  * of its true size, with a present-ranges journal (<shard>.ranges) beside
  * it. `setup --stream` fills each shard's header and every tensor that is
  * not a routed expert (nor a vision tensor); the routed experts are fetched
- * when the router first needs them (fetcher.h). A shard whose ranges all
+ * when the router first needs them (remote/fetcher.h). A shard whose ranges all
  * arrive is verified against the hub's sha256 and its journal removed. */
 #ifndef DF_SETUP_STREAM_H
 #define DF_SETUP_STREAM_H
@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "setup/download.h"
-#include "setup/hub.h"
+#include "remote/download.h"
+#include "remote/hub.h"
 #include "setup/install.h"
 
 typedef struct df_stream_plan df_stream_plan;

@@ -9,7 +9,7 @@
 #include "base/util.h"
 #include "format/config.h"
 #include "format/safetensors.h"
-#include "setup/fetcher.h"
+#include "remote/fetcher.h"
 #include "store/source.h"
 #include "store/store.h"
 

@@ -5,7 +5,7 @@
 #ifndef DF_STORE_OPTS_H
 #define DF_STORE_OPTS_H
 
-#include "setup/sverify.h"
+#include "remote/sverify.h"
 
 typedef enum {
   DF_STORE_IO_URING = 0, /* io_uring, registered buffers (falls back to pread) */

@@ -7,7 +7,7 @@
 #include <xxhash.h>
 
 #include "base/util.h"
-#include "setup/fetcher.h"
+#include "remote/fetcher.h"
 
 static const char *part_name[6] = {"w1.weight_packed", "w1.weight_scale", "w2.weight_packed",
                                    "w2.weight_scale",  "w3.weight_packed", "w3.weight_scale"};

@@ -8,7 +8,7 @@
 #include "base/err.h"
 #include "format/config.h"
 #include "format/safetensors.h"
-#include "setup/sverify.h"
+#include "remote/sverify.h"
 #include "store/store.h"
 
 typedef struct df_src_loc {

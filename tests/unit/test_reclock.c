@@ -1,4 +1,4 @@
-/* One fetch per record across processes (setup/reclock.h): OFD byte-range
+/* One fetch per record across processes (remote/reclock.h): OFD byte-range
  * claims on a sparse shard and the re-read of its journal. Two processes
  * are two open file descriptions of the shard and two journal handles (OFD
  * locks conflict between descriptions, even inside one process); a killed
@@ -22,8 +22,8 @@
 #include <xxhash.h>
 
 #include "base/util.h"
-#include "setup/ranges.h"
-#include "setup/reclock.h"
+#include "remote/ranges.h"
+#include "remote/reclock.h"
 
 typedef struct fixture {
   char dir[64], data[96], jpath[112];

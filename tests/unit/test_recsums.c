@@ -1,4 +1,4 @@
-/* The record-sums document (setup/recsums.h): the strict parser, lookups, the
+/* The record-sums document (remote/recsums.h; the layout check: setup/recsums.h): the strict parser, lookups, the
  * sha256 check of a record's bytes (expected digests are the published
  * test vectors: sha256("abc"), sha256("")), the check against the hub's model
  * info, and, on a generated checkpoint, the document df_recsums_build writes
@@ -17,7 +17,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "format/config.h"
-#include "setup/hub.h"
+#include "remote/hub.h"
 #include "setup/recsums.h"
 #include "synth/synth.h"
 

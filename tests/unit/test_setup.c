@@ -21,11 +21,11 @@
 #include <cmocka.h>
 
 #include "base/util.h"
-#include "setup/http.h"
+#include "remote/http.h"
+#include "remote/hub.h"
+#include "remote/ranges.h"
+#include "remote/redir.h"
 #include "setup/install.h"
-#include "setup/hub.h"
-#include "setup/ranges.h"
-#include "setup/redir.h"
 
 static void content_range(void **st) {
   (void)st;

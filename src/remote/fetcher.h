@@ -1,6 +1,6 @@
 /* The stream fetcher: fetches routed-expert records of a stream install by
  * HTTP range requests from their shard offsets, the first time they are
- * needed, into the sparse local shards (stream.h).
+ * needed, into the sparse local shards (setup/stream.h lays them out).
  *
  * - Records asked for together are coalesced when adjacent in a shard and
  *   fetched over several connections at once; a record already being
@@ -17,14 +17,14 @@
  * - Never more than one fetch of a record, across threads (a table of
  *   records in flight) and across processes (byte-range locks on the shard
  *   and a re-read of its journal: reclock.h). */
-#ifndef DF_SETUP_FETCHER_H
-#define DF_SETUP_FETCHER_H
+#ifndef DF_REMOTE_FETCHER_H
+#define DF_REMOTE_FETCHER_H
 
 #include <stdint.h>
 
 #include "base/err.h"
 #include "format/safetensors.h"
-#include "setup/sverify.h"
+#include "remote/sverify.h"
 
 typedef struct df_fetcher df_fetcher;
 

@@ -1,4 +1,4 @@
-#include "setup/download.h"
+#include "remote/download.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,6 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "setup/install.h"
 
 char *df_dl_journal_path(const char *dest, int in_place) {
   size_t n = strlen(dest) + 16;
@@ -106,7 +105,7 @@ static int finalize(run *r, fstate *f, df_err *e) {
   f->done = 1;
   pthread_mutex_unlock(&r->mu);
   char z[24];
-  df_log_info("%s: %s downloaded and verified", it->file->name, df_setup_fmt_size(it->file->size, z));
+  df_log_info("%s: %s downloaded and verified", it->file->name, df_dl_fmt_size(it->file->size, z));
   return 0;
 }
 
@@ -511,4 +510,14 @@ out:
   pthread_mutex_destroy(&r.mu);
   df_http_gate_free(own_gate);
   return rc;
+}
+
+const char *df_dl_fmt_size(uint64_t b, char out[24]) {
+  double v = (double)b;
+  if (b < 1000) snprintf(out, 24, "%llu B", (unsigned long long)b);
+  else if (v < 1e6) snprintf(out, 24, "%.1f KB", v / 1e3);
+  else if (v < 1e9) snprintf(out, 24, "%.1f MB", v / 1e6);
+  else if (v < 1e12) snprintf(out, 24, "%.2f GB", v / 1e9);
+  else snprintf(out, 24, "%.2f TB", v / 1e12);
+  return out;
 }

@@ -1,4 +1,4 @@
-#include "setup/http.h"
+#include "remote/http.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -10,7 +10,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "setup/redir.h"
+#include "remote/redir.h"
 
 /* ---- the rate-limit gate shared by the connections of one download ---- */
 

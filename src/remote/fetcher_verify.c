@@ -12,10 +12,10 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "setup/download.h"
-#include "setup/install.h"
-#include "setup/reclock.h"
-#include "setup/fetcher_int.h"
+#include "remote/download.h"
+#include "remote/root.h"
+#include "remote/reclock.h"
+#include "remote/fetcher_int.h"
 
 /* ---- verification: the policy, and --stream-verify shard ---- */
 

@@ -2,19 +2,19 @@
  * flights, claims, the fetch path), fetcher_verify.c (the --stream-verify
  * policy and whole-shard completion) and fetcher_ahead.c (fetch-ahead).
  * One struct, one mutex (mu) for all of its mutable state. */
-#ifndef DF_SETUP_FETCHER_INT_H
-#define DF_SETUP_FETCHER_INT_H
+#ifndef DF_REMOTE_FETCHER_INT_H
+#define DF_REMOTE_FETCHER_INT_H
 
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "setup/fetcher.h"
-#include "setup/http.h"
-#include "setup/hub.h"
-#include "setup/ranges.h"
-#include "setup/recsums.h"
-#include "setup/sverify.h"
+#include "remote/fetcher.h"
+#include "remote/http.h"
+#include "remote/hub.h"
+#include "remote/ranges.h"
+#include "remote/recsums.h"
+#include "remote/sverify.h"
 
 #define MAX_RUN_BYTES (64u << 20) /* one coalesced range request at most */
 #define AHEAD_CONNS 2     /* speculative requests in flight at most */

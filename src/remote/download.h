@@ -10,15 +10,15 @@
  * against the hub's sha256 (or git blob id), renamed to its final name and
  * its journal removed; a mismatch removes the data (nothing corrupt is left)
  * and fails naming the file. */
-#ifndef DF_SETUP_DOWNLOAD_H
-#define DF_SETUP_DOWNLOAD_H
+#ifndef DF_REMOTE_DOWNLOAD_H
+#define DF_REMOTE_DOWNLOAD_H
 
 #include <stdint.h>
 
 #include "base/err.h"
-#include "setup/http.h"
-#include "setup/hub.h"
-#include "setup/ranges.h"
+#include "remote/http.h"
+#include "remote/hub.h"
+#include "remote/ranges.h"
 
 typedef struct df_dl_item {
   const df_hub_file *file; /* name, size, checksum */
@@ -54,5 +54,9 @@ int df_dl_run(const df_dl_item *items, int n, const df_dl_opts *o, df_dl_stats *
 /* The path of dest's journal: dest.part.ranges, or dest.ranges in place
  * (fresh string). */
 char *df_dl_journal_path(const char *dest, int in_place);
+
+/* A size in the unit that fits it ("812 B", "7.4 KB", "2.3 MB", "1.50 GB",
+ * "1.52 TB"; decimal units, as the hub shows sizes); returns out. */
+const char *df_dl_fmt_size(uint64_t bytes, char out[24]);
 
 #endif

@@ -10,11 +10,10 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "setup/download.h"
-#include "setup/install.h"
-#include "setup/reclock.h"
-#include "setup/fetcher_int.h"
-#include "setup/hub.h"
+#include "remote/download.h"
+#include "remote/reclock.h"
+#include "remote/fetcher_int.h"
+#include "remote/hub.h"
 
 /* ---- fetch-ahead: speculative fetches for the store's predictors ----
  * A bounded queue of predicted records and AHEAD_CONNS workers with their own
@@ -160,7 +159,7 @@ static void *ahead_worker(void *arg) {
 void df_fetcher_set_ahead(df_fetcher *f, int on) {
   if (on && df_hub_offline()) on = 0; /* no request at all, not even a guess */
   if (on && !f->nathr) {
-    char *tok = df_setup_token();
+    char *tok = df_hub_token();
     /* a guess is not worth long retries: one, soon, and a shorter stall */
     if (!f->gate) f->gate = df_http_gate_new(0);
     df_http_cfg hc = {.token = tok, .what = f->repo, .retries = 1, .backoff_s = 0.02, .stall_s = 10,

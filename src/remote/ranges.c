@@ -1,4 +1,4 @@
-#include "setup/ranges.h"
+#include "remote/ranges.h"
 
 #include <errno.h>
 #include <fcntl.h>

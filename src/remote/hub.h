@@ -11,8 +11,8 @@
  *   X-Linked-Size.
  * - Local cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub;
  *   models--{owner}--{name}/snapshots/{commit}/{file}. */
-#ifndef DF_SETUP_HUB_H
-#define DF_SETUP_HUB_H
+#ifndef DF_REMOTE_HUB_H
+#define DF_REMOTE_HUB_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -78,6 +78,11 @@ char *df_hub_cache_repo(const char *repo);
 char *df_hub_cache_snapshot(const char *repo, const char *commit);
 char *df_hub_cache_blob(const char *repo, const df_hub_file *f);
 char *df_hub_cache_ref(const char *repo, const char *rev);
+
+/* The token the hub tools would use: HF_TOKEN, else the token file
+ * ($HF_TOKEN_PATH, $HF_HOME/token, ~/.cache/huggingface/token); NULL if none.
+ * Caller frees (and should clear it). */
+char *df_hub_token(void);
 
 /* Checksums as the hub records them (hex into out). */
 int df_hub_sha256_file(const char *path, char out[65], df_err *e);

@@ -1,4 +1,4 @@
-/* HTTP for setup: libcurl, one handle per thread, strict range requests.
+/* HTTP for setup and the stream fetcher: libcurl, one handle per thread, strict range requests.
  *
  * Every body fetch of a model file is a range request that must come back as
  * exactly `206` with `Content-Range: bytes first-last/total` equal to what was
@@ -7,11 +7,11 @@
  * resuming after the bytes already delivered, or fails at once with a message
  * that says what to do (401, 403, 404). Redirects are followed; curl drops the
  * Authorization header when a redirect leaves the original host, and so does
- * a request sent straight to a remembered redirect target (setup/redir.h).
+ * a request sent straight to a remembered redirect target (remote/redir.h).
  * The token is only ever put in a request header: never logged, never in a
  * message. */
-#ifndef DF_SETUP_HTTP_H
-#define DF_SETUP_HTTP_H
+#ifndef DF_REMOTE_HTTP_H
+#define DF_REMOTE_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "setup/fetcher.h"
+#include "remote/fetcher.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,16 +14,16 @@
 
 #include "base/log.h"
 #include "base/util.h"
-#include "setup/download.h"
-#include "setup/http.h"
-#include "setup/hub.h"
-#include "setup/install.h"
-#include "setup/ranges.h"
-#include "setup/reclock.h"
-#include "setup/recsums.h"
-#include "setup/sverify.h"
+#include "remote/download.h"
+#include "remote/http.h"
+#include "remote/hub.h"
+#include "remote/ranges.h"
+#include "remote/reclock.h"
+#include "remote/recsums.h"
+#include "remote/root.h"
+#include "remote/sverify.h"
 
-#include "setup/fetcher_int.h"
+#include "remote/fetcher_int.h"
 
 static int load_install(df_fetcher *f, df_err *e) {
   char *p = df_path_join(f->dir, DF_SETUP_STATE);
@@ -61,7 +61,7 @@ static int load_install(df_fetcher *f, df_err *e) {
 }
 
 /* Shared for as long as the fetcher is open: setup adds record sums only
- * while no fetcher holds it (install.h, DF_SETUP_FETCH_LOCK). */
+ * while no fetcher holds it (root.h, DF_SETUP_FETCH_LOCK). */
 static int hold_fetch_lock(df_fetcher *f, df_err *e) {
   char *p = df_path_join(f->dir, DF_SETUP_FETCH_LOCK);
   f->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -142,7 +142,7 @@ void df_fetcher_set_connections(df_fetcher *f, int n) {
   for (int i = 0; i < f->npool; i++) df_http_free(f->pool[i]);
   free(f->pool);
   free(f->free_h);
-  char *tok = df_setup_token();
+  char *tok = df_hub_token();
   /* stall: HF_HUB_DOWNLOAD_TIMEOUT or 30 s; once a connection is told to
    * wait (429/503), none of them sends before that time */
   if (!f->gate) f->gate = df_http_gate_new(0);

@@ -7,8 +7,8 @@
  * later range requests of the same URL straight to the target. The owner
  * forgets an entry when its target stops answering (signed URLs expire).
  * One owner, no locking: each df_http handle has its own table. */
-#ifndef DF_SETUP_REDIR_H
-#define DF_SETUP_REDIR_H
+#ifndef DF_REMOTE_REDIR_H
+#define DF_REMOTE_REDIR_H
 
 typedef struct df_redir df_redir;
 

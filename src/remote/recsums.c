@@ -1,4 +1,4 @@
-#include "setup/recsums.h"
+#include "remote/recsums.h"
 
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -7,8 +7,6 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "format/config.h"
-#include "store/source.h"
 
 struct df_recsums {
   df_recsum_shard *sh;
@@ -265,36 +263,6 @@ int df_recsums_check_info(const df_recsums *r, const df_hub_info *info, const ch
                         label, s->name, why, info->commit);
   }
   return 0;
-}
-
-static const char *base_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
-
-int df_recsums_check_set(const df_recsums *r, const df_st_set *set, const df_config *c,
-                         const char *label, df_err *e) {
-  int nk = (c->n_layers - c->first_k_dense) * c->n_experts;
-  if (nk <= 0) return 0;
-  df_src_loc *loc = df_xmalloc((size_t)nk * sizeof *loc);
-  int rc = df_src_locate(set, c, loc, e);
-  df_expert_layout lay;
-  df_expert_layout_of(c, &lay);
-  int *map = df_xmalloc((size_t)(set->nfiles ? set->nfiles : 1) * sizeof *map);
-  for (int i = 0; i < set->nfiles; i++) map[i] = df_recsums_find_shard(r, base_name(set->files[i].path));
-  for (int k = 0; !rc && k < nk; k++) {
-    int L = c->first_k_dense + k / c->n_experts, X = k % c->n_experts;
-    const df_recsum *q = map[loc[k].file] < 0 ? NULL : df_recsums_lookup(r, map[loc[k].file], loc[k].off);
-    if (!q || q->len != lay.total || q->layer != L || q->expert != X)
-      rc = df_err_set(e,
-                      "%s: record sums have no entry for layer %d expert %d (%s, offset %llu, %llu "
-                      "bytes): they are for another checkpoint; make them with deltafin record-sums",
-                      label, L, X, base_name(set->files[loc[k].file].path),
-                      (unsigned long long)loc[k].off, (unsigned long long)lay.total);
-  }
-  free(map);
-  free(loc);
-  return rc;
 }
 
 int df_recsums_check_bytes(const uint8_t sha[32], const void *data, uint64_t len) {

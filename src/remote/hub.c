@@ -1,4 +1,4 @@
-#include "setup/hub.h"
+#include "remote/hub.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -444,4 +444,34 @@ int df_hub_verify_file(const char *path, const df_hub_file *f, df_err *e) {
     return df_err_set(e, "%s: git blob id %s, the hub says %s: the bytes are not the published file",
                       path, h, f->blob_id);
   return 0;
+}
+
+char *df_hub_token(void) {
+  /* As huggingface_hub: with implicit tokens disabled, reads send none. */
+  if (df_hub_env_bool("HF_HUB_DISABLE_IMPLICIT_TOKEN")) return NULL;
+  const char *envs[] = {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"};
+  for (int i = 0; i < 2; i++) {
+    const char *t = getenv(envs[i]);
+    if (t && *t) return df_xstrdup(t);
+  }
+  char *path = NULL;
+  const char *tp = getenv("HF_TOKEN_PATH");
+  if (tp && *tp) path = df_xstrdup(tp);
+  else {
+    char *home = df_hub_home();
+    path = df_path_join(home, "token");
+    free(home);
+  }
+  char *buf = NULL;
+  size_t len = 0;
+  df_err e;
+  int rc = df_file_read(path, &buf, &len, &e);
+  free(path);
+  if (rc) return NULL;
+  while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ')) buf[--len] = 0;
+  if (!len) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
 }

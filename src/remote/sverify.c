@@ -1,4 +1,4 @@
-#include "setup/sverify.h"
+#include "remote/sverify.h"
 
 #include <string.h>
 

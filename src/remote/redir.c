@@ -1,4 +1,4 @@
-#include "setup/redir.h"
+#include "remote/redir.h"
 
 #include <curl/curl.h>
 #include <stdlib.h>

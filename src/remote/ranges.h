@@ -9,8 +9,8 @@
  *   R <begin:16 hex> <end:16 hex> <xxh3:16 hex> <xxh32 of the text before it:8 hex>\n
  * Used by the downloader (chunks of a .part file) and by the stream store
  * (expert records fetched into a sparse shard, checked on every read). */
-#ifndef DF_SETUP_RANGES_H
-#define DF_SETUP_RANGES_H
+#ifndef DF_REMOTE_RANGES_H
+#define DF_REMOTE_RANGES_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -8,8 +8,8 @@
  *   arrival  only the checksum of the bytes as they arrived (detects local
  *            damage, not a server or proxy that served wrong bytes).
  * Default (auto): record when the install holds record sums, else arrival. */
-#ifndef DF_SETUP_SVERIFY_H
-#define DF_SETUP_SVERIFY_H
+#ifndef DF_REMOTE_SVERIFY_H
+#define DF_REMOTE_SVERIFY_H
 
 typedef enum {
   DF_SVERIFY_AUTO = 0,

@@ -16,13 +16,13 @@
  * their own in-process table of records in flight. A filesystem without
  * OFD locks gets one warning and unlocked claims (the journal re-read
  * still applies). */
-#ifndef DF_SETUP_RECLOCK_H
-#define DF_SETUP_RECLOCK_H
+#ifndef DF_REMOTE_RECLOCK_H
+#define DF_REMOTE_RECLOCK_H
 
 #include <stdint.h>
 
 #include "base/err.h"
-#include "setup/ranges.h"
+#include "remote/ranges.h"
 
 typedef enum {
   DF_RECLOCK_LOCAL = 0, /* journalled (by anyone): nothing to fetch, no lock held */

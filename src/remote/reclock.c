@@ -1,4 +1,4 @@
-#include "setup/reclock.h"
+#include "remote/reclock.h"
 
 #include <errno.h>
 #include <fcntl.h>
