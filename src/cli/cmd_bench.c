@@ -5,6 +5,7 @@
 
 #include "bench/bench.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "cli/engine_opts.h"
 
 void df_cmd_bench_help(void) {
@@ -47,6 +48,14 @@ void df_cmd_bench_help(void) {
       "                      expert_read_gbps, ceiling_gbps, storage_efficiency, ...)\n"
       "\n");
   df_cli_engine_help(stdout);
+}
+
+/* --prefill-chunk's one row (opt_table.h), shared with run, chat, eval, logits. */
+static int take_chunk(int *chunk, const char *a, const char *v) {
+  static const df_opt row[] = {DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL)};
+  char *av[2] = {(char *)a, (char *)v};
+  int k = 0;
+  return df_opt_take(row, 1, chunk, "bench", 2, av, &k) < 0;
 }
 
 static int opt_val(int argc, char **argv, int *i, const char **val) {
@@ -114,8 +123,7 @@ int df_cmd_bench(int argc, char **argv) {
         if (df_cli_int(a, v, 1, 1 << 20, &n)) return 1;
         o.new_tokens = (int)n;
       } else if (!strcmp(a, "--prefill-chunk")) {
-        if (df_cli_int(a, v, 0, 1 << 20, &n)) return 1;
-        o.prefill_chunk = (int)n;
+        if (take_chunk(&o.prefill_chunk, a, v)) return 1;
       } else if (!strcmp(a, "--repeat")) {
         if (df_cli_int(a, v, 1, 1000, &n)) return 1;
         o.repeat = (int)n;

@@ -9,6 +9,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "cli/engine_opts.h"
 #include "engine/engine.h"
 #include "format/safetensors.h"
@@ -116,12 +117,14 @@ static int write_out(const out_tensor *t, int nt, df_st_writer *w, df_err *e) {
   return df_st_writer_finish(w, e);
 }
 
+/* --prefill-chunk's one row (opt_table.h), shared with run, chat, bench, eval. */
+static const df_opt chunk_row[] = {DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL)};
+
 int df_cmd_logits(int argc, char **argv) {
   df_engine_opts eo;
   df_engine_opts_default(&eo);
   const char *ids_s = NULL, *ids_file = NULL, *out_path = NULL;
   int want_hidden = 0, want_routes = 0, chunk = 64;
-  long v;
   int r;
   json_t *eargs = json_array();
   int rc = 1;
@@ -150,10 +153,7 @@ int df_cmd_logits(int argc, char **argv) {
       if (!strcmp(a, "--prompt-ids")) ids_s = val;
       else if (!strcmp(a, "--prompt-ids-file")) ids_file = val;
       else if (!strcmp(a, "--out")) out_path = val;
-      else {
-        if (df_cli_int(a, val, 0, 1 << 20, &v)) goto out;
-        chunk = (int)v;
-      }
+      else if (df_opt_take(chunk_row, 1, &chunk, "logits", argc, argv, &i0) < 0) goto out;
     } else if (a[0] == '-') {
       df_cli_fail("logits: unknown option '%s' (see deltafin logits --help)", a);
       goto out;
