@@ -51,12 +51,7 @@ void df_cmd_bench_help(void) {
 }
 
 /* --prefill-chunk's one row (opt_table.h), shared with run, chat, eval, logits. */
-static int take_chunk(int *chunk, const char *a, const char *v) {
-  static const df_opt row[] = {DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL)};
-  char *av[2] = {(char *)a, (char *)v};
-  int k = 0;
-  return df_opt_take(row, 1, chunk, "bench", 2, av, &k) < 0;
-}
+static const df_opt chunk_row = DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL);
 
 static int opt_val(int argc, char **argv, int *i, const char **val) {
   if (*i + 1 >= argc) return df_cli_fail("%s needs a value", argv[*i]);
@@ -123,7 +118,7 @@ int df_cmd_bench(int argc, char **argv) {
         if (df_cli_int(a, v, 1, 1 << 20, &n)) return 1;
         o.new_tokens = (int)n;
       } else if (!strcmp(a, "--prefill-chunk")) {
-        if (take_chunk(&o.prefill_chunk, a, v)) return 1;
+        if (df_opt_value(&chunk_row, &o.prefill_chunk, v)) return 1;
       } else if (!strcmp(a, "--repeat")) {
         if (df_cli_int(a, v, 1, 1000, &n)) return 1;
         o.repeat = (int)n;

@@ -179,7 +179,7 @@ static int logits_write(const char *out_path, const capture *hkp, float *logits,
 }
 
 /* --prefill-chunk's one row (opt_table.h), shared with run, chat, bench, eval. */
-static const df_opt chunk_row[] = {DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL)};
+static const df_opt chunk_row = DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL);
 
 int df_cmd_logits(int argc, char **argv) {
   df_engine_opts eo;
@@ -213,7 +213,7 @@ int df_cmd_logits(int argc, char **argv) {
       if (!strcmp(a, "--prompt-ids")) ids_s = val;
       else if (!strcmp(a, "--prompt-ids-file")) ids_file = val;
       else if (!strcmp(a, "--out")) out_path = val;
-      else if (df_opt_take(chunk_row, 1, &chunk, "logits", argc, argv, &i0) < 0) goto out;
+      else if (df_opt_value(&chunk_row, &chunk, val)) goto out;
     } else if (a[0] == '-') {
       df_cli_fail("logits: unknown option '%s' (see deltafin logits --help)", a);
       goto out;

@@ -119,9 +119,13 @@ int df_opt_take(const df_opt *t, size_t n, void *base, const char *cmd, int argc
         return df_cli_fail("%s needs a value (see deltafin %s --help)", a, cmd), -1;
       v = argv[++*i];
     }
-    return take_value(&t[k], (char *)base + t[k].off, v) ? -1 : 1;
+    return df_opt_value(&t[k], base, v) ? -1 : 1;
   }
   return 0;
+}
+
+int df_opt_value(const df_opt *o, void *base, const char *v) {
+  return take_value(o, (char *)base + o->off, v);
 }
 
 void df_opt_help(const df_opt *t, size_t n, int width, FILE *out) {

@@ -45,6 +45,9 @@ typedef struct df_opt {
  * is the struct the rows' offsets point into; cmd names the command. */
 int df_opt_take(const df_opt *t, size_t n, void *base, const char *cmd, int argc, char **argv,
                 int *i);
+/* Parses v as row o's value into base (for a command whose loop has already
+ * taken the value): 0, or -1 after printing the error. */
+int df_opt_value(const df_opt *o, void *base, const char *v);
 /* The rows' help lines, the left column `width` wide ("  %-*s %s"); a left
  * column wider than that gets a line of its own. */
 void df_opt_help(const df_opt *t, size_t n, int width, FILE *out);
