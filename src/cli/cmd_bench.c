@@ -5,6 +5,7 @@
 
 #include "bench/bench.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "cli/engine_opts.h"
 
 void df_cmd_bench_help(void) {
@@ -48,6 +49,9 @@ void df_cmd_bench_help(void) {
       "\n");
   df_cli_engine_help(stdout);
 }
+
+/* --prefill-chunk's one row (opt_table.h), shared with run, chat, eval, logits. */
+static const df_opt chunk_row = DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL);
 
 static int opt_val(int argc, char **argv, int *i, const char **val) {
   if (*i + 1 >= argc) return df_cli_fail("%s needs a value", argv[*i]);
@@ -114,8 +118,7 @@ int df_cmd_bench(int argc, char **argv) {
         if (df_cli_int(a, v, 1, 1 << 20, &n)) return 1;
         o.new_tokens = (int)n;
       } else if (!strcmp(a, "--prefill-chunk")) {
-        if (df_cli_int(a, v, 0, 1 << 20, &n)) return 1;
-        o.prefill_chunk = (int)n;
+        if (df_opt_value(&chunk_row, &o.prefill_chunk, v)) return 1;
       } else if (!strcmp(a, "--repeat")) {
         if (df_cli_int(a, v, 1, 1000, &n)) return 1;
         o.repeat = (int)n;

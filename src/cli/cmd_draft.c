@@ -74,6 +74,31 @@ static int parse_id_list(const char *s, int **ids, size_t *n, size_t *capp) {
   return 0;
 }
 
+/* The generated ids (ids[P..n)) as JSON, text or an id list. */
+static void draft_print(const df_hftok *tok, const int *ids, size_t P, size_t n, int json) {
+  size_t tl = 0;
+  char *text = tok ? df_hftok_decode(tok, ids + P, n - P, &tl) : NULL;
+  if (json) {
+    json_t *o = json_object(), *a = json_array(), *b = json_array();
+    for (size_t i = 0; i < P; i++) json_array_append_new(a, json_integer(ids[i]));
+    for (size_t i = P; i < n; i++) json_array_append_new(b, json_integer(ids[i]));
+    json_object_set_new(o, "prompt_ids", a);
+    json_object_set_new(o, "ids", b);
+    if (text) json_object_set_new(o, "text", json_stringn_nocheck(text, tl));
+    char *js = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    printf("%s\n", js);
+    free(js);
+    json_decref(o);
+  } else if (text) {
+    fwrite(text, 1, tl, stdout);
+    printf("\n");
+  } else {
+    for (size_t i = P; i < n; i++) printf("%s%d", i > P ? "," : "", ids[i]);
+    printf("\n");
+  }
+  free(text);
+}
+
 int df_cmd_draft_run(int argc, char **argv) {
   const char *dir = NULL, *prompt = NULL, *pids = NULL, *kern = NULL, *dump = NULL;
   long max_new = 16, threads = 1, chunk = 0;
@@ -187,29 +212,7 @@ int df_cmd_draft_run(int argc, char **argv) {
       goto done;
     }
   }
-  {
-    size_t tl = 0;
-    char *text = tok ? df_hftok_decode(tok, ids + P, n - P, &tl) : NULL;
-    if (json) {
-      json_t *o = json_object(), *a = json_array(), *b = json_array();
-      for (size_t i = 0; i < P; i++) json_array_append_new(a, json_integer(ids[i]));
-      for (size_t i = P; i < n; i++) json_array_append_new(b, json_integer(ids[i]));
-      json_object_set_new(o, "prompt_ids", a);
-      json_object_set_new(o, "ids", b);
-      if (text) json_object_set_new(o, "text", json_stringn_nocheck(text, tl));
-      char *js = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-      printf("%s\n", js);
-      free(js);
-      json_decref(o);
-    } else if (text) {
-      fwrite(text, 1, tl, stdout);
-      printf("\n");
-    } else {
-      for (size_t i = P; i < n; i++) printf("%s%d", i > P ? "," : "", ids[i]);
-      printf("\n");
-    }
-    free(text);
-  }
+  draft_print(tok, ids, P, n, json);
   rc = 0;
 done:
   if (df) {

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "format/config.h"
 #include "format/roster.h"
 #include "format/safetensors.h"
@@ -319,34 +321,39 @@ static void show_progress(uint64_t done, void *ctx) {
           human(done, h1, sizeof h1), human(p->total, h2, sizeof h2));
 }
 
+/* The command line, parsed by one option table (cli/opt_table.h). */
+typedef struct inspect_args {
+  const char *dir;
+  int as_json, full, progress;
+  uint64_t mem_limit; /* --mem-limit: bytes; 0 = this machine's */
+} inspect_args;
+
+#define IA(f) offsetof(inspect_args, f)
+static const df_opt inspect_rows[] = {
+    {"--model", "DIR", DF_OPT_STR, IA(dir), 0, 0, 0, NULL, NULL},
+    {"--mem-limit", "SIZE", DF_OPT_SIZE, IA(mem_limit), 0, 0, 0, NULL, NULL},
+    {"--json", NULL, DF_OPT_SWITCH, IA(as_json), 0, 0, 0, NULL, NULL},
+    {"--quick", NULL, DF_OPT_CLEAR, IA(full), 0, 0, 0, NULL, NULL},
+    {"--full-scan", NULL, DF_OPT_SWITCH, IA(full), 0, 0, 0, NULL, NULL},
+    {"--progress", NULL, DF_OPT_SWITCH, IA(progress), 0, 0, 0, NULL, NULL},
+};
+
 int df_cmd_inspect(int argc, char **argv) {
   if (df_cli_wants_help(argc, argv)) {
     df_cmd_inspect_help();
     return 0;
   }
-  const char *dir = NULL;
-  int as_json = 0, full = 0, progress = isatty(2);
-  uint64_t mem_limit = 0;
+  inspect_args ia = {.progress = isatty(2)};
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--model")) {
-      if (i + 1 >= argc) return df_cli_fail("--model needs a directory");
-      dir = argv[++i];
-    } else if (!strcmp(argv[i], "--mem-limit")) {
-      if (i + 1 >= argc || df_plan_parse_size(argv[i + 1], &mem_limit) || !mem_limit)
-        return df_cli_fail("--mem-limit needs a size like 48G or 512M");
-      i++;
-    } else if (!strcmp(argv[i], "--json")) {
-      as_json = 1;
-    } else if (!strcmp(argv[i], "--quick")) {
-      full = 0;
-    } else if (!strcmp(argv[i], "--full-scan")) {
-      full = 1;
-    } else if (!strcmp(argv[i], "--progress")) {
-      progress = 1;
-    } else {
+    int r = df_opt_take(inspect_rows, sizeof inspect_rows / sizeof inspect_rows[0], &ia,
+                        "inspect", argc, argv, &i);
+    if (r < 0) return 1;
+    if (!r)
       return df_cli_fail("inspect: unknown argument '%s' (see deltafin inspect --help)", argv[i]);
-    }
   }
+  const char *dir = ia.dir;
+  int as_json = ia.as_json, full = ia.full, progress = ia.progress;
+  uint64_t mem_limit = ia.mem_limit;
   if (!dir) return df_cli_fail("inspect needs --model DIR");
 
   report *r = df_xcalloc(1, sizeof *r);

@@ -9,6 +9,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "cli/engine_opts.h"
 #include "engine/engine.h"
 #include "format/safetensors.h"
@@ -116,14 +117,77 @@ static int write_out(const out_tensor *t, int nt, df_st_writer *w, df_err *e) {
   return df_st_writer_finish(w, e);
 }
 
+/* The prompt ids from --prompt-ids or --prompt-ids-file: 0, or 1 said. */
+static int logits_ids(const char *ids_s, const char *ids_file, int **ids, size_t *nids,
+                      size_t *cap) {
+  if (ids_s) {
+    if (df_cli_parse_ids("logits", ids_s, ids, nids, cap)) return 1;
+  } else {
+    char *buf;
+    size_t len;
+    if (df_cli_read_input(ids_file, &buf, &len)) return 1;
+    int bad = strlen(buf) != len;
+    if (bad) df_cli_fail("%s: contains a NUL byte", ids_file);
+    else bad = df_cli_parse_ids("logits", buf, ids, nids, cap);
+    free(buf);
+    if (bad) return 1;
+  }
+  if (*nids == 0) return df_cli_fail("logits: no token ids given");
+  if (*nids > (1u << 24))
+    return df_cli_fail("logits: %zu positions is more than this command handles (16777216)",
+                       *nids);
+  return 0;
+}
+
+/* The output file: logits, prompt ids, what the hooks captured and the run's
+ * metadata (moe consumed): 0, or 1 said. */
+static int logits_write(const char *out_path, const capture *hkp, float *logits, const int *ids,
+                        int T, json_t *moe, json_t *eargs, df_engine *en, int chunk) {
+  capture hk = *hkp;
+  const df_config *cfg = hk.cfg;
+  size_t V = (size_t)cfg->vocab, H = (size_t)cfg->hidden, L = (size_t)cfg->n_layers;
+  size_t E = (size_t)cfg->n_experts, K = (size_t)cfg->top_k, Tz = (size_t)T;
+  int M = (int)json_array_size(moe);
+  df_err e;
+  int32_t *pid = df_xmalloc(sizeof(int32_t) * Tz);
+  for (size_t i = 0; i < Tz; i++) pid[i] = ids[i];
+  out_tensor t[5];
+  int nt = 0;
+  t[nt++] = (out_tensor){"logits", DF_DT_F32, 2, {T, (int64_t)V}, logits};
+  t[nt++] = (out_tensor){"prompt_ids", DF_DT_I32, 1, {T}, pid};
+  if (hk.hidden) t[nt++] = (out_tensor){"hidden", DF_DT_F32, 3, {(int64_t)L, T, (int64_t)H}, hk.hidden};
+  if (hk.scores) {
+    t[nt++] = (out_tensor){"route_scores", DF_DT_F32, 3, {M, T, (int64_t)E}, hk.scores};
+    t[nt++] = (out_tensor){"route_ids", DF_DT_I32, 3, {M, T, (int64_t)K}, hk.ids};
+  }
+  df_st_writer *w = df_st_writer_new(out_path);
+  meta_json(w, "moe_layers", moe);
+  meta_json(w, "engine_args", json_incref(eargs));
+  df_st_writer_set_metadata(w, "kernels", df_engine_kernels(en));
+  df_st_writer_set_metadata(w, "spine", df_engine_spine(en) == DF_SPINE_INT8 ? "int8" : "bf16");
+  meta_int(w, "threads", df_engine_threads(en));
+  meta_int(w, "prefill_chunk", chunk);
+  meta_int(w, "spine_stream_bytes", (long long)df_engine_spine_stream_bytes(en, NULL));
+  char *plan = df_engine_plan_json(en);
+  if (plan) df_st_writer_set_metadata(w, "plan", plan);
+  free(plan);
+  int wr = write_out(t, nt, w, &e);
+  free(pid);
+  df_st_writer_free(w);
+  if (wr) return df_cli_fail("%s", e.msg);
+  return 0;
+}
+
+/* --prefill-chunk's one row (opt_table.h), shared with run, chat, bench, eval. */
+static const df_opt chunk_row = DF_OPT_PREFILL_CHUNK(DF_OPT_INT, 0, NULL);
+
 int df_cmd_logits(int argc, char **argv) {
   df_engine_opts eo;
   df_engine_opts_default(&eo);
   const char *ids_s = NULL, *ids_file = NULL, *out_path = NULL;
   int want_hidden = 0, want_routes = 0, chunk = 64;
-  long v;
   int r;
-  json_t *eargs = json_array();
+  json_t *eargs = json_array(), *moe = NULL;
   int rc = 1;
   int *ids = NULL;
   size_t nids = 0, cap = 0;
@@ -131,7 +195,6 @@ int df_cmd_logits(int argc, char **argv) {
   df_session *s = NULL;
   float *logits = NULL;
   capture hk = {0}; /* what the hooks fill */
-  df_st_writer *w = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int i0 = i;
@@ -150,10 +213,7 @@ int df_cmd_logits(int argc, char **argv) {
       if (!strcmp(a, "--prompt-ids")) ids_s = val;
       else if (!strcmp(a, "--prompt-ids-file")) ids_file = val;
       else if (!strcmp(a, "--out")) out_path = val;
-      else {
-        if (df_cli_int(a, val, 0, 1 << 20, &v)) goto out;
-        chunk = (int)v;
-      }
+      else if (df_opt_value(&chunk_row, &chunk, val)) goto out;
     } else if (a[0] == '-') {
       df_cli_fail("logits: unknown option '%s' (see deltafin logits --help)", a);
       goto out;
@@ -174,26 +234,7 @@ int df_cmd_logits(int argc, char **argv) {
     df_cli_fail("logits needs --out FILE (the safetensors file to write)");
     goto out;
   }
-  if (ids_s) {
-    if (df_cli_parse_ids("logits", ids_s, &ids, &nids, &cap)) goto out;
-  } else {
-    char *buf;
-    size_t len;
-    if (df_cli_read_input(ids_file, &buf, &len)) goto out;
-    int bad = strlen(buf) != len;
-    if (bad) df_cli_fail("%s: contains a NUL byte", ids_file);
-    else bad = df_cli_parse_ids("logits", buf, &ids, &nids, &cap);
-    free(buf);
-    if (bad) goto out;
-  }
-  if (nids == 0) {
-    df_cli_fail("logits: no token ids given");
-    goto out;
-  }
-  if (nids > (1u << 24)) {
-    df_cli_fail("logits: %zu positions is more than this command handles (16777216)", nids);
-    goto out;
-  }
+  if (logits_ids(ids_s, ids_file, &ids, &nids, &cap)) goto out;
   int T = (int)nids;
   if (chunk <= 0 || chunk > T) chunk = T;
 
@@ -215,7 +256,7 @@ int df_cmd_logits(int argc, char **argv) {
   hk.cfg = cfg;
   hk.T = T;
   int M = 0;
-  json_t *moe = json_array();
+  moe = json_array();
   for (int l = 0; l < cfg->n_layers; l++) {
     hk.moe_index[l] = l >= cfg->first_k_dense ? M++ : -1;
     if (hk.moe_index[l] >= 0) json_array_append_new(moe, json_integer(l));
@@ -235,50 +276,23 @@ int df_cmd_logits(int argc, char **argv) {
     int n = T - p < chunk ? T - p : chunk;
     hk.pos0 = p;
     if (df_session_forward(s, ids + p, n, NULL, logits + (size_t)p * V, &e)) {
-      json_decref(moe);
       df_cli_fail("positions %d-%d: %s", p, p + n - 1, e.msg);
       goto out;
     }
   }
   if (hk.bad[0]) {
-    json_decref(moe);
     df_cli_fail("logits: the engine's hooks gave what this command did not expect (%s)", hk.bad);
     goto out;
   }
 
-  int32_t *pid = df_xmalloc(sizeof(int32_t) * Tz);
-  for (size_t i = 0; i < Tz; i++) pid[i] = ids[i];
-  out_tensor t[5];
-  int nt = 0;
-  t[nt++] = (out_tensor){"logits", DF_DT_F32, 2, {T, (int64_t)V}, logits};
-  t[nt++] = (out_tensor){"prompt_ids", DF_DT_I32, 1, {T}, pid};
-  if (hk.hidden) t[nt++] = (out_tensor){"hidden", DF_DT_F32, 3, {(int64_t)L, T, (int64_t)H}, hk.hidden};
-  if (hk.scores) {
-    t[nt++] = (out_tensor){"route_scores", DF_DT_F32, 3, {M, T, (int64_t)E}, hk.scores};
-    t[nt++] = (out_tensor){"route_ids", DF_DT_I32, 3, {M, T, (int64_t)K}, hk.ids};
-  }
-  w = df_st_writer_new(out_path);
-  meta_json(w, "moe_layers", moe);
-  meta_json(w, "engine_args", json_incref(eargs));
-  df_st_writer_set_metadata(w, "kernels", df_engine_kernels(en));
-  df_st_writer_set_metadata(w, "spine", df_engine_spine(en) == DF_SPINE_INT8 ? "int8" : "bf16");
-  meta_int(w, "threads", df_engine_threads(en));
-  meta_int(w, "prefill_chunk", chunk);
-  meta_int(w, "spine_stream_bytes", (long long)df_engine_spine_stream_bytes(en, NULL));
-  char *plan = df_engine_plan_json(en);
-  if (plan) df_st_writer_set_metadata(w, "plan", plan);
-  free(plan);
-  int wr = write_out(t, nt, w, &e);
-  free(pid);
-  if (wr) {
-    df_cli_fail("%s", e.msg);
-    goto out;
-  }
+  int wr = logits_write(out_path, &hk, logits, ids, T, moe, eargs, en, chunk);
+  moe = NULL;
+  if (wr) goto out;
   printf("logits: %d positions x %zu vocab%s%s -> %s\n", T, V, hk.hidden ? ", hidden states" : "",
          hk.scores ? ", routes" : "", out_path);
   rc = 0;
 out:
-  df_st_writer_free(w);
+  json_decref(moe);
   free(logits);
   free(hk.hidden);
   free(hk.scores);

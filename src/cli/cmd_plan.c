@@ -4,6 +4,7 @@
  * measured by `deltafin run --json` on a model with K3's trunk (k3-trunk),
  * the compute per token. Without --model it plans full K3 from its config. */
 #include <inttypes.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "model/k3.h"
@@ -83,53 +85,158 @@ static double part_ms(json_t *dc, const char *k) {
   return json_is_number(v) ? json_number_value(v) : -1;
 }
 
+/* The command line, parsed by one option table (cli/opt_table.h). */
+typedef struct plan_args {
+  const char *model, *drives, *compute;
+  int spine_from; /* -1: by the model's pack; 0 pack, 1 shards */
+  int int8;       /* --spine: 0 bf16, 1 int8 */
+  int as_json, ctx;
+  uint64_t mem, reuse;
+  double hit;     /* -1: the cache's share */
+} plan_args;
+
+#define PA(f) offsetof(plan_args, f)
+static const df_opt plan_rows[] = {
+    {"--json", NULL, DF_OPT_SWITCH, PA(as_json), 0, 0, 0, NULL, NULL},
+    {"--mem", "SIZE", DF_OPT_SIZE, PA(mem), 0, 0, 0, NULL, NULL},
+    {"--drives", "SPEC", DF_OPT_STR, PA(drives), 0, 0, 0, NULL, NULL},
+    {"--model", "DIR", DF_OPT_STR, PA(model), 0, 0, 0, NULL, NULL},
+    {"--compute", "FILE", DF_OPT_STR, PA(compute), 0, 0, 0, NULL, NULL},
+    {"--spine-from", "pack|shards", DF_OPT_CHOICE, PA(spine_from), 0, 0, 0, NULL, NULL},
+    {"--reuse-mb", "N", DF_OPT_MB, PA(reuse), 0, 1 << 30, 0, NULL, NULL},
+    {"--spine", "bf16|int8", DF_OPT_CHOICE, PA(int8), 0, 0, 0, NULL, NULL},
+    {"--ctx", "N", DF_OPT_INT, PA(ctx), 1, 1 << 30, 0, NULL, NULL},
+    {"--expert-hit", "F", DF_OPT_DOUBLE, PA(hit), 0, 1, 0, NULL, NULL},
+};
+
+/* 0, or 1 after printing why. */
+static int plan_parse(plan_args *a, int argc, char **argv) {
+  *a = (plan_args){.drives = "1x7GB/s", .spine_from = -1, .int8 = 1, .hit = -1};
+  for (int i = 1; i < argc; i++) {
+    int r = df_opt_take(plan_rows, sizeof plan_rows / sizeof plan_rows[0], a, "plan", argc, argv,
+                        &i);
+    if (r < 0) return 1;
+    if (!r) return df_cli_fail("plan: unknown option '%s' (see deltafin plan --help)", argv[i]);
+  }
+  return 0;
+}
+
+/* The measured per-part decode times of a `run --json` output: 0, or 1 said. */
+static int plan_read_compute(const char *compute, double *parts) {
+  char *buf;
+  size_t len;
+  if (df_cli_read_input(compute, &buf, &len)) return 1;
+  json_error_t je;
+  json_t *j = json_loadb(buf, len, 0, &je);
+  free(buf);
+  if (!j)
+    return df_cli_fail("--compute %s: invalid JSON at line %d column %d: %s (use `deltafin run --json` output)",
+                       compute, je.line, je.column, je.text);
+  json_t *dc = json_object_get(json_object_get(j, "stats"), "decode_compute");
+  if (!dc) dc = json_object_get(j, "decode_compute");
+  if (!dc) {
+    json_decref(j);
+    return df_cli_fail("--compute %s: no stats.decode_compute (use `deltafin run --json` output)", compute);
+  }
+  int ok = 1;
+  for (int k = 0; k < DF_K3_T_N; k++) {
+    parts[k] = part_ms(dc, df_k3_compute_names[k]) / 1e3;
+    if (parts[k] < 0) ok = 0;
+  }
+  json_decref(j);
+  if (!ok) return df_cli_fail("--compute %s: a part is missing (decode at least one token)", compute);
+  return 0;
+}
+
+/* The projection's figures, for the two outputs. */
+typedef struct projection {
+  const char *what, *memsrc, *spine_from;
+  int int8, ndrives, balanced, nmoe, have_comp;
+  double bw, hit, spine_b, exp_b, io_s, comp_s, parts[DF_K3_T_N];
+  const char *compute;
+  uint64_t rec_bytes;
+} projection;
+
+static void plan_print_json(const df_plan *p, const projection *q) {
+  char *pj = df_plan_json(p);
+  json_t *o = json_object();
+  json_object_set_new(o, "model", json_string(q->what));
+  json_object_set_new(o, "spine", json_string(q->int8 ? "int8" : "bf16"));
+  json_object_set_new(o, "memory_source", json_string(q->memsrc));
+  json_object_set_new(o, "plan", json_loads(pj, 0, NULL));
+  free(pj);
+  json_t *pr = json_object();
+  json_object_set_new(pr, "label", json_string("PROJECTION"));
+  json_object_set_new(pr, "drives", json_integer(q->ndrives));
+  json_object_set_new(pr, "drive_bytes_per_s", json_real(q->bw));
+  json_object_set_new(pr, "spine_source", json_string(q->spine_from));
+  json_object_set_new(pr, "spine_balanced", json_boolean(q->balanced));
+  json_object_set_new(pr, "expert_hit", json_real(q->hit));
+  json_object_set_new(pr, "spine_bytes_per_token", json_real(q->spine_b));
+  json_object_set_new(pr, "expert_bytes_per_token", json_real(q->exp_b));
+  json_object_set_new(pr, "read_s_per_token", json_real(q->io_s));
+  json_object_set_new(pr, "compute_s_per_token", q->have_comp ? json_real(q->comp_s) : json_null());
+  json_object_set_new(pr, "s_per_token_overlapped",
+                      q->have_comp ? json_real(q->comp_s > q->io_s ? q->comp_s : q->io_s) : json_null());
+  json_object_set_new(pr, "s_per_token_serial", q->have_comp ? json_real(q->comp_s + q->io_s) : json_null());
+  json_object_set_new(o, "projection", pr);
+  char *t = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  puts(t);
+  free(t);
+  json_decref(o);
+}
+
+static void plan_print_text(const df_plan *p, const projection *q, const df_config *cfg) {
+  int ndrives = q->ndrives;
+  double bw = q->bw, io_s = q->io_s, comp_s = q->comp_s;
+  const double *parts = q->parts;
+  printf("model    %s, %s spine\n", q->what, q->int8 ? "int8" : "bf16");
+  char *t = df_plan_text(p);
+  fputs(t, stdout);
+  free(t);
+  printf("PROJECTION (not a measurement) of one decode token on %d drive%s, %.1f GB/s together:\n",
+         ndrives, ndrives == 1 ? "" : "s", bw / 1e9);
+  printf("  spine streamed   %8.2f GB (non-resident layers, one embedding row), %s\n", q->spine_b / 1e9,
+         !strcmp(q->spine_from, "pack")
+             ? (ndrives > 1 ? "from the pack's spine section, read balanced across the drives"
+                            : "from the pack's spine section")
+             : ndrives > 1 ? "from the checkpoint shards, all on one drive (not balanced: pack "
+                             "--spine spreads it)"
+                           : "from the checkpoint shards");
+  printf("  routed experts   %8.2f GB (%d MoE layers x top-%d x %.1f MB, %.1f%% from the RAM cache)\n",
+         q->exp_b / 1e9, q->nmoe, cfg->top_k, q->rec_bytes / 1e6, 100 * q->hit);
+  if (q->balanced)
+    printf("  reading          %8.2f s at %.1f GB/s\n", io_s, bw / 1e9);
+  else
+    printf("  reading          %8.2f s (the spine's drive at %.1f GB/s reads the spine and its share "
+           "of the experts)\n", io_s, bw / ndrives / 1e9);
+  if (q->have_comp) {
+    int nmoe = q->nmoe;
+    printf("  compute          %8.2f s (%d KDA x %.1f ms, %d MLA x %.1f ms, %d dense FFN x %.1f ms,\n"
+           "                              %d MoE trunks x %.1f ms + %d x %d experts x %.2f ms, head %.1f ms;\n"
+           "                              measured by --compute %s)\n",
+           comp_s, cfg->n_kda, 1e3 * parts[DF_K3_T_KDA], cfg->n_mla, 1e3 * parts[DF_K3_T_MLA],
+           cfg->first_k_dense, 1e3 * parts[DF_K3_T_DENSE], nmoe, 1e3 * parts[DF_K3_T_MOE_TRUNK], nmoe,
+           cfg->top_k, 1e3 * parts[DF_K3_T_EXPERTS], 1e3 * parts[DF_K3_T_HEAD], q->compute);
+    printf("  per token        %8.2f s if reads fully overlap compute, %.2f s if they never do\n",
+           comp_s > io_s ? comp_s : io_s, comp_s + io_s);
+  } else {
+    printf("  compute          not given (--compute FILE from `deltafin run --json` on k3-trunk)\n");
+  }
+}
+
 int df_cmd_plan(int argc, char **argv) {
   if (df_cli_wants_help(argc, argv)) {
     df_cmd_plan_help();
     return 0;
   }
-  const char *model = NULL, *drives = "1x7GB/s", *compute = NULL, *spine_from = NULL;
-  uint64_t reuse = 0;
-  uint64_t mem = 0;
-  int int8 = 1, as_json = 0, ctx = 0;
-  double hit = -1;
-  long v;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--json")) {
-      as_json = 1;
-      continue;
-    }
-    if (i + 1 >= argc) return df_cli_fail("plan: %s needs a value (see deltafin plan --help)", a);
-    const char *val = argv[++i];
-    if (!strcmp(a, "--mem")) {
-      if (df_plan_parse_size(val, &mem) || !mem) return df_cli_fail("--mem: '%s' is not a size like 64G", val);
-    } else if (!strcmp(a, "--drives")) drives = val;
-    else if (!strcmp(a, "--model")) model = val;
-    else if (!strcmp(a, "--compute")) compute = val;
-    else if (!strcmp(a, "--spine-from")) {
-      if (strcmp(val, "pack") && strcmp(val, "shards"))
-        return df_cli_fail("--spine-from: '%s' is not pack or shards", val);
-      spine_from = val;
-    } else if (!strcmp(a, "--reuse-mb")) {
-      if (df_cli_int(a, val, 0, 1 << 30, &v)) return 1;
-      reuse = (uint64_t)v << 20;
-    }
-    else if (!strcmp(a, "--spine")) {
-      if (!strcmp(val, "bf16")) int8 = 0;
-      else if (!strcmp(val, "int8")) int8 = 1;
-      else return df_cli_fail("--spine: '%s' is not bf16 or int8", val);
-    } else if (!strcmp(a, "--ctx")) {
-      if (df_cli_int(a, val, 1, 1 << 30, &v)) return 1;
-      ctx = (int)v;
-    } else if (!strcmp(a, "--expert-hit")) {
-      char *end;
-      hit = strtod(val, &end);
-      if (*end || !(hit >= 0 && hit <= 1)) return df_cli_fail("--expert-hit: '%s' is not in [0, 1]", val);
-    } else {
-      return df_cli_fail("plan: unknown option '%s' (see deltafin plan --help)", a);
-    }
-  }
+  plan_args pa;
+  if (plan_parse(&pa, argc, argv)) return 1;
+  const char *model = pa.model, *drives = pa.drives, *compute = pa.compute;
+  const char *spine_from = pa.spine_from < 0 ? NULL : pa.spine_from ? "shards" : "pack";
+  uint64_t reuse = pa.reuse, mem = pa.mem;
+  int int8 = pa.int8, ctx = pa.ctx;
+  double hit = pa.hit;
   int ndrives;
   double bw;
   if (parse_drives(drives, &ndrives, &bw))
@@ -215,107 +322,24 @@ int df_cmd_plan(int argc, char **argv) {
   double io_s = balanced ? (spine_b + exp_b) / bw
                          : (spine_b + exp_b / ndrives) / (bw / ndrives);
   /* compute per token from measured parts */
-  double comp_s = -1, parts[DF_K3_T_N];
-  int have_comp = 0;
+  projection q = {.what = what, .memsrc = memsrc, .spine_from = spine_from, .int8 = int8,
+                  .ndrives = ndrives, .balanced = balanced, .nmoe = nmoe, .bw = bw, .hit = hit,
+                  .spine_b = spine_b, .exp_b = exp_b, .io_s = io_s, .comp_s = -1,
+                  .compute = compute, .rec_bytes = lay.total};
   if (compute) {
-    char *buf;
-    size_t len;
-    if (df_cli_read_input(compute, &buf, &len)) {
+    if (plan_read_compute(compute, q.parts)) {
       rc = 1;
       goto out;
     }
-    json_error_t je;
-    json_t *j = json_loadb(buf, len, 0, &je);
-    free(buf);
-    if (!j) {
-      rc = df_cli_fail("--compute %s: invalid JSON at line %d column %d: %s (use `deltafin run --json` output)",
-                       compute, je.line, je.column, je.text);
-      goto out;
-    }
-    json_t *dc = j ? json_object_get(json_object_get(j, "stats"), "decode_compute") : NULL;
-    if (!dc) dc = j ? json_object_get(j, "decode_compute") : NULL;
-    if (!dc) {
-      json_decref(j);
-      rc = df_cli_fail("--compute %s: no stats.decode_compute (use `deltafin run --json` output)", compute);
-      goto out;
-    }
-    have_comp = 1;
-    for (int k = 0; k < DF_K3_T_N; k++) {
-      parts[k] = part_ms(dc, df_k3_compute_names[k]) / 1e3;
-      if (parts[k] < 0) have_comp = 0;
-    }
-    json_decref(j);
-    if (!have_comp) {
-      rc = df_cli_fail("--compute %s: a part is missing (decode at least one token)", compute);
-      goto out;
-    }
-    int ndense = cfg.first_k_dense;
-    comp_s = cfg.n_kda * parts[DF_K3_T_KDA] + cfg.n_mla * parts[DF_K3_T_MLA] +
-             ndense * parts[DF_K3_T_DENSE] +
-             nmoe * (parts[DF_K3_T_MOE_TRUNK] + cfg.top_k * parts[DF_K3_T_EXPERTS]) +
-             parts[DF_K3_T_HEAD];
+    q.have_comp = 1;
+    const double *parts = q.parts;
+    q.comp_s = cfg.n_kda * parts[DF_K3_T_KDA] + cfg.n_mla * parts[DF_K3_T_MLA] +
+               cfg.first_k_dense * parts[DF_K3_T_DENSE] +
+               nmoe * (parts[DF_K3_T_MOE_TRUNK] + cfg.top_k * parts[DF_K3_T_EXPERTS]) +
+               parts[DF_K3_T_HEAD];
   }
-  if (as_json) {
-    char *pj = df_plan_json(&p);
-    json_t *o = json_object();
-    json_object_set_new(o, "model", json_string(what));
-    json_object_set_new(o, "spine", json_string(int8 ? "int8" : "bf16"));
-    json_object_set_new(o, "memory_source", json_string(memsrc));
-    json_object_set_new(o, "plan", json_loads(pj, 0, NULL));
-    free(pj);
-    json_t *pr = json_object();
-    json_object_set_new(pr, "label", json_string("PROJECTION"));
-    json_object_set_new(pr, "drives", json_integer(ndrives));
-    json_object_set_new(pr, "drive_bytes_per_s", json_real(bw));
-    json_object_set_new(pr, "spine_source", json_string(spine_from));
-    json_object_set_new(pr, "spine_balanced", json_boolean(balanced));
-    json_object_set_new(pr, "expert_hit", json_real(hit));
-    json_object_set_new(pr, "spine_bytes_per_token", json_real(spine_b));
-    json_object_set_new(pr, "expert_bytes_per_token", json_real(exp_b));
-    json_object_set_new(pr, "read_s_per_token", json_real(io_s));
-    json_object_set_new(pr, "compute_s_per_token", have_comp ? json_real(comp_s) : json_null());
-    json_object_set_new(pr, "s_per_token_overlapped",
-                        have_comp ? json_real(comp_s > io_s ? comp_s : io_s) : json_null());
-    json_object_set_new(pr, "s_per_token_serial", have_comp ? json_real(comp_s + io_s) : json_null());
-    json_object_set_new(o, "projection", pr);
-    char *t = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    puts(t);
-    free(t);
-    json_decref(o);
-  } else {
-    printf("model    %s, %s spine\n", what, int8 ? "int8" : "bf16");
-    char *t = df_plan_text(&p);
-    fputs(t, stdout);
-    free(t);
-    printf("PROJECTION (not a measurement) of one decode token on %d drive%s, %.1f GB/s together:\n",
-           ndrives, ndrives == 1 ? "" : "s", bw / 1e9);
-    printf("  spine streamed   %8.2f GB (non-resident layers, one embedding row), %s\n", spine_b / 1e9,
-           !strcmp(spine_from, "pack")
-               ? (ndrives > 1 ? "from the pack's spine section, read balanced across the drives"
-                              : "from the pack's spine section")
-               : ndrives > 1 ? "from the checkpoint shards, all on one drive (not balanced: pack "
-                               "--spine spreads it)"
-                             : "from the checkpoint shards");
-    printf("  routed experts   %8.2f GB (%d MoE layers x top-%d x %.1f MB, %.1f%% from the RAM cache)\n",
-           exp_b / 1e9, nmoe, cfg.top_k, lay.total / 1e6, 100 * hit);
-    if (balanced)
-      printf("  reading          %8.2f s at %.1f GB/s\n", io_s, bw / 1e9);
-    else
-      printf("  reading          %8.2f s (the spine's drive at %.1f GB/s reads the spine and its share "
-             "of the experts)\n", io_s, bw / ndrives / 1e9);
-    if (have_comp) {
-      printf("  compute          %8.2f s (%d KDA x %.1f ms, %d MLA x %.1f ms, %d dense FFN x %.1f ms,\n"
-             "                              %d MoE trunks x %.1f ms + %d x %d experts x %.2f ms, head %.1f ms;\n"
-             "                              measured by --compute %s)\n",
-             comp_s, cfg.n_kda, 1e3 * parts[DF_K3_T_KDA], cfg.n_mla, 1e3 * parts[DF_K3_T_MLA],
-             cfg.first_k_dense, 1e3 * parts[DF_K3_T_DENSE], nmoe, 1e3 * parts[DF_K3_T_MOE_TRUNK], nmoe,
-             cfg.top_k, 1e3 * parts[DF_K3_T_EXPERTS], 1e3 * parts[DF_K3_T_HEAD], compute);
-      printf("  per token        %8.2f s if reads fully overlap compute, %.2f s if they never do\n",
-             comp_s > io_s ? comp_s : io_s, comp_s + io_s);
-    } else {
-      printf("  compute          not given (--compute FILE from `deltafin run --json` on k3-trunk)\n");
-    }
-  }
+  if (pa.as_json) plan_print_json(&p, &q);
+  else plan_print_text(&p, &q, &cfg);
   rc = 0;
 out:
   df_plan_free(&p);

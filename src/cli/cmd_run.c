@@ -1,5 +1,6 @@
 /* deltafin run: generate from a prompt, streaming text as it is produced. */
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "base/sbuf.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "cli/engine_opts.h"
 #include "cli/gen_opts.h"
 #include "engine/engine.h"
@@ -181,6 +183,142 @@ static void spec_text(const df_engine *en, const df_gen_stats *st) {
           st->n_passes, st->n_gen, st->draft_offs ? "; switched off when it did not pay" : "");
 }
 
+/* The command line: the engine's and the generation options' tables, then
+ * run's own (cli/opt_table.h). */
+typedef struct run_args {
+  const char *prompt, *prompt_ids, *messages, *effort_s, *stop_s;
+  int chat, stats, json, no_reasoning, parse_special;
+} run_args;
+
+#define RA(f) offsetof(run_args, f)
+static const df_opt run_rows[] = {
+    {"--chat", NULL, DF_OPT_SWITCH, RA(chat), 0, 0, 0, NULL, NULL},
+    {"--stats", NULL, DF_OPT_SWITCH, RA(stats), 0, 0, 0, NULL, NULL},
+    {"--json", NULL, DF_OPT_SWITCH, RA(json), 0, 0, 0, NULL, NULL},
+    {"--no-reasoning", NULL, DF_OPT_SWITCH, RA(no_reasoning), 0, 0, 0, NULL, NULL},
+    {"--parse-special", NULL, DF_OPT_SWITCH, RA(parse_special), 0, 0, 0, NULL, NULL},
+    {"--prompt", "TEXT", DF_OPT_STR, RA(prompt), 0, 0, 0, NULL, NULL},
+    {"--prompt-ids", "LIST", DF_OPT_STR, RA(prompt_ids), 0, 0, 0, NULL, NULL},
+    {"--messages", "FILE", DF_OPT_STR, RA(messages), 0, 0, 0, NULL, NULL},
+    {"--effort", "LEVEL", DF_OPT_STR, RA(effort_s), 0, 0, 0, NULL, NULL},
+    {"--stop", "LIST", DF_OPT_STR, RA(stop_s), 0, 0, 0, NULL, NULL},
+};
+
+/* Parses and checks the combination: 0, or 1 after printing why. */
+static int run_parse(run_args *ra, df_engine_opts *eo, df_gen_opts *go, df_sample_opts *so,
+                     int argc, char **argv) {
+  *ra = (run_args){.effort_s = "max"};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int r = df_cli_engine_opt(eo, "run", argc, argv, &i);
+    if (!r) r = df_cli_gen_opt(go, so, "run", argc, argv, &i);
+    if (!r) r = df_opt_take(run_rows, sizeof run_rows / sizeof run_rows[0], ra, "run", argc, argv, &i);
+    if (r < 0) return 1;
+    if (r) continue;
+    if (a[0] == '-' && a[1] == '-')
+      return df_cli_fail("run: unknown option '%s' (see deltafin run --help)", a);
+    return df_cli_fail("run: unexpected argument '%s' (the prompt goes after --prompt)", a);
+  }
+  if (!eo->model_dir) return df_cli_fail("run needs --model DIR");
+  if (!!ra->prompt + !!ra->prompt_ids + !!ra->messages != 1)
+    return df_cli_fail("run needs exactly one of --prompt TEXT, --prompt-ids LIST or --messages "
+                       "FILE");
+  if (ra->chat && ra->prompt_ids)
+    return df_cli_fail("--chat needs --prompt TEXT or --messages FILE, not --prompt-ids");
+  if (ra->messages && !ra->chat) return df_cli_fail("--messages needs --chat");
+  if (ra->parse_special && (ra->chat || !ra->prompt))
+    return df_cli_fail("--parse-special applies to a plain --prompt only (chat message content "
+                       "is never read as special tokens)");
+  if (!df_chat_effort_valid(ra->effort_s))
+    return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)",
+                       ra->effort_s);
+  return df_cli_gen_check(go, so);
+}
+
+/* What one run did, for the two reports. */
+typedef struct run_report {
+  df_engine *en;
+  const df_gen_stats *st;
+  const int *ids, *out;
+  int nids, nout, chunk, chat;
+  const out_state *os;
+  uint64_t spine_read;
+  double pre_tps, dec_tps;
+  const char *spine;
+} run_report;
+
+/* The --json object (0, or 1 said). */
+static int run_print_json(const run_report *r) {
+  df_engine *en = r->en;
+  const df_gen_stats *st = r->st;
+  json_t *o = json_object();
+  json_object_set_new(o, "prompt_ids", ids_json(r->ids, r->nids));
+  json_object_set_new(o, "output_ids", ids_json(r->out, r->nout));
+  if (r->os->tok && !r->chat) json_object_set_new(o, "text", text_json(&r->os->text[0]));
+  else if (r->os->tok) {
+    json_object_set_new(o, "text", text_json(&r->os->text[0]));
+    json_object_set_new(o, "reasoning", text_json(&r->os->text[1]));
+  } else
+    json_object_set_new(o, "text", json_null());
+  json_object_set_new(o, "finish_reason", json_string(finish_name(st->finish)));
+  json_t *js = json_object();
+  json_object_set_new(js, "n_prompt", json_integer(r->nids));
+  json_object_set_new(js, "n_gen", json_integer(r->nout));
+  json_object_set_new(js, "prefill_s", json_real(st->prefill_s));
+  json_object_set_new(js, "decode_s", json_real(st->decode_s));
+  json_object_set_new(js, "prefill_tok_s", json_real(r->pre_tps));
+  json_object_set_new(js, "decode_tok_s", json_real(r->dec_tps));
+  json_object_set_new(js, "spine", json_string(r->spine));
+  json_object_set_new(js, "kernels", json_string(df_engine_kernels(en)));
+  json_object_set_new(js, "threads", json_integer(df_engine_threads(en)));
+  json_object_set_new(js, "spine_bytes_per_token", json_integer((json_int_t)st->spine_bytes_per_token));
+  json_object_set_new(js, "spine_bytes_read", json_integer((json_int_t)r->spine_read));
+  json_object_set_new(js, "expert_bytes_read", json_integer((json_int_t)st->expert_bytes_read));
+  json_object_set_new(js, "weight_bytes_read",
+                      json_integer((json_int_t)(r->spine_read + st->expert_bytes_read)));
+  char *ej = df_engine_stats_json(en);
+  json_t *ev = ej ? json_loads(ej, 0, NULL) : NULL;
+  free(ej);
+  json_t *store = ev ? json_object_get(ev, "store") : NULL;
+  json_object_set(js, "store", store ? store : json_null());
+  json_t *dc = ev ? json_object_get(ev, "decode_compute") : NULL;
+  json_object_set(js, "decode_compute", dc ? dc : json_null());
+  json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
+  json_object_set(js, "plan", plan ? plan : json_null());
+  json_object_set_new(js, "spine_stream_bytes",
+                      json_integer((json_int_t)df_engine_spine_stream_bytes(en, NULL)));
+  json_decref(ev);
+  json_object_set_new(js, "speculation", spec_json(en, st));
+  json_object_set_new(o, "stats", js);
+  char *txt = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  if (!txt) return df_cli_fail("could not encode the result as JSON");
+  puts(txt);
+  free(txt);
+  return 0;
+}
+
+/* The --stats summary on stderr. */
+static void run_print_stats(const run_report *r) {
+  df_engine *en = r->en;
+  const df_gen_stats *st = r->st;
+  fprintf(stderr,
+          "prompt   %d tokens in %.3f s (%.2f tok/s, chunks of %d)\n"
+          "decode   %d tokens in %.3f s (%.2f tok/s), finish: %s\n"
+          "spine    %s, %.1f MB per token, %.1f MB read; kernels %s, %d threads\n"
+          "experts  %.1f MB read\n",
+          r->nids, st->prefill_s, r->pre_tps, r->chunk, r->nout, st->decode_s, r->dec_tps,
+          finish_name(st->finish), r->spine, st->spine_bytes_per_token / 1e6, r->spine_read / 1e6,
+          df_engine_kernels(en), df_engine_threads(en), st->expert_bytes_read / 1e6);
+  spec_text(en, st);
+  char *pt = df_engine_plan_text(en);
+  fprintf(stderr, "%s", pt);
+  free(pt);
+  char *t = df_engine_store_text(en);
+  if (t) fprintf(stderr, "%s%s", t, t[0] && t[strlen(t) - 1] != '\n' ? "\n" : "");
+  free(t);
+}
+
 int df_cmd_run(int argc, char **argv) {
   df_engine_opts eo;
   df_engine_opts_default(&eo);
@@ -188,48 +326,12 @@ int df_cmd_run(int argc, char **argv) {
   df_gen_opts_default(&go);
   df_sample_opts so; /* the sampler's own options; go's temperature/top-p copy them */
   df_sample_opts_default(&so);
-  const char *prompt = NULL, *prompt_ids = NULL, *messages = NULL, *effort_s = "max",
-             *stop_s = NULL;
-  int chat = 0, stats = 0, json = 0, no_reasoning = 0, parse_special = 0;
-  int r;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--chat")) chat = 1;
-    else if (!strcmp(a, "--stats")) stats = 1;
-    else if (!strcmp(a, "--json")) json = 1;
-    else if (!strcmp(a, "--no-reasoning")) no_reasoning = 1;
-    else if (!strcmp(a, "--parse-special")) parse_special = 1;
-    else if ((r = df_cli_engine_opt(&eo, "run", argc, argv, &i)) != 0) {
-      if (r < 0) return 1;
-    } else if ((r = df_cli_gen_opt(&go, &so, "run", argc, argv, &i)) != 0) {
-      if (r < 0) return 1;
-    } else if (a[0] == '-' && a[1] == '-') {
-      if (i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin run --help)", a);
-      const char *val = argv[++i];
-      if (!strcmp(a, "--prompt")) prompt = val;
-      else if (!strcmp(a, "--prompt-ids")) prompt_ids = val;
-      else if (!strcmp(a, "--messages")) messages = val;
-      else if (!strcmp(a, "--effort")) effort_s = val;
-      else if (!strcmp(a, "--stop")) stop_s = val;
-      else return df_cli_fail("run: unknown option '%s' (see deltafin run --help)", a);
-    } else {
-      return df_cli_fail("run: unexpected argument '%s' (the prompt goes after --prompt)", a);
-    }
-  }
-  if (!eo.model_dir) return df_cli_fail("run needs --model DIR");
-  if (!!prompt + !!prompt_ids + !!messages != 1)
-    return df_cli_fail("run needs exactly one of --prompt TEXT, --prompt-ids LIST or --messages "
-                       "FILE");
-  if (chat && prompt_ids)
-    return df_cli_fail("--chat needs --prompt TEXT or --messages FILE, not --prompt-ids");
-  if (messages && !chat) return df_cli_fail("--messages needs --chat");
-  if (parse_special && (chat || !prompt))
-    return df_cli_fail("--parse-special applies to a plain --prompt only (chat message content "
-                       "is never read as special tokens)");
-  if (!df_chat_effort_valid(effort_s))
-    return df_cli_fail("--effort: '%s' is not one the release accepts (low, high, max)",
-                       effort_s);
-  if (df_cli_gen_check(&go, &so)) return 1;
+  run_args ra;
+  if (run_parse(&ra, &eo, &go, &so, argc, argv)) return 1;
+  const char *prompt = ra.prompt, *prompt_ids = ra.prompt_ids, *messages = ra.messages,
+             *effort_s = ra.effort_s, *stop_s = ra.stop_s;
+  int chat = ra.chat, stats = ra.stats, json = ra.json, no_reasoning = ra.no_reasoning,
+      parse_special = ra.parse_special;
   int *ids = NULL, nids = 0, *stops = NULL, nstops = 0;
   if (prompt_ids && parse_ids("--prompt-ids", prompt_ids, &ids, &nids)) return 1;
   if (stop_s && parse_ids("--stop", stop_s, &stops, &nstops)) {
@@ -344,72 +446,11 @@ int df_cmd_run(int argc, char **argv) {
   double pre_tps = st.prefill_s > 0 ? nids / st.prefill_s : 0;
   double dec_tps = st.decode_s > 0 ? nout / st.decode_s : 0;
   const char *spine = df_engine_spine(en) == DF_SPINE_INT8 ? "int8" : "bf16";
-  if (json) {
-    json_t *o = json_object();
-    json_object_set_new(o, "prompt_ids", ids_json(ids, nids));
-    json_object_set_new(o, "output_ids", ids_json(out, nout));
-    if (tok && !chat) json_object_set_new(o, "text", text_json(&os.text[0]));
-    else if (tok) {
-      json_object_set_new(o, "text", text_json(&os.text[0]));
-      json_object_set_new(o, "reasoning", text_json(&os.text[1]));
-    } else
-      json_object_set_new(o, "text", json_null());
-    json_object_set_new(o, "finish_reason", json_string(finish_name(st.finish)));
-    json_t *js = json_object();
-    json_object_set_new(js, "n_prompt", json_integer(nids));
-    json_object_set_new(js, "n_gen", json_integer(nout));
-    json_object_set_new(js, "prefill_s", json_real(st.prefill_s));
-    json_object_set_new(js, "decode_s", json_real(st.decode_s));
-    json_object_set_new(js, "prefill_tok_s", json_real(pre_tps));
-    json_object_set_new(js, "decode_tok_s", json_real(dec_tps));
-    json_object_set_new(js, "spine", json_string(spine));
-    json_object_set_new(js, "kernels", json_string(df_engine_kernels(en)));
-    json_object_set_new(js, "threads", json_integer(df_engine_threads(en)));
-    json_object_set_new(js, "spine_bytes_per_token", json_integer((json_int_t)st.spine_bytes_per_token));
-    json_object_set_new(js, "spine_bytes_read", json_integer((json_int_t)spine_read));
-    json_object_set_new(js, "expert_bytes_read", json_integer((json_int_t)st.expert_bytes_read));
-    json_object_set_new(js, "weight_bytes_read",
-                        json_integer((json_int_t)(spine_read + st.expert_bytes_read)));
-    char *ej = df_engine_stats_json(en);
-    json_t *ev = ej ? json_loads(ej, 0, NULL) : NULL;
-    free(ej);
-    json_t *store = ev ? json_object_get(ev, "store") : NULL;
-    json_object_set(js, "store", store ? store : json_null());
-    json_t *dc = ev ? json_object_get(ev, "decode_compute") : NULL;
-    json_object_set(js, "decode_compute", dc ? dc : json_null());
-    json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
-    json_object_set(js, "plan", plan ? plan : json_null());
-    json_object_set_new(js, "spine_stream_bytes",
-                        json_integer((json_int_t)df_engine_spine_stream_bytes(en, NULL)));
-    json_decref(ev);
-    json_object_set_new(js, "speculation", spec_json(en, &st));
-    json_object_set_new(o, "stats", js);
-    char *txt = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!txt) {
-      df_cli_fail("could not encode the result as JSON");
-      goto out;
-    }
-    puts(txt);
-    free(txt);
-  }
-  if (stats) {
-    fprintf(stderr,
-            "prompt   %d tokens in %.3f s (%.2f tok/s, chunks of %d)\n"
-            "decode   %d tokens in %.3f s (%.2f tok/s), finish: %s\n"
-            "spine    %s, %.1f MB per token, %.1f MB read; kernels %s, %d threads\n"
-            "experts  %.1f MB read\n",
-            nids, st.prefill_s, pre_tps, chunk, nout, st.decode_s, dec_tps,
-            finish_name(st.finish), spine, st.spine_bytes_per_token / 1e6, spine_read / 1e6,
-            df_engine_kernels(en), df_engine_threads(en), st.expert_bytes_read / 1e6);
-    spec_text(en, &st);
-    char *pt = df_engine_plan_text(en);
-    fprintf(stderr, "%s", pt);
-    free(pt);
-    char *t = df_engine_store_text(en);
-    if (t) fprintf(stderr, "%s%s", t, t[0] && t[strlen(t) - 1] != '\n' ? "\n" : "");
-    free(t);
-  }
+  run_report rep = {.en = en, .st = &st, .ids = ids, .out = out, .nids = nids, .nout = nout,
+                    .chunk = chunk, .chat = chat, .os = &os, .spine_read = spine_read,
+                    .pre_tps = pre_tps, .dec_tps = dec_tps, .spine = spine};
+  if (json && run_print_json(&rep)) goto out;
+  if (stats) run_print_stats(&rep);
   rc = 0;
 out:
   free(out);

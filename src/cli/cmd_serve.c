@@ -1,12 +1,14 @@
 /* deltafin serve: the OpenAI-compatible HTTP server (src/serve). */
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/err.h"
 #include "cli/cli.h"
+#include "cli/opt_table.h"
 #include "cli/engine_opts.h"
 #include "engine/engine.h"
 #include "serve/server.h"
@@ -76,6 +78,22 @@ void df_cmd_serve_help(void) {
   df_cli_engine_help(stdout);
 }
 
+/* The server's plain values (cli/opt_table.h); the lists and the testing
+ * aids below keep their own checks. */
+#define SO(f) offsetof(df_serve_opts, f)
+static const df_opt serve_rows[] = {
+    {"--host", "ADDR", DF_OPT_STR, SO(host), 0, 0, 0, NULL, NULL},
+    {"--port", "N", DF_OPT_INT, SO(port), 0, 65535, 0, NULL, NULL},
+    {"--queue", "N", DF_OPT_INT, SO(queue), 0, 4096, 0, NULL, NULL},
+    {"--idle-timeout", "S", DF_OPT_INT, SO(idle_timeout_s), 0, 86400, 0, NULL, NULL},
+    {"--reuse-mb", "N", DF_OPT_LONG, SO(reuse_mb), 0, 1L << 30, 0, NULL, NULL},
+    {"--request-timeout", "S", DF_OPT_INT, SO(request_timeout_s), 0, 86400, 0, NULL, NULL},
+    {"--max-tokens-default", "N", DF_OPT_LONG, SO(max_tokens_default), 0, 1L << 30, 0, NULL,
+     NULL},
+    {"--max-client-connections", "N", DF_OPT_INT, SO(max_client_conns), 0, 1000, 0, NULL, NULL},
+    {"--max-connections", "N", DF_OPT_INT, SO(max_conns), 1, 10000, 0, NULL, NULL},
+};
+
 int df_cmd_serve(int argc, char **argv) {
   if (df_cli_wants_help(argc, argv)) {
     df_cmd_serve_help();
@@ -97,16 +115,11 @@ int df_cmd_serve(int argc, char **argv) {
     i++; \
   } while (0)
     int r = df_cli_engine_opt(&eo, "serve", argc, argv, &i);
+    if (!r) r = df_opt_take(serve_rows, sizeof serve_rows / sizeof serve_rows[0], &so, "serve", argc,
+                            argv, &i);
     if (r < 0) return 1;
     if (r > 0) continue;
-    if (!strcmp(a, "--host")) {
-      NEED_VAL();
-      so.host = v;
-    } else if (!strcmp(a, "--port")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 65535, &x)) return 1;
-      so.port = (int)x;
-    } else if (!strcmp(a, "--model-id")) {
+    if (!strcmp(a, "--model-id")) {
       NEED_VAL();
       if (!*v) return df_cli_fail("--model-id must not be empty");
       so.model_id = v;
@@ -114,38 +127,10 @@ int df_cmd_serve(int argc, char **argv) {
       NEED_VAL();
       if (!*v) return df_cli_fail("--api-key must not be empty");
       so.api_key = v;
-    } else if (!strcmp(a, "--queue")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 4096, &x)) return 1;
-      so.queue = (int)x;
     } else if (!strcmp(a, "--max-request-bytes")) {
       NEED_VAL();
       if (df_cli_int(a, v, 64, 1L << 30, &x)) return 1;
       so.max_request_bytes = (size_t)x;
-    } else if (!strcmp(a, "--idle-timeout")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 86400, &x)) return 1;
-      so.idle_timeout_s = (int)x;
-    } else if (!strcmp(a, "--reuse-mb")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 1L << 30, &x)) return 1;
-      so.reuse_mb = x;
-    } else if (!strcmp(a, "--request-timeout")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 86400, &x)) return 1;
-      so.request_timeout_s = (int)x;
-    } else if (!strcmp(a, "--max-tokens-default")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 1L << 30, &x)) return 1;
-      so.max_tokens_default = x;
-    } else if (!strcmp(a, "--max-client-connections")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 0, 1000, &x)) return 1;
-      so.max_client_conns = (int)x;
-    } else if (!strcmp(a, "--max-connections")) {
-      NEED_VAL();
-      if (df_cli_int(a, v, 1, 10000, &x)) return 1;
-      so.max_conns = (int)x;
     } else if (!strcmp(a, "--trusted-proxy")) {
       NEED_VAL();
       if (!*v) return df_cli_fail("--trusted-proxy must not be empty");

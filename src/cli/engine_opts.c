@@ -7,7 +7,7 @@
 #include "base/util.h"
 
 #include "cli/cli.h"
-#include "plan/plan.h"
+#include "cli/opt_table.h"
 
 typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
@@ -71,6 +71,9 @@ static const opt_def defs[] = {
      "default: as `setup --stream` recorded it"},
 };
 #define NDEFS (sizeof defs / sizeof defs[0])
+
+/* --mem-limit's value: a size row of the option tables (opt_table.h). */
+static const df_opt mem_limit_row = {"--mem-limit", "SIZE", DF_OPT_SIZE, 0, 0, 0, 0, NULL, NULL};
 
 /* A draft model's folder is recognised by its config.json. */
 static int has_config(const char *dir) {
@@ -153,10 +156,7 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     o->store.queue_depth = (int)n;
     return 0;
   case K_HEAT: o->store.heat_path = v; return 0;
-  case K_MEM:
-    if (df_plan_parse_size(v, &o->mem_limit) || !o->mem_limit)
-      return df_cli_fail("--mem-limit: '%s' is not a size like 48G or 512M", v), -1;
-    return 0;
+  case K_MEM: return df_opt_value(&mem_limit_row, &o->mem_limit, v); /* as inspect's, plan's --mem */
   case K_SPINE_DIR: o->spine_dir = v; return 0;
   case K_FETCH_AHEAD:
     if (!strcmp(v, "on")) o->store.fetch_ahead = 1;

@@ -82,9 +82,6 @@ static int get_long2(const sec *s, const char *key, const char *alias, long lo, 
   return 0;
 }
 
-static int get_long(const sec *s, const char *key, long lo, long hi, long *out, df_err *e) {
-  return get_long2(s, key, NULL, lo, hi, out, e);
-}
 
 static int get_int2(const sec *s, const char *key, const char *alias, long lo, long hi, int *out,
                     df_err *e) {
@@ -111,9 +108,6 @@ static int get_float2(const sec *s, const char *key, const char *alias, float *o
   return 0;
 }
 
-static int get_float(const sec *s, const char *key, float *out, df_err *e) {
-  return get_float2(s, key, NULL, out, e);
-}
 
 /* A number kept as written: --precision f64 must not see it rounded to fp32. */
 static int get_double(const sec *s, const char *key, double *out, df_err *e) {
@@ -133,9 +127,6 @@ static int get_bool2(const sec *s, const char *key, const char *alias, int *out,
   return 0;
 }
 
-static int get_bool(const sec *s, const char *key, int *out, df_err *e) {
-  return get_bool2(s, key, NULL, out, e);
-}
 
 static int get_str2(const sec *s, const char *key, const char *alias, const char **out,
                     const char **used, df_err *e) {
@@ -240,113 +231,295 @@ static int parse_quant(const sec *q, df_config *c, df_err *e) {
   return 0;
 }
 
-static int parse_text(const sec *t, const sec *root, df_config *c, df_err *e) {
-  const char *lab = t->label;
-  if (get_int(t, "hidden_size", 1, DIM_MAX, &c->hidden, e) ||
-      get_int(t, "num_hidden_layers", 1, DF_MAX_LAYERS, &c->n_layers, e) ||
-      get_int(t, "vocab_size", 1, DIM_MAX, &c->vocab, e) ||
-      get_double(t, "rms_norm_eps", &c->eps, e))
-    return -1;
-  if (!(c->eps > 0))
-    return df_err_set(e, "%s: %srms_norm_eps must be positive", lab, t->path);
-  if (get_int(t, "bos_token_id", 0, c->vocab - 1, &c->bos_id, e) ||
-      get_int(t, "eos_token_id", 0, c->vocab - 1, &c->eos_id, e) ||
-      get_int(t, "pad_token_id", 0, c->vocab - 1, &c->pad_id, e) ||
-      get_long(t, "max_position_embeddings", 1, 1L << 40, &c->max_pos, e))
-    return -1;
-  /* situ_beta / situ_linear_beta: the spellings deltafin's generator wrote before
-   * it followed the release; read so those checkpoints keep loading. */
-  if (want_str(t, "hidden_act", "situ", "the engine implements only", e) ||
-      get_float2(t, "activation_situ_beta", "situ_beta", &c->situ_beta, e) ||
-      get_float2(t, "activation_situ_linear_beta", "situ_linear_beta", &c->situ_linear_beta, e))
-    return -1;
-  if (!(c->situ_beta > 0) || !(c->situ_linear_beta > 0))
-    return df_err_set(e, "%s: %sactivation_situ_beta and activation_situ_linear_beta must be "
-                      "positive", lab, t->path);
-  if (get_int(t, "attn_res_block_size", 1, DF_MAX_LAYERS, &c->attn_res_block, e)) return -1;
+/* ------------------------------------------------------------ the table */
 
-  /* MLA */
-  if (get_int(t, "num_attention_heads", 1, 65536, &c->mla_heads, e) ||
-      get_int(t, "q_lora_rank", 1, DIM_MAX, &c->q_lora_rank, e) ||
-      get_int(t, "kv_lora_rank", 1, DIM_MAX, &c->kv_lora_rank, e) ||
-      get_int(t, "qk_nope_head_dim", 1, 65536, &c->qk_nope_dim, e) ||
-      get_int(t, "qk_rope_head_dim", 0, 65536, &c->qk_rope_dim, e) ||
-      get_int(t, "v_head_dim", 1, 65536, &c->v_head_dim, e) ||
-      get_bool(t, "mla_use_nope", &c->mla_use_nope, e) ||
-      get_bool(t, "mla_use_output_gate", &c->mla_output_gate, e))
-    return -1;
-  if (!c->mla_use_nope)
-    return df_err_set(e, "%s: %smla_use_nope is false: rotary MLA is not supported", lab,
-                      t->path);
+/* One row per config.json field the engine reads: its spellings, type, where it
+ * lands in df_config, whether it may be absent, its range and the value the
+ * release ships. Parsing, df_config_print, df_config_to_json and the generator's
+ * defaults (df_config_release_defaults) all walk this table, so a field cannot be
+ * read under one name and written under another, or printed but never checked. */
+typedef enum { T_INT, T_LONG, T_FLOAT, T_DOUBLE, T_BOOL, T_STR } ftype;
+typedef enum { IN_TEXT, IN_LINEAR } fsec; /* text_config (or the flat root), linear_attn_config */
+
+/* The lines df_config_print writes, in order; fields name the line they show on. */
+typedef enum {
+  L_NONE, L_HIDDEN, L_VOCAB, L_EPS, L_MAXPOS, L_ACT, L_ATTNRES, L_KDA, L_MLA, L_DENSE, L_MOE,
+  L_ROUTER, L_COUNT
+} pline;
+
+/* Offsets are kept +1 so that a row leaving one out (0) means "none". */
+#define NO_OFF ((size_t)0)
+#define OFF(f) (offsetof(df_config, f) + 1)
+#define AT(c, o) ((const char *)(c) + (o) - 1)
+#define REL(v) .has_release = 1, .release = (v)
+
+typedef struct cfield cfield;
+/* A check run right after the field is read (cross-field and implementation
+ * limits); `used` is the spelling found, for the message. */
+typedef int (*fcheck)(const cfield *f, const char *path, const char *label, const char *used,
+                      const df_config *c, df_err *e);
+
+struct cfield {
+  fsec in;
+  const char *key;   /* the release's (kimi_linear) spelling */
+  const char *alias; /* the older spelling read too (DeepSeek's / the earlier generator's) */
+  ftype type;
+  size_t off;        /* where the value is kept; NO_OFF: checked, never kept */
+  long lo, hi;       /* integers: the range */
+  size_t hi_of;      /* != NO_OFF: hi is that (already read) field's value + hi */
+  size_t eq_of;      /* != NO_OFF: an unkept field that must equal that field (and is written as it) */
+  int optional;      /* absent allowed: a kept field then gets `absent` */
+  double absent;
+  int has_release;   /* 0: the value is per model (the preset, or the file, gives it) */
+  double release;    /* what the release ships and the generator writes */
+  int positive;      /* numbers: must be > 0 */
+  int must_true;     /* booleans: false is refused with `why` */
+  const char *fixed; /* strings: the one value the engine implements */
+  const char *why;
+  fcheck check;
+  pline line;        /* df_config_print: the line it shows on and its fragment there */
+  const char *show;  /* printf fragment for the value; a leading '?' (booleans): shown only when true */
+  size_t mul_of;     /* != NO_OFF: show has a second %d, the value times that field */
+};
+
+static long ival(const df_config *c, size_t off, ftype t) {
+  const char *p = AT(c, off);
+  if (t == T_LONG) return *(const long *)p;
+  return *(const int *)p;
+}
+
+static int chk_mla_dims(const cfield *f, const char *path, const char *lab, const char *used,
+                        const df_config *c, df_err *e) {
+  (void)f, (void)used;
   if ((long)c->mla_heads * (c->qk_nope_dim + c->qk_rope_dim) > DIM_MAX ||
       (long)c->mla_heads * (c->qk_nope_dim + c->v_head_dim) > DIM_MAX)
-    return df_err_set(e, "%s: %snum_attention_heads x head dims is implausibly large", lab,
-                      t->path);
+    return df_err_set(e, "%s: %snum_attention_heads x head dims is implausibly large", lab, path);
+  return 0;
+}
 
-  /* FFN / MoE. The release spells these the kimi_linear way; the DeepSeek
-   * spellings are read as aliases (transformers' KimiLinearConfig maps them). */
-  const char *k_ng;
-  if (get_int(t, "first_k_dense_replace", 0, c->n_layers, &c->first_k_dense, e) ||
-      get_int(t, "intermediate_size", 1, DIM_MAX, &c->dense_inter, e) ||
-      get_int2(t, "num_experts", "n_routed_experts", 1, 65536, &c->n_experts, e) ||
-      get_int2(t, "num_experts_per_token", "num_experts_per_tok", 1, c->n_experts, &c->top_k,
-               e) ||
-      get_int2(t, "num_shared_experts", "n_shared_experts", 0, 64, &c->n_shared, e) ||
-      get_int(t, "moe_intermediate_size", 1, DIM_MAX, &c->moe_inter, e) ||
-      get_int(t, "routed_expert_hidden_size", 1, DIM_MAX, &c->latent, e) ||
-      get_bool(t, "latent_moe_use_norm", &c->latent_norm, e) ||
-      want_str2(t, "moe_router_activation_func", "scoring_func", "sigmoid",
-                "the engine implements only", e) ||
-      want_str(t, "topk_method", "noaux_tc", "the engine implements only", e) ||
-      get_int2(t, "num_expert_group", "n_group", 1, 65536, &c->n_group, e))
-    return -1;
-  need2(t, "num_expert_group", "n_group", &k_ng, e);
+static int chk_one_group(const cfield *f, const char *path, const char *lab, const char *used,
+                         const df_config *c, df_err *e) {
+  (void)f;
   if (c->n_group != 1)
-    return df_err_set(e, "%s: %s%s is %d: the engine supports only 1 expert group", lab,
-                      t->path, k_ng, c->n_group);
-  if (get_int(t, "topk_group", 1, c->n_group, &c->topk_group, e) ||
-      get_bool2(t, "moe_renormalize", "norm_topk_prob", &c->norm_topk_prob, e) ||
-      get_float(t, "routed_scaling_factor", &c->routed_scale, e))
-    return -1;
-  if (!(c->routed_scale > 0))
-    return df_err_set(e, "%s: %srouted_scaling_factor must be positive", lab, t->path);
+    return df_err_set(e, "%s: %s%s is %d: the engine supports only 1 expert group", lab, path,
+                      used, c->n_group);
+  return 0;
+}
+
+static int chk_shared_width(const cfield *f, const char *path, const char *lab, const char *used,
+                            const df_config *c, df_err *e) {
+  (void)f, (void)used;
   if ((long)c->n_shared * c->moe_inter > DIM_MAX)
     return df_err_set(e, "%s: %snum_shared_experts x moe_intermediate_size is implausibly "
-                      "large", lab, t->path);
-  /* Optional in the DeepSeek layout, present in the release: with one group,
-   * grouped and ungrouped top-k select the same experts. */
-  const json_t *ug = json_object_get(t->obj, "use_grouped_topk");
-  if (ug && !json_is_boolean(ug))
-    return df_err_set(e, "%s: %suse_grouped_topk must be true or false", lab, t->path);
-  c->grouped_topk = ug ? json_is_true(ug) : 0;
-  const json_t *mlf = json_object_get(t->obj, "moe_layer_freq");
-  if (mlf && !(json_is_integer(mlf) && json_integer_value(mlf) == 1))
-    return df_err_set(e, "%s: %smoe_layer_freq must be 1 or absent (every layer after "
-                      "first_k_dense_replace is MoE)", lab, t->path);
-  const json_t *kvh = json_object_get(t->obj, "num_key_value_heads");
-  if (kvh && !(json_is_integer(kvh) && json_integer_value(kvh) == c->mla_heads))
-    return df_err_set(e, "%s: %snum_key_value_heads must equal num_attention_heads (%d) or be "
-                      "absent (MLA has one key/value head per query head)", lab, t->path,
-                      c->mla_heads);
-  const json_t *mtp = json_object_get(t->obj, "num_nextn_predict_layers");
-  if (mtp && !(json_is_integer(mtp) && json_integer_value(mtp) == 0))
-    return df_err_set(e, "%s: %snum_nextn_predict_layers must be 0 or absent (MTP layers are "
-                      "not supported)", lab, t->path);
+                      "large", lab, path);
+  return 0;
+}
+
+static int chk_kda_dims(const cfield *f, const char *path, const char *lab, const char *used,
+                        const df_config *c, df_err *e) {
+  (void)f, (void)used;
+  if ((long)c->kda_heads * c->kda_head_dim > DIM_MAX)
+    return df_err_set(e, "%s: %snum_heads x head_dim is implausibly large", lab, path);
+  return 0;
+}
+
+#define INT(k, al, f, l, h) .key = k, .alias = al, .type = T_INT, .off = OFF(f), .lo = l, .hi = h
+#define IMPL "the engine implements only"
+
+static const cfield fields[] = {
+    {INT("hidden_size", NULL, hidden, 1, DIM_MAX), .line = L_HIDDEN, .show = "%d"},
+    {INT("num_hidden_layers", NULL, n_layers, 1, DF_MAX_LAYERS)},
+    {INT("vocab_size", NULL, vocab, 1, DIM_MAX), .line = L_VOCAB, .show = "%d"},
+    {.key = "rms_norm_eps", .type = T_DOUBLE, .off = OFF(eps), .positive = 1, REL(1e-5),
+        .line = L_EPS, .show = "%g"},
+    {INT("bos_token_id", NULL, bos_id, 0, -1), .hi_of = OFF(vocab), .line = L_VOCAB,
+        .show = " (bos %d"},
+    {INT("eos_token_id", NULL, eos_id, 0, -1), .hi_of = OFF(vocab), .line = L_VOCAB,
+        .show = ", eos %d"},
+    {INT("pad_token_id", NULL, pad_id, 0, -1), .hi_of = OFF(vocab), .line = L_VOCAB,
+        .show = ", pad %d)"},
+    {.key = "max_position_embeddings", .type = T_LONG, .off = OFF(max_pos), .lo = 1,
+        .hi = 1L << 40, .line = L_MAXPOS, .show = "%ld"},
+    {.key = "hidden_act", .type = T_STR, .off = NO_OFF, .fixed = "situ", .why = IMPL,
+        .line = L_ACT, .show = "%s"},
+    /* situ_beta / situ_linear_beta: the spellings deltafin's generator wrote before
+     * it followed the release; read so those checkpoints keep loading. */
+    {.key = "activation_situ_beta", .alias = "situ_beta", .type = T_FLOAT,
+        .off = OFF(situ_beta), .positive = 1, REL(4.0), .line = L_ACT,
+        .show = " (beta %g"},
+    {.key = "activation_situ_linear_beta", .alias = "situ_linear_beta", .type = T_FLOAT,
+        .off = OFF(situ_linear_beta), .positive = 1, REL(25.0), .line = L_ACT,
+        .show = ", linear beta %g)"},
+    {INT("attn_res_block_size", NULL, attn_res_block, 1, DF_MAX_LAYERS), .line = L_ATTNRES,
+        .show = "%d"},
+
+    /* MLA */
+    {INT("num_attention_heads", NULL, mla_heads, 1, 65536), .line = L_MLA, .show = "%d heads"},
+    {INT("q_lora_rank", NULL, q_lora_rank, 1, DIM_MAX), .line = L_MLA, .show = ", q_lora %d"},
+    {INT("kv_lora_rank", NULL, kv_lora_rank, 1, DIM_MAX), .line = L_MLA,
+        .show = ", kv_lora %d"},
+    {INT("qk_nope_head_dim", NULL, qk_nope_dim, 1, 65536), .line = L_MLA, .show = ", nope %d"},
+    {INT("qk_rope_head_dim", NULL, qk_rope_dim, 0, 65536), .line = L_MLA, .show = ", rope %d"},
+    {INT("v_head_dim", NULL, v_head_dim, 1, 65536), .line = L_MLA, .show = ", v %d"},
+    {.key = "mla_use_nope", .type = T_BOOL, .off = OFF(mla_use_nope), .must_true = 1,
+        .why = "rotary MLA is not supported", REL(1)},
+    {.key = "mla_use_output_gate", .type = T_BOOL, .off = OFF(mla_output_gate), REL(1),
+        .check = chk_mla_dims, .line = L_MLA, .show = ", output gate %s"},
+
+    /* FFN / MoE. The release spells these the kimi_linear way; the DeepSeek
+     * spellings are read as aliases (transformers' KimiLinearConfig maps them). */
+    {INT("first_k_dense_replace", NULL, first_k_dense, 0, 0), .hi_of = OFF(n_layers),
+        REL(1)},
+    {INT("intermediate_size", NULL, dense_inter, 1, DIM_MAX), .line = L_DENSE,
+        .show = "intermediate %d"},
+    {INT("num_experts", "n_routed_experts", n_experts, 1, 65536), .line = L_MOE,
+        .show = "%d routed experts"},
+    {INT("num_experts_per_token", "num_experts_per_tok", top_k, 1, 0), .hi_of = OFF(n_experts),
+        .line = L_MOE, .show = ", top %d"},
+    {INT("num_shared_experts", "n_shared_experts", n_shared, 0, 64), .line = L_MOE,
+        .show = ", %d shared (width %d)", .mul_of = OFF(moe_inter)},
+    {INT("moe_intermediate_size", NULL, moe_inter, 1, DIM_MAX), .line = L_MOE,
+        .show = ", expert intermediate %d"},
+    {INT("routed_expert_hidden_size", NULL, latent, 1, DIM_MAX), .line = L_MOE,
+        .show = ", latent %d"},
+    {.key = "latent_moe_use_norm", .type = T_BOOL, .off = OFF(latent_norm), REL(1),
+        .line = L_MOE, .show = "? (normed)"},
+    {.key = "moe_router_activation_func", .alias = "scoring_func", .type = T_STR,
+        .off = NO_OFF, .fixed = "sigmoid", .why = IMPL, .line = L_ROUTER, .show = "%s"},
+    {.key = "topk_method", .type = T_STR, .off = NO_OFF, .fixed = "noaux_tc", .why = IMPL,
+        .line = L_ROUTER, .show = ", %s"},
+    {INT("num_expert_group", "n_group", n_group, 1, 65536), REL(1),
+        .check = chk_one_group, .line = L_ROUTER, .show = ", %d group"},
+    {INT("topk_group", NULL, topk_group, 1, 0), .hi_of = OFF(n_group), REL(1)},
+    {.key = "moe_renormalize", .alias = "norm_topk_prob", .type = T_BOOL,
+        .off = OFF(norm_topk_prob), REL(1), .line = L_ROUTER, .show = ", renormalize %s"},
+    {.key = "routed_scaling_factor", .type = T_FLOAT, .off = OFF(routed_scale), .positive = 1,
+        REL(1.0), .check = chk_shared_width, .line = L_ROUTER, .show = ", scale %g"},
+    /* Optional in the DeepSeek layout, present in the release: with one group,
+     * grouped and ungrouped top-k select the same experts. */
+    {.key = "use_grouped_topk", .type = T_BOOL, .off = OFF(grouped_topk), .optional = 1,
+        .absent = 0, REL(1)},
+    {.key = "moe_layer_freq", .type = T_INT, .off = NO_OFF, .lo = 1, .hi = 1, .optional = 1,
+        REL(1), .why = "every layer after first_k_dense_replace is MoE"},
+    {.key = "num_key_value_heads", .type = T_INT, .off = NO_OFF, .eq_of = OFF(mla_heads),
+        .optional = 1, .why = "MLA has one key/value head per query head"},
+    {.key = "num_nextn_predict_layers", .type = T_INT, .off = NO_OFF, .lo = 0, .hi = 0,
+        .optional = 1, REL(0), .why = "MTP layers are not supported"},
+
+    /* KDA (linear_attn_config; its layer lists are read by layer_list) */
+    {.in = IN_LINEAR, INT("num_heads", NULL, kda_heads, 1, 65536), .line = L_KDA,
+        .show = "%d heads"},
+    {.in = IN_LINEAR, INT("head_dim", NULL, kda_head_dim, 1, 65536), .line = L_KDA,
+        .show = " x %d"},
+    {.in = IN_LINEAR, INT("short_conv_kernel_size", NULL, kda_conv, 1, 64), REL(4),
+        .line = L_KDA, .show = ", conv %d"},
+    {.in = IN_LINEAR, .key = "gate_lower_bound", .type = T_FLOAT,
+        .off = OFF(kda_gate_lower_bound), REL(-5.0), .line = L_KDA,
+        .show = ", gate lower bound %g"},
+    {.in = IN_LINEAR, .key = "use_full_rank_gate", .type = T_BOOL,
+        .off = OFF(kda_full_rank_gate), .must_true = 1,
+        .why = "only the full-rank gate is supported", REL(1), .check = chk_kda_dims,
+        .line = L_KDA, .show = ", full-rank gate %s"},
+};
+#define NFIELDS (sizeof fields / sizeof fields[0])
+
+static const char *field_key_at(size_t off) {
+  for (size_t i = 0; i < NFIELDS; i++)
+    if (fields[i].off == off) return fields[i].key;
+  return "?";
+}
+
+/* An optional field present: unkept ones must have their one value. */
+static int read_unkept_int(const sec *s, const cfield *f, const df_config *c, df_err *e) {
+  const json_t *v = json_object_get(s->obj, f->key);
+  if (!v) return 0;
+  if (f->eq_of != NO_OFF) {
+    int want = (int)ival(c, f->eq_of, T_INT);
+    if (!(json_is_integer(v) && json_integer_value(v) == want))
+      return df_err_set(e, "%s: %s%s must equal %s (%d) or be absent (%s)", s->label, s->path,
+                        f->key, field_key_at(f->eq_of), want, f->why);
+    return 0;
+  }
+  if (!(json_is_integer(v) && json_integer_value(v) == f->lo))
+    return df_err_set(e, "%s: %s%s must be %ld or absent (%s)", s->label, s->path, f->key, f->lo,
+                      f->why);
+  return 0;
+}
+
+static int read_field(const sec *s, const cfield *f, df_config *c, df_err *e) {
+  char *dst = f->off == NO_OFF ? NULL : (char *)c + f->off - 1;
+  if (f->optional && !json_object_get(s->obj, f->key) &&
+      !(f->alias && json_object_get(s->obj, f->alias))) {
+    if (dst && f->type == T_BOOL) *(int *)dst = (int)f->absent;
+    return 0;
+  }
+  const char *used = f->key;
+  long hi = f->hi_of != NO_OFF ? ival(c, f->hi_of, T_INT) + f->hi : f->hi;
+  switch (f->type) {
+  case T_INT:
+    if (!dst) return read_unkept_int(s, f, c, e);
+    if (get_int2(s, f->key, f->alias, f->lo, hi, (int *)dst, e)) return -1;
+    break;
+  case T_LONG:
+    if (get_long2(s, f->key, f->alias, f->lo, hi, (long *)dst, e)) return -1;
+    break;
+  case T_FLOAT:
+    if (get_float2(s, f->key, f->alias, (float *)dst, e)) return -1;
+    if (f->positive && !(*(float *)dst > 0)) goto not_positive;
+    break;
+  case T_DOUBLE:
+    if (get_double(s, f->key, (double *)dst, e)) return -1;
+    if (f->positive && !(*(double *)dst > 0)) goto not_positive;
+    break;
+  case T_BOOL:
+    if (get_bool2(s, f->key, f->alias, (int *)dst, e)) return -1;
+    if (f->must_true && !*(int *)dst)
+      return df_err_set(e, "%s: %s%s is false: %s", s->label, s->path, f->key, f->why);
+    break;
+  case T_STR:
+    if (want_str2(s, f->key, f->alias, f->fixed, f->why, e)) return -1;
+    break;
+  }
+  if (f->alias) need2(s, f->key, f->alias, &used, e); /* the spelling found, for the check */
+  return f->check ? f->check(f, s->path, s->label, used, c, e) : 0;
+not_positive:
+  need2(s, f->key, f->alias, &used, e);
+  return df_err_set(e, "%s: %s%s must be positive", s->label, s->path, used);
+}
+
+static int read_fields(const sec *s, fsec in, df_config *c, df_err *e) {
+  for (size_t i = 0; i < NFIELDS; i++)
+    if (fields[i].in == in && read_field(s, &fields[i], c, e)) return -1;
+  return 0;
+}
+
+void df_config_release_defaults(df_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->model_type, sizeof c->model_type, "kimi_k3");
+  c->nested = 1;
+  for (size_t i = 0; i < NFIELDS; i++) {
+    const cfield *f = &fields[i];
+    if (f->off == NO_OFF || !f->has_release) continue;
+    char *dst = (char *)c + f->off - 1;
+    switch (f->type) {
+    case T_INT:
+    case T_BOOL: *(int *)dst = (int)f->release; break;
+    case T_LONG: *(long *)dst = (long)f->release; break;
+    case T_FLOAT: *(float *)dst = (float)f->release; break;
+    case T_DOUBLE: *(double *)dst = f->release; break;
+    case T_STR: break;
+    }
+  }
+  c->expert_group = DF_MXFP4_GROUP;
+}
+
+static int parse_text(const sec *t, const sec *root, df_config *c, df_err *e) {
+  const char *lab = t->label;
+  if (read_fields(t, IN_TEXT, c, e)) return -1;
 
   /* KDA and the layer kinds */
   sec la;
-  if (sub(t, "linear_attn_config", &la, e) ||
-      get_int(&la, "num_heads", 1, 65536, &c->kda_heads, e) ||
-      get_int(&la, "head_dim", 1, 65536, &c->kda_head_dim, e) ||
-      get_int(&la, "short_conv_kernel_size", 1, 64, &c->kda_conv, e) ||
-      get_float(&la, "gate_lower_bound", &c->kda_gate_lower_bound, e) ||
-      get_bool(&la, "use_full_rank_gate", &c->kda_full_rank_gate, e))
-    return -1;
-  if ((long)c->kda_heads * c->kda_head_dim > DIM_MAX)
-    return df_err_set(e, "%s: %snum_heads x head_dim is implausibly large", lab, la.path);
-  if (!c->kda_full_rank_gate)
-    return df_err_set(e, "%s: %suse_full_rank_gate is false: only the full-rank gate is "
-                      "supported", lab, la.path);
+  if (sub(t, "linear_attn_config", &la, e) || read_fields(&la, IN_LINEAR, c, e)) return -1;
   int seen[DF_MAX_LAYERS];
   for (int i = 0; i < c->n_layers; i++) seen[i] = -1;
   if (layer_list(&la, "full_attn_layers", c->n_layers, DF_LAYER_MLA, seen, e) ||
@@ -441,10 +614,49 @@ int df_config_load_dir(df_config *c, const char *dir, df_err *e) {
 
 /* --------------------------------------------------------------- printing */
 
+/* The labels of the lines fields show on (pline order). */
+static const char *const line_label[L_COUNT] = {
+    [L_HIDDEN] = "hidden",         [L_VOCAB] = "vocab",         [L_EPS] = "rms_norm_eps",
+    [L_MAXPOS] = "max positions",  [L_ACT] = "activation",      [L_ATTNRES] = "AttnRes block",
+    [L_KDA] = "KDA",               [L_MLA] = "MLA",             [L_DENSE] = "dense FFN",
+    [L_MOE] = "MoE",               [L_ROUTER] = "router",
+};
+
+static void show_field(FILE *f, const cfield *d, const df_config *c) {
+  const char *p = d->off == NO_OFF ? NULL : AT(c, d->off);
+  switch (d->type) {
+  case T_INT:
+    if (d->mul_of != NO_OFF)
+      fprintf(f, d->show, *(const int *)p, *(const int *)p * (int)ival(c, d->mul_of, T_INT));
+    else
+      fprintf(f, d->show, *(const int *)p);
+    break;
+  case T_LONG: fprintf(f, d->show, *(const long *)p); break;
+  case T_FLOAT: fprintf(f, d->show, (double)*(const float *)p); break;
+  case T_DOUBLE: fprintf(f, d->show, *(const double *)p); break;
+  case T_BOOL:
+    if (d->show[0] == '?') {
+      if (*(const int *)p) fputs(d->show + 1, f);
+    } else {
+      fprintf(f, d->show, *(const int *)p ? "yes" : "no");
+    }
+    break;
+  case T_STR: fprintf(f, d->show, d->fixed); break; /* the one value accepted */
+  }
+}
+
+static void print_line(FILE *f, pline l, const df_config *c) {
+  fprintf(f, "%-18s", line_label[l]);
+  for (size_t i = 0; i < NFIELDS; i++)
+    if (fields[i].line == l) show_field(f, &fields[i], c);
+  fputc('\n', f);
+}
+
 void df_config_print(const df_config *c, void *FILE_stream) {
   FILE *f = FILE_stream;
   fprintf(f, "model_type        %s (%s config)\n", c->model_type, c->nested ? "nested" : "flat");
-  fprintf(f, "hidden            %d\n", c->hidden);
+  print_line(f, L_HIDDEN, c);
+  /* the layer lists, summarised (they are not table fields: two lists, one kind each) */
   fprintf(f, "layers            %d (%d KDA, %d MLA; dense FFN in layers 0..%d, MoE after)\n",
           c->n_layers, c->n_kda, c->n_mla, c->first_k_dense - 1);
   fprintf(f, "MLA layers        ");
@@ -455,27 +667,7 @@ void df_config_print(const df_config *c, void *FILE_stream) {
       first = 0;
     }
   fprintf(f, "%s\n", first ? "none" : " (0-based)");
-  fprintf(f, "vocab             %d (bos %d, eos %d, pad %d)\n", c->vocab, c->bos_id, c->eos_id,
-          c->pad_id);
-  fprintf(f, "rms_norm_eps      %g\n", (double)c->eps);
-  fprintf(f, "max positions     %ld\n", c->max_pos);
-  fprintf(f, "activation        situ (beta %g, linear beta %g)\n", (double)c->situ_beta,
-          (double)c->situ_linear_beta);
-  fprintf(f, "AttnRes block     %d\n", c->attn_res_block);
-  fprintf(f, "KDA               %d heads x %d, conv %d, gate lower bound %g, full-rank gate %s\n",
-          c->kda_heads, c->kda_head_dim, c->kda_conv, (double)c->kda_gate_lower_bound,
-          c->kda_full_rank_gate ? "yes" : "no");
-  fprintf(f, "MLA               %d heads, q_lora %d, kv_lora %d, nope %d, rope %d, v %d, "
-          "output gate %s\n",
-          c->mla_heads, c->q_lora_rank, c->kv_lora_rank, c->qk_nope_dim, c->qk_rope_dim,
-          c->v_head_dim, c->mla_output_gate ? "yes" : "no");
-  fprintf(f, "dense FFN         intermediate %d\n", c->dense_inter);
-  fprintf(f, "MoE               %d routed experts, top %d, %d shared (width %d), expert "
-          "intermediate %d, latent %d%s\n",
-          c->n_experts, c->top_k, c->n_shared, c->n_shared * c->moe_inter, c->moe_inter,
-          c->latent, c->latent_norm ? " (normed)" : "");
-  fprintf(f, "router            sigmoid, noaux_tc, %d group, renormalize %s, scale %g\n",
-          c->n_group, c->norm_topk_prob ? "yes" : "no", (double)c->routed_scale);
+  for (int l = L_VOCAB; l < L_COUNT; l++) print_line(f, (pline)l, c);
   fprintf(f, "experts           MXFP4, group %d\n", c->expert_group);
 }
 
@@ -533,6 +725,23 @@ static json_t *release_quant(int group) {
   return q;
 }
 
+/* A field's JSON value: kept fields from c, unkept ones as the release has them
+ * (the fixed string, the one number, or the field they must equal). */
+static json_t *field_json(const cfield *f, const df_config *c) {
+  const char *p = f->off == NO_OFF ? NULL : AT(c, f->off);
+  switch (f->type) {
+  case T_INT:
+    if (f->off != NO_OFF) return json_integer(*(const int *)p);
+    return json_integer(f->eq_of != NO_OFF ? ival(c, f->eq_of, T_INT) : f->lo);
+  case T_LONG: return json_integer(*(const long *)p);
+  case T_FLOAT: return jfloat(*(const float *)p);
+  case T_DOUBLE: return jdouble(*(const double *)p);
+  case T_BOOL: return json_boolean(*(const int *)p);
+  case T_STR: return json_string(f->fixed);
+  }
+  return json_null();
+}
+
 char *df_config_to_json(const df_config *c) {
   json_t *full = json_array(), *kda = json_array();
   for (int i = 0; i < c->n_layers; i++)
@@ -540,58 +749,19 @@ char *df_config_to_json(const df_config *c) {
   json_t *lin = json_object();
   json_object_set_new(lin, "full_attn_layers", full);
   json_object_set_new(lin, "kda_layers", kda);
-  json_object_set_new(lin, "num_heads", json_integer(c->kda_heads));
-  json_object_set_new(lin, "head_dim", json_integer(c->kda_head_dim));
-  json_object_set_new(lin, "short_conv_kernel_size", json_integer(c->kda_conv));
-  json_object_set_new(lin, "gate_lower_bound", jfloat(c->kda_gate_lower_bound));
-  json_object_set_new(lin, "use_full_rank_gate", json_boolean(c->kda_full_rank_gate));
-
   json_t *t = json_object();
+  for (size_t i = 0; i < NFIELDS; i++)
+    json_object_set_new(fields[i].in == IN_LINEAR ? lin : t, fields[i].key,
+                        field_json(&fields[i], c));
+
+  /* The release's text_config keys the engine does not read. */
   json_object_set_new(t, "architectures", json_pack("[s]", "KimiLinearForCausalLM"));
   json_object_set_new(t, "auto_map", auto_map("configuration_kimi_k3.KimiLinearConfig",
                                               "modeling_kimi_linear.KimiLinearModel",
                                               "modeling_kimi_linear.KimiLinearForCausalLM"));
   json_object_set_new(t, "model_type", json_string("kimi_linear"));
   json_object_set_new(t, "dtype", json_string("bfloat16"));
-  json_object_set_new(t, "hidden_size", json_integer(c->hidden));
-  json_object_set_new(t, "num_hidden_layers", json_integer(c->n_layers));
-  json_object_set_new(t, "vocab_size", json_integer(c->vocab));
-  json_object_set_new(t, "rms_norm_eps", jdouble(c->eps));
   json_object_set_new(t, "initializer_range", jfloat(0.02f));
-  json_object_set_new(t, "bos_token_id", json_integer(c->bos_id));
-  json_object_set_new(t, "eos_token_id", json_integer(c->eos_id));
-  json_object_set_new(t, "pad_token_id", json_integer(c->pad_id));
-  json_object_set_new(t, "max_position_embeddings", json_integer(c->max_pos));
-  json_object_set_new(t, "hidden_act", json_string("situ"));
-  json_object_set_new(t, "activation_situ_beta", jfloat(c->situ_beta));
-  json_object_set_new(t, "activation_situ_linear_beta", jfloat(c->situ_linear_beta));
-  json_object_set_new(t, "attn_res_block_size", json_integer(c->attn_res_block));
-  json_object_set_new(t, "num_attention_heads", json_integer(c->mla_heads));
-  json_object_set_new(t, "num_key_value_heads", json_integer(c->mla_heads));
-  json_object_set_new(t, "q_lora_rank", json_integer(c->q_lora_rank));
-  json_object_set_new(t, "kv_lora_rank", json_integer(c->kv_lora_rank));
-  json_object_set_new(t, "qk_nope_head_dim", json_integer(c->qk_nope_dim));
-  json_object_set_new(t, "qk_rope_head_dim", json_integer(c->qk_rope_dim));
-  json_object_set_new(t, "v_head_dim", json_integer(c->v_head_dim));
-  json_object_set_new(t, "mla_use_nope", json_boolean(c->mla_use_nope));
-  json_object_set_new(t, "mla_use_output_gate", json_boolean(c->mla_output_gate));
-  json_object_set_new(t, "first_k_dense_replace", json_integer(c->first_k_dense));
-  json_object_set_new(t, "moe_layer_freq", json_integer(1));
-  json_object_set_new(t, "intermediate_size", json_integer(c->dense_inter));
-  json_object_set_new(t, "num_experts", json_integer(c->n_experts));
-  json_object_set_new(t, "num_experts_per_token", json_integer(c->top_k));
-  json_object_set_new(t, "num_shared_experts", json_integer(c->n_shared));
-  json_object_set_new(t, "moe_intermediate_size", json_integer(c->moe_inter));
-  json_object_set_new(t, "routed_expert_hidden_size", json_integer(c->latent));
-  json_object_set_new(t, "latent_moe_use_norm", json_boolean(c->latent_norm));
-  json_object_set_new(t, "moe_router_activation_func", json_string("sigmoid"));
-  json_object_set_new(t, "topk_method", json_string("noaux_tc"));
-  json_object_set_new(t, "use_grouped_topk", json_boolean(c->grouped_topk));
-  json_object_set_new(t, "num_expert_group", json_integer(c->n_group));
-  json_object_set_new(t, "topk_group", json_integer(c->topk_group));
-  json_object_set_new(t, "moe_renormalize", json_boolean(c->norm_topk_prob));
-  json_object_set_new(t, "routed_scaling_factor", jfloat(c->routed_scale));
-  json_object_set_new(t, "num_nextn_predict_layers", json_integer(0));
   json_object_set_new(t, "tie_word_embeddings", json_false());
   json_object_set_new(t, "use_cache", json_true());
   json_object_set_new(t, "linear_attn_config", lin);

@@ -29,7 +29,10 @@
  *     format "mxfp4-pack-quantized", config_groups.*.weights.num_bits 4,
  *     group_size 32 } (inside text_config as the release has it, or at the
  *     root; absent is an error: bf16 experts are not supported).
- * Other keys (HF's sampling "top_k", vision_config, auto_map...) are ignored. */
+ * Other keys (HF's sampling "top_k", vision_config, auto_map...) are ignored.
+ * The fields are one table in config.c (spellings, type, range, default, the
+ * release's value, how it prints); parsing, printing, to_json and the
+ * generator's defaults all walk it. */
 #ifndef DF_FORMAT_CONFIG_H
 #define DF_FORMAT_CONFIG_H
 
@@ -94,5 +97,9 @@ void df_config_print(const df_config *c, void *FILE_stream);
  * moonshotai/Kimi-K3's config.json, text_config with quantization_config
  * inside it, keys sorted (used by the generator); caller frees. */
 char *df_config_to_json(const df_config *c);
+/* Zeroes c and sets every field the release gives one value to (activation
+ * betas, rms_norm_eps, the fixed flags, MXFP4 group 32, ...), nested kimi_k3;
+ * the per-model dimensions stay 0 for the caller (the generator's presets). */
+void df_config_release_defaults(df_config *c);
 
 #endif

@@ -80,19 +80,16 @@ int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
     return df_err_set(e, "--experts: %d is outside [%d, 65536] (top-k is %d)", experts, p->top_k,
                       p->top_k);
   int n_ranks = vocab_ranks();
-  memset(c, 0, sizeof *c);
-  snprintf(c->model_type, sizeof c->model_type, "kimi_k3");
-  c->nested = 1;
+  /* the release's fixed values (activation betas, eps, flags, MXFP4 group) from
+   * the config table; the preset gives the dimensions */
+  df_config_release_defaults(c);
   c->hidden = p->hidden;
   c->n_layers = layers;
   c->vocab = n_ranks + 256;
-  c->eps = 1e-5;
   c->bos_id = n_ranks;
   c->eos_id = n_ranks + 2;
   c->pad_id = n_ranks + 255;
   c->max_pos = p->max_pos;
-  c->situ_beta = 4.0f;
-  c->situ_linear_beta = 25.0f;
   c->attn_res_block = p->block;
   for (int l = 0; l < layers; l++) {
     /* like K3: every 4th layer (1-based) and the last one are MLA */
@@ -103,31 +100,18 @@ int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
   }
   c->kda_heads = p->kda_heads;
   c->kda_head_dim = p->kda_dim;
-  c->kda_conv = 4;
-  c->kda_gate_lower_bound = -5.0f;
-  c->kda_full_rank_gate = 1;
   c->mla_heads = p->mla_heads;
   c->q_lora_rank = p->q_lora;
   c->kv_lora_rank = p->kv_lora;
   c->qk_nope_dim = p->nope;
   c->qk_rope_dim = p->rope;
   c->v_head_dim = p->vdim;
-  c->mla_use_nope = 1;
-  c->mla_output_gate = 1;
-  c->first_k_dense = 1;
   c->dense_inter = p->dense_inter;
   c->n_experts = experts;
   c->top_k = p->top_k;
   c->n_shared = p->shared;
   c->moe_inter = p->moe_inter;
   c->latent = p->latent;
-  c->latent_norm = 1;
-  c->n_group = 1;
-  c->topk_group = 1;
-  c->norm_topk_prob = 1;
-  c->grouped_topk = 1; /* as the release: use_grouped_topk true with one group */
-  c->routed_scale = 1.0f;
-  c->expert_group = 32;
   if (!strcmp(p->name, "k3-trunk")) return df_synth_trunk_config(o, c, e);
   return 0;
 }
