@@ -137,18 +137,20 @@ static void chat_and_check(const uint8_t *data, size_t size) {
   if (size < 1) return;
   df_chat_msg m[2] = {
       {.role = (df_role)(data[0] % 4), .content = (const char *)data + 1, .content_len = size - 1,
-       .tool_name = "t\"&", .tool_index = data[0], .reasoning = (const char *)data + 1,
+       .tool_name = "t\"&", .reasoning = (const char *)data + 1,
        .reasoning_len = (size - 1) / 2},
       {.role = DF_ROLE_USER, .content = "hi", .content_len = 2},
   };
-  int *ids = NULL;
-  size_t n = 0, cap = 0;
+  df_chat_opts o = df_chat_opts_default();
+  o.effort = df_chat_effort_name((df_effort)(data[0] >> 6));
+  o.add_generation_prompt = data[0] & 1;
+  df_chat_prompt p;
   df_err e;
-  int rc = df_chat_encode(tok, m, 2, (df_effort)(data[0] >> 6), data[0] & 1, &ids, &n, &cap, &e);
+  int rc = df_chat_render(tok, m, 2, &o, &p, &e);
   int valid = df_utf8_valid(m[0].content, m[0].content_len) &&
               (m[0].role != DF_ROLE_ASSISTANT || df_utf8_valid(m[0].reasoning, m[0].reasoning_len));
   CHECK(rc == (valid ? 0 : -1));
-  free(ids);
+  if (!rc) df_chat_prompt_free(&p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -122,7 +122,7 @@ static int render(const df_convo *c, const json_t *msgs, const json_t *tools, df
   char *tj = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
   df_chat_opts o = df_chat_opts_default();
   o.thinking = c->thinking;
-  o.effort = c->thinking ? c->effort : NULL;
+  if (c->effort) o.effort = c->effort; /* else apply_chat_template's (max) */
   o.tools_json = tj;
   o.tools_len = tj ? strlen(tj) : 0;
   int rc = df_chat_render_json(c->tok, mj, strlen(mj), &o, p, e);

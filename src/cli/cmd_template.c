@@ -17,7 +17,9 @@ void df_cmd_template_help(void) {
       "                         [--no-thinking] [--tool-choice C] [--no-generation-prompt] [--json]\n"
       "\n"
       "Renders a conversation the way the Kimi K3 release's encoder does\n"
-      "(encoding_k3.py) and prints the prompt text, then a line with its token ids.\n"
+      "(encoding_k3.py, with apply_chat_template's defaults) and prints the prompt\n"
+      "text, then a line with its token ids: the ids `run --chat` and `serve` feed\n"
+      "the model for the same conversation.\n"
       "\n"
       "options:\n"
       "  --model DIR         model directory (its tokenizer)\n"
@@ -25,8 +27,8 @@ void df_cmd_template_help(void) {
       "                      with \"messages\" (and \"tools\", \"tool_choice\",\n"
       "                      \"response_format\") ('-' = stdin)\n"
       "  --tools FILE        OpenAI tools, a JSON array (overrides the request's)\n"
-      "  --effort E          thinking effort message: low, high or max (the release\n"
-      "                      refuses medium); default: none, the model's own (max)\n"
+      "  --effort E          thinking effort message: low, high or max (default max,\n"
+      "                      as the release's apply_chat_template; it refuses medium)\n"
       "  --no-thinking       instruct mode: the prompt opens the response channel and\n"
       "                      history carries no think blocks\n"
       "  --tool-choice C     auto (default), none or required\n"
@@ -103,7 +105,7 @@ int df_cmd_template(int argc, char **argv) {
   }
   df_chat_opts o = df_chat_opts_default();
   o.thinking = thinking;
-  o.effort = effort;
+  if (effort) o.effort = effort; /* else apply_chat_template's: max */
   o.add_generation_prompt = gen;
   int rc = 1;
   char *ms = NULL, *ts = NULL, *rs = NULL;

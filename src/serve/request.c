@@ -554,8 +554,6 @@ int df_serve_parse(df_serve_kind kind, const char *body, size_t len, const df_se
     out->thinking = 0;
   }
   if (!out->thinking) {
-    /* the release's instruct mode: only its encoder renders it */
-    out->use_render = 1;
     if (effort_set && !effort_none) {
       BAD(err, "reasoning_effort", "a thinking effort needs thinking; it is turned off");
       goto done;

@@ -74,8 +74,8 @@ typedef struct df_serve_req {
   df_sample_bias *bias;   /* logit_bias */
   int nbias;
   int n;                  /* choices (1 by default) */
-  /* tools: rendered with the release's encoder (df_chat_render) and the
-   * output parsed for tool calls (df_chat_parser) */
+  /* tools: declared in the prompt (df_chat_render) and the output parsed for
+   * tool calls (df_chat_parser) */
   char *tools_json;       /* the request's tools array, compact JSON; NULL: none */
   size_t tools_len;
   df_tool_choice tool_choice;  /* a named function renders as required */
@@ -84,8 +84,10 @@ typedef struct df_serve_req {
   df_tg *toolgram;        /* none / required / named / one call, enforced while decoding */
   df_jg **tool_args;      /* the forced tools' argument grammars (toolgram points at them) */
   int ntool_args;
-  int use_render;         /* tools, tool calls in the history, or structured output */
   df_jg *grammar;         /* response_format json_object / json_schema: the constraint */
+  char *response_format_json; /* and the request's response_format (compact JSON) for the
+                               * release's response-format message; NULL: none or text */
+  size_t response_format_len;
   int logprobs;           /* return the chosen tokens' log-probabilities */
   int top_logprobs;       /* and this many alternatives per token */
   /* internal: every string above lives here */

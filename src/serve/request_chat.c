@@ -102,7 +102,16 @@ static int parse_calls(df_serve_req *r, df_chat_msg *cm, const json_t *v, size_t
   }
   cm->calls = calls;
   cm->ncalls = n;
-  r->use_render = 1;
+  return 0;
+}
+
+/* The request's response_format, for the release's response-format message. */
+static int own_response_format(df_serve_req *r, const json_t *v, df_serve_err *e) {
+  char *s = json_dumps(v, JSON_COMPACT);
+  if (!s) return BAD(e, "response_format", "'response_format' cannot be serialised");
+  r->response_format_len = strlen(s);
+  r->response_format_json = df_req_own(r, s, r->response_format_len);
+  free(s);
   return 0;
 }
 
@@ -114,8 +123,7 @@ int df_req_parse_response_format(df_serve_req *r, const json_t *v, df_serve_err 
   if (!strcmp(ts, "text")) return 0;
   if (!strcmp(ts, "json_object")) {
     r->grammar = df_jg_object();
-    r->use_render = 1;
-    return 0;
+    return own_response_format(r, v, e);
   }
   if (strcmp(ts, "json_schema"))
     return BAD(e, "response_format.type",
@@ -131,8 +139,7 @@ int df_req_parse_response_format(df_serve_req *r, const json_t *v, df_serve_err 
   free(text);
   if (!r->grammar)
     return df_req_unsupported("response_format.json_schema.schema", why[0] ? why : "unreadable", e);
-  r->use_render = 1;
-  return 0;
+  return own_response_format(r, v, e);
 }
 
 int df_req_parse_tools(df_serve_req *r, const json_t *v, df_serve_err *e) {
@@ -157,7 +164,6 @@ int df_req_parse_tools(df_serve_req *r, const json_t *v, df_serve_err *e) {
   r->tools_json = df_req_own(r, s, strlen(s));
   r->tools_len = strlen(s);
   free(s);
-  r->use_render = 1;
   return 0;
 }
 
@@ -248,7 +254,6 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
   if (n == 0) return BAD(e, "messages", "'messages' must contain at least one message");
   r->msgs = df_xcalloc(n, sizeof *r->msgs);
   r->nmsgs = n;
-  int tool_run = 0; /* position within a run of consecutive tool messages */
   char p[160];
   for (size_t i = 0; i < n; i++) {
     json_t *m = json_array_get(arr, i);
@@ -279,11 +284,12 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
       if (!strcmp(k, "content")) {
         content = v;
       } else if (!strcmp(k, "name")) {
-        /* the K3 chat format has no participant names: a tool message's name
-         * is its tool, on others it is accepted and not rendered */
+        /* a tool message's name is its tool; on the others the release
+         * renders it as name="..." */
         if (json_is_null(v)) continue;
         if (df_req_want_str(v, p, e)) return -1;
         if (cm->role == DF_ROLE_TOOL) name = v;
+        else if (json_string_length(v)) cm->name = df_req_own_json_str(r, v, NULL);
       } else if (!strcmp(k, "tool_call_id")) {
         if (cm->role != DF_ROLE_TOOL) return BAD(e, p, "'%s' belongs on tool messages only", p);
         if (df_req_want_str(v, p, e)) return -1;
@@ -339,9 +345,6 @@ int df_req_parse_messages(df_serve_req *r, const json_t *arr, df_serve_err *e) {
       cm->tool_call_id = df_req_own_json_str(r, call_id, NULL);
       cm->tool_name = name ? df_req_own_json_str(r, name, NULL) : NULL;
       if (!cm->tool_name) cm->tool_name = cm->tool_call_id;
-      cm->tool_index = tool_run++;
-    } else {
-      tool_run = 0;
     }
   }
   return 0;

@@ -82,18 +82,18 @@ int df_srv_encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
   *ids = NULL;
   *n = 0;
   /* a loaded df_tok is read-only: connection threads encode concurrently */
-  if (q->kind == DF_SERVE_CHAT && q->use_render) {
-    /* tools or tool calls: the release's encoder. Its efforts are low, high
-     * and max: medium is taken as high. */
-    static const char *const eff[] = {"low", "high", "high", "max"};
+  if (q->kind == DF_SERVE_CHAT) {
+    /* the one chat encoder, as `deltafin template` and `run --chat` render */
     df_chat_opts o = df_chat_opts_default();
     /* structured output: instruct mode, the reply opens with the response
      * (the constraint covers the whole reply) */
     o.thinking = q->grammar ? 0 : q->thinking;
-    o.effort = eff[q->effort];
+    o.effort = df_chat_effort_name(q->effort);
     o.tool_choice = q->tool_choice;
     o.tools_json = q->tools_json;
     o.tools_len = q->tools_len;
+    o.response_format_json = q->response_format_json;
+    o.response_format_len = q->response_format_len;
     df_chat_prompt pr;
     memset(&pr, 0, sizeof pr);
     rc = df_chat_render(S->tok, q->msgs, q->nmsgs, &o, &pr, &e);
@@ -103,9 +103,7 @@ int df_srv_encode_prompt(srv *S, const df_serve_req *q, int **ids, size_t *n, df
       pr.ids = NULL;
     }
     df_chat_prompt_free(&pr);
-  } else if (q->kind == DF_SERVE_CHAT)
-    rc = df_chat_encode(S->tok, q->msgs, q->nmsgs, q->effort, 1, ids, n, &cap, &e);
-  else /* a completions prompt is text the client may have rendered itself, specials
+  } else /* a completions prompt is text the client may have rendered itself, specials
           * included (vLLM and transformers read them too); chat content above never is */
     rc = df_tok_encode_with_specials(S->tok, q->prompt, q->prompt_len, ids, n, &cap, &e);
   if (rc) {

@@ -1,12 +1,10 @@
-/* The K3 chat format (kimi-k3.md section 7) and the splitter that turns the
- * generated ids back into reasoning and response text. */
+/* Thinking efforts, and the splitter that turns the generated ids back into
+ * reasoning and response text (the encoder is chat_render.c). */
 #include "tokenizer/chat.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/sbuf.h"
 #include "base/util.h"
 
 static const char *const effort_names[] = {"low", "medium", "high", "max"};
@@ -20,130 +18,9 @@ int df_effort_parse(const char *s, df_effort *out) {
   return -1;
 }
 
-/* ---- encoding ---- */
-
-typedef struct enc {
-  const df_tok *t;
-  int **ids;
-  size_t *n, *cap;
-  int open, close, sep, eom;
-  df_err *e;
-} enc;
-
-static void put(enc *c, int id) {
-  if (*c->n == *c->cap) {
-    *c->cap = *c->cap ? *c->cap * 2 : 256;
-    *c->ids = df_xrealloc(*c->ids, *c->cap * sizeof **c->ids);
-  }
-  (*c->ids)[(*c->n)++] = id;
-}
-
-/* Ordinary text: tag names, attributes and every content. */
-static int text(enc *c, const char *s, size_t len) {
-  if (!len) return 0;
-  return df_tok_encode(c->t, s, len, c->ids, c->n, c->cap, c->e);
-}
-
-static int textz(enc *c, const char *s) { return text(c, s, strlen(s)); }
-
-/* An attribute value: & and " escaped, as in XML. */
-static void sb_attr(df_sbuf *b, const char *name, const char *val) {
-  df_sbuf_addstr(b, " ");
-  df_sbuf_addstr(b, name);
-  df_sbuf_addstr(b, "=\"");
-  for (const char *p = val; *p; p++) {
-    if (*p == '&') df_sbuf_addstr(b, "&amp;");
-    else if (*p == '"') df_sbuf_addstr(b, "&quot;");
-    else df_sbuf_add(b, p, 1);
-  }
-  df_sbuf_addstr(b, "\"");
-}
-
-/* <|open|>HEADER<|sep|> */
-static int open_tag(enc *c, const char *header) {
-  put(c, c->open);
-  if (textz(c, header)) return -1;
-  put(c, c->sep);
-  return 0;
-}
-
-/* <|close|>NAME<|sep|> */
-static int close_tag(enc *c, const char *name) {
-  put(c, c->close);
-  if (textz(c, name)) return -1;
-  put(c, c->sep);
-  return 0;
-}
-
-static const char *const role_names[] = {"system", "user", "assistant", "tool"};
-
-static const char effort_text_fmt[] =
-    "`thinking_effort` guides on how much to think in your thinking channel (not including the "
-    "response channel), supported values include `low`, `medium`, `high`, and `max`.\n"
-    "Now the system is invoked with `thinking_effort=%s`.";
-
-static int message(enc *c, const char *header, const df_chat_msg *m) {
-  if (open_tag(c, header)) return -1;
-  const char *content = m->content ? m->content : "";
-  size_t clen = m->content ? m->content_len : 0;
-  if (m->role == DF_ROLE_ASSISTANT) {
-    if (open_tag(c, "think")) return -1;
-    if (m->reasoning && text(c, m->reasoning, m->reasoning_len)) return -1;
-    if (close_tag(c, "think") || open_tag(c, "response")) return -1;
-    if (text(c, content, clen) || close_tag(c, "response")) return -1;
-  } else if (text(c, content, clen)) {
-    return -1;
-  }
-  if (close_tag(c, "message")) return -1;
-  put(c, c->eom);
-  return 0;
-}
-
-int df_chat_encode(const df_tok *t, const df_chat_msg *msgs, size_t nmsgs, df_effort effort,
-                   int add_generation_prompt, int **ids, size_t *n, size_t *cap, df_err *e) {
-  enc c = {t, ids, n, cap, 0, 0, 0, 0, e};
-  static const char *const need[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
-  int *dst[] = {&c.open, &c.close, &c.sep, &c.eom};
-  for (int i = 0; i < 4; i++)
-    if ((*dst[i] = df_tok_special_id(t, need[i])) < 0)
-      return df_err_set(e, "chat: the tokenizer has no %s special token", need[i]);
-  if ((unsigned)effort > DF_EFFORT_MAX) return df_err_set(e, "chat: invalid thinking effort");
-  size_t n0 = *n;
-  char etext[512];
-  snprintf(etext, sizeof etext, effort_text_fmt, effort_names[effort]);
-  df_chat_msg em = {.role = DF_ROLE_SYSTEM, .content = etext, .content_len = strlen(etext)};
-  if (message(&c, "message role=\"system\" type=\"thinking-effort\"", &em)) goto fail;
-  df_sbuf h = {0};
-  for (size_t i = 0; i < nmsgs; i++) {
-    const df_chat_msg *m = &msgs[i];
-    if ((unsigned)m->role > DF_ROLE_TOOL) {
-      free(h.p);
-      df_err_set(e, "chat: message %zu: invalid role", i);
-      goto fail;
-    }
-    h.n = 0;
-    df_sbuf_addstr(&h, "message");
-    sb_attr(&h, "role", role_names[m->role]);
-    if (m->role == DF_ROLE_TOOL) {
-      char idx[32];
-      snprintf(idx, sizeof idx, "%d", m->tool_index);
-      if (m->tool_name) sb_attr(&h, "tool", m->tool_name);
-      sb_attr(&h, "index", idx);
-    }
-    if (message(&c, h.p, m)) {
-      free(h.p);
-      df_err_prefix(e, "chat: message %zu (%s): ", i, role_names[m->role]);
-      goto fail;
-    }
-  }
-  free(h.p);
-  if (add_generation_prompt) {
-    if (open_tag(&c, "message role=\"assistant\"") || open_tag(&c, "think")) goto fail;
-  }
-  return 0;
-fail:
-  *n = n0;
-  return -1;
+const char *df_chat_effort_name(df_effort e) {
+  static const char *const release[] = {"low", "high", "high", "max"};
+  return (unsigned)e <= DF_EFFORT_MAX ? release[e] : NULL;
 }
 
 /* ---- splitting generated ids ---- */

@@ -3,14 +3,17 @@
  * encoded as ordinary text.
  *
  * Two layers:
- * - df_chat_render / df_chat_render_json: the release's encoder
- *   (encoding_k3.py build_chat_segments, as the public ports quote it):
- *   OpenAI-style messages + tools + options -> prompt text and ids. This is
- *   the API the server and `deltafin template` use.
+ * - df_chat_render / df_chat_render_json: the one chat encoder, the
+ *   release's (encoding_k3.py build_chat_segments, as the public ports quote
+ *   it): OpenAI-style messages + tools + options -> prompt text and ids.
+ *   Every caller renders through it (run --chat, chat, template, tokenize
+ *   --chat, the server's chats and /apply-template), with the defaults of
+ *   the release's apply_chat_template (df_chat_opts_default), so one
+ *   conversation is one list of ids whichever way it comes in.
  * - df_chat_parser: the model's output ids -> reasoning, content and tool
  *   calls (name + OpenAI arguments JSON), incrementally for streaming.
- * df_chat_encode / df_chat_split are the first versions (no tools, always a
- * thinking-effort message), kept for existing callers. */
+ *   df_chat_split is the simpler splitter (reasoning / response only) for
+ *   replies without tools. */
 #ifndef DF_TOKENIZER_CHAT_H
 #define DF_TOKENIZER_CHAT_H
 
@@ -36,7 +39,6 @@ typedef struct df_chat_msg {
   const char *content; /* NULL = no content (e.g. an assistant that only called tools) */
   size_t content_len;
   const char *tool_name; /* tool messages: tool="name" (NULL: the matching call's name) */
-  int tool_index;        /* df_chat_encode only: index="N" (df_chat_render counts as the release) */
   /* assistant messages in history: optional reasoning (think part); blank
    * (white space only) renders as an empty think block, as the release does */
   const char *reasoning;
@@ -57,9 +59,11 @@ typedef enum { DF_TOOL_CHOICE_AUTO = 0, DF_TOOL_CHOICE_NONE, DF_TOOL_CHOICE_REQU
 typedef struct df_chat_opts {
   int thinking;        /* 1: think mode (generation prompt opens think); 0: instruct mode
                         * (opens response; history carries no think blocks) */
-  const char *effort;  /* NULL: no thinking-effort message (the release's default: the model
-                        * thinks at max); "low", "high" or "max"; anything else (including
-                        * "medium", which the release refuses) is an error. Ignored when
+  const char *effort;  /* the thinking-effort message: "low", "high" or "max" (the default,
+                        * as apply_chat_template passes it); anything else (including
+                        * "medium", which the release refuses) is an error. NULL: no
+                        * effort message, what build_chat_segments writes when called
+                        * without one (its goldens; no caller's default). Ignored when
                         * thinking is 0, as the release does. */
   df_tool_choice tool_choice; /* none / required add the release's tool-choice message */
   int add_generation_prompt;  /* 1: end with the assistant opening */
@@ -72,7 +76,8 @@ typedef struct df_chat_opts {
   size_t response_format_len;
 } df_chat_opts;
 
-/* The defaults: thinking on, no effort message, tool_choice auto, generation prompt. */
+/* apply_chat_template's defaults: thinking on at effort max, tool_choice auto,
+ * generation prompt, no tools, no response format. */
 df_chat_opts df_chat_opts_default(void);
 
 /* A rendered prompt. text is what the segments spell (NUL-terminated, for
@@ -164,18 +169,11 @@ void df_chat_parsed_free(df_chat_parsed *p);
 int df_effort_parse(const char *s, df_effort *out); /* "low","medium","high","max" */
 /* 1 if the release's encoder accepts this thinking_effort ("low", "high", "max"). */
 int df_chat_effort_valid(const char *s);
-
-/* Legacy (prefer df_chat_render). Builds the prompt ids: the thinking-effort system message first, then the
- * messages, then (if add_generation_prompt) the assistant opening with the
- * think channel open. Appends to *ids.
- *
- * Every assistant message in the history is rendered the way the model
- * writes one: a think block (empty when reasoning is NULL or empty), then a
- * response block with the content, each closed, nothing between them. A tool
- * message without a tool_name omits the tool attribute. Contents must be
- * valid UTF-8 and are always ordinary text. */
-int df_chat_encode(const df_tok *t, const df_chat_msg *msgs, size_t nmsgs, df_effort effort,
-                   int add_generation_prompt, int **ids, size_t *n, size_t *cap, df_err *e);
+/* The release's thinking_effort for an effort (df_chat_opts.effort): low, high
+ * and max as named; medium, which the release refuses, as high (OpenAI's
+ * reasoning_effort scale sits medium just below high). NULL for a value
+ * outside df_effort. */
+const char *df_chat_effort_name(df_effort e);
 
 /* Splits generated ids (after the generation prompt) into reasoning and
  * response text. Streaming use: feed ids one at a time; the splitter tells

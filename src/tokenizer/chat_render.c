@@ -23,8 +23,11 @@ int df_chat_effort_valid(const char *s) {
   return 0;
 }
 
+/* apply_chat_template's: the serving frameworks' entry point passes
+ * thinking_effort=max unless told otherwise, so the effort message is part
+ * of every default prompt (kimi-k3.md section 7). */
 df_chat_opts df_chat_opts_default(void) {
-  df_chat_opts o = {.thinking = 1, .add_generation_prompt = 1};
+  df_chat_opts o = {.thinking = 1, .effort = "max", .add_generation_prompt = 1};
   return o;
 }
 
@@ -411,6 +414,8 @@ int df_chat_render(const df_tok *t, const df_chat_msg *msgs, size_t nmsgs, const
     }
     close_tag(&s, "message");
     ctl(&s, s.eom);
+    if (s.failed) /* the tokenizer refused its text (invalid UTF-8) */
+      df_err_prefix(e, "chat: message %zu (%s): ", mi, role_name[m->role]);
   }
   free(it);
   if (s.failed) goto fail;

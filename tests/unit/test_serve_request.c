@@ -311,9 +311,7 @@ static void test_chat_everything(void **st) {
   assert_memory_equal(r.msgs[3].reasoning, "hmm", 3);
   assert_int_equal(r.msgs[4].role, DF_ROLE_TOOL);
   assert_string_equal(r.msgs[4].tool_name, "call_1");
-  assert_int_equal(r.msgs[4].tool_index, 0);
   assert_string_equal(r.msgs[5].tool_name, "calc");
-  assert_int_equal(r.msgs[5].tool_index, 1);
   assert_int_equal(r.msgs[6].role, DF_ROLE_USER);
   assert_int_equal(r.max_tokens, 17);
   assert_string_equal(r.max_tokens_param, "max_completion_tokens");
@@ -453,7 +451,6 @@ static void test_thinking_off(void **st) {
   (void)st;
   df_serve_req r = ok(DF_SERVE_CHAT, CHAT(""));
   assert_int_equal(r.thinking, 1);
-  assert_false(r.use_render);
   df_serve_req_free(&r);
   static const char *const off[] = {
       CHAT(",\"reasoning_effort\":\"none\""),
@@ -464,7 +461,6 @@ static void test_thinking_off(void **st) {
   for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
     r = ok(DF_SERVE_CHAT, off[i]);
     assert_int_equal(r.thinking, 0);
-    assert_true(r.use_render);
     df_serve_req_free(&r);
   }
   r = ok(DF_SERVE_CHAT, CHAT(",\"chat_template_kwargs\":{\"thinking\":true,\"thinking_effort\":\"low\"}"));
@@ -580,7 +576,6 @@ static void test_tools(void **st) {
       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":"
       "{\"type\":\"object\"}}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false}";
   df_serve_req r = ok(DF_SERVE_CHAT, body);
-  assert_true(r.use_render);
   assert_non_null(r.tools_json);
   assert_non_null(strstr(r.tools_json, "\"name\":\"get\""));
   assert_int_equal(r.tool_choice, DF_TOOL_CHOICE_REQUIRED);
@@ -627,10 +622,8 @@ static void test_tools(void **st) {
 #undef TOOLS
   r = ok(DF_SERVE_CHAT, CHAT(",\"response_format\":{\"type\":\"json_object\"}"));
   assert_non_null(r.grammar);
-  assert_true(r.use_render);
   df_serve_req_free(&r);
   r = ok(DF_SERVE_CHAT, CHAT(",\"tools\":[]"));
-  assert_false(r.use_render);
   df_serve_req_free(&r);
 }
 
