@@ -14,6 +14,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "model/k3.h"
+#include "model/model.h"
 #include "plan/plan.h"
 #include "store/io.h"
 #include "store/manifest.h"
@@ -141,49 +142,33 @@ int df_cmd_plan(int argc, char **argv) {
   df_config cfg;
   df_st_set set;
   int set_open = 0;
-  df_k3 *m = NULL;
-  df_plan_in in;
-  uint64_t *ub = NULL, *ur = NULL, fixed = 0, erow = 0;
+  df_model *m = NULL;
   const char *what;
   char what_buf[600];
   if (model) {
     int rc = df_config_load_dir(&cfg, model, &e);
     if (rc || df_st_set_open(&set, model, &e)) return df_cli_fail("%s", e.msg);
     set_open = 1;
-    if (df_k3_load(&m, &set, &cfg, int8, model, &e)) {
+    if (df_model_open_k3(&m, &set, &cfg, int8, model, NULL, 32, &e)) {
       df_st_set_close(&set);
       return df_cli_fail("%s", e.msg);
     }
-    df_k3_plan_input(m, &in);
     snprintf(what_buf, sizeof what_buf, "%s", model);
     what = what_buf;
   } else {
     df_synth_opts so = {.preset = "k3-trunk", .layers = 93, .experts = 896};
     if (df_synth_config(&so, &cfg, &e)) return df_cli_fail("%s", e.msg);
-    ub = df_xmalloc(sizeof *ub * (size_t)(cfg.n_layers + 1));
-    ur = df_xmalloc(sizeof *ur * (size_t)(cfg.n_layers + 1));
-    df_plan_k3_units(&cfg, int8, ub, ur, &fixed, &erow);
-    memset(&in, 0, sizeof in);
-    in.cfg = &cfg;
-    in.nunits = cfg.n_layers + 1;
-    in.unit_bytes = ub;
-    in.unit_read = ur;
-    in.fixed_bytes = fixed;
-    in.embed_row_bytes = erow;
+    m = df_model_plan_only_k3(&cfg, int8);
     what = "full K3 (93 layers, 896 experts, from its config)";
   }
+  df_plan_in in;
+  df_model_plan_req rq = {.mem_limit = mem, .cache_req = -1, .cache_default = -1, .ctx = ctx,
+                          .max_rows = 1 /* decode */, .reuse_bytes = reuse,
+                          .reuse_states = reuse ? DF_PLAN_SERVE_KEPT : 0};
+  df_model_plan_in(m, &rq, &in);
   df_expert_layout lay;
   df_expert_layout_of(&cfg, &lay);
   int nmoe = cfg.n_layers - cfg.first_k_dense;
-  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
-  in.expert_total_bytes = in.expert_record_bytes * (uint64_t)cfg.n_experts * (uint64_t)nmoe;
-  in.mem_limit = mem;
-  in.cache_req = -1;
-  in.cache_default = (int64_t)in.expert_total_bytes;
-  in.ctx_req = ctx;
-  in.max_rows = 1; /* decode */
-  in.reuse_bytes = reuse;
-  in.reuse_states = reuse ? DF_PLAN_SERVE_KEPT : 0;
   /* where the spine streams from decides whether its reads are spread over
    * the drives: a pack's spine section is; the shards sit on one drive */
   if (!spine_from) {
@@ -319,9 +304,7 @@ int df_cmd_plan(int argc, char **argv) {
   rc = 0;
 out:
   df_plan_free(&p);
-  free(ub);
-  free(ur);
-  if (m) df_k3_free(m);
+  df_model_free(m);
   if (set_open) df_st_set_close(&set);
   return rc;
 }
