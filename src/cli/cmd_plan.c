@@ -248,6 +248,10 @@ int df_cmd_plan(int argc, char **argv) {
     json_object_set_new(o, "memory_source", json_string(memsrc));
     json_object_set_new(o, "plan", json_loads(pj, 0, NULL));
     free(pj);
+    char *sj = df_plan_state_json(&cfg, 0);
+    json_t *sv = json_loads(sj, 0, NULL);
+    free(sj);
+    if (sv) json_object_set_new(o, "sequence_state", sv);
     json_t *pr = json_object();
     json_object_set_new(pr, "label", json_string("PROJECTION"));
     json_object_set_new(pr, "drives", json_integer(ndrives));
@@ -270,6 +274,9 @@ int df_cmd_plan(int argc, char **argv) {
   } else {
     printf("model    %s, %s spine\n", what, int8 ? "int8" : "bf16");
     char *t = df_plan_text(&p);
+    fputs(t, stdout);
+    free(t);
+    t = df_plan_state_text(&cfg, 0);
     fputs(t, stdout);
     free(t);
     printf("PROJECTION (not a measurement) of one decode token on %d drive%s, %.1f GB/s together:\n",

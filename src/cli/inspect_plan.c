@@ -38,11 +38,21 @@ char *df_cli_inspect_plan(const df_st_set *set, const df_config *c, const char *
     snprintf(t, sizeof e.msg + 64, "plan     %s\n", e.msg);
     *json_out = json_pack("{s:s}", "error", e.msg);
   } else {
-    t = df_plan_text(&p);
-    char *j = df_plan_json(&p);
+    char *pt = df_plan_text(&p), *st = df_plan_state_text(c, 0);
+    t = df_xmalloc(strlen(pt) + strlen(st) + 1);
+    strcpy(t, pt);
+    strcat(t, st);
+    free(pt);
+    free(st);
+    char *j = df_plan_json(&p), *sj = df_plan_state_json(c, 0);
     *json_out = json_loads(j, 0, NULL);
     free(j);
-    if (*json_out) json_object_set_new(*json_out, "memory_source", json_string(src));
+    if (*json_out) {
+      json_object_set_new(*json_out, "memory_source", json_string(src));
+      json_t *sv = json_loads(sj, 0, NULL);
+      if (sv) json_object_set_new(*json_out, "sequence_state", sv);
+    }
+    free(sj);
   }
   df_plan_free(&p);
   df_model_free(m);
