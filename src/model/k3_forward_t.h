@@ -97,31 +97,75 @@ static int nblocks(const df_config *c) {
   return (c->n_layers + c->attn_res_block - 1) / c->attn_res_block;
 }
 
-ST *N(state_new)(const df_k3 *m) {
-  const df_config *c = m->cfg;
-  ST *s = df_xcalloc(1, sizeof *s);
-  s->m = m;
-  s->q.kda_S = df_xcalloc((size_t)c->n_layers, sizeof *s->q.kda_S);
-  s->q.kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *s->q.kda_conv);
-  s->q.mla = df_xcalloc((size_t)c->n_layers, sizeof *s->q.mla);
-  size_t P = (size_t)c->kda_heads * c->kda_head_dim;
+static size_t kda_s_floats(const df_config *c) {
+  return (size_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim;
+}
+static size_t kda_conv_floats(const df_config *c) {
+  return 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * c->kda_heads * c->kda_head_dim;
+}
+static size_t mla_row_floats(const df_config *c) {
+  return (size_t)(c->kv_lora_rank + c->qk_rope_dim);
+}
+
+/* ---- the sequence state's own operations (SEQ) ---- */
+
+/* A zero sequence: every KDA layer's matrices and conv windows, no MLA
+ * cache yet (reserve_ctx grows it). */
+static void seq_init(SEQ *q, const df_config *c) {
+  memset(q, 0, sizeof *q);
+  q->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *q->kda_S);
+  q->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *q->kda_conv);
+  q->mla = df_xcalloc((size_t)c->n_layers, sizeof *q->mla);
   for (int l = 0; l < c->n_layers; l++)
     if (c->layer_kind[l] == DF_LAYER_KDA) {
-      s->q.kda_S[l] = df_xaligned(64, sizeof(R) * P * c->kda_head_dim);
-      s->q.kda_conv[l] = df_xaligned(64, sizeof(R) * 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * P);
+      q->kda_S[l] = df_xaligned(64, sizeof(R) * kda_s_floats(c));
+      q->kda_conv[l] = df_xaligned(64, sizeof(R) * kda_conv_floats(c));
+      memset(q->kda_S[l], 0, sizeof(R) * kda_s_floats(c));
+      memset(q->kda_conv[l], 0, sizeof(R) * kda_conv_floats(c));
     }
-  N(state_reset)(s);
+}
+
+static void seq_free(SEQ *q, const df_config *c) {
+  for (int l = 0; l < c->n_layers; l++) {
+    free(q->kda_S[l]);
+    free(q->kda_conv[l]);
+    free(q->mla[l]);
+  }
+  free(q->kda_S);
+  free(q->kda_conv);
+  free(q->mla);
+}
+
+/* The recurrent part and the position (what a mark saves and restores). */
+static void seq_copy_recurrent(SEQ *d, const SEQ *s, const df_config *c) {
+  for (int l = 0; l < c->n_layers; l++)
+    if (d->kda_S[l]) {
+      memcpy(d->kda_S[l], s->kda_S[l], sizeof(R) * kda_s_floats(c));
+      memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(R) * kda_conv_floats(c));
+    }
+  d->pos = s->pos;
+}
+
+/* The MLA cache rows up to s's position; d's caches hold at least that. */
+static void seq_copy_cache(SEQ *d, const SEQ *s, const df_config *c) {
+  for (int l = 0; l < c->n_layers; l++)
+    if (c->layer_kind[l] == DF_LAYER_MLA && s->pos > 0)
+      memcpy(d->mla[l], s->mla[l], sizeof(R) * (size_t)s->pos * mla_row_floats(c));
+}
+
+ST *N(state_new)(const df_k3 *m) {
+  ST *s = df_xcalloc(1, sizeof *s);
+  s->m = m;
+  seq_init(&s->q, m->cfg);
   return s;
 }
 
 void N(state_reset)(ST *s) {
   const df_config *c = s->m->cfg;
-  size_t P = (size_t)c->kda_heads * c->kda_head_dim;
   for (int l = 0; l < c->n_layers; l++)
     if (s->q.kda_S[l]) {
-      memset(s->q.kda_S[l], 0, sizeof(R) * P * c->kda_head_dim);
-      memset(s->q.kda_conv[l], 0,
-             sizeof(R) * 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * P);
+      memset(s->q.kda_S[l], 0, sizeof(R) * kda_s_floats(c));
+      memset(s->q.kda_conv[l], 0, sizeof(R) * kda_conv_floats(c));
     }
   s->q.pos = 0;
 }
@@ -148,14 +192,7 @@ static void free_scratch(WS *w) {
 
 void N(state_free)(ST *s) {
   if (!s) return;
-  for (int l = 0; l < s->m->cfg->n_layers; l++) {
-    free(s->q.kda_S[l]);
-    free(s->q.kda_conv[l]);
-    free(s->q.mla[l]);
-  }
-  free(s->q.kda_S);
-  free(s->q.kda_conv);
-  free(s->q.mla);
+  seq_free(&s->q, s->m->cfg);
   if (s->w) {
     free_scratch(s->w);
     free(s->w->thr);
@@ -170,16 +207,6 @@ int N(state_pos)(const ST *s) { return s->q.pos; }
 
 static int reserve_ctx(ST *s, int npos, df_err *e);
 
-static size_t kda_s_floats(const df_config *c) {
-  return (size_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim;
-}
-static size_t kda_conv_floats(const df_config *c) {
-  return 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * c->kda_heads * c->kda_head_dim;
-}
-static size_t mla_row_floats(const df_config *c) {
-  return (size_t)(c->kv_lora_rank + c->qk_rope_dim);
-}
-
 size_t N(state_bytes)(const ST *s) {
   const df_config *c = s->m->cfg;
   size_t n = 0;
@@ -190,26 +217,18 @@ size_t N(state_bytes)(const ST *s) {
   return n * sizeof(R);
 }
 
+/* Only the MLA rows up to the position are allocated: a clone is kept, not
+ * run (a copy into a live state gives it room again). */
 ST *N(state_clone)(const ST *s) {
   const df_config *c = s->m->cfg;
   ST *d = df_xcalloc(1, sizeof *d);
   d->m = s->m;
-  d->q.kda_S = df_xcalloc((size_t)c->n_layers, sizeof *d->q.kda_S);
-  d->q.kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *d->q.kda_conv);
-  d->q.mla = df_xcalloc((size_t)c->n_layers, sizeof *d->q.mla);
-  for (int l = 0; l < c->n_layers; l++) {
-    if (s->q.kda_S[l]) {
-      d->q.kda_S[l] = df_xaligned(64, sizeof(R) * kda_s_floats(c));
-      d->q.kda_conv[l] = df_xaligned(64, sizeof(R) * kda_conv_floats(c));
-      memcpy(d->q.kda_S[l], s->q.kda_S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(d->q.kda_conv[l], s->q.kda_conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-    if (c->layer_kind[l] == DF_LAYER_MLA && s->q.pos > 0) {
+  seq_init(&d->q, c);
+  for (int l = 0; l < c->n_layers; l++)
+    if (c->layer_kind[l] == DF_LAYER_MLA && s->q.pos > 0)
       d->q.mla[l] = df_xaligned(64, sizeof(R) * (size_t)s->q.pos * mla_row_floats(c));
-      memcpy(d->q.mla[l], s->q.mla[l], sizeof(R) * (size_t)s->q.pos * mla_row_floats(c));
-    }
-  }
-  d->q.pos = s->q.pos;
+  seq_copy_recurrent(&d->q, &s->q, c);
+  seq_copy_cache(&d->q, &s->q, c);
   d->q.cap = c->n_mla ? s->q.pos : s->q.cap;
   return d;
 }
@@ -219,15 +238,8 @@ void N(state_copy)(ST *dst, const ST *src) {
   df_err e;
   dst->q.pos = 0; /* nothing of dst's cache needs keeping */
   if (reserve_ctx(dst, src->q.pos, &e)) return; /* src->q.pos was valid for src */
-  for (int l = 0; l < c->n_layers; l++) {
-    if (dst->q.kda_S[l]) {
-      memcpy(dst->q.kda_S[l], src->q.kda_S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(dst->q.kda_conv[l], src->q.kda_conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-    if (c->layer_kind[l] == DF_LAYER_MLA && src->q.pos > 0)
-      memcpy(dst->q.mla[l], src->q.mla[l], sizeof(R) * (size_t)src->q.pos * mla_row_floats(c));
-  }
-  dst->q.pos = src->q.pos;
+  seq_copy_recurrent(&dst->q, &src->q, c);
+  seq_copy_cache(&dst->q, &src->q, c);
 }
 
 /* A mark: the recurrent part of a state (KDA matrices and conv windows)
@@ -236,44 +248,22 @@ void N(state_copy)(ST *dst, const ST *src) {
  * before they are read. Speculation rolls a rejected draft back this way:
  * a fixed cost (the KDA state), not one that grows with the context. */
 struct N(mark) {
-  int pos;
-  R **S, **conv;
-  int n_layers;
+  const df_config *c;
+  SEQ q; /* its MLA caches stay empty */
 };
 
 N(mark) *N(mark_new)(const ST *s) {
-  const df_config *c = s->m->cfg;
   N(mark) *k = df_xcalloc(1, sizeof *k);
-  k->n_layers = c->n_layers;
-  k->S = df_xcalloc((size_t)c->n_layers, sizeof *k->S);
-  k->conv = df_xcalloc((size_t)c->n_layers, sizeof *k->conv);
-  for (int l = 0; l < c->n_layers; l++)
-    if (s->q.kda_S[l]) {
-      k->S[l] = df_xaligned(64, sizeof(R) * kda_s_floats(c));
-      k->conv[l] = df_xaligned(64, sizeof(R) * kda_conv_floats(c));
-    }
+  k->c = s->m->cfg;
+  seq_init(&k->q, k->c);
   return k;
 }
 
-void N(mark_save)(N(mark) *k, const ST *s) {
-  const df_config *c = s->m->cfg;
-  for (int l = 0; l < c->n_layers; l++)
-    if (k->S[l]) {
-      memcpy(k->S[l], s->q.kda_S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(k->conv[l], s->q.kda_conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-  k->pos = s->q.pos;
-}
+void N(mark_save)(N(mark) *k, const ST *s) { seq_copy_recurrent(&k->q, &s->q, k->c); }
 
-void N(mark_restore)(ST *s, const N(mark) *k) {
-  const df_config *c = s->m->cfg;
-  for (int l = 0; l < c->n_layers; l++)
-    if (k->S[l]) {
-      memcpy(s->q.kda_S[l], k->S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(s->q.kda_conv[l], k->conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-  s->q.pos = k->pos;
-}
+/* Keeps s's MLA cache and its capacity: the rows past the mark are
+ * rewritten before they are read. */
+void N(mark_restore)(ST *s, const N(mark) *k) { seq_copy_recurrent(&s->q, &k->q, k->c); }
 
 size_t N(mark_bytes)(const ST *s) {
   const df_config *c = s->m->cfg;
@@ -282,12 +272,7 @@ size_t N(mark_bytes)(const ST *s) {
 
 void N(mark_free)(N(mark) *k) {
   if (!k) return;
-  for (int l = 0; l < k->n_layers; l++) {
-    free(k->S[l]);
-    free(k->conv[l]);
-  }
-  free(k->S);
-  free(k->conv);
+  seq_free(&k->q, k->c);
   free(k);
 }
 
