@@ -52,25 +52,8 @@ static void test_formula_full_k3(void **st) {
   free(t);
 }
 
-static df_engine *open_prec(int f64) {
-  const char *src = getenv("DF_SRC");
-  if (!src) fail_msg("DF_SRC is not set (run through ctest)");
-  static char dir[1024];
-  snprintf(dir, sizeof dir, "%s/models/nano-k3", src);
-  df_engine_opts o;
-  df_engine_opts_default(&o);
-  o.model_dir = dir;
-  o.threads = 2;
-  o.f64 = f64;
-  o.store.heat_path = "";
-  df_engine *en;
-  df_err e;
-  if (df_engine_open(&en, &o, &e)) fail_msg("engine open: %s", e.msg);
-  return en;
-}
-
 static void check_bytes(int f64) {
-  df_engine *en = open_prec(f64);
+  df_engine *en = open_nano_prec(2, -1, NULL, f64);
   const df_config *c = df_engine_config(en);
   size_t lg = sizeof(float) * (size_t)c->vocab, x = f64 ? 2 : 1;
   df_session *s = df_session_new(en);
