@@ -16,6 +16,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "model/k3.h"
+#include "model/model.h"
 #include "plan/plan.h"
 #include "store/io.h"
 #include "store/manifest.h"
@@ -157,7 +158,7 @@ typedef struct projection {
   uint64_t rec_bytes;
 } projection;
 
-static void plan_print_json(const df_plan *p, const projection *q) {
+static void plan_print_json(const df_plan *p, const projection *q, const df_config *cfg) {
   char *pj = df_plan_json(p);
   json_t *o = json_object();
   json_object_set_new(o, "model", json_string(q->what));
@@ -165,6 +166,10 @@ static void plan_print_json(const df_plan *p, const projection *q) {
   json_object_set_new(o, "memory_source", json_string(q->memsrc));
   json_object_set_new(o, "plan", json_loads(pj, 0, NULL));
   free(pj);
+  char *sj = df_plan_state_json(cfg, 0);
+  json_t *sv = json_loads(sj, 0, NULL);
+  free(sj);
+  if (sv) json_object_set_new(o, "sequence_state", sv);
   json_t *pr = json_object();
   json_object_set_new(pr, "label", json_string("PROJECTION"));
   json_object_set_new(pr, "drives", json_integer(q->ndrives));
@@ -192,6 +197,9 @@ static void plan_print_text(const df_plan *p, const projection *q, const df_conf
   const double *parts = q->parts;
   printf("model    %s, %s spine\n", q->what, q->int8 ? "int8" : "bf16");
   char *t = df_plan_text(p);
+  fputs(t, stdout);
+  free(t);
+  t = df_plan_state_text(cfg, 0);
   fputs(t, stdout);
   free(t);
   printf("PROJECTION (not a measurement) of one decode token on %d drive%s, %.1f GB/s together:\n",
@@ -248,49 +256,33 @@ int df_cmd_plan(int argc, char **argv) {
   df_config cfg;
   df_st_set set;
   int set_open = 0;
-  df_k3 *m = NULL;
-  df_plan_in in;
-  uint64_t *ub = NULL, *ur = NULL, fixed = 0, erow = 0;
+  df_model *m = NULL;
   const char *what;
   char what_buf[600];
   if (model) {
     int rc = df_config_load_dir(&cfg, model, &e);
     if (rc || df_st_set_open(&set, model, &e)) return df_cli_fail("%s", e.msg);
     set_open = 1;
-    if (df_k3_load(&m, &set, &cfg, int8, model, &e)) {
+    if (df_model_open_k3(&m, &set, &cfg, int8, model, NULL, 32, &e)) {
       df_st_set_close(&set);
       return df_cli_fail("%s", e.msg);
     }
-    df_k3_plan_input(m, &in);
     snprintf(what_buf, sizeof what_buf, "%s", model);
     what = what_buf;
   } else {
     df_synth_opts so = {.preset = "k3-trunk", .layers = 93, .experts = 896};
     if (df_synth_config(&so, &cfg, &e)) return df_cli_fail("%s", e.msg);
-    ub = df_xmalloc(sizeof *ub * (size_t)(cfg.n_layers + 1));
-    ur = df_xmalloc(sizeof *ur * (size_t)(cfg.n_layers + 1));
-    df_plan_k3_units(&cfg, int8, ub, ur, &fixed, &erow);
-    memset(&in, 0, sizeof in);
-    in.cfg = &cfg;
-    in.nunits = cfg.n_layers + 1;
-    in.unit_bytes = ub;
-    in.unit_read = ur;
-    in.fixed_bytes = fixed;
-    in.embed_row_bytes = erow;
+    m = df_model_plan_only_k3(&cfg, int8);
     what = "full K3 (93 layers, 896 experts, from its config)";
   }
+  df_plan_in in;
+  df_model_plan_req rq = {.mem_limit = mem, .cache_req = -1, .cache_default = -1, .ctx = ctx,
+                          .max_rows = 1 /* decode */, .reuse_bytes = reuse,
+                          .reuse_states = reuse ? DF_PLAN_SERVE_KEPT : 0};
+  df_model_plan_in(m, &rq, &in);
   df_expert_layout lay;
   df_expert_layout_of(&cfg, &lay);
   int nmoe = cfg.n_layers - cfg.first_k_dense;
-  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
-  in.expert_total_bytes = in.expert_record_bytes * (uint64_t)cfg.n_experts * (uint64_t)nmoe;
-  in.mem_limit = mem;
-  in.cache_req = -1;
-  in.cache_default = (int64_t)in.expert_total_bytes;
-  in.ctx_req = ctx;
-  in.max_rows = 1; /* decode */
-  in.reuse_bytes = reuse;
-  in.reuse_states = reuse ? DF_PLAN_SERVE_KEPT : 0;
   /* where the spine streams from decides whether its reads are spread over
    * the drives: a pack's spine section is; the shards sit on one drive */
   if (!spine_from) {
@@ -338,14 +330,12 @@ int df_cmd_plan(int argc, char **argv) {
                nmoe * (parts[DF_K3_T_MOE_TRUNK] + cfg.top_k * parts[DF_K3_T_EXPERTS]) +
                parts[DF_K3_T_HEAD];
   }
-  if (pa.as_json) plan_print_json(&p, &q);
+  if (pa.as_json) plan_print_json(&p, &q, &cfg);
   else plan_print_text(&p, &q, &cfg);
   rc = 0;
 out:
   df_plan_free(&p);
-  free(ub);
-  free(ur);
-  if (m) df_k3_free(m);
+  df_model_free(m);
   if (set_open) df_st_set_close(&set);
   return rc;
 }

@@ -8,7 +8,7 @@
 
 #include "base/util.h"
 #include "cli/inspect_plan.h"
-#include "model/k3.h"
+#include "model/model.h"
 #include "plan/plan.h"
 #include "store/store.h"
 
@@ -21,24 +21,16 @@ char *df_cli_inspect_plan(const df_st_set *set, const df_config *c, const char *
     *json_out = json_pack("{s:s}", "error", e.msg);
     return df_xstrdup(e.msg);
   }
-  df_k3 *m = NULL;
-  if (df_k3_load(&m, set, c, 0, dir, &e)) {
+  df_model *m = NULL;
+  if (df_model_open_k3(&m, set, c, 0, dir, NULL, 32, &e)) {
     char *t = df_xmalloc(sizeof e.msg + 64);
     snprintf(t, sizeof e.msg + 64, "plan     not available: %s\n", e.msg);
     *json_out = json_pack("{s:s}", "error", e.msg);
     return t;
   }
   df_plan_in in;
-  df_k3_plan_input(m, &in);
-  df_expert_layout lay;
-  df_expert_layout_of(c, &lay);
-  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
-  in.expert_total_bytes =
-      in.expert_record_bytes * (uint64_t)c->n_experts * (uint64_t)(c->n_layers - c->first_k_dense);
-  in.mem_limit = mem_limit;
-  in.cache_req = -1;
-  in.cache_default = (int64_t)in.expert_total_bytes;
-  in.max_rows = 1;
+  df_model_plan_req rq = {.mem_limit = mem_limit, .cache_req = -1, .cache_default = -1, .max_rows = 1};
+  df_model_plan_in(m, &rq, &in);
   df_plan p;
   char *t;
   if (df_plan_make(&p, &in, &e)) {
@@ -46,13 +38,23 @@ char *df_cli_inspect_plan(const df_st_set *set, const df_config *c, const char *
     snprintf(t, sizeof e.msg + 64, "plan     %s\n", e.msg);
     *json_out = json_pack("{s:s}", "error", e.msg);
   } else {
-    t = df_plan_text(&p);
-    char *j = df_plan_json(&p);
+    char *pt = df_plan_text(&p), *st = df_plan_state_text(c, 0);
+    t = df_xmalloc(strlen(pt) + strlen(st) + 1);
+    strcpy(t, pt);
+    strcat(t, st);
+    free(pt);
+    free(st);
+    char *j = df_plan_json(&p), *sj = df_plan_state_json(c, 0);
     *json_out = json_loads(j, 0, NULL);
     free(j);
-    if (*json_out) json_object_set_new(*json_out, "memory_source", json_string(src));
+    if (*json_out) {
+      json_object_set_new(*json_out, "memory_source", json_string(src));
+      json_t *sv = json_loads(sj, 0, NULL);
+      if (sv) json_object_set_new(*json_out, "sequence_state", sv);
+    }
+    free(sj);
   }
   df_plan_free(&p);
-  df_k3_free(m);
+  df_model_free(m);
   return t;
 }

@@ -18,7 +18,7 @@ struct df_draft {
   void *ud;
   /* self: a second session, the ids it holds up to its mark, and the mark */
   df_session *sess;
-  df_k3_mark *mark;
+  df_mmark *mark;
   int *held, nheld, capheld;
   float *mlog; /* the logits at the mark */
   /* model: the draft, its tokenizer and state; the target's tokenizer; the
@@ -55,8 +55,8 @@ df_draft *df_draft_new_ngram(void) { return draft_new(D_NGRAM, "ngram"); }
 df_draft *df_draft_new_self(df_engine *en) {
   df_draft *d = draft_new(D_SELF, "self");
   d->sess = df_session_new(en);
-  d->mark = df_k3_mark_new(d->sess->st);
-  df_k3_mark_save(d->mark, d->sess->st); /* the empty sequence */
+  d->mark = df_mmark_new(d->sess->st);
+  df_mmark_save(d->mark, d->sess->st); /* the empty sequence */
   d->mlog = df_xmalloc(sizeof(float) * (size_t)en->cfg.vocab);
   return d;
 }
@@ -90,7 +90,7 @@ void df_draft_free(df_draft *d) {
   df_qwen3_free(d->q);
   df_hftok_free(d->qt);
   free(d->qlog);
-  df_k3_mark_free(d->mark);
+  df_mmark_free(d->mark);
   df_session_free(d->sess);
   free(d->held);
   free(d->mlog);
@@ -143,21 +143,21 @@ static int self_propose(df_draft *d, const int *h, int n, int *out, int kmax, df
   if (!keep) {
     df_session_reset(s);
     d->nheld = 0;
-    df_k3_mark_save(d->mark, s->st);
+    df_mmark_save(d->mark, s->st);
   } else {
-    df_k3_mark_restore(s->st, d->mark);
+    df_mmark_restore(s->st, d->mark);
   }
   if (n > d->nheld) {
     if (df_session_run(s, h + d->nheld, n - d->nheld, 1, NULL, e)) return -1;
     held_extend(d, h, n);
-    df_k3_mark_save(d->mark, s->st);
+    df_mmark_save(d->mark, s->st);
     memcpy(d->mlog, s->logits, sizeof(float) * (size_t)V);
   } else if (keep && n > 0) {
     memcpy(s->logits, d->mlog, sizeof(float) * (size_t)V);
     s->have_logits = 1;
   }
   if (!s->have_logits) return 0;
-  int limit = df_k3_ctx_limit(s->en->model) - n;
+  int limit = df_model_ctx_limit(s->en->model) - n;
   if (kmax > limit) kmax = limit;
   int k = 0;
   while (k < kmax) {

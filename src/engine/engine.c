@@ -16,7 +16,7 @@
 #include "base/util.h"
 #include "format/safetensors.h"
 #include "kernels/kernels.h"
-#include "model/k3.h"
+#include "model/model.h"
 #include "store/store.h"
 #include "engine/engine_int.h"
 
@@ -30,7 +30,7 @@ void df_engine_opts_default(df_engine_opts *o) {
 void df_engine_close(df_engine *en) {
   if (!en) return;
   df_draft_free(en->draft); /* a self draft holds a session of en */
-  df_k3_free(en->model); /* first: its spine stream reads through the store */
+  df_model_free(en->model); /* first: its spine stream reads through the store */
   df_store_close(en->store);
   df_plan_free(&en->plan);
   if (en->set_open) df_st_set_close(&en->set);
@@ -44,41 +44,29 @@ void df_engine_close(df_engine *en) {
 /* Plans memory (plan/plan.h) and starts the spine stream for what the plan
  * leaves out of memory. */
 static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
-  df_plan_in in;
-  df_k3_plan_input(en->model, &in);
-  in.f64 = o->f64;
-  if (o->draft && strcmp(o->draft, "off")) {
-    /* the rollback marks (one, or one per row) and a block's logits */
-    uint64_t marks = o->draft_rows ? (uint64_t)(o->draft_max > 0 ? o->draft_max : 4) : 1;
-    in.spec_bytes = marks * df_plan_state_bytes(&en->cfg, 0) * (o->f64 ? 2 : 1) +
-                    sizeof(float) * (DF_DRAFT_MAX + 1) * (uint64_t)en->cfg.vocab;
-    in.spec_self = !strcmp(o->draft, "self");
-  }
+  df_model_plan_req rq = {.cache_req = o->store.cache_mb >= 0 ? (int64_t)o->store.cache_mb << 20 : -1,
+                          .cache_default = (int64_t)df_store_default_cache_mb() << 20,
+                          .ctx = o->ctx,
+                          .max_rows = o->max_rows > 0 ? o->max_rows : 64,
+                          .reuse_bytes = o->reuse_bytes,
+                          .reuse_states = o->reuse_states,
+                          .f64 = o->f64,
+                          .draft = o->draft,
+                          .draft_rows = DF_DRAFT_MAX + 1,
+                          /* the rollback marks: one, or one per row (--draft-rollback rows) */
+                          .draft_marks = o->draft_rows ? (o->draft_max > 0 ? o->draft_max : 4) : 1};
   if (o->mem_limit) {
-    in.mem_limit = o->mem_limit;
+    rq.mem_limit = o->mem_limit;
     snprintf(en->mem_src, sizeof en->mem_src, "--mem-limit");
-  } else if (df_plan_mem_detect(&in.mem_limit, en->mem_src, sizeof en->mem_src, e)) {
+  } else if (df_plan_mem_detect(&rq.mem_limit, en->mem_src, sizeof en->mem_src, e)) {
     return -1;
   }
-  df_expert_layout lay;
-  df_expert_layout_of(&en->cfg, &lay);
-  in.expert_record_bytes = DF_IO_ROUND_UP(lay.total);
-  in.expert_total_bytes = in.expert_record_bytes * (uint64_t)en->cfg.n_experts *
-                          (uint64_t)(en->cfg.n_layers - en->cfg.first_k_dense);
-  in.cache_req = o->store.cache_mb >= 0 ? (int64_t)o->store.cache_mb << 20 : -1;
-  in.cache_default = (int64_t)df_store_default_cache_mb() << 20;
+  df_plan_in in;
+  df_model_plan_in(en->model, &rq, &in);
   en->cache_cap = (uint64_t)in.cache_default < in.expert_total_bytes ? (uint64_t)in.cache_default
                                                                       : in.expert_total_bytes;
-  in.ctx_req = o->ctx;
-  in.max_rows = o->max_rows > 0 ? o->max_rows : 64;
-  in.reuse_bytes = o->reuse_bytes;
-  in.reuse_states = o->reuse_states;
   if (df_plan_make(&en->plan, &in, e)) return df_err_prefix(e, "limit from %s: ", en->mem_src);
-  df_k3_stream_opts so = {.io = o->store.io == DF_STORE_IO_PREAD ? "pread" : "uring",
-                          .emulate_drives = o->store.emulate_drives,
-                          .trace_path = o->store.trace_path};
-  if (df_k3_apply_plan(en->model, &en->plan, &so, e)) return -1;
-  return 0;
+  return df_model_apply_plan(en->model, &en->plan, &o->store, e);
 }
 
 int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
@@ -104,10 +92,9 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   }
   if (df_st_set_open(&en->set, en->model_dir, e)) goto fail;
   en->set_open = 1;
-  if (df_k3_load_from(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir,
-                      o->spine_dir, e))
+  if (df_model_open_k3(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir,
+                       o->spine_dir, o->f64 ? 64 : 32, e))
     goto fail;
-  df_k3_set_precision(en->model, o->f64 ? 64 : 32);
   if (plan_memory(en, o, e)) goto fail;
   df_store_opts so = o->store;
   so.model_dir = en->model_dir;
@@ -115,15 +102,15 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   if (!en->plan.cache_given && en->plan.cache_bytes < en->cache_cap)
     so.cache_mb = (long)(en->plan.cache_bytes >> 20);
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;
-  if (df_k3_stream_start(en->model, en->store, e)) goto fail;
+  if (df_model_stream_start(en->model, en->store, e)) goto fail;
   en->pool = df_pool_create(o->threads);
   en->kc.k = df_kern_select(o->kernels_scalar);
   en->kc.k64 = df_kern_scalar64();
   en->kc.pool = en->pool;
-  en->run.m = en->model;
-  en->run.kc = &en->kc;
-  en->run.store = en->store;
-  en->run.gate_input = o->gate_input == DF_GATE_INPUT_X_SHARED ? DF_GATE_FROM_X_SHARED : DF_GATE_FROM_X;
+  df_model_run run = {.kc = &en->kc, .store = en->store,
+                      .gate_input = o->gate_input == DF_GATE_INPUT_X_SHARED ? DF_MODEL_GATE_X_SHARED
+                                                                           : DF_MODEL_GATE_X};
+  df_model_bind(en->model, &run);
   en->draft_max = o->draft_max > 0 ? o->draft_max : 4;
   en->draft_rows = o->draft_rows;
   if (o->draft && strcmp(o->draft, "off")) {
@@ -145,7 +132,7 @@ const df_tok *df_engine_tok(const df_engine *en) { return en->tok; }
 const char *df_engine_model_id(const df_engine *en) { return en->model_id; }
 df_spine_kind df_engine_spine(const df_engine *en) { return en->spine; }
 const char *df_engine_kernels(const df_engine *en) {
-  return df_k3_precision(en->model) == 64 ? en->kc.k64->name : en->kc.k->name;
+  return df_model_precision(en->model) == 64 ? en->kc.k64->name : en->kc.k->name;
 }
 int df_engine_threads(const df_engine *en) { return df_pool_size(en->pool); }
 df_store *df_engine_store(df_engine *en) { return en->store; }
@@ -163,14 +150,14 @@ char *df_engine_store_describe(df_engine *en) { return df_store_describe(en->sto
 df_session *df_session_new(df_engine *en) {
   df_session *s = df_xcalloc(1, sizeof *s);
   s->en = en;
-  s->st = df_k3_state_new(en->model);
+  s->st = df_mstate_new(en->model);
   s->logits = df_xmalloc(sizeof(float) * (size_t)en->cfg.vocab);
   return s;
 }
 
 void df_session_free(df_session *s) {
   if (!s) return;
-  df_k3_state_free(s->st);
+  df_mstate_free(s->st);
   free(s->logits);
   df_sampler_free(s->sampler);
   free(s->masked);
@@ -178,18 +165,18 @@ void df_session_free(df_session *s) {
 }
 
 void df_session_reset(df_session *s) {
-  df_k3_state_reset(s->st);
+  df_mstate_reset(s->st);
   s->have_logits = 0;
 }
 
 df_engine *df_session_engine(const df_session *s) { return s->en; }
 
-int df_session_pos(const df_session *s) { return df_k3_state_pos(s->st); }
+int df_session_pos(const df_session *s) { return df_mstate_pos(s->st); }
 
 const float *df_session_logits(const df_session *s) { return s->logits; }
 
 struct df_session_snap {
-  df_k3_state *st;
+  df_mstate *st;
   float *logits;
   int have_logits;
   size_t bytes;
@@ -198,18 +185,18 @@ struct df_session_snap {
 df_session_snap *df_session_snapshot(const df_session *s) {
   df_session_snap *p = df_xcalloc(1, sizeof *p);
   size_t V = (size_t)s->en->cfg.vocab;
-  p->st = df_k3_state_clone(s->st);
+  p->st = df_mstate_clone(s->st);
   p->have_logits = s->have_logits;
   if (s->have_logits) {
     p->logits = df_xmalloc(sizeof(float) * V);
     memcpy(p->logits, s->logits, sizeof(float) * V);
   }
-  p->bytes = df_k3_state_bytes(p->st) + (p->logits ? sizeof(float) * V : 0);
+  p->bytes = df_mstate_bytes(p->st) + (p->logits ? sizeof(float) * V : 0);
   return p;
 }
 
 void df_session_restore(df_session *s, const df_session_snap *p) {
-  df_k3_state_copy(s->st, p->st);
+  df_mstate_copy(s->st, p->st);
   s->have_logits = p->have_logits;
   if (p->have_logits)
     memcpy(s->logits, p->logits, sizeof(float) * (size_t)s->en->cfg.vocab);
@@ -217,7 +204,7 @@ void df_session_restore(df_session *s, const df_session_snap *p) {
 
 void df_session_snap_free(df_session_snap *p) {
   if (!p) return;
-  df_k3_state_free(p->st);
+  df_mstate_free(p->st);
   free(p->logits);
   free(p);
 }
@@ -225,22 +212,22 @@ void df_session_snap_free(df_session_snap *p) {
 size_t df_session_snap_bytes(const df_session_snap *p) { return p ? p->bytes : 0; }
 
 size_t df_session_state_bytes(const df_session *s) {
-  return df_k3_state_bytes(s->st) + sizeof(float) * (size_t)s->en->cfg.vocab;
+  return df_mstate_bytes(s->st) + sizeof(float) * (size_t)s->en->cfg.vocab;
 }
 
 int df_session_has_logits(const df_session *s) { return s->have_logits; }
 
 void df_session_set_layer_hook(df_session *s, df_layer_hook fn, void *ud) {
-  df_k3_state_set_hook(s->st, fn, ud);
+  df_mstate_set_tap(s->st, fn, ud);
 }
 
 void df_session_set_route_hook(df_session *s, df_route_hook fn, void *ud) {
-  df_k3_state_set_route_hook(s->st, fn, ud);
+  df_mstate_set_route(s->st, fn, ud);
 }
 
 int df_session_run(df_session *s, const int *ids, int n, int want_last, float *all_logits,
                    df_err *e) {
-  int rc = df_k3_forward(&s->en->run, s->st, ids, n, want_last ? s->logits : NULL, all_logits, e);
+  int rc = df_model_forward(s->en->model, s->st, ids, n, want_last ? s->logits : NULL, all_logits, e);
   s->have_logits = rc == 0 && want_last;
   return rc;
 }
@@ -254,9 +241,9 @@ int df_session_forward(df_session *s, const int *ids, int n, float *logits, floa
 
 char *df_engine_plan_text(const df_engine *en) {
   char *t = df_plan_text(&en->plan);
-  df_k3_stream_stats ss;
-  df_k3_stream_settle(en->model); /* end of run: every read issued has landed */
-  df_k3_stream_stats_get(en->model, &ss);
+  df_model_stream_stats ss;
+  df_model_stream_settle(en->model); /* end of run: every read issued has landed */
+  df_model_stream_stats_get(en->model, &ss);
   size_t n = strlen(t) + 512;
   char *o = df_xmalloc(n);
   int k = snprintf(o, n, "%s", t);
@@ -282,9 +269,9 @@ char *df_engine_plan_json(const df_engine *en) {
   free(t);
   if (!o) o = json_object();
   json_object_set_new(o, "memory_source", json_string(en->mem_src));
-  df_k3_stream_stats ss;
-  df_k3_stream_settle(en->model); /* end of run: every read issued has landed */
-  df_k3_stream_stats_get(en->model, &ss);
+  df_model_stream_stats ss;
+  df_model_stream_settle(en->model); /* end of run: every read issued has landed */
+  df_model_stream_stats_get(en->model, &ss);
   json_t *st = json_object();
   json_object_set_new(st, "units", json_integer(ss.units));
   json_object_set_new(st, "bytes_read", json_integer((json_int_t)ss.bytes));
@@ -307,19 +294,19 @@ int df_engine_spine_reads(const df_engine *en,
                           void (*fn)(void *ud, const char *path, int drive, uint64_t off,
                                      uint32_t len),
                           void *ud) {
-  return df_k3_stream_reads(en->model, fn, ud);
+  return df_model_stream_reads(en->model, fn, ud);
 }
 
 const char *df_engine_spine_source(const df_engine *en, int *drives) {
-  df_k3_stream_stats ss;
-  df_k3_stream_stats_get(en->model, &ss);
+  df_model_stream_stats ss;
+  df_model_stream_stats_get(en->model, &ss);
   if (drives) *drives = ss.units ? ss.drives : 0;
   return ss.units ? ss.source : NULL;
 }
 
 uint64_t df_engine_spine_stream_bytes(const df_engine *en, double *wait_s) {
-  df_k3_stream_stats ss;
-  df_k3_stream_stats_get(en->model, &ss);
+  df_model_stream_stats ss;
+  df_model_stream_stats_get(en->model, &ss);
   if (wait_s) *wait_s = ss.wait_s;
   return ss.bytes;
 }
@@ -331,18 +318,18 @@ char *df_engine_stats_json(df_engine *en) {
   json_object_set_new(o, "kernels", json_string(en->kc.k->name));
   json_object_set_new(o, "threads", json_integer(df_pool_size(en->pool)));
   json_object_set_new(o, "spine_bytes_per_token",
-                      json_integer((json_int_t)df_k3_spine_bytes_per_token(en->model)));
+                      json_integer((json_int_t)df_model_spine_bytes_per_token(en->model)));
   json_object_set_new(o, "expert_bytes_read",
                       json_integer((json_int_t)df_store_bytes_read(en->store)));
-  df_k3_compute cp;
-  df_k3_compute_get(en->model, &cp);
+  df_model_compute cp;
+  df_model_compute_get(en->model, &cp);
   json_t *cj = json_object();
-  for (int i = 0; i < DF_K3_T_N; i++) {
+  for (int i = 0; i < cp.nparts; i++) {
     json_t *k = json_object();
     json_object_set_new(k, "s", json_real(cp.s[i]));
     json_object_set_new(k, "n", json_integer((json_int_t)cp.n[i]));
     json_object_set_new(k, "ms_each", json_real(cp.n[i] ? 1e3 * cp.s[i] / (double)cp.n[i] : 0));
-    json_object_set_new(cj, df_k3_compute_names[i], k);
+    json_object_set_new(cj, cp.names[i], k);
   }
   json_object_set_new(cj, "store_wait_s", json_real(cp.store_wait_s));
   json_object_set_new(o, "decode_compute", cj);

@@ -71,7 +71,7 @@ void df_session_reset(df_session *s);
 int df_session_pos(const df_session *s);
 df_engine *df_session_engine(const df_session *s);
 /* Keeping a sequence for later (conversation reuse): a snapshot copies the
- * session's state (see df_k3_state_clone) and its last logits; restoring it
+ * session's sequence state (see df_mstate_clone, model/model.h) and its last logits; restoring it
  * puts the session exactly where it was, so a prompt that extends the
  * snapshot's ids needs only its new part prefilled, with the same results
  * as a full prefill. df_session_state_bytes: what a snapshot of s would
@@ -200,7 +200,7 @@ char *df_engine_plan_json(const df_engine *en);
 uint64_t df_engine_spine_stream_bytes(const df_engine *en, double *wait_s);
 /* The reads one pass of the spine stream makes (path, store drive, offset,
  * length), for the bench's spine ceiling; returns the spine reads in flight
- * per drive (df_k3_stream_reads; 0: nothing streams). */
+ * per drive (df_model_stream_reads; 0: nothing streams). */
 int df_engine_spine_reads(const df_engine *en,
                           void (*fn)(void *ud, const char *path, int drive, uint64_t off,
                                      uint32_t len),

@@ -6,7 +6,7 @@
 #include "engine/draft.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
-#include "model/k3.h"
+#include "model/model.h"
 #include "plan/plan.h"
 #include "store/store.h"
 
@@ -17,11 +17,10 @@ struct df_engine {
   df_tok *tok;
   df_st_set set;
   int set_open;
-  df_k3 *model;
+  df_model *model; /* the target, through the model seam (model/model.h) */
   df_store *store;
   df_pool *pool;
   df_kctx kc;
-  df_k3_run run;
   df_plan plan;
   uint64_t cache_cap; /* min(store default cache, every expert) */
   char mem_src[128];
@@ -33,7 +32,7 @@ struct df_engine {
 
 struct df_session {
   df_engine *en;
-  df_k3_state *st;
+  df_mstate *st;
   float *logits; /* last position's logits */
   int have_logits;
   df_sampler *sampler;
@@ -41,7 +40,7 @@ struct df_session {
 };
 
 /* Runs n positions; want_last = 0 skips the lm_head (a prefill chunk that
- * is not the last). Returns 0, -1 (error) or DF_K3_CANCELLED. */
+ * is not the last). Returns 0, -1 (error) or DF_MODEL_CANCELLED. */
 int df_session_run(df_session *s, const int *ids, int n, int want_last, float *all_logits,
                    df_err *e);
 

@@ -11,11 +11,11 @@
  *   matched, row k) gives the next token for free.
  *
  *   Rollback: a rejected tail is undone by restoring a mark taken before
- *   the block (the KDA state and the position; model/k3.h) and running the
- *   accepted rows again without the head. The alternative, a state per row
- *   (--draft-rollback rows: the verify pass fills a mark after each row),
- *   skips the recompute but costs k KDA states (k x 414 MiB at real K3
- *   size) instead of one, and copies each into place during the pass; the
+ *   the block (df_mmark, model/model.h: K3's KDA state and the position) and
+ *   running the accepted rows again without the head. The alternative, a
+ *   state per row (--draft-rollback rows: the verify pass fills a mark after
+ *   each row), skips the recompute but costs k KDA states (k x 443 MiB at
+ *   real K3 size) instead of one, and copies each into place during the pass; the
  *   recompute's experts are the ones the block has just brought into the
  *   cache. docs/PERFORMANCE.md measures the two.
  *
@@ -127,7 +127,7 @@ static int decode(gen *g, df_err *e) {
   df_engine *en = s->en;
   const df_gen_opts *o = g->o;
   df_gen_stats *st = g->st;
-  int V = en->cfg.vocab, limit = df_k3_ctx_limit(en->model);
+  int V = en->cfg.vocab, limit = df_model_ctx_limit(en->model);
   df_draft *draft = o->no_draft ? NULL : o->draft ? o->draft : en->draft;
   if (o->mask) draft = NULL; /* a grammar's state moves with each handed-out id */
   int kmax = o->draft_max > 0 ? o->draft_max : en->draft_max > 0 ? en->draft_max : 4;
@@ -137,14 +137,14 @@ static int decode(gen *g, df_err *e) {
   int timed = !(g->so.temperature > 0);
   float *all = NULL;
   int d[DF_DRAFT_MAX + 1], blk[DF_DRAFT_MAX + 1];
-  df_k3_mark *mark = NULL, *rowmk[DF_DRAFT_MAX] = {0};
+  df_mmark *mark = NULL, *rowmk[DF_DRAFT_MAX] = {0};
   int rows = draft && en->draft_rows;
   if (draft) {
     all = df_xmalloc(sizeof(float) * (size_t)V * (DF_DRAFT_MAX + 1));
     if (rows)
-      for (int i = 0; i < kmax; i++) rowmk[i] = df_k3_mark_new(s->st);
+      for (int i = 0; i < kmax; i++) rowmk[i] = df_mmark_new(s->st);
     else
-      mark = df_k3_mark_new(s->st);
+      mark = df_mmark_new(s->st);
   }
   int rc = 0, x = pick(g, s->logits);
   if (emit(g, x)) goto out;
@@ -181,12 +181,12 @@ static int decode(gen *g, df_err *e) {
       if (emit(g, x)) break;
       continue;
     }
-    if (rows) df_k3_state_set_row_marks(s->st, rowmk, k);
-    else df_k3_mark_save(mark, s->st);
+    if (rows) df_mstate_set_row_marks(s->st, rowmk, k);
+    else df_mmark_save(mark, s->st);
     blk[0] = x;
     memcpy(blk + 1, d, sizeof(int) * (size_t)k);
     rc = df_session_run(s, blk, k + 1, 1, all, e);
-    if (rows) df_k3_state_set_row_marks(s->st, NULL, 0);
+    if (rows) df_mstate_set_row_marks(s->st, NULL, 0);
     st->n_passes++;
     if (rc) break;
     st->n_verify++;
@@ -213,9 +213,9 @@ static int decode(gen *g, df_err *e) {
     st->n_accepted += acc;
     if (keep < k) {
       if (rows) {
-        df_k3_mark_restore(s->st, rowmk[keep]); /* the state after row keep */
+        df_mmark_restore(s->st, rowmk[keep]); /* the state after row keep */
       } else {
-        df_k3_mark_restore(s->st, mark);
+        df_mmark_restore(s->st, mark);
         rc = df_session_run(s, blk, keep + 1, 0, NULL, e);
         st->n_passes++;
         if (rc) break;
@@ -236,10 +236,10 @@ out:
   st->draft_k = draft ? (adapt ? (au.on ? au.K : 0) : kmax) : 0;
   st->draft_changes = au.changes;
   st->draft_offs = au.offs;
-  df_k3_mark_free(mark);
-  for (int i = 0; i < DF_DRAFT_MAX; i++) df_k3_mark_free(rowmk[i]);
+  df_mmark_free(mark);
+  for (int i = 0; i < DF_DRAFT_MAX; i++) df_mmark_free(rowmk[i]);
   free(all);
-  if (rc == DF_K3_CANCELLED) {
+  if (rc == DF_MODEL_CANCELLED) {
     st->finish = DF_FINISH_CANCEL;
     return 0;
   }
@@ -254,18 +254,18 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   if (!st) st = &z;
   memset(st, 0, sizeof *st);
   st->n_prompt = nprompt;
-  st->spine_bytes_per_token = df_k3_spine_bytes_per_token(en->model);
+  st->spine_bytes_per_token = df_model_spine_bytes_per_token(en->model);
   *out = NULL;
   *nout = 0;
   uint64_t bytes0 = df_store_bytes_read(en->store);
   int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (nprompt > 0 ? nprompt : 1);
   double t0 = df_now();
   df_store_trace_mark(en->store, "gen", nprompt);
-  df_k3_state_set_cancel(s->st, o->cancel, o->ud);
+  df_mstate_set_cancel(s->st, o->cancel, o->ud);
   int rc = 0;
   for (int i = 0; i < nprompt && !rc; i += chunk) {
     int n = nprompt - i < chunk ? nprompt - i : chunk;
-    if (o->cancel && o->cancel(o->ud)) rc = DF_K3_CANCELLED;
+    if (o->cancel && o->cancel(o->ud)) rc = DF_MODEL_CANCELLED;
     else rc = df_session_run(s, prompt + i, n, i + n == nprompt, NULL, e);
     if (!rc) {
       st->n_prefilled += n;
@@ -274,7 +274,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   }
   st->prefill_s = df_now() - t0;
   if (rc) {
-    df_k3_state_set_cancel(s->st, NULL, NULL);
+    df_mstate_set_cancel(s->st, NULL, NULL);
     s->have_logits = 0;
     if (rc < 0) return -1;
     st->finish = DF_FINISH_CANCEL;
@@ -309,7 +309,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   st->finish = DF_FINISH_LENGTH;
   double t1 = df_now();
   rc = decode(&g, e);
-  df_k3_state_set_cancel(s->st, NULL, NULL);
+  df_mstate_set_cancel(s->st, NULL, NULL);
   free(g.ctx);
   free(g.hist);
   if (rc) {

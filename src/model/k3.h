@@ -156,7 +156,12 @@ int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e
 int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threads, int force,
                            int progress, df_err *e);
 
-/* ---- per-sequence state and the forward pass ---- */
+/* ---- per-sequence state and the forward pass ----
+ * A state is its sequence state (below) plus the scratch of the passes run
+ * on it, made on its first pass and grown with the largest batch; clone,
+ * copy, marks and df_k3_state_bytes see only the sequence state, whose size
+ * for a config is df_plan_state_bytes (plan/plan.h). The engine reaches
+ * these through the model seam (model/model.h). */
 typedef struct df_k3_state df_k3_state;
 
 df_k3_state *df_k3_state_new(const df_k3 *m);

@@ -41,29 +41,22 @@
 
 typedef struct N(st) ST;
 
-struct N(st) {
-  const df_k3 *m;
+/* The sequence state: everything a continuation depends on, nothing else
+ * (AttnRes keeps nothing across positions; the last logits are the
+ * caller's). A clone, a copy and a mark move only this. */
+typedef struct N(seq) {
   int pos;
+  int cap;      /* positions allocated in each MLA cache */
   R **kda_S;    /* per layer: heads x D x D (NULL for MLA layers) */
   R **kda_conv; /* per layer: 3 x (K-1) x P, oldest input first */
   R **mla;      /* per layer: cap x (kv_lora_rank + rope) */
-  int cap;          /* positions allocated in each MLA cache */
-  df_k3_layer_hook hook;
-  float *nar; /* float64: fp32 copies for the hooks and the logits (nar_cap values) */
-  size_t nar_cap;
-  R *lg;      /* float64: the head's rows before they are narrowed (lg_cap values) */
-  size_t lg_cap;
-  void *hook_ud;
-  df_k3_route_hook route_hook;
-  void *route_ud;
-  df_k3_cancel_fn cancel;
-  void *cancel_ud;
-  /* speculation's per-row boundary states: after row t < nrowmk of the
-   * next pass, rowmk[t] holds the recurrent state as it is then */
-  struct N(mark) **rowmk;
-  int nrowmk;
+} SEQ;
 
-  /* scratch, sized for Tcap rows and nth threads */
+/* Scratch of the forward pass, sized for Tcap rows and nth threads; nothing
+ * in it outlives a pass. About 50 fields, one buffer per intermediate of
+ * kimi-k3.md section 5 (named after it), kept in one struct so that
+ * reserve() sizes them together and free_scratch() lists them once. */
+typedef struct N(ws) {
   int Tcap, nth;
   size_t thr_stride;
   R *thr;
@@ -78,81 +71,35 @@ struct N(st) {
   R *gx, *gw;             /* gate-ahead: router input rows, one row's weights */
   int *gsel, *glist;          /* gate-ahead: one row's top-k, the union over rows */
   uint8_t *gmark;
+  float *nar; /* float64: fp32 copies for the hooks and the logits (nar_cap values) */
+  size_t nar_cap;
+  R *lg;      /* float64: the head's rows before they are narrowed (lg_cap values) */
+  size_t lg_cap;
   double moe_excl; /* this MoE layer's expert compute + store wait (decode timing) */
+} WS;
+
+/* A state handle: the sequence state, its scratch (NULL until the first
+ * pass, so a clone kept for later costs only its sequence state) and the
+ * hooks of the passes run on it. */
+struct N(st) {
+  const df_k3 *m;
+  SEQ q;
+  WS *w;
+  df_k3_layer_hook hook;
+  void *hook_ud;
+  df_k3_route_hook route_hook;
+  void *route_ud;
+  df_k3_cancel_fn cancel;
+  void *cancel_ud;
+  /* speculation's per-row boundary states: after row t < nrowmk of the
+   * next pass, rowmk[t] holds the recurrent state as it is then */
+  struct N(mark) **rowmk;
+  int nrowmk;
 };
 
 static int nblocks(const df_config *c) {
   return (c->n_layers + c->attn_res_block - 1) / c->attn_res_block;
 }
-
-ST *N(state_new)(const df_k3 *m) {
-  const df_config *c = m->cfg;
-  ST *s = df_xcalloc(1, sizeof *s);
-  s->m = m;
-  s->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *s->kda_S);
-  s->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *s->kda_conv);
-  s->mla = df_xcalloc((size_t)c->n_layers, sizeof *s->mla);
-  size_t P = (size_t)c->kda_heads * c->kda_head_dim;
-  for (int l = 0; l < c->n_layers; l++)
-    if (c->layer_kind[l] == DF_LAYER_KDA) {
-      s->kda_S[l] = df_xaligned(64, sizeof(R) * P * c->kda_head_dim);
-      s->kda_conv[l] = df_xaligned(64, sizeof(R) * 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * P);
-    }
-  N(state_reset)(s);
-  return s;
-}
-
-void N(state_reset)(ST *s) {
-  const df_config *c = s->m->cfg;
-  size_t P = (size_t)c->kda_heads * c->kda_head_dim;
-  for (int l = 0; l < c->n_layers; l++)
-    if (s->kda_S[l]) {
-      memset(s->kda_S[l], 0, sizeof(R) * P * c->kda_head_dim);
-      memset(s->kda_conv[l], 0,
-             sizeof(R) * 3 * (size_t)(c->kda_conv - 1 > 0 ? c->kda_conv - 1 : 1) * P);
-    }
-  s->pos = 0;
-}
-
-static void free_scratch(ST *s) {
-  R **f[] = {&s->h,   &s->p,  &s->xin, &s->xn, &s->a,   &s->ffo,  &s->snaps,
-                 &s->kq,  &s->kk,  &s->kv, &s->kg,  &s->kf, &s->kfa, &s->kb,   &s->ko,
-                 &s->mqa, &s->mq,  &s->mc, &s->mg,  &s->mo, &s->f1,  &s->f2,   &s->rl,
-                 &s->selw, &s->z,  &s->ybuf, &s->rr, &s->routed, &s->eZ, &s->eH1, &s->eH3,
-                 &s->eY, &s->gx, &s->gw};
-  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
-    free(*f[i]);
-    *f[i] = NULL;
-  }
-  int **g[] = {&s->sel, &s->ecnt, &s->eoff, &s->eent, &s->uexp, &s->ecur, &s->gsel, &s->glist};
-  for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
-    free(*g[i]);
-    *g[i] = NULL;
-  }
-  free(s->gmark);
-  s->gmark = NULL;
-}
-
-void N(state_free)(ST *s) {
-  if (!s) return;
-  for (int l = 0; l < s->m->cfg->n_layers; l++) {
-    free(s->kda_S[l]);
-    free(s->kda_conv[l]);
-    free(s->mla[l]);
-  }
-  free(s->kda_S);
-  free(s->kda_conv);
-  free(s->mla);
-  free_scratch(s);
-  free(s->thr);
-  free(s->nar);
-  free(s->lg);
-  free(s);
-}
-
-int N(state_pos)(const ST *s) { return s->pos; }
-
-static int reserve_ctx(ST *s, int npos, df_err *e);
 
 static size_t kda_s_floats(const df_config *c) {
   return (size_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim;
@@ -164,54 +111,139 @@ static size_t mla_row_floats(const df_config *c) {
   return (size_t)(c->kv_lora_rank + c->qk_rope_dim);
 }
 
+/* ---- the sequence state's own operations (SEQ) ---- */
+
+/* A zero sequence: every KDA layer's matrices and conv windows, no MLA
+ * cache yet (reserve_ctx grows it). */
+static void seq_init(SEQ *q, const df_config *c) {
+  memset(q, 0, sizeof *q);
+  q->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *q->kda_S);
+  q->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *q->kda_conv);
+  q->mla = df_xcalloc((size_t)c->n_layers, sizeof *q->mla);
+  for (int l = 0; l < c->n_layers; l++)
+    if (c->layer_kind[l] == DF_LAYER_KDA) {
+      q->kda_S[l] = df_xaligned(64, sizeof(R) * kda_s_floats(c));
+      q->kda_conv[l] = df_xaligned(64, sizeof(R) * kda_conv_floats(c));
+      memset(q->kda_S[l], 0, sizeof(R) * kda_s_floats(c));
+      memset(q->kda_conv[l], 0, sizeof(R) * kda_conv_floats(c));
+    }
+}
+
+static void seq_free(SEQ *q, const df_config *c) {
+  for (int l = 0; l < c->n_layers; l++) {
+    free(q->kda_S[l]);
+    free(q->kda_conv[l]);
+    free(q->mla[l]);
+  }
+  free(q->kda_S);
+  free(q->kda_conv);
+  free(q->mla);
+}
+
+/* The recurrent part and the position (what a mark saves and restores). */
+static void seq_copy_recurrent(SEQ *d, const SEQ *s, const df_config *c) {
+  for (int l = 0; l < c->n_layers; l++)
+    if (d->kda_S[l]) {
+      memcpy(d->kda_S[l], s->kda_S[l], sizeof(R) * kda_s_floats(c));
+      memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(R) * kda_conv_floats(c));
+    }
+  d->pos = s->pos;
+}
+
+/* The MLA cache rows up to s's position; d's caches hold at least that. */
+static void seq_copy_cache(SEQ *d, const SEQ *s, const df_config *c) {
+  for (int l = 0; l < c->n_layers; l++)
+    if (c->layer_kind[l] == DF_LAYER_MLA && s->pos > 0)
+      memcpy(d->mla[l], s->mla[l], sizeof(R) * (size_t)s->pos * mla_row_floats(c));
+}
+
+ST *N(state_new)(const df_k3 *m) {
+  ST *s = df_xcalloc(1, sizeof *s);
+  s->m = m;
+  seq_init(&s->q, m->cfg);
+  return s;
+}
+
+void N(state_reset)(ST *s) {
+  const df_config *c = s->m->cfg;
+  for (int l = 0; l < c->n_layers; l++)
+    if (s->q.kda_S[l]) {
+      memset(s->q.kda_S[l], 0, sizeof(R) * kda_s_floats(c));
+      memset(s->q.kda_conv[l], 0, sizeof(R) * kda_conv_floats(c));
+    }
+  s->q.pos = 0;
+}
+
+/* The row-sized buffers (reserve() makes them again for more rows). */
+static void free_scratch(WS *w) {
+  R **f[] = {&w->h,   &w->p,  &w->xin, &w->xn, &w->a,   &w->ffo,  &w->snaps,
+                 &w->kq,  &w->kk,  &w->kv, &w->kg,  &w->kf, &w->kfa, &w->kb,   &w->ko,
+                 &w->mqa, &w->mq,  &w->mc, &w->mg,  &w->mo, &w->f1,  &w->f2,   &w->rl,
+                 &w->selw, &w->z,  &w->ybuf, &w->rr, &w->routed, &w->eZ, &w->eH1, &w->eH3,
+                 &w->eY, &w->gx, &w->gw};
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+    free(*f[i]);
+    *f[i] = NULL;
+  }
+  int **g[] = {&w->sel, &w->ecnt, &w->eoff, &w->eent, &w->uexp, &w->ecur, &w->gsel, &w->glist};
+  for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+    free(*g[i]);
+    *g[i] = NULL;
+  }
+  free(w->gmark);
+  w->gmark = NULL;
+}
+
+void N(state_free)(ST *s) {
+  if (!s) return;
+  seq_free(&s->q, s->m->cfg);
+  if (s->w) {
+    free_scratch(s->w);
+    free(s->w->thr);
+    free(s->w->nar);
+    free(s->w->lg);
+    free(s->w);
+  }
+  free(s);
+}
+
+int N(state_pos)(const ST *s) { return s->q.pos; }
+
+static int reserve_ctx(ST *s, int npos, df_err *e);
+
 size_t N(state_bytes)(const ST *s) {
   const df_config *c = s->m->cfg;
   size_t n = 0;
   for (int l = 0; l < c->n_layers; l++) {
-    if (s->kda_S[l]) n += kda_s_floats(c) + kda_conv_floats(c);
-    if (c->layer_kind[l] == DF_LAYER_MLA) n += (size_t)s->pos * mla_row_floats(c);
+    if (s->q.kda_S[l]) n += kda_s_floats(c) + kda_conv_floats(c);
+    if (c->layer_kind[l] == DF_LAYER_MLA) n += (size_t)s->q.pos * mla_row_floats(c);
   }
   return n * sizeof(R);
 }
 
+/* Only the MLA rows up to the position are allocated: a clone is kept, not
+ * run (a copy into a live state gives it room again). */
 ST *N(state_clone)(const ST *s) {
   const df_config *c = s->m->cfg;
   ST *d = df_xcalloc(1, sizeof *d);
   d->m = s->m;
-  d->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_S);
-  d->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *d->kda_conv);
-  d->mla = df_xcalloc((size_t)c->n_layers, sizeof *d->mla);
-  for (int l = 0; l < c->n_layers; l++) {
-    if (s->kda_S[l]) {
-      d->kda_S[l] = df_xaligned(64, sizeof(R) * kda_s_floats(c));
-      d->kda_conv[l] = df_xaligned(64, sizeof(R) * kda_conv_floats(c));
-      memcpy(d->kda_S[l], s->kda_S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-    if (c->layer_kind[l] == DF_LAYER_MLA && s->pos > 0) {
-      d->mla[l] = df_xaligned(64, sizeof(R) * (size_t)s->pos * mla_row_floats(c));
-      memcpy(d->mla[l], s->mla[l], sizeof(R) * (size_t)s->pos * mla_row_floats(c));
-    }
-  }
-  d->pos = s->pos;
-  d->cap = c->n_mla ? s->pos : s->cap;
+  seq_init(&d->q, c);
+  for (int l = 0; l < c->n_layers; l++)
+    if (c->layer_kind[l] == DF_LAYER_MLA && s->q.pos > 0)
+      d->q.mla[l] = df_xaligned(64, sizeof(R) * (size_t)s->q.pos * mla_row_floats(c));
+  seq_copy_recurrent(&d->q, &s->q, c);
+  seq_copy_cache(&d->q, &s->q, c);
+  d->q.cap = c->n_mla ? s->q.pos : s->q.cap;
   return d;
 }
 
 void N(state_copy)(ST *dst, const ST *src) {
   const df_config *c = dst->m->cfg;
   df_err e;
-  dst->pos = 0; /* nothing of dst's cache needs keeping */
-  if (reserve_ctx(dst, src->pos, &e)) return; /* src->pos was valid for src */
-  for (int l = 0; l < c->n_layers; l++) {
-    if (dst->kda_S[l]) {
-      memcpy(dst->kda_S[l], src->kda_S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(dst->kda_conv[l], src->kda_conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-    if (c->layer_kind[l] == DF_LAYER_MLA && src->pos > 0)
-      memcpy(dst->mla[l], src->mla[l], sizeof(R) * (size_t)src->pos * mla_row_floats(c));
-  }
-  dst->pos = src->pos;
+  dst->q.pos = 0; /* nothing of dst's cache needs keeping */
+  if (reserve_ctx(dst, src->q.pos, &e)) return; /* src->q.pos was valid for src */
+  seq_copy_recurrent(&dst->q, &src->q, c);
+  seq_copy_cache(&dst->q, &src->q, c);
 }
 
 /* A mark: the recurrent part of a state (KDA matrices and conv windows)
@@ -220,44 +252,22 @@ void N(state_copy)(ST *dst, const ST *src) {
  * before they are read. Speculation rolls a rejected draft back this way:
  * a fixed cost (the KDA state), not one that grows with the context. */
 struct N(mark) {
-  int pos;
-  R **S, **conv;
-  int n_layers;
+  const df_config *c;
+  SEQ q; /* its MLA caches stay empty */
 };
 
 N(mark) *N(mark_new)(const ST *s) {
-  const df_config *c = s->m->cfg;
   N(mark) *k = df_xcalloc(1, sizeof *k);
-  k->n_layers = c->n_layers;
-  k->S = df_xcalloc((size_t)c->n_layers, sizeof *k->S);
-  k->conv = df_xcalloc((size_t)c->n_layers, sizeof *k->conv);
-  for (int l = 0; l < c->n_layers; l++)
-    if (s->kda_S[l]) {
-      k->S[l] = df_xaligned(64, sizeof(R) * kda_s_floats(c));
-      k->conv[l] = df_xaligned(64, sizeof(R) * kda_conv_floats(c));
-    }
+  k->c = s->m->cfg;
+  seq_init(&k->q, k->c);
   return k;
 }
 
-void N(mark_save)(N(mark) *k, const ST *s) {
-  const df_config *c = s->m->cfg;
-  for (int l = 0; l < c->n_layers; l++)
-    if (k->S[l]) {
-      memcpy(k->S[l], s->kda_S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(k->conv[l], s->kda_conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-  k->pos = s->pos;
-}
+void N(mark_save)(N(mark) *k, const ST *s) { seq_copy_recurrent(&k->q, &s->q, k->c); }
 
-void N(mark_restore)(ST *s, const N(mark) *k) {
-  const df_config *c = s->m->cfg;
-  for (int l = 0; l < c->n_layers; l++)
-    if (k->S[l]) {
-      memcpy(s->kda_S[l], k->S[l], sizeof(R) * kda_s_floats(c));
-      memcpy(s->kda_conv[l], k->conv[l], sizeof(R) * kda_conv_floats(c));
-    }
-  s->pos = k->pos;
-}
+/* Keeps s's MLA cache and its capacity: the rows past the mark are
+ * rewritten before they are read. */
+void N(mark_restore)(ST *s, const N(mark) *k) { seq_copy_recurrent(&s->q, &k->q, k->c); }
 
 size_t N(mark_bytes)(const ST *s) {
   const df_config *c = s->m->cfg;
@@ -266,12 +276,7 @@ size_t N(mark_bytes)(const ST *s) {
 
 void N(mark_free)(N(mark) *k) {
   if (!k) return;
-  for (int l = 0; l < k->n_layers; l++) {
-    free(k->S[l]);
-    free(k->conv[l]);
-  }
-  free(k->S);
-  free(k->conv);
+  seq_free(&k->q, k->c);
   free(k);
 }
 
@@ -301,13 +306,13 @@ static R *fbuf(size_t n) { return df_xaligned(64, sizeof(R) * (n ? n : 1)); }
  * logits go through an fp32 copy; in fp32 the rows themselves. */
 static const float *as_f32(ST *s, const R *x, size_t n) {
 #if R_IS_F64
-  if (n > s->nar_cap) {
-    free(s->nar);
-    s->nar = df_xmalloc(sizeof(float) * n);
-    s->nar_cap = n;
+  if (n > s->w->nar_cap) {
+    free(s->w->nar);
+    s->w->nar = df_xmalloc(sizeof(float) * n);
+    s->w->nar_cap = n;
   }
-  for (size_t i = 0; i < n; i++) s->nar[i] = (float)x[i];
-  return s->nar;
+  for (size_t i = 0; i < n; i++) s->w->nar[i] = (float)x[i];
+  return s->w->nar;
 #else
   (void)s;
   (void)n;
@@ -319,54 +324,55 @@ static const float *as_f32(ST *s, const R *x, size_t n) {
  * AttnRes (hidden + scores). */
 static void reserve_thr(ST *s, int nth) {
   const df_config *c = s->m->cfg;
-  size_t need = (size_t)c->kda_head_dim * 2 + 2 * (size_t)c->kv_lora_rank + (size_t)s->cap +
+  size_t need = (size_t)c->kda_head_dim * 2 + 2 * (size_t)c->kv_lora_rank + (size_t)s->q.cap +
                 (size_t)c->hidden + (size_t)nblocks(c) + 2 + 64;
   need = (need + 15) & ~(size_t)15;
-  if (nth <= s->nth && need <= s->thr_stride) return;
-  free(s->thr);
-  if (nth < s->nth) nth = s->nth;
-  s->nth = nth;
-  s->thr_stride = need;
-  s->thr = fbuf(need * (size_t)nth);
+  if (nth <= s->w->nth && need <= s->w->thr_stride) return;
+  free(s->w->thr);
+  if (nth < s->w->nth) nth = s->w->nth;
+  s->w->nth = nth;
+  s->w->thr_stride = need;
+  s->w->thr = fbuf(need * (size_t)nth);
 }
 
 static void reserve(ST *s, int T) {
-  if (T <= s->Tcap) return;
+  if (!s->w) s->w = df_xcalloc(1, sizeof *s->w); /* a clone's first pass */
+  if (T <= s->w->Tcap) return;
   const df_config *c = s->m->cfg;
-  free_scratch(s);
+  free_scratch(s->w);
   size_t t = (size_t)T, H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
   size_t D = (size_t)c->kda_head_dim, Hk = (size_t)c->kda_heads, Hm = (size_t)c->mla_heads;
   size_t K = (size_t)c->top_k, E = (size_t)c->n_experts, Lt = (size_t)c->latent;
   size_t Mi = (size_t)c->moe_inter;
   size_t F = (size_t)c->dense_inter;
   if ((size_t)c->n_shared * Mi > F) F = (size_t)c->n_shared * Mi;
-  s->h = fbuf(t * H), s->p = fbuf(t * H), s->xin = fbuf(t * H), s->xn = fbuf(t * H);
-  s->a = fbuf(t * H), s->ffo = fbuf(t * H), s->snaps = fbuf((size_t)nblocks(c) * t * H);
+  s->w->h = fbuf(t * H), s->w->p = fbuf(t * H), s->w->xin = fbuf(t * H), s->w->xn = fbuf(t * H);
+  s->w->a = fbuf(t * H), s->w->ffo = fbuf(t * H), s->w->snaps = fbuf((size_t)nblocks(c) * t * H);
   if (c->n_kda) {
-    s->kq = fbuf(t * P), s->kk = fbuf(t * P), s->kv = fbuf(t * P), s->kg = fbuf(t * P);
-    s->kf = fbuf(t * P), s->kfa = fbuf(t * D), s->kb = fbuf(t * Hk), s->ko = fbuf(t * P);
+    s->w->kq = fbuf(t * P), s->w->kk = fbuf(t * P), s->w->kv = fbuf(t * P), s->w->kg = fbuf(t * P);
+    s->w->kf = fbuf(t * P), s->w->kfa = fbuf(t * D), s->w->kb = fbuf(t * Hk), s->w->ko = fbuf(t * P);
   }
   if (c->n_mla) {
-    s->mqa = fbuf(t * (size_t)c->q_lora_rank);
-    s->mq = fbuf(t * Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim));
-    s->mc = fbuf(t * (size_t)(c->kv_lora_rank + c->qk_rope_dim));
-    s->mg = fbuf(t * Hm * (size_t)c->v_head_dim);
-    s->mo = fbuf(t * Hm * (size_t)c->v_head_dim);
+    s->w->mqa = fbuf(t * (size_t)c->q_lora_rank);
+    s->w->mq = fbuf(t * Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim));
+    s->w->mc = fbuf(t * (size_t)(c->kv_lora_rank + c->qk_rope_dim));
+    s->w->mg = fbuf(t * Hm * (size_t)c->v_head_dim);
+    s->w->mo = fbuf(t * Hm * (size_t)c->v_head_dim);
   }
-  s->f1 = fbuf(t * F), s->f2 = fbuf(t * F);
+  s->w->f1 = fbuf(t * F), s->w->f2 = fbuf(t * F);
   if (c->first_k_dense < c->n_layers) {
-    s->rl = fbuf(t * E), s->selw = fbuf(t * K), s->z = fbuf(t * Lt);
-    s->ybuf = fbuf(t * K * Lt), s->rr = fbuf(t * Lt), s->routed = fbuf(t * H);
-    s->eZ = fbuf(t * Lt), s->eH1 = fbuf(t * Mi), s->eH3 = fbuf(t * Mi), s->eY = fbuf(t * Lt);
-    s->sel = df_xmalloc(sizeof(int) * t * K);
-    s->ecnt = df_xmalloc(sizeof(int) * E), s->eoff = df_xmalloc(sizeof(int) * (E + 1));
-    s->eent = df_xmalloc(sizeof(int) * t * K), s->uexp = df_xmalloc(sizeof(int) * E);
-    s->ecur = df_xmalloc(sizeof(int) * E);
-    s->gx = fbuf(t * H), s->gw = fbuf(K);
-    s->gsel = df_xmalloc(sizeof(int) * K), s->glist = df_xmalloc(sizeof(int) * E);
-    s->gmark = df_xmalloc(E);
+    s->w->rl = fbuf(t * E), s->w->selw = fbuf(t * K), s->w->z = fbuf(t * Lt);
+    s->w->ybuf = fbuf(t * K * Lt), s->w->rr = fbuf(t * Lt), s->w->routed = fbuf(t * H);
+    s->w->eZ = fbuf(t * Lt), s->w->eH1 = fbuf(t * Mi), s->w->eH3 = fbuf(t * Mi), s->w->eY = fbuf(t * Lt);
+    s->w->sel = df_xmalloc(sizeof(int) * t * K);
+    s->w->ecnt = df_xmalloc(sizeof(int) * E), s->w->eoff = df_xmalloc(sizeof(int) * (E + 1));
+    s->w->eent = df_xmalloc(sizeof(int) * t * K), s->w->uexp = df_xmalloc(sizeof(int) * E);
+    s->w->ecur = df_xmalloc(sizeof(int) * E);
+    s->w->gx = fbuf(t * H), s->w->gw = fbuf(K);
+    s->w->gsel = df_xmalloc(sizeof(int) * K), s->w->glist = df_xmalloc(sizeof(int) * E);
+    s->w->gmark = df_xmalloc(E);
   }
-  s->Tcap = T;
+  s->w->Tcap = T;
 }
 
 static int reserve_ctx(ST *s, int npos, df_err *e) {
@@ -378,22 +384,22 @@ static int reserve_ctx(ST *s, int npos, df_err *e) {
   if (npos > lim)
     return df_err_set(e, "context of %d positions exceeds the %d the memory plan admits "
                       "(raise --ctx or --mem-limit)", npos, lim);
-  if (npos <= s->cap || !c->n_mla) {
-    if (!c->n_mla) s->cap = npos > s->cap ? npos : s->cap;
+  if (npos <= s->q.cap || !c->n_mla) {
+    if (!c->n_mla) s->q.cap = npos > s->q.cap ? npos : s->q.cap;
     return 0;
   }
-  int ncap = s->cap ? s->cap : 64;
+  int ncap = s->q.cap ? s->q.cap : 64;
   while (ncap < npos) ncap *= 2;
   if (ncap > lim) ncap = lim;
   size_t w = (size_t)(c->kv_lora_rank + c->qk_rope_dim);
   for (int l = 0; l < c->n_layers; l++)
     if (c->layer_kind[l] == DF_LAYER_MLA) {
       R *n = fbuf((size_t)ncap * w);
-      if (s->mla[l]) memcpy(n, s->mla[l], sizeof(R) * (size_t)s->pos * w);
-      free(s->mla[l]);
-      s->mla[l] = n;
+      if (s->q.mla[l]) memcpy(n, s->q.mla[l], sizeof(R) * (size_t)s->q.pos * w);
+      free(s->q.mla[l]);
+      s->q.mla[l] = n;
     }
-  s->cap = ncap;
+  s->q.cap = ncap;
   return 0;
 }
 
@@ -455,8 +461,8 @@ static void attn_res(const df_k3_run *r, ST *s, int T, int nS, const R *last,
                      const float *nw, const float *rw, R *out, int t0, int n) {
   const df_config *c = r->m->cfg;
   ar_job j = {.k = KSEL(r->kc), .nv = nS + 1, .H = c->hidden, .nw = nw, .rw = rw, .eps = c->eps,
-              .out = out, .thr = s->thr, .thr_stride = s->thr_stride, .t0 = t0};
-  for (int i = 0; i < nS; i++) j.V[i] = s->snaps + (size_t)i * T * c->hidden;
+              .out = out, .thr = s->w->thr, .thr_stride = s->w->thr_stride, .t0 = t0};
+  for (int i = 0; i < nS; i++) j.V[i] = s->w->snaps + (size_t)i * T * c->hidden;
   j.V[nS] = last;
   df_pool_run(r->kc->pool, n, ar_task, &j);
 }
@@ -504,7 +510,7 @@ static void conv_task(void *ctx, int task, int thread) {
       if (K > 1) st[(size_t)(K - 2) * P + c] = x;
       X[(size_t)t * P + c] = acc;
       if (t < j->nrow) {
-        R *b = j->rowmk[t]->conv[j->l] + (size_t)a * (size_t)(K - 1) * P;
+        R *b = j->rowmk[t]->q.kda_conv[j->l] + (size_t)a * (size_t)(K - 1) * P;
         for (int i = 0; i < K - 1; i++) b[(size_t)i * P + c] = st[(size_t)i * P + c];
       }
     }
@@ -561,7 +567,7 @@ static void kda_head_task(void *ctx, int h, int thread) {
     R beta = j->b[(size_t)t * c->kda_heads + h];
     k->sigmoid(&beta, 1);
     k->kda_step(S, q, kv, v, f, beta, o, scr, D);
-    if (t < j->nrow) memcpy(j->rowmk[t]->S[j->l] + (size_t)h * D * D, S, sizeof(R) * D * D);
+    if (t < j->nrow) memcpy(j->rowmk[t]->q.kda_S[j->l] + (size_t)h * D * D, S, sizeof(R) * D * D);
     k->rmsnorm(o, o, j->y->o_norm, D, c->eps);
     R *g = j->g + r;
     k->sigmoid(g, D);
@@ -573,23 +579,23 @@ static void kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
-  MM(kc, &y->q, s->xn, T, H, s->kq, P);
-  MM(kc, &y->k, s->xn, T, H, s->kk, P);
-  MM(kc, &y->v, s->xn, T, H, s->kv, P);
-  MM(kc, &y->g, s->xn, T, H, s->kg, P);
-  MM(kc, &y->fa, s->xn, T, H, s->kfa, (size_t)c->kda_head_dim);
-  MM(kc, &y->fb, s->kfa, T, (size_t)c->kda_head_dim, s->kf, P);
-  MM(kc, &y->b, s->xn, T, H, s->kb, (size_t)c->kda_heads);
-  conv_job cj = {.k = KSEL(kc), .y = y, .X = {s->kq, s->kk, s->kv}, .st = s->kda_conv[l], .T = T,
+  MM(kc, &y->q, s->w->xn, T, H, s->w->kq, P);
+  MM(kc, &y->k, s->w->xn, T, H, s->w->kk, P);
+  MM(kc, &y->v, s->w->xn, T, H, s->w->kv, P);
+  MM(kc, &y->g, s->w->xn, T, H, s->w->kg, P);
+  MM(kc, &y->fa, s->w->xn, T, H, s->w->kfa, (size_t)c->kda_head_dim);
+  MM(kc, &y->fb, s->w->kfa, T, (size_t)c->kda_head_dim, s->w->kf, P);
+  MM(kc, &y->b, s->w->xn, T, H, s->w->kb, (size_t)c->kda_heads);
+  conv_job cj = {.k = KSEL(kc), .y = y, .X = {s->w->kq, s->w->kk, s->w->kv}, .st = s->q.kda_conv[l], .T = T,
                  .P = (int)P, .K = c->kda_conv, .per = 512, .rowmk = s->rowmk,
                  .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};
   df_pool_run(kc->pool, 3 * (int)((P + 511) / 512), conv_task, &cj);
-  kda_job kj = {.k = KSEL(kc), .y = y, .c = c, .S = s->kda_S[l], .q = s->kq, .kk = s->kk,
-                .v = s->kv, .g = s->kg, .f = s->kf, .b = s->kb, .o = s->ko, .thr = s->thr,
-                .thr_stride = s->thr_stride, .T = T, .rowmk = s->rowmk,
+  kda_job kj = {.k = KSEL(kc), .y = y, .c = c, .S = s->q.kda_S[l], .q = s->w->kq, .kk = s->w->kk,
+                .v = s->w->kv, .g = s->w->kg, .f = s->w->kf, .b = s->w->kb, .o = s->w->ko, .thr = s->w->thr,
+                .thr_stride = s->w->thr_stride, .T = T, .rowmk = s->rowmk,
                 .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};
   df_pool_run(kc->pool, c->kda_heads, kda_head_task, &kj);
-  MM(kc, &y->o, s->ko, T, P, s->a, H);
+  MM(kc, &y->o, s->w->ko, T, P, s->w->a, H);
 }
 
 /* ------------------------------------------------------------------ MLA */
@@ -651,21 +657,21 @@ static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   size_t H = (size_t)c->hidden, Hm = (size_t)c->mla_heads, qr = (size_t)c->q_lora_rank;
   size_t kr = (size_t)c->kv_lora_rank, w = kr + (size_t)c->qk_rope_dim;
   size_t qw = Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim), ow = Hm * (size_t)c->v_head_dim;
-  MM(kc, &y->qa, s->xn, T, H, s->mqa, qr);
-  rms_rows(KSEL(kc), s->mqa, s->mqa, y->qa_norm, T, (int)qr, c->eps);
-  MM(kc, &y->qb, s->mqa, T, qr, s->mq, qw);
-  MM(kc, &y->kva, s->xn, T, H, s->mc, w);
-  R *cache = s->mla[l];
+  MM(kc, &y->qa, s->w->xn, T, H, s->w->mqa, qr);
+  rms_rows(KSEL(kc), s->w->mqa, s->w->mqa, y->qa_norm, T, (int)qr, c->eps);
+  MM(kc, &y->qb, s->w->mqa, T, qr, s->w->mq, qw);
+  MM(kc, &y->kva, s->w->xn, T, H, s->w->mc, w);
+  R *cache = s->q.mla[l];
   for (int t = 0; t < T; t++) {
-    R *dst = cache + (size_t)(s->pos + t) * w, *src = s->mc + (size_t)t * w;
+    R *dst = cache + (size_t)(s->q.pos + t) * w, *src = s->w->mc + (size_t)t * w;
     KSEL(kc)->rmsnorm(dst, src, y->kva_norm, (int)kr, c->eps);
     memcpy(dst + kr, src + kr, sizeof(R) * (w - kr));
   }
-  if (c->mla_output_gate) MM(kc, &y->mg, s->xn, T, H, s->mg, ow);
-  mla_job j = {.k = KSEL(kc), .y = y, .c = c, .cache = cache, .q = s->mq, .g = s->mg, .o = s->mo,
-               .thr = s->thr, .thr_stride = s->thr_stride, .pos0 = s->pos};
+  if (c->mla_output_gate) MM(kc, &y->mg, s->w->xn, T, H, s->w->mg, ow);
+  mla_job j = {.k = KSEL(kc), .y = y, .c = c, .cache = cache, .q = s->w->mq, .g = s->w->mg, .o = s->w->mo,
+               .thr = s->w->thr, .thr_stride = s->w->thr_stride, .pos0 = s->q.pos};
   df_pool_run(kc->pool, T * c->mla_heads, mla_task, &j);
-  MM(kc, &y->mo, s->mo, T, ow, s->a, H);
+  MM(kc, &y->mo, s->w->mo, T, ow, s->w->a, H);
 }
 
 /* ------------------------------------------------------------------ FFN */
@@ -687,18 +693,18 @@ static void gate_ahead(const df_k3_run *r, ST *s, int l, int T, const R *x) {
   const df_config *c = r->m->cfg;
   const df_k3_layer *ny = &r->m->layers[l + 1];
   size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
-  MM(r->kc, &ny->router, x, T, H, s->rl, E); /* rl is free once l is routed */
-  memset(s->gmark, 0, E);
+  MM(r->kc, &ny->router, x, T, H, s->w->rl, E); /* rl is free once l is routed */
+  memset(s->w->gmark, 0, E);
   for (int t = 0; t < T; t++) {
-    R *sc = s->rl + (size_t)t * E;
+    R *sc = s->w->rl + (size_t)t * E;
     KSEL(r->kc)->sigmoid(sc, (int)E);
-    ROUTE(c, sc, ny->router_bias, s->gsel, s->gw);
-    for (size_t i = 0; i < K; i++) s->gmark[s->gsel[i]] = 1;
+    ROUTE(c, sc, ny->router_bias, s->w->gsel, s->w->gw);
+    for (size_t i = 0; i < K; i++) s->w->gmark[s->w->gsel[i]] = 1;
   }
   int n = 0;
   for (size_t i = 0; i < E; i++)
-    if (s->gmark[i]) s->glist[n++] = (int)i;
-  df_store_hint(r->store, l + 1, s->glist, n);
+    if (s->w->gmark[i]) s->w->glist[n++] = (int)i;
+  df_store_hint(r->store, l + 1, s->w->glist, n);
 }
 
 static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T,
@@ -710,46 +716,46 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   size_t Lt = (size_t)c->latent, Mi = (size_t)c->moe_inter;
 
   /* 1-3: route every row first */
-  MM(kc, &y->router, s->xn, T, H, s->rl, E);
+  MM(kc, &y->router, s->w->xn, T, H, s->w->rl, E);
   for (int t = 0; t < T; t++) {
-    R *sc = s->rl + (size_t)t * E;
+    R *sc = s->w->rl + (size_t)t * E;
     k->sigmoid(sc, (int)E);
-    ROUTE(c, sc, y->router_bias, s->sel + (size_t)t * K, s->selw + (size_t)t * K);
+    ROUTE(c, sc, y->router_bias, s->w->sel + (size_t)t * K, s->w->selw + (size_t)t * K);
   }
   if (s->route_hook)
-    s->route_hook(s->route_ud, l, as_f32(s, s->rl, (size_t)T * E), s->sel, T, (int)E, (int)K);
+    s->route_hook(s->route_ud, l, as_f32(s, s->w->rl, (size_t)T * E), s->w->sel, T, (int)E, (int)K);
   /* group (row, slot) pairs by expert, experts ascending, rows ascending */
-  memset(s->ecnt, 0, sizeof(int) * E);
-  for (size_t i = 0; i < (size_t)T * K; i++) s->ecnt[s->sel[i]]++;
+  memset(s->w->ecnt, 0, sizeof(int) * E);
+  for (size_t i = 0; i < (size_t)T * K; i++) s->w->ecnt[s->w->sel[i]]++;
   int nu = 0;
-  s->eoff[0] = 0;
+  s->w->eoff[0] = 0;
   for (size_t x = 0; x < E; x++)
-    if (s->ecnt[x]) {
-      s->uexp[nu] = (int)x;
-      s->eoff[nu + 1] = s->eoff[nu] + s->ecnt[x];
-      s->ecnt[x] = nu++; /* now: index in uexp */
+    if (s->w->ecnt[x]) {
+      s->w->uexp[nu] = (int)x;
+      s->w->eoff[nu + 1] = s->w->eoff[nu] + s->w->ecnt[x];
+      s->w->ecnt[x] = nu++; /* now: index in uexp */
     }
   /* place entries with running cursors; rows come in ascending order */
-  for (int i = 0; i < nu; i++) s->ecur[i] = s->eoff[i];
-  for (size_t i = 0; i < (size_t)T * K; i++) s->eent[s->ecur[s->ecnt[s->sel[i]]]++] = (int)i;
+  for (int i = 0; i < nu; i++) s->w->ecur[i] = s->w->eoff[i];
+  for (size_t i = 0; i < (size_t)T * K; i++) s->w->eent[s->w->ecur[s->w->ecnt[s->w->sel[i]]]++] = (int)i;
 
   /* the reads start now; everything up to the expert loop overlaps them */
-  if (df_store_begin(r->store, l, s->uexp, nu, T, e)) return -1;
+  if (df_store_begin(r->store, l, s->w->uexp, nu, T, e)) return -1;
   int ahead = l + 1 < c->n_layers && r->m->layers[l + 1].moe && df_store_wants_hint(r->store);
   int gin = r->gate_input;
-  if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->xn);
+  if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->w->xn);
   /* 8: the shared experts (only needs x) */
   if (c->n_shared > 0)
-    gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->xn, T, s->f1, s->f2, s->ffo);
+    gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
   if (ahead && gin == DF_GATE_FROM_X_SHARED) {
     for (size_t i = 0; i < (size_t)T * H; i++)
-      s->gx[i] = s->xin[i] + (c->n_shared > 0 ? s->ffo[i] : 0);
-    rms_rows(k, s->gx, s->gx, r->m->layers[l + 1].post_norm, T, (int)H, c->eps);
-    gate_ahead(r, s, l, T, s->gx);
+      s->w->gx[i] = s->w->xin[i] + (c->n_shared > 0 ? s->w->ffo[i] : 0);
+    rms_rows(k, s->w->gx, s->w->gx, r->m->layers[l + 1].post_norm, T, (int)H, c->eps);
+    gate_ahead(r, s, l, T, s->w->gx);
   }
 
   /* 4: latent input */
-  MM(kc, &y->lat_down, s->xn, T, H, s->z, Lt);
+  MM(kc, &y->lat_down, s->w->xn, T, H, s->w->z, Lt);
 
   /* 5: experts as the store hands them out */
   df_expert_layout lay;
@@ -768,16 +774,16 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
       return df_err_prefix(e, "layer %d: ", l);
     }
     if (got == 0) break;
-    int n = s->eoff[idx + 1] - s->eoff[idx];
-    const int *ent = s->eent + s->eoff[idx];
+    int n = s->w->eoff[idx + 1] - s->w->eoff[idx];
+    const int *ent = s->w->eent + s->w->eoff[idx];
     for (int i = 0; i < n; i++)
-      memcpy(s->eZ + (size_t)i * Lt, s->z + (size_t)(ent[i] / (int)K) * Lt, sizeof(R) * Lt);
-    MMX(kc, b + lay.w1p, b + lay.w1s, (int)Mi, (int)Lt, s->eZ, n, Lt, s->eH1, Mi);
-    MMX(kc, b + lay.w3p, b + lay.w3s, (int)Mi, (int)Lt, s->eZ, n, Lt, s->eH3, Mi);
-    k->situ(s->eH1, s->eH1, s->eH3, (int)(Mi * (size_t)n), c->situ_beta, c->situ_linear_beta);
-    MMX(kc, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->eH1, n, Mi, s->eY, Lt);
+      memcpy(s->w->eZ + (size_t)i * Lt, s->w->z + (size_t)(ent[i] / (int)K) * Lt, sizeof(R) * Lt);
+    MMX(kc, b + lay.w1p, b + lay.w1s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH1, Mi);
+    MMX(kc, b + lay.w3p, b + lay.w3s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH3, Mi);
+    k->situ(s->w->eH1, s->w->eH1, s->w->eH3, (int)(Mi * (size_t)n), c->situ_beta, c->situ_linear_beta);
+    MMX(kc, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->w->eH1, n, Mi, s->w->eY, Lt);
     for (int i = 0; i < n; i++)
-      memcpy(s->ybuf + (size_t)ent[i] * Lt, s->eY + (size_t)i * Lt, sizeof(R) * Lt);
+      memcpy(s->w->ybuf + (size_t)ent[i] * Lt, s->w->eY + (size_t)i * Lt, sizeof(R) * Lt);
     t_exp += df_now() - tc;
     n_exp++;
   }
@@ -787,16 +793,16 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
     cp->s[DF_K3_T_EXPERTS] += t_exp;
     cp->n[DF_K3_T_EXPERTS] += (uint64_t)n_exp;
     cp->store_wait_s += t_wait;
-    s->moe_excl = t_exp + t_wait;
+    s->w->moe_excl = t_exp + t_wait;
   }
 
   /* 6: fixed order: slots are in ascending expert id */
   for (int t = 0; t < T; t++) {
-    R *rr = s->rr + (size_t)t * Lt;
+    R *rr = s->w->rr + (size_t)t * Lt;
     for (size_t d = 0; d < Lt; d++) rr[d] = 0;
     for (size_t i = 0; i < K; i++) {
-      R wgt = s->selw[(size_t)t * K + i];
-      const R *yv = s->ybuf + ((size_t)t * K + i) * Lt;
+      R wgt = s->w->selw[(size_t)t * K + i];
+      const R *yv = s->w->ybuf + ((size_t)t * K + i) * Lt;
       for (size_t d = 0; d < Lt; d++) {
         R q = wgt * yv[d];
         rr[d] += q;
@@ -805,11 +811,11 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
     if (c->latent_norm) k->rmsnorm(rr, rr, y->lat_norm, (int)Lt, c->eps);
   }
   /* 7-9 */
-  MM(kc, &y->lat_up, s->rr, T, Lt, s->routed, H);
+  MM(kc, &y->lat_up, s->w->rr, T, Lt, s->w->routed, H);
   if (c->n_shared > 0) {
-    for (size_t i = 0; i < (size_t)T * H; i++) s->ffo[i] = s->routed[i] + s->ffo[i];
+    for (size_t i = 0; i < (size_t)T * H; i++) s->w->ffo[i] = s->w->routed[i] + s->w->ffo[i];
   } else {
-    memcpy(s->ffo, s->routed, sizeof(R) * (size_t)T * H);
+    memcpy(s->w->ffo, s->w->routed, sizeof(R) * (size_t)T * H);
   }
   return 0;
 }
@@ -827,17 +833,17 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     if (ids[t] < 0 || ids[t] >= c->vocab)
       return df_err_set(e, "token id %d at batch row %d is outside the vocabulary (vocab_size %d)",
                         ids[t], t, c->vocab);
-  if (reserve_ctx(s, s->pos + T, e)) return -1;
+  if (reserve_ctx(s, s->q.pos + T, e)) return -1;
   reserve(s, T);
   reserve_thr(s, df_pool_size(kc->pool));
 
   size_t H = (size_t)c->hidden;
 #if R_IS_F64
-  if (s->nar_cap < (size_t)T * H) as_f32(s, s->h, (size_t)T * H); /* grows nar */
-  if (df_k3_embed_rows(m, ids, T, s->nar, e)) return -1;
-  for (size_t i = 0; i < (size_t)T * H; i++) s->h[i] = s->nar[i];
+  if (s->w->nar_cap < (size_t)T * H) as_f32(s, s->w->h, (size_t)T * H); /* grows nar */
+  if (df_k3_embed_rows(m, ids, T, s->w->nar, e)) return -1;
+  for (size_t i = 0; i < (size_t)T * H; i++) s->w->h[i] = s->w->nar[i];
 #else
-  if (df_k3_embed_rows(m, ids, T, s->h, e)) return -1;
+  if (df_k3_embed_rows(m, ids, T, s->w->h, e)) return -1;
 #endif
   int with_head = logits_all || logits_last;
   int nS = 0, pempty = 1;
@@ -846,46 +852,46 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     if (!y) return -1;
     double tl0 = df_now();
     /* 5.1 step 1 */
-    const R *xattn = s->h;
+    const R *xattn = s->w->h;
     if (nS > 0) {
-      attn_res(r, s, T, nS, s->h, y->attn_res_norm, y->attn_res_proj, s->xin, 0, T);
-      xattn = s->xin;
+      attn_res(r, s, T, nS, s->w->h, y->attn_res_norm, y->attn_res_proj, s->w->xin, 0, T);
+      xattn = s->w->xin;
     }
-    rms_rows(k, s->xn, xattn, y->in_norm, T, (int)H, c->eps);
+    rms_rows(k, s->w->xn, xattn, y->in_norm, T, (int)H, c->eps);
     /* step 2 (after x_attn is taken: the snapshot holds this h) */
     if (l % c->attn_res_block == 0) {
-      memcpy(s->snaps + (size_t)nS * T * H, s->h, sizeof(R) * T * H);
+      memcpy(s->w->snaps + (size_t)nS * T * H, s->w->h, sizeof(R) * T * H);
       nS++;
       pempty = 1;
     } else {
-      R *tmp = s->p;
-      s->p = s->h;
-      s->h = tmp;
+      R *tmp = s->w->p;
+      s->w->p = s->w->h;
+      s->w->h = tmp;
       pempty = 0;
     }
     /* step 3 */
     if (y->kind == DF_LAYER_KDA) kda_layer(r, s, y, l, T);
     else mla_layer(r, s, y, l, T);
     if (pempty) {
-      R *tmp = s->p;
-      s->p = s->a;
-      s->a = tmp;
+      R *tmp = s->w->p;
+      s->w->p = s->w->a;
+      s->w->a = tmp;
     } else {
-      for (size_t i = 0; i < (size_t)T * H; i++) s->p[i] = s->p[i] + s->a[i];
+      for (size_t i = 0; i < (size_t)T * H; i++) s->w->p[i] = s->w->p[i] + s->w->a[i];
     }
     double tl1 = df_now();
     /* step 4-5 */
-    attn_res(r, s, T, nS, s->p, y->mlp_res_norm, y->mlp_res_proj, s->xin, 0, T);
-    rms_rows(k, s->xn, s->xin, y->post_norm, T, (int)H, c->eps);
+    attn_res(r, s, T, nS, s->w->p, y->mlp_res_norm, y->mlp_res_proj, s->w->xin, 0, T);
+    rms_rows(k, s->w->xn, s->w->xin, y->post_norm, T, (int)H, c->eps);
     if (y->moe) {
       if (moe_layer(r, s, y, l, T, e)) {
         df_k3_release(m, l);
         return -1;
       }
     } else {
-      gated_ffn(kc, c, &y->gate, &y->up, &y->down, s->xn, T, s->f1, s->f2, s->ffo);
+      gated_ffn(kc, c, &y->gate, &y->up, &y->down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
     }
-    for (size_t i = 0; i < (size_t)T * H; i++) s->h[i] = s->p[i] + s->ffo[i];
+    for (size_t i = 0; i < (size_t)T * H; i++) s->w->h[i] = s->w->p[i] + s->w->ffo[i];
     if (T == 1) {
       double tl2 = df_now();
       df_k3_compute *cp = m->comp;
@@ -893,12 +899,12 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
       int kf = y->moe ? DF_K3_T_MOE_TRUNK : DF_K3_T_DENSE;
       cp->s[ka] += tl1 - tl0;
       cp->n[ka]++;
-      cp->s[kf] += tl2 - tl1 - (y->moe ? s->moe_excl : 0);
+      cp->s[kf] += tl2 - tl1 - (y->moe ? s->w->moe_excl : 0);
       cp->n[kf]++;
-      s->moe_excl = 0;
+      s->w->moe_excl = 0;
     }
     df_k3_release(m, l);
-    if (s->hook) s->hook(s->hook_ud, l, as_f32(s, s->h, (size_t)T * H), T, (int)H);
+    if (s->hook) s->hook(s->hook_ud, l, as_f32(s, s->w->h, (size_t)T * H), T, (int)H);
     if (s->cancel && s->cancel(s->cancel_ud)) return DF_K3_CANCELLED;
   }
   /* output: AR over the snapshots + h, final norm, lm_head */
@@ -907,21 +913,21 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     const df_wmat *head = df_k3_acquire_head(m, df_k3_next_streamed(m, c->n_layers, 1), e);
     if (!head) return -1;
     double th = df_now();
-    attn_res(r, s, T, nS, s->h, m->out_res_norm, m->out_res_proj, s->xin, t0, nt);
-    rms_rows(k, s->xn + (size_t)t0 * H, s->xin + (size_t)t0 * H, m->final_norm, nt, (int)H,
+    attn_res(r, s, T, nS, s->w->h, m->out_res_norm, m->out_res_proj, s->w->xin, t0, nt);
+    rms_rows(k, s->w->xn + (size_t)t0 * H, s->w->xin + (size_t)t0 * H, m->final_norm, nt, (int)H,
              c->eps);
     size_t V = (size_t)c->vocab;
     float *dst = logits_all ? logits_all : logits_last;
 #if R_IS_F64
-    if ((size_t)nt * V > s->lg_cap) {
-      free(s->lg);
-      s->lg = fbuf((size_t)nt * V);
-      s->lg_cap = (size_t)nt * V;
+    if ((size_t)nt * V > s->w->lg_cap) {
+      free(s->w->lg);
+      s->w->lg = fbuf((size_t)nt * V);
+      s->w->lg_cap = (size_t)nt * V;
     }
-    MM(kc, head, s->xn + (size_t)t0 * H, nt, H, s->lg, V);
-    for (size_t i = 0; i < (size_t)nt * V; i++) dst[i] = (float)s->lg[i];
+    MM(kc, head, s->w->xn + (size_t)t0 * H, nt, H, s->w->lg, V);
+    for (size_t i = 0; i < (size_t)nt * V; i++) dst[i] = (float)s->w->lg[i];
 #else
-    MM(kc, head, s->xn + (size_t)t0 * H, nt, H, dst, V);
+    MM(kc, head, s->w->xn + (size_t)t0 * H, nt, H, dst, V);
 #endif
     if (logits_all && logits_last)
       memcpy(logits_last, logits_all + (size_t)(T - 1) * V, sizeof(float) * V);
@@ -931,7 +937,7 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     }
     df_k3_release(m, c->n_layers);
   }
-  for (int t = 0; t < s->nrowmk && t < T; t++) s->rowmk[t]->pos = s->pos + t + 1;
-  s->pos += T;
+  for (int t = 0; t < s->nrowmk && t < T; t++) s->rowmk[t]->q.pos = s->q.pos + t + 1;
+  s->q.pos += T;
   return 0;
 }

@@ -5,6 +5,10 @@
 
 #include "model/k3.h"
 
+/* One layer's weights: a field per tensor of kimi-k3.md section 3 (about
+ * 40), flat so that the stream can patch each pointer by its offset
+ * (df_k3_piece.field) and the forward pass names each tensor as the
+ * contract does. */
 typedef struct df_k3_layer {
   int kind; /* DF_LAYER_KDA / DF_LAYER_MLA */
   int moe;

@@ -38,12 +38,33 @@ static uint64_t seq_bytes(const df_plan_in *in, int ctx) {
   return state_of(in, ctx) + reuse_of(in, ctx) + spec_of(in, ctx);
 }
 
-uint64_t df_plan_state_bytes(const df_config *c, int ctx) {
+void df_plan_state_parts(const df_config *c, uint64_t *fixed, uint64_t *per_pos) {
   uint64_t P = (uint64_t)c->kda_heads * c->kda_head_dim, D = (uint64_t)c->kda_head_dim;
   uint64_t K1 = c->kda_conv - 1 > 0 ? (uint64_t)(c->kda_conv - 1) : 1;
-  uint64_t kda = 4 * (P * D + 3 * K1 * P);
-  uint64_t mla = 4 * (uint64_t)(c->kv_lora_rank + c->qk_rope_dim) * (uint64_t)ctx;
-  return (uint64_t)c->n_kda * kda + (uint64_t)c->n_mla * mla;
+  *fixed = (uint64_t)c->n_kda * 4 * (P * D + 3 * K1 * P);
+  *per_pos = (uint64_t)c->n_mla * 4 * (uint64_t)(c->kv_lora_rank + c->qk_rope_dim);
+}
+
+uint64_t df_plan_state_bytes(const df_config *c, int ctx) {
+  uint64_t fixed, per_pos;
+  df_plan_state_parts(c, &fixed, &per_pos);
+  return fixed + per_pos * (uint64_t)(ctx > 0 ? ctx : 0);
+}
+
+char *df_plan_state_text(const df_config *c, int f64) {
+  uint64_t fixed, per_pos, x = f64 ? 2 : 1;
+  df_plan_state_parts(c, &fixed, &per_pos);
+  double mib = 1024.0 * 1024.0;
+  char *t = df_xmalloc(512);
+  snprintf(t, 512,
+           "state    sequence state %.1f MiB at %d positions, %.1f MiB at %d (%s; KDA matrices and "
+           "conv windows %.1f MiB fixed, MLA latent cache %.1f KiB per position; the last logits "
+           "add %.2f MiB)\n",
+           x * (fixed + per_pos * DF_PLAN_STATE_SHOWN_A) / mib, DF_PLAN_STATE_SHOWN_A,
+           x * (fixed + per_pos * DF_PLAN_STATE_SHOWN_B) / mib, DF_PLAN_STATE_SHOWN_B,
+           f64 ? "float64" : "fp32", x * fixed / mib, x * per_pos / 1024.0,
+           4.0 * c->vocab / mib);
+  return t;
 }
 
 /* Mirrors the forward pass's scratch (k3_forward.c reserve/reserve_thr) and
@@ -64,6 +85,23 @@ uint64_t df_plan_scratch_bytes(const df_config *c, int rows) {
   if (c->first_k_dense < c->n_layers) per_row += E + 2 * K + (4 + K) * Lt + H + 2 * Mi + 2 * K;
   uint64_t thr = 2 * D + 2 * (uint64_t)c->kv_lora_rank + H + nb + 66;
   return 4 * (T * per_row + THREADS_BOUND * thr) + 4 * (uint64_t)c->vocab * 2;
+}
+
+char *df_plan_state_json(const df_config *c, int f64) {
+  uint64_t fixed, per_pos, x = f64 ? 2 : 1;
+  df_plan_state_parts(c, &fixed, &per_pos);
+  json_t *o = json_object();
+#define I(k, v) json_object_set_new(o, k, json_integer((json_int_t)(v)))
+  I("fixed_bytes", x * fixed);
+  I("per_position_bytes", x * per_pos);
+  I("bytes_at_4096", x * (fixed + per_pos * DF_PLAN_STATE_SHOWN_A));
+  I("bytes_at_32768", x * (fixed + per_pos * DF_PLAN_STATE_SHOWN_B));
+  I("logits_bytes", 4 * (uint64_t)c->vocab);
+#undef I
+  json_object_set_new(o, "precision", json_string(f64 ? "float64" : "fp32"));
+  char *t = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return t;
 }
 
 void df_plan_free(df_plan *p) {

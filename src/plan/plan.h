@@ -80,6 +80,20 @@ void df_plan_free(df_plan *p);
 
 /* Bytes of per-sequence state for ctx positions, and scratch for rows. */
 uint64_t df_plan_state_bytes(const df_config *c, int ctx);
+/* The sequence state's two parts (fp32; float64 doubles both): fixed, every
+ * KDA layer's matrices (heads x D x D) and conv windows (3 x (conv - 1) x P);
+ * per position, every MLA layer's latent row (kv_lora_rank + rope).
+ * df_plan_state_bytes(c, n) = fixed + n x per_pos; the model's states take
+ * exactly this (df_k3_state_bytes), the session adds its last logits. */
+void df_plan_state_parts(const df_config *c, uint64_t *fixed, uint64_t *per_pos);
+/* "state    sequence state X MiB at 4096 positions, Y MiB at 32768 (...)\n"
+ * for inspect and plan; caller frees. */
+#define DF_PLAN_STATE_SHOWN_A 4096
+#define DF_PLAN_STATE_SHOWN_B 32768
+char *df_plan_state_text(const df_config *c, int f64);
+/* The same as a JSON object text: fixed_bytes, per_position_bytes,
+ * bytes_at_4096, bytes_at_32768, logits_bytes, precision; caller frees. */
+char *df_plan_state_json(const df_config *c, int f64);
 uint64_t df_plan_scratch_bytes(const df_config *c, int rows);
 
 /* Human-readable summary (several lines) and a JSON object text; caller frees. */

@@ -1,5 +1,5 @@
-/* The trained nano-K3 opened for the speculation tests (test_spec.c,
- * test_spec_sampling.c) and their prompt: cmocka tests, one definition each. */
+/* The trained nano-K3 opened for the speculation and state tests (test_spec.c,
+ * test_spec_sampling.c, test_state.c) and their prompt: cmocka tests, one definition each. */
 #ifndef DF_TESTS_NANO_ENGINE_H
 #define DF_TESTS_NANO_ENGINE_H
 
@@ -12,7 +12,8 @@ static const int PROMPT[] __attribute__((unused)) = {698, 608, 258, 3728, 2783, 
                              363, 626, 304, 260, 1447, 307, 2256, 46, 363, 626};
 #define NP ((int)(sizeof PROMPT / sizeof *PROMPT))
 
-static inline df_engine *open_nano(int threads, long cache_mb, const char *draft) {
+/* f64: --precision f64 (test_state.c). */
+static inline df_engine *open_nano_prec(int threads, long cache_mb, const char *draft, int f64) {
   const char *src = getenv("DF_SRC");
   if (!src) fail_msg("DF_SRC is not set (run through ctest)");
   static char dir[1024];
@@ -24,10 +25,15 @@ static inline df_engine *open_nano(int threads, long cache_mb, const char *draft
   o.store.heat_path = ""; /* the committed model folder stays as it is */
   if (cache_mb >= 0) o.store.cache_mb = cache_mb;
   o.draft = draft;
+  o.f64 = f64;
   df_engine *en;
   df_err e;
   if (df_engine_open(&en, &o, &e)) fail_msg("engine open: %s", e.msg);
   return en;
+}
+
+static inline df_engine *open_nano(int threads, long cache_mb, const char *draft) {
+  return open_nano_prec(threads, cache_mb, draft, 0);
 }
 
 #endif
