@@ -44,7 +44,7 @@ static void test_formula_full_k3(void **st) {
   assert_int_equal(per_pos, 24 * mla_pos);
   assert_int_equal(df_plan_state_bytes(&c, 4096), 69 * kda_layer + 4096ull * 24 * mla_pos);
   assert_int_equal(df_plan_state_bytes(&c, 32768), 69 * kda_layer + 32768ull * 24 * mla_pos);
-  /* the figures docs/ARCHITECTURE-seam.md gives */
+  /* the figures docs/ARCHITECTURE.md ("Sequence state") gives */
   assert_int_equal(df_plan_state_bytes(&c, 4096), 691126272ull);
   assert_int_equal(df_plan_state_bytes(&c, 32768), 2276573184ull);
   char *t = df_plan_state_text(&c, 0);
