@@ -72,10 +72,7 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   in.reuse_bytes = o->reuse_bytes;
   in.reuse_states = o->reuse_states;
   if (df_plan_make(&en->plan, &in, e)) return df_err_prefix(e, "limit from %s: ", en->mem_src);
-  df_k3_stream_opts so = {.io = o->store.io == DF_STORE_IO_PREAD ? "pread" : "uring",
-                          .emulate_drives = o->store.emulate_drives,
-                          .trace_path = o->store.trace_path};
-  if (df_k3_apply_plan(en->model, &en->plan, &so, e)) return -1;
+  if (df_k3_apply_plan(en->model, &en->plan, e)) return -1;
   return 0;
 }
 

@@ -5,7 +5,9 @@
 #ifndef DF_STORE_OPTS_H
 #define DF_STORE_OPTS_H
 
+#include "base/err.h"
 #include "setup/sverify.h"
+#include "store/io.h"
 
 typedef enum {
   DF_STORE_IO_URING = 0, /* io_uring, registered buffers (falls back to pread) */
@@ -44,6 +46,22 @@ typedef struct df_store_opts {
   int fetch_ahead;          /* stream installs: predictors may fetch over the network; 0 = never */
   df_stream_verify stream_verify; /* stream installs: override the installed policy; 0 = as installed */
 } df_store_opts;
+
+/* The I/O options resolved once, at df_store_open (for a store without
+ * routed experts too): the one typed form every reader of a drive uses
+ * (the experts' scheduler, the spine stream, the bench's replay of their
+ * reads), so nothing re-parses a spelling. */
+typedef struct df_store_iocfg {
+  df_store_io io;        /* as asked (the engine may still fall back to pread: df_store_io_used) */
+  int queue_depth;       /* reads in flight per drive (the default applied) */
+  df_io_emu emu;         /* bw 0 = real drives */
+  const char *emu_spec;  /* its spelling, for messages and traces; NULL = real drives */
+  const char *trace_path; /* NULL = no trace */
+} df_store_iocfg;
+#define DF_STORE_DEFAULT_QD 8
+/* Fills c from o (strings point into o); -1 with a message naming the
+ * option when a value is out of range or does not parse. */
+int df_store_iocfg_resolve(const df_store_opts *o, df_store_iocfg *c, df_err *e);
 
 /* Names ("uring", "auto", "always"...); NULL for a value out of range. */
 const char *df_store_io_name(df_store_io v);

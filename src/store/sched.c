@@ -40,7 +40,7 @@ static int part_drive(const df_store *s, const part *p) {
 
 /* Expected seconds until a read of `bytes` queued now on drive d completes. */
 static double eta_of(const df_store *s, const dstate *d, uint64_t bytes) {
-  return (double)(d->inflight_bytes + d->queued_bytes + bytes) / d->rate + s->emu.latency;
+  return (double)(d->inflight_bytes + d->queued_bytes + bytes) / d->rate + s->ioc.emu.latency;
 }
 
 static void part_queue(df_store *s, entry *e, int i, int copy, uint64_t off, uint32_t len,
@@ -209,7 +209,7 @@ static df_io_req *take_cb(void *ctx, int drive) {
    * the emulated ladder, 4 drives: allowing qd-1 prefetches in flight
    * wasted 4x the bytes and cost 13% decode speed; one at a time costs
    * nothing) */
-  df_rank_drive rd = {.qd = s->queue_depth, .inflight = d->inflight, .spine_inflight = d->spine_inflight,
+  df_rank_drive rd = {.qd = s->ioc.queue_depth, .inflight = d->inflight, .spine_inflight = d->spine_inflight,
                       .waiting = {d->q[0].n, d->sq_n, d->q[1].n}, .pf_max = DF_STORE_PF_PER_DRIVE};
   df_rank_class c = df_rank_next(&rd);
   df_io_req *r = NULL;
@@ -468,7 +468,7 @@ int df_store_spine_drive(df_store *s, int fd) {
   return 0;
 }
 
-int df_store_spine_depth(const df_store *s) { return df_rank_spine_max(s->queue_depth); }
+int df_store_spine_depth(const df_store *s) { return df_rank_spine_max(s->ioc.queue_depth); }
 
 int df_store_spine_register(df_store *s, void *base, size_t len) {
   return s->io ? df_io_register(s->io, base, len) : -1;

@@ -21,11 +21,11 @@ char *df_store_describe(const df_store *s) {
   char buf[1024];
   int n = snprintf(buf, sizeof buf, "experts from %s %s (%d drive%s), io %s qd %d%s, cache %ld MB, prefetch %s",
                    s->from_pack ? "pack" : "shards", s->source ? s->source : "-", s->ndrives,
-                   s->ndrives == 1 ? "" : "s", s->io_kind == DF_IO_URING ? "io_uring" : "pread", s->queue_depth,
+                   s->ndrives == 1 ? "" : "s", s->io_kind == DF_IO_URING ? "io_uring" : "pread", s->ioc.queue_depth,
                    s->io && df_io_registered(s->io) ? " registered buffers" : "", s->cache_mb,
                    s->prefetch_name ? s->prefetch_name : "off");
-  if (s->emu_spec && n > 0 && (size_t)n < sizeof buf)
-    snprintf(buf + n, sizeof buf - (size_t)n, ", EMULATED drives %s", s->emu_spec);
+  if (s->ioc.emu_spec && n > 0 && (size_t)n < sizeof buf)
+    snprintf(buf + n, sizeof buf - (size_t)n, ", EMULATED drives %s", s->ioc.emu_spec);
   return df_xstrdup(buf);
 }
 
@@ -41,8 +41,8 @@ char *df_store_stats_json(const df_store *s) {
   json_object_set_new(o, "io", json_string(s->io_kind == DF_IO_URING ? "uring" : "pread"));
   json_object_set_new(o, "o_direct", json_boolean(s->o_direct));
   json_object_set_new(o, "registered_buffers", json_boolean(s->io && df_io_registered(s->io)));
-  json_object_set_new(o, "queue_depth", json_integer(s->queue_depth));
-  json_object_set_new(o, "emulated", s->emu_spec ? json_string(s->emu_spec) : json_null());
+  json_object_set_new(o, "queue_depth", json_integer(s->ioc.queue_depth));
+  json_object_set_new(o, "emulated", s->ioc.emu_spec ? json_string(s->ioc.emu_spec) : json_null());
   json_object_set_new(o, "record_bytes", json_integer((json_int_t)s->rec_bytes));
   json_object_set_new(o, "expert_bytes_read", json_integer((json_int_t)s->bytes_read));
   json_object_set_new(o, "expert_bytes_demand", json_integer((json_int_t)s->bytes_demand));
@@ -144,10 +144,10 @@ char *df_store_stats_text(const df_store *s) {
   pthread_mutex_lock(&m->mu);
 #define AP(...) n += (size_t)snprintf(b + n, n < cap ? cap - n : 0, __VA_ARGS__)
   AP("%s\n", desc);
-  if (s->emu_spec)
+  if (s->ioc.emu_spec)
     AP("NOTE: drives are EMULATED (%s each, throttled in the store): the drive figures below are "
        "the emulation's, not the disks'\n",
-       s->emu_spec);
+       s->ioc.emu_spec);
   AP("expert reads: %.1f MB (demand %.1f MB, prefetch used %.1f MB, prefetch wasted %.1f MB); "
      "cache hit rate %.1f%% (%llu of %llu); waited %.3f s on experts\n",
      (double)s->bytes_read / 1e6, (double)s->bytes_demand / 1e6, (double)s->pf_used / 1e6,
@@ -188,7 +188,7 @@ char *df_store_stats_text(const df_store *s) {
   for (int i = 0; i < s->ndrives; i++) {
     const dstate *d = &s->drive[i];
     AP("drive %d%s %s: %.1f MB in %llu reads, busy %.3f s, %.1f MB/s%s%s\n", i,
-       s->emu_spec ? " (emulated)" : "", d->path,
+       s->ioc.emu_spec ? " (emulated)" : "", d->path,
        (double)d->bytes / 1e6, (unsigned long long)d->reads, d->busy_s,
        d->busy_s > 0 ? (double)d->bytes / 1e6 / d->busy_s : 0.0, d->errors ? ", errors" : "",
        d->alive ? "" : " (missing)");

@@ -23,7 +23,13 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
       !df_store_split_name(o->split_reads))
     return df_err_set(e, "store options out of range (--io %d, --prefetch %d, --split-reads %d)",
                       (int)o->io, (int)o->prefetch, (int)o->split_reads);
+  df_store_iocfg ioc;
+  if (df_store_iocfg_resolve(o, &ioc, e)) return -1;
   df_store *s = df_xcalloc(1, sizeof *s);
+  s->ioc = ioc;
+  s->ioc.emu_spec = ioc.emu_spec ? df_xstrdup(ioc.emu_spec) : NULL;
+  s->ioc.trace_path = ioc.trace_path ? df_xstrdup(ioc.trace_path) : NULL;
+  s->io_kind = ioc.io == DF_STORE_IO_PREAD ? DF_IO_PREAD : DF_IO_URING;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->t_open = df_now();
@@ -75,17 +81,12 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   /* shard records are not aligned: their buffer holds the head pad too */
   s->slot_bytes = DF_IO_ROUND_UP(s->rec_bytes) + (s->from_pack ? 0 : DF_IO_ALIGN);
 
-  s->io_kind = o->io == DF_STORE_IO_PREAD ? DF_IO_PREAD : DF_IO_URING;
-  s->queue_depth = o->queue_depth > 0 ? o->queue_depth : DF_STORE_DEFAULT_QD;
   s->split = o->split_reads;
-  if (o->emulate_drives && *o->emulate_drives) {
-    if ((rc = df_io_parse_emu(o->emulate_drives, &s->emu, e))) goto fail;
-    s->emu_spec = df_xstrdup(o->emulate_drives);
-    for (int i = 0; i < s->ndrives; i++) s->drive[i].rate = s->emu.bw;
-  }
+  if (s->ioc.emu.bw > 0)
+    for (int i = 0; i < s->ndrives; i++) s->drive[i].rate = s->ioc.emu.bw;
   s->cache_mb = o->cache_mb < 0 ? df_store_default_cache_mb() : o->cache_mb;
   s->cache_slots = (long)(((uint64_t)s->cache_mb << 20) / s->slot_bytes);
-  s->prefetch_allowance = (long)s->queue_depth * s->ndrives;
+  s->prefetch_allowance = (long)s->ioc.queue_depth * s->ndrives;
   if (s->prefetch_allowance < 2L * c->top_k) s->prefetch_allowance = 2L * c->top_k;
   s->slots_per_chunk = (int)((1u << 30) / s->slot_bytes);
   if (s->slots_per_chunk > 16) s->slots_per_chunk = 16;
@@ -99,10 +100,10 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   df_heat prior = {0};
   df_cache_heat_open(s, model_dir, o->heat_path, &prior);
 
-  if (o->trace_path && *o->trace_path) {
+  if (s->ioc.trace_path) {
     char **paths = df_xmalloc((size_t)s->ndrives * sizeof *paths);
     for (int i = 0; i < s->ndrives; i++) paths[i] = s->drive[i].path;
-    s->trace = df_trace_open(o->trace_path, s->ndrives, paths, s->emu_spec,
+    s->trace = df_trace_open(s->ioc.trace_path, s->ndrives, paths, s->ioc.emu_spec,
                           s->io_kind == DF_IO_URING ? "uring" : "pread", e);
     free(paths);
     if (!s->trace) {
@@ -112,7 +113,7 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     }
   }
   df_io_ops ops = df_sched_ops(s);
-  if (df_io_open(&s->io, s->io_kind, s->ndrives, s->queue_depth, &s->emu, &ops, e)) {
+  if (df_io_open(&s->io, s->io_kind, s->ndrives, s->ioc.queue_depth, &s->ioc.emu, &ops, e)) {
     if (s->io_kind != DF_IO_URING) {
       df_heat_free(&prior);
       rc = -1;
@@ -120,7 +121,7 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     }
     df_log_warn("%s; falling back to --io pread", e->msg);
     s->io_kind = DF_IO_PREAD;
-    if (df_io_open(&s->io, s->io_kind, s->ndrives, s->queue_depth, &s->emu, &ops, e)) {
+    if (df_io_open(&s->io, s->io_kind, s->ndrives, s->ioc.queue_depth, &s->ioc.emu, &ops, e)) {
       df_heat_free(&prior);
       rc = -1;
       goto fail;
@@ -200,7 +201,8 @@ void df_store_close(df_store *s) {
   free(s->heat_seed);
   free(s->heat_path);
   free(s->source);
-  free(s->emu_spec);
+  free((char *)s->ioc.emu_spec);
+  free((char *)s->ioc.trace_path);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);
@@ -382,3 +384,5 @@ size_t df_store_read_log(const df_store *s, size_t from, size_t max, df_store_re
   pthread_mutex_unlock(&m->mu);
   return n;
 }
+
+const df_store_iocfg *df_store_iocfg_of(const df_store *s) { return &s->ioc; }

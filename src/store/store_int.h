@@ -32,7 +32,6 @@
 #include "store/store.h"
 #include "store/trace.h"
 
-#define DF_STORE_DEFAULT_QD 8
 #define DF_STORE_HALF_LIFE 32.0 /* forward passes for the decayed frequency to halve */
 #define DF_STORE_PF_PER_DRIVE 1 /* speculative reads in flight per drive */
 #define DF_STORE_SPLIT_MIN_BYTES (1u << 20) /* smaller records never split in the default mode */
@@ -51,6 +50,43 @@ typedef enum {
   DF_FAULT_SCALE_NAN, /* a shard record holds an E8M0 scale of 255 */
 } df_store_fault;
 
+/* ---- the spine's reads (spine.c) ----
+ * The streamed spine units (spine.h) read through the
+ * store's drives and I/O engine, so one scheduler ranks every read of a
+ * drive (store/rank.h): the experts' demand reads first, then spine reads
+ * (demand reads known in advance), then speculative expert reads, which
+ * never start while a demand or spine read waits on that drive. */
+typedef struct df_store_spine_req {
+  df_io_req req; /* the caller fills fd, off, len, buf, buf_index; results as in io.h */
+  /* Called once the read finished (or was cancelled by df_store_close:
+   * req.err = ECANCELED), from a drive thread, without the store's lock. */
+  void (*done)(void *ud, struct df_store_spine_req *r);
+  void *ud;
+  double t_enq, t_take; /* set by the store: when queued, when a drive took it (its lock held) */
+  struct df_store_spine_req *next; /* the store's queue */
+} df_store_spine_req;
+/* The store drive that spine reads of the open file fd go to (the first
+ * drive on the same device, else drive 0), or -1 when the store has no
+ * drives (a model without routed experts): the caller reads on its own. */
+int df_store_spine_drive(df_store *s, int fd);
+/* Registers a spine buffer with the store's engine: its index, or -1. */
+int df_store_spine_register(df_store *s, void *base, size_t len);
+/* Queues one read on drive (from df_store_spine_drive); -1 (nothing
+ * queued, done is not called) once df_store_close has begun. May be called
+ * under the caller's lock: done never runs inside submit. */
+int df_store_spine_submit(df_store *s, int drive, df_store_spine_req *r);
+/* How many spine reads a drive keeps in flight at most (the ranking's
+ * rule, rank.h: one slot below the queue depth, at least one). */
+int df_store_spine_depth(const df_store *s);
+/* The pack's spine section (pack --spine), or NULL (shards, or a pack
+ * without one). Its chunks' drives are the store's drives. */
+const df_mf_spine *df_store_spine_section(const df_store *s);
+/* A pack drive's file: its fd (-1 = unreadable, or not a pack), path and
+ * size when the store opened it. */
+int df_store_pack_file(const df_store *s, int drive, const char **path, uint64_t *size);
+/* 1 when every file of the store (the pack's drive files) was opened with
+ * O_DIRECT. */
+int df_store_o_direct(const df_store *s);
 /* One readable copy of a record. */
 typedef struct copyloc {
   int drive;     /* index into df_store.drive */
@@ -184,9 +220,7 @@ struct df_store {
   /* ---- I/O (sched.c) ---- */
   df_io *io;
   df_io_kind io_kind;
-  int queue_depth;      /* reads in flight per drive */
-  df_io_emu emu;        /* drive emulation (bw 0 = none) */
-  char *emu_spec;       /* its spelling, for messages; NULL = real drives */
+  df_store_iocfg ioc;   /* the I/O options, resolved (its strings owned) */
   df_store_split split; /* when a read may be split over two copies */
   uint64_t split_reads; /* reads that were split */
   int total_inflight;   /* parts taken by drive threads and not yet finished */
