@@ -38,10 +38,11 @@ typedef struct df_store_opts {
   df_store_io io;
   df_store_prefetch prefetch;
   df_store_split split_reads; /* a record with two readable copies may be read half from each */
-  const char *emulate_drives; /* "BW[,LATENCY]" per drive; NULL = real drives */
+  const char *emulate_drives; /* "BW[,LATENCY]" per drive; NULL = real drives (parsed once,
+                              * by df_store_open: df_store_iocfg_of has the value) */
   const char *trace_path;   /* per-read trace (JSON lines); NULL = none */
   long pin_mb;              /* keep the hottest experts (by the heat file) resident; 0 = none */
-  int queue_depth;          /* reads in flight per drive; <= 0 = default (8) */
+  int queue_depth;          /* reads in flight per drive, experts and spine; <= 0 = default (8) */
   const char *heat_path;    /* NULL = <model_dir>/deltafin.heat; "" = no heat file */
   int fetch_ahead;          /* stream installs: predictors may fetch over the network; 0 = never */
   df_stream_verify stream_verify; /* stream installs: override the installed policy; 0 = as installed */

@@ -47,11 +47,14 @@ typedef struct sslot {
   sreq *reqs;
 } sslot;
 
+/* About 40 fields in four groups (what streams, where it is read, the
+ * ring, the counters): one lock guards them all, so they stay one struct. */
 struct df_spine {
+  /* ---- where the reads go ---- */
   df_store *store;
   int via_store;   /* reads go through the store's scheduler (else own engine, io) */
   int drive;       /* the store's drive for shard reads */
-  /* what streams (copied from the desc) */
+  /* ---- what streams (copied from the desc) ---- */
   int nunits, n_layers, first; /* first: the first streamed unit (a pass starts there) */
   df_spine_unit *units;
   df_spine_extent *ex;
@@ -70,10 +73,12 @@ struct df_spine {
   int direct;
   uint64_t slot_bytes;
   int maxreq, qd;
+  /* ---- the ring ---- */
   sslot slot[DF_PLAN_RING_SLOTS];
   pthread_mutex_t mu;
   pthread_cond_t cv;
   sreq *qh, *qt;   /* own engine's queue */
+  /* ---- the counters (df_spine_stats) and the trace ---- */
   int units_streamed;
   uint64_t bytes, weight_bytes, reads, wasted, passes;
   double wait_s;
@@ -434,7 +439,7 @@ static int start_io(df_spine *s, df_err *e) {
     s->drive = drive;
     s->qd = df_store_spine_depth(st); /* what a drive keeps in flight (rank.h) */
     if (!s->sec) s->ndrives = 1;
-    s->kind_io = st->io_kind;
+    s->kind_io = st->sch.io_kind;
     for (int k = 0; k < DF_PLAN_RING_SLOTS; k++)
       s->slot[k].bidx = df_store_spine_register(st, s->slot[k].buf, s->slot_bytes);
     return 0;
