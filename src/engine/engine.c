@@ -43,7 +43,7 @@ void df_engine_close(df_engine *en) {
 
 /* Plans memory (plan/plan.h) and starts the spine stream for what the plan
  * leaves out of memory. */
-static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
+static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df_err *e) {
   df_plan_in in;
   df_k3_plan_input(en->model, &in);
   in.f64 = o->f64;
@@ -64,7 +64,7 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   in.expert_total_bytes = in.expert_record_bytes * (uint64_t)en->cfg.n_experts *
                           (uint64_t)(en->cfg.n_layers - en->cfg.first_k_dense);
   in.cache_req = o->store.cache_mb >= 0 ? (int64_t)o->store.cache_mb << 20 : -1;
-  in.cache_default = (int64_t)df_store_default_cache_mb() << 20;
+  in.cache_default = (int64_t)cache_mb << 20; /* read only when no --cache-mb was given */
   en->cache_cap = (uint64_t)in.cache_default < in.expert_total_bytes ? (uint64_t)in.cache_default
                                                                       : in.expert_total_bytes;
   in.ctx_req = o->ctx;
@@ -103,10 +103,12 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
                       o->spine_dir, e))
     goto fail;
   df_k3_set_precision(en->model, o->f64 ? 64 : 32);
-  if (plan_memory(en, o, e)) goto fail;
   df_store_opts so = o->store;
   so.model_dir = en->model_dir;
-  /* the plan only ever lowers the store's default cache (when memory is short) */
+  /* the budget resolved once (the store's default applied here); the plan
+   * only ever lowers a default one (when memory is short) */
+  so.cache_mb = df_store_cache_mb_of(&o->store);
+  if (plan_memory(en, o, so.cache_mb, e)) goto fail;
   if (!en->plan.cache_given && en->plan.cache_bytes < en->cache_cap)
     so.cache_mb = (long)(en->plan.cache_bytes >> 20);
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;

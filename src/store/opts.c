@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "store/store.h"
 
 static const char *const io_names[DF_STORE_IO_COUNT] = {"uring", "pread"};
 static const char *const pf_names[DF_PREFETCH_COUNT] = {"auto", "off", "gate", "prev"};
@@ -47,6 +48,10 @@ int df_store_split_parse(const char *name, df_store_split *out) {
   if (parse(split_names, DF_SPLIT_COUNT, name, &v)) return -1;
   *out = (df_store_split)v;
   return 0;
+}
+
+long df_store_cache_mb_of(const df_store_opts *o) {
+  return o->cache_mb < 0 ? df_store_default_cache_mb() : o->cache_mb;
 }
 
 int df_store_iocfg_resolve(const df_store_opts *o, df_store_iocfg *c, df_err *e) {

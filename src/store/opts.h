@@ -64,6 +64,12 @@ typedef struct df_store_iocfg {
  * option when a value is out of range or does not parse. */
 int df_store_iocfg_resolve(const df_store_opts *o, df_store_iocfg *c, df_err *e);
 
+/* The expert cache budget o asks for, in MiB: cache_mb, or the store's
+ * default (df_store_default_cache_mb, a quarter of RAM) when it is < 0. The
+ * one place the default is applied: the engine resolves it once, plans
+ * with it and hands the result to the store. */
+long df_store_cache_mb_of(const df_store_opts *o);
+
 /* Names ("uring", "auto", "always"...); NULL for a value out of range. */
 const char *df_store_io_name(df_store_io v);
 const char *df_store_prefetch_name(df_store_prefetch v);

@@ -84,7 +84,7 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   s->sch.split = o->split_reads;
   if (s->sch.ioc.emu.bw > 0)
     for (int i = 0; i < s->sch.ndrives; i++) s->sch.drive[i].rate = s->sch.ioc.emu.bw;
-  s->cache.mb = o->cache_mb < 0 ? df_store_default_cache_mb() : o->cache_mb;
+  s->cache.mb = df_store_cache_mb_of(o);
   s->cache.slots = (long)(((uint64_t)s->cache.mb << 20) / s->slot_bytes);
   s->cache.prefetch_allowance = (long)s->sch.ioc.queue_depth * s->sch.ndrives;
   if (s->cache.prefetch_allowance < 2L * c->top_k) s->cache.prefetch_allowance = 2L * c->top_k;
