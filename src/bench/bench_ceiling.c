@@ -124,8 +124,7 @@ int df_bench_ceiling(const df_bench_reads *rd, const df_bench_ceiling_opts *o,
   memset(out, 0, sizeof *out);
   df_io_kind kind = o->io && !strcmp(o->io, "pread") ? DF_IO_PREAD : DF_IO_URING;
   int qd = o->qd > 0 ? o->qd : 8;
-  df_io_emu emu = {0};
-  if (o->emulate && *o->emulate && df_io_parse_emu(o->emulate, &emu, e)) return -1;
+  df_io_emu emu = o->emu;
   cctx c = {.rd = rd};
   pthread_mutex_init(&c.mu, NULL);
   pthread_cond_init(&c.cv, NULL);

@@ -85,7 +85,7 @@ void df_bench_reads_free(df_bench_reads *rd);
 typedef struct df_bench_ceiling_opts {
   const char *io;      /* "uring" | "pread" as the store used */
   int qd;              /* per drive, as the store used */
-  const char *emulate; /* as the store used */
+  df_io_emu emu;       /* the drive emulation the store ran with (bw 0 = none) */
   double max_bytes;    /* replay the reads (cycling) until this many bytes */
 } df_bench_ceiling_opts;
 

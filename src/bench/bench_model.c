@@ -208,6 +208,8 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   snprintf(res->io, sizeof res->io, "%s",
            st0 && json_is_string(json_object_get(st0, "io")) ? json_string_value(json_object_get(st0, "io")) : "?");
   res->o_direct = st0 ? json_is_true(json_object_get(st0, "o_direct")) : 0;
+  /* the emulation as the store parsed it: the replays run on the same drives */
+  const df_io_emu emu = df_store_iocfg_of(df_engine_store(en))->emu;
   json_decref(st0);
   res->record_bytes = rec;
   snprintf(res->kernels, sizeof res->kernels, "%s", df_engine_kernels(en));
@@ -309,14 +311,14 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
      * emulation, each on the drive the real read goes to, with as many in
      * flight per drive as the store lets spine reads have (queue depth - 1,
      * rank.h), two passes' worth */
-    df_bench_ceiling_opts co = {.io = res->io, .qd = sqd, .emulate = o->engine.store.emulate_drives,
+    df_bench_ceiling_opts co = {.io = res->io, .qd = sqd, .emu = emu,
                                 .max_bytes = 2.0 * srd.rd.n * (double)srd.rd.len};
     if (df_bench_ceiling(&srd.rd, &co, &res->spine_ceiling, e) == 0) res->have_spine_ceiling = 1;
     else df_log_warn("spine ceiling not measured: %s", e->msg);
   }
   df_bench_reads_free(&srd.rd);
   if (!o->no_ceiling && rd.n > 0) {
-    df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emulate = o->engine.store.emulate_drives};
+    df_bench_ceiling_opts co = {.io = res->io, .qd = res->queue_depth, .emu = emu};
     if (df_bench_ceiling(&rd, &co, &res->ceiling, e) == 0) res->have_ceiling = 1;
     else df_log_warn("storage ceiling not measured: %s", e->msg);
     df_bench_fio(&rd, res->queue_depth, res->ceiling.bytes, o->engine.store.emulate_drives != NULL, &res->fio);

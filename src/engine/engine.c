@@ -43,9 +43,9 @@ void df_engine_close(df_engine *en) {
 
 /* Plans memory (plan/plan.h) and starts the spine stream for what the plan
  * leaves out of memory. */
-static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
+static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df_err *e) {
   df_model_plan_req rq = {.cache_req = o->store.cache_mb >= 0 ? (int64_t)o->store.cache_mb << 20 : -1,
-                          .cache_default = (int64_t)df_store_default_cache_mb() << 20,
+                          .cache_default = (int64_t)cache_mb << 20, /* read only when no --cache-mb was given */
                           .ctx = o->ctx,
                           .max_rows = o->max_rows > 0 ? o->max_rows : 64,
                           .reuse_bytes = o->reuse_bytes,
@@ -66,7 +66,7 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, df_err *e) {
   en->cache_cap = (uint64_t)in.cache_default < in.expert_total_bytes ? (uint64_t)in.cache_default
                                                                       : in.expert_total_bytes;
   if (df_plan_make(&en->plan, &in, e)) return df_err_prefix(e, "limit from %s: ", en->mem_src);
-  return df_model_apply_plan(en->model, &en->plan, &o->store, e);
+  return df_model_apply_plan(en->model, &en->plan, e);
 }
 
 int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
@@ -95,10 +95,12 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   if (df_model_open_k3(&en->model, &en->set, &en->cfg, o->spine == DF_SPINE_INT8, en->model_dir,
                        o->spine_dir, o->f64 ? 64 : 32, e))
     goto fail;
-  if (plan_memory(en, o, e)) goto fail;
   df_store_opts so = o->store;
   so.model_dir = en->model_dir;
-  /* the plan only ever lowers the store's default cache (when memory is short) */
+  /* the budget resolved once (the store's default applied here); the plan
+   * only ever lowers a default one (when memory is short) */
+  so.cache_mb = df_store_cache_mb_of(&o->store);
+  if (plan_memory(en, o, so.cache_mb, e)) goto fail;
   if (!en->plan.cache_given && en->plan.cache_bytes < en->cache_cap)
     so.cache_mb = (long)(en->plan.cache_bytes >> 20);
   if (df_store_open(&en->store, &en->set, &en->cfg, &so, e)) goto fail;

@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "plan/plan.h"
 #include "store/pack.h"
+#include "store/spine.h"
 #include "store/store.h"
 
 #define DF_SPINE_INT8_DIR "spine-int8"
@@ -65,45 +66,21 @@ int df_k3_precision(const df_k3 *m);
  * belong to m; the caller fills mem_limit, cache, ctx and rows. */
 void df_k3_plan_input(const df_k3 *m, df_plan_in *in);
 
-/* Applies a plan: non-resident units stream every pass from the shards with
- * O_DIRECT through the store's I/O engine (store/io.h) into
- * DF_PLAN_RING_SLOTS buffers, the next unit arriving while one computes;
- * resident units stay mmapped from the shards (the page cache keeps them:
- * the plan leaves room for them; zero-copy and shared with other readers of
- * the checkpoint). */
-typedef struct df_k3_stream_opts {
-  const char *io;             /* "uring" | "pread" | NULL */
-  const char *emulate_drives; /* "BW[,LAT]" for the spine's drive, NULL = none */
-  int queue_depth;            /* reads in flight; <= 0 = 4 */
-  const char *trace_path;     /* the store's trace: spine reads go to TRACE.spine.jsonl */
-} df_k3_stream_opts;
-int df_k3_apply_plan(df_k3 *m, const df_plan *p, const df_k3_stream_opts *o, df_err *e);
-/* Starts the spine stream (no-op when nothing streams): its reads go
- * through the expert store's scheduler and drives (store.h, spine reads),
- * ranked with the experts' reads; a store without drives (st NULL or no
- * routed experts) leaves it its own engine with the options' io and
- * emulation. When the store's pack has a spine section of this model's
- * kind and layout (deltafin pack --spine), streamed units are read from it
- * instead of the shards: each chunk from its drive, its xxh3 checked before
- * the unit is used (a mismatch fails the pass with a message naming the
- * unit, the drive file and the offset); a section of the other kind, or of
- * another layout, is left alone (shards, with a note). A section cut short
- * (a truncated drive file) is an error here. Call after df_store_open and
- * before the first forward pass; free the model before closing the store. */
+/* Applies a plan: non-resident units stream every pass, read by the weight
+ * store (store/spine.h) into DF_PLAN_RING_SLOTS buffers, the next unit
+ * arriving while one computes; resident units stay mmapped from the shards
+ * (the page cache keeps them: the plan leaves room for them; zero-copy and
+ * shared with other readers of the checkpoint). */
+int df_k3_apply_plan(df_k3 *m, const df_plan *p, df_err *e);
+/* Hands the streamed units to the store (no-op when nothing streams): it
+ * opens the files, reads on its drives with its options (--io,
+ * --queue-depth, --emulate-drives, --trace), from its pack's spine section
+ * when that is of this model's kind and layout, and checks that section's
+ * checksums (store/spine.h). Call after df_store_open and before the first
+ * forward pass; free the model before closing the store. */
 int df_k3_stream_start(df_k3 *m, df_store *st, df_err *e);
 
-typedef struct df_k3_stream_stats {
-  int units;            /* units streaming */
-  uint64_t bytes;       /* bytes read from the drives (aligned extents) */
-  uint64_t weight_bytes; /* tensor bytes of the units the forward pass used */
-  uint64_t reads, wasted, passes;
-  double wait_s;        /* time the forward pass waited for spine data */
-  int direct, registered;
-  const char *io;
-  const char *source; /* where streamed units are read from: "pack" (its spine section),
-                       * "shards" (bf16) or "shards+int8" (the row-int8 spine folder) */
-  int drives;         /* drives the spine's reads go to */
-} df_k3_stream_stats;
+typedef df_spine_stats df_k3_stream_stats;
 void df_k3_stream_stats_get(const df_k3 *m, df_k3_stream_stats *st);
 /* Waits until no spine read is in flight (the next unit's, issued ahead):
  * for end-of-run reports, whose figures then agree with the trace, which
@@ -125,8 +102,8 @@ uint64_t df_k3_spine_layout_id(const df_k3 *m);
  * that replay them (the bench's spine ceiling). Returns the spine reads in
  * flight per drive: through the store its df_store_spine_depth (queue depth
  * - 1), else the stream's own engine's depth. */
-#define DF_K3_STREAM_CHUNK (8u << 20)
-typedef void (*df_k3_read_fn)(void *ud, const char *path, int drive, uint64_t off, uint32_t len);
+#define DF_K3_STREAM_CHUNK DF_SPINE_CHUNK
+typedef df_spine_read_fn df_k3_read_fn;
 int df_k3_stream_reads(const df_k3 *m, df_k3_read_fn fn, void *ud);
 
 /* Compute time of decode passes (one position) by part, summed since load:

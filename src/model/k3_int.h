@@ -40,10 +40,7 @@ typedef struct df_k3_piece {
 /* A unit: one layer's spine matrices (except the router, always resident),
  * or the head (lm_head). See plan/plan.h. */
 /* One coalesced read range of a unit (4 KiB-aligned), at boff in its buffer. */
-typedef struct df_k3_extent {
-  int file;
-  uint64_t off, len, boff;
-} df_k3_extent;
+typedef df_spine_extent df_k3_extent; /* the store's spine stream reads them (store/spine.h) */
 
 typedef struct df_k3_unit {
   uint64_t bytes;   /* weight bytes */

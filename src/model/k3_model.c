@@ -12,12 +12,7 @@ static void k_free(void *self) { df_k3_free(self); }
 static const df_config *k_config(const void *self) { return df_k3_config(self); }
 static void k_plan_input(const void *self, df_plan_in *in) { df_k3_plan_input(self, in); }
 
-static int k_apply_plan(void *self, const df_plan *p, const df_store_opts *so, df_err *e) {
-  df_k3_stream_opts o = {.io = so->io == DF_STORE_IO_PREAD ? "pread" : "uring",
-                         .emulate_drives = so->emulate_drives,
-                         .trace_path = so->trace_path};
-  return df_k3_apply_plan(self, p, &o, e);
-}
+static int k_apply_plan(void *self, const df_plan *p, df_err *e) { return df_k3_apply_plan(self, p, e); }
 
 static int k_stream_start(void *self, df_store *st, df_err *e) {
   return df_k3_stream_start(self, st, e);

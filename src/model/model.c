@@ -84,9 +84,9 @@ void df_model_plan_in(const df_model *m, const df_model_plan_req *rq, df_plan_in
   in->reuse_states = rq->reuse_states;
 }
 
-int df_model_apply_plan(df_model *m, const df_plan *p, const df_store_opts *so, df_err *e) {
+int df_model_apply_plan(df_model *m, const df_plan *p, df_err *e) {
   if (!m->ops->apply_plan) return df_err_set(e, "%s: this model has no weights to plan", m->ops->family);
-  return m->ops->apply_plan(m->self, p, so, e);
+  return m->ops->apply_plan(m->self, p, e);
 }
 
 int df_model_stream_start(df_model *m, df_store *st, df_err *e) {

@@ -105,7 +105,7 @@ typedef struct df_model_ops {
   void (*free)(void *self);
   const df_config *(*config)(const void *self);
   void (*plan_input)(const void *self, df_plan_in *in);
-  int (*apply_plan)(void *self, const df_plan *p, const df_store_opts *so, df_err *e);
+  int (*apply_plan)(void *self, const df_plan *p, df_err *e);
   int (*stream_start)(void *self, df_store *st, df_err *e);
   void (*stream_stats)(const void *self, df_model_stream_stats *out);
   void (*stream_settle)(const void *self);
@@ -165,9 +165,9 @@ uint64_t df_model_spine_bytes_per_token(const df_model *m);
  * expert records, its sequence state) and the request. The arrays belong to
  * m. The one place a df_plan_in is built (engine, inspect, plan). */
 void df_model_plan_in(const df_model *m, const df_model_plan_req *rq, df_plan_in *in);
-/* Applies a plan (which units stay resident, the stream ring) with the
- * store's I/O options for the spine stream. */
-int df_model_apply_plan(df_model *m, const df_plan *p, const df_store_opts *so, df_err *e);
+/* Applies a plan (which units stay resident, the stream ring); the spine
+ * stream takes its I/O options from the store at df_model_stream_start. */
+int df_model_apply_plan(df_model *m, const df_plan *p, df_err *e);
 int df_model_stream_start(df_model *m, df_store *st, df_err *e);
 void df_model_stream_stats_get(const df_model *m, df_model_stream_stats *out);
 /* Waits until no spine read is in flight (for end-of-run reports). */

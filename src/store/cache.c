@@ -15,28 +15,28 @@
 /* ---- slots: O_DIRECT buffers, allocated and registered with the rings in chunks ---- */
 
 static slot slot_get(df_store *s) {
-  if (!s->n_free) {
-    size_t bytes = (size_t)s->slots_per_chunk * s->slot_bytes;
+  if (!s->cache.n_free) {
+    size_t bytes = (size_t)s->cache.slots_per_chunk * s->slot_bytes;
     uint8_t *base = df_xaligned(DF_IO_ALIGN, bytes);
-    int bidx = s->io ? df_io_register(s->io, base, bytes) : -1;
-    s->slot_chunks = df_xrealloc(s->slot_chunks, (size_t)(s->n_chunks + 1) * sizeof *s->slot_chunks);
-    s->slot_chunks[s->n_chunks++] = base;
-    if (s->cap_free < s->n_free + s->slots_per_chunk) {
-      s->cap_free = s->n_free + s->slots_per_chunk + s->cap_free;
-      s->free_slots = df_xrealloc(s->free_slots, (size_t)s->cap_free * sizeof *s->free_slots);
+    int bidx = s->sch.io ? df_io_register(s->sch.io, base, bytes) : -1;
+    s->cache.slot_chunks = df_xrealloc(s->cache.slot_chunks, (size_t)(s->cache.n_chunks + 1) * sizeof *s->cache.slot_chunks);
+    s->cache.slot_chunks[s->cache.n_chunks++] = base;
+    if (s->cache.cap_free < s->cache.n_free + s->cache.slots_per_chunk) {
+      s->cache.cap_free = s->cache.n_free + s->cache.slots_per_chunk + s->cache.cap_free;
+      s->cache.free_slots = df_xrealloc(s->cache.free_slots, (size_t)s->cache.cap_free * sizeof *s->cache.free_slots);
     }
-    for (int i = s->slots_per_chunk - 1; i >= 0; i--)
-      s->free_slots[s->n_free++] = (slot){base + (size_t)i * s->slot_bytes, bidx};
+    for (int i = s->cache.slots_per_chunk - 1; i >= 0; i--)
+      s->cache.free_slots[s->cache.n_free++] = (slot){base + (size_t)i * s->slot_bytes, bidx};
   }
-  return s->free_slots[--s->n_free];
+  return s->cache.free_slots[--s->cache.n_free];
 }
 
 static void slot_put(df_store *s, slot sl) {
-  if (s->n_free == s->cap_free) {
-    s->cap_free = s->cap_free ? s->cap_free * 2 : 64;
-    s->free_slots = df_xrealloc(s->free_slots, (size_t)s->cap_free * sizeof *s->free_slots);
+  if (s->cache.n_free == s->cache.cap_free) {
+    s->cache.cap_free = s->cache.cap_free ? s->cache.cap_free * 2 : 64;
+    s->cache.free_slots = df_xrealloc(s->cache.free_slots, (size_t)s->cache.cap_free * sizeof *s->cache.free_slots);
   }
-  s->free_slots[s->n_free++] = sl;
+  s->cache.free_slots[s->cache.n_free++] = sl;
 }
 
 /* ---- entries ---- */
@@ -47,26 +47,26 @@ entry *df_cache_entry_new(df_store *s, int key) {
   e->key = key;
   e->state = E_LOADING;
   e->slot = slot_get(s);
-  e->score = s->heat_seed ? s->heat_seed[key] : 0;
+  e->score = s->cache.heat_seed ? s->cache.heat_seed[key] : 0;
   e->tick = s->pass;
   e->parts[0].e = e->parts[1].e = e;
-  e->res_next = s->resident_head;
-  if (s->resident_head) s->resident_head->res_prev = e;
-  s->resident_head = e;
-  s->by_key[key] = e;
-  s->n_resident++;
-  s->n_unref++;
+  e->res_next = s->cache.resident_head;
+  if (s->cache.resident_head) s->cache.resident_head->res_prev = e;
+  s->cache.resident_head = e;
+  s->cache.by_key[key] = e;
+  s->cache.n_resident++;
+  s->cache.n_unref++;
   return e;
 }
 
 void df_cache_entry_free(df_store *s, entry *e) {
-  if (e->refs == 0) s->n_unref--;
-  if (e->is_protected) s->n_protected--;
-  s->n_resident--;
+  if (e->refs == 0) s->cache.n_unref--;
+  if (e->is_protected) s->cache.n_protected--;
+  s->cache.n_resident--;
   if (e->res_prev) e->res_prev->res_next = e->res_next;
-  else s->resident_head = e->res_next;
+  else s->cache.resident_head = e->res_next;
   if (e->res_next) e->res_next->res_prev = e->res_prev;
-  s->by_key[e->key] = NULL;
+  s->cache.by_key[e->key] = NULL;
   slot_put(s, e->slot);
   free(e->err);
   free(e);
@@ -96,9 +96,9 @@ int df_cache_pin_hottest(df_store *s, const float *heat, long pin_mb, df_err *e)
   }
   size_t take = (size_t)(want / s->rec_bytes);
   if (take > cnt) take = cnt;
-  if (!cnt) df_log_warn("--pin-mb: no heat recorded yet (%s); nothing pinned", s->heat_path ? s->heat_path : "no heat file");
+  if (!cnt) df_log_warn("--pin-mb: no heat recorded yet (%s); nothing pinned", s->cache.heat_path ? s->cache.heat_path : "no heat file");
   /* a stream install: pinning asks for these experts, so fetch those not local */
-  if (s->remote && take && df_store_fetch_remote(s, order, (int)take, e)) {
+  if (s->net.src && take && df_store_fetch_remote(s, order, (int)take, e)) {
     free(order);
     return df_err_prefix(e, "--pin-mb: ");
   }
@@ -107,17 +107,17 @@ int df_cache_pin_hottest(df_store *s, const float *heat, long pin_mb, df_err *e)
     entry *x = df_cache_entry_new(s, order[i]);
     x->pinned = 1;
     x->refs = 1;
-    s->n_unref--;
+    s->cache.n_unref--;
     x->demand = 1;
     if (df_sched_enqueue(s, x, 1)) df_sched_fail(s, x, "no readable copy");
   }
   int rc = 0;
   for (size_t i = 0; i < take && !rc; i++) {
-    entry *x = s->by_key[order[i]];
+    entry *x = s->cache.by_key[order[i]];
     while (x->state == E_LOADING) pthread_cond_wait(&s->cv, &s->mu);
     if (x->state == E_FAILED) rc = df_err_set(e, "--pin-mb: %s", x->err);
   }
-  s->pinned = (long)take;
+  s->cache.pinned = (long)take;
   pthread_mutex_unlock(&s->mu);
   free(order);
   return rc;
@@ -129,37 +129,37 @@ void df_cache_touch(df_store *s, entry *x) {
 
 /* A batch found x ready in the cache. */
 void df_cache_hit(df_store *s, entry *x) {
-  s->hits++;
-  if (++x->hits >= 2 && !x->is_protected && s->n_protected < s->cache_slots * 4 / 5) {
+  s->ct.hits++;
+  if (++x->hits >= 2 && !x->is_protected && s->cache.n_protected < s->cache.slots * 4 / 5) {
     x->is_protected = 1;
-    s->n_protected++;
+    s->cache.n_protected++;
   }
 }
 
 /* Evicts unreferenced entries down to the budget: coldest unprotected first.
  * Entries still loading and prefetches for layers not yet begun stay. */
 void df_cache_evict(df_store *s) {
-  long over = s->n_unref - s->cache_slots;
+  long over = s->cache.n_unref - s->cache.slots;
   if (over <= 0) return;
-  df_evict_cand *c = df_xmalloc((size_t)s->n_unref * sizeof *c);
+  df_evict_cand *c = df_xmalloc((size_t)s->cache.n_unref * sizeof *c);
   long nc = 0;
-  for (entry *x = s->resident_head; x; x = x->res_next) {
+  for (entry *x = s->cache.resident_head; x; x = x->res_next) {
     if (x->refs || x->pinned || x->state == E_LOADING || x->pending > 0) continue;
     if (x->speculative && !df_sched_stale(s, x)) continue;
-    if (nc < s->n_unref)
+    if (nc < s->cache.n_unref)
       c[nc++] = (df_evict_cand){x->key, x->is_protected,
                                 df_evict_score(x->score, x->tick, s->pass, DF_STORE_HALF_LIFE)};
   }
   df_evict_order(c, (size_t)nc);
   for (long i = 0; i < nc && i < over; i++) {
-    entry *x = s->by_key[c[i].key];
+    entry *x = s->cache.by_key[c[i].key];
     if (x->speculative) {
-      s->pf_wasted += s->rec_bytes;
+      s->ct.pf_wasted += s->rec_bytes;
       if (s->trace)
         df_trace_wasted(s->trace, df_store_now_rel(s), df_store_key_layer(s, x->key),
                         df_store_key_expert(s, x->key), s->rec_bytes);
     }
-    s->evictions++;
+    s->ct.evictions++;
     df_cache_entry_free(s, x);
   }
   free(c);
@@ -178,7 +178,7 @@ void df_cache_heat_open(df_store *s, const char *model_dir, const char *heat_pat
   if (!heat_path) {
     struct stat st;
     if (access(model_dir, W_OK) == 0 && stat(model_dir, &st) == 0 && (st.st_mode & 0222)) {
-      s->heat_path = df_path_join(model_dir, "deltafin.heat");
+      s->cache.heat_path = df_path_join(model_dir, "deltafin.heat");
     } else {
       static atomic_int warned;
       if (!atomic_exchange(&warned, 1))
@@ -186,11 +186,11 @@ void df_cache_heat_open(df_store *s, const char *model_dir, const char *heat_pat
                     "there; --heat FILE keeps one elsewhere)", model_dir);
     }
   }
-  else if (*heat_path) s->heat_path = df_xstrdup(heat_path);
+  else if (*heat_path) s->cache.heat_path = df_xstrdup(heat_path);
   int found = 0;
   df_err he;
-  if (s->heat_path &&
-      df_heat_load(prior, s->heat_path, s->first_layer, s->cfg->n_layers, s->n_experts, &found, &he)) {
+  if (s->cache.heat_path &&
+      df_heat_load(prior, s->cache.heat_path, s->first_layer, s->cfg->n_layers, s->n_experts, &found, &he)) {
     df_log_warn("%s (ignored)", he.msg);
     found = 0;
   }
@@ -201,25 +201,25 @@ void df_cache_heat_open(df_store *s, const char *model_dir, const char *heat_pat
   if (found) {
     double sum = 0;
     for (size_t k = 0; k < s->nkeys; k++) sum += prior->count[k];
-    s->heat_seed = df_xcalloc(s->nkeys, sizeof *s->heat_seed);
+    s->cache.heat_seed = df_xcalloc(s->nkeys, sizeof *s->cache.heat_seed);
     for (size_t k = 0; k < s->nkeys && sum > 0; k++) {
       double v = prior->count[k] / (sum / (double)s->nkeys);
-      s->heat_seed[k] = (float)(v > 8 ? 8 : v);
+      s->cache.heat_seed[k] = (float)(v > 8 ? 8 : v);
     }
   }
-  s->heat.first_layer = s->first_layer;
-  s->heat.n_layers = s->cfg->n_layers;
-  s->heat.n_experts = s->n_experts;
-  s->heat.count = df_xcalloc(s->nkeys, sizeof(float));
+  s->cache.heat.first_layer = s->first_layer;
+  s->cache.heat.n_layers = s->cfg->n_layers;
+  s->cache.heat.n_experts = s->n_experts;
+  s->cache.heat.count = df_xcalloc(s->nkeys, sizeof(float));
 }
 
 void df_cache_free_all(df_store *s) {
-  while (s->resident_head) {
-    s->resident_head->refs = 0;
-    s->n_unref++;
-    df_cache_entry_free(s, s->resident_head);
+  while (s->cache.resident_head) {
+    s->cache.resident_head->refs = 0;
+    s->cache.n_unref++;
+    df_cache_entry_free(s, s->cache.resident_head);
   }
-  for (int i = 0; i < s->n_chunks; i++) free(s->slot_chunks[i]);
-  free(s->slot_chunks);
-  free(s->free_slots);
+  for (int i = 0; i < s->cache.n_chunks; i++) free(s->cache.slot_chunks[i]);
+  free(s->cache.slot_chunks);
+  free(s->cache.free_slots);
 }

@@ -12,10 +12,11 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "store/pack_int.h"
+#include "store/spine.h"
 #include "store/spine_place.h"
 #include "store/store.h"
 
-#define SPINE_CHUNK (8u << 20) /* the spine stream's request size (DF_K3_STREAM_CHUNK) */
+#define SPINE_CHUNK DF_SPINE_CHUNK /* the spine stream's request size (spine.h) */
 
 /* The spine section: after each drive's expert records, balanced by bytes. */
 void df_pack_plan_spine(pack_job *j, const double *bw) {

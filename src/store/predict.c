@@ -14,72 +14,72 @@
 
 void df_pred_init(df_store *s, df_store_prefetch mode) {
   switch (mode) {
-  case DF_PREFETCH_OFF: s->pred_mask = 0; break;
-  case DF_PREFETCH_GATE: s->pred_mask = 1u << P_GATE; break;
-  case DF_PREFETCH_PREV: s->pred_mask = 1u << P_PREV; break;
-  default: s->pred_mask = 3, s->pred_auto = 1; break;
+  case DF_PREFETCH_OFF: s->pr.mask = 0; break;
+  case DF_PREFETCH_GATE: s->pr.mask = 1u << P_GATE; break;
+  case DF_PREFETCH_PREV: s->pr.mask = 1u << P_PREV; break;
+  default: s->pr.mask = 3, s->pr.is_auto = 1; break;
   }
-  s->prefetch_name = df_xstrdup(df_store_prefetch_name(mode));
+  s->pr.name = df_xstrdup(df_store_prefetch_name(mode));
   for (int p = 0; p < NPRED; p++) {
-    s->pred[p] = df_xcalloc((size_t)s->n_layers, sizeof *s->pred[p]);
+    s->pr.p[p] = df_xcalloc((size_t)s->n_layers, sizeof *s->pr.p[p]);
     for (int l = 0; l < s->n_layers; l++) {
-      s->pred[p][l].ex = df_xmalloc((size_t)s->n_experts * sizeof(int));
-      s->pred[p][l].pass = -1;
+      s->pr.p[p][l].ex = df_xmalloc((size_t)s->n_experts * sizeof(int));
+      s->pr.p[p][l].pass = -1;
     }
-    s->recall_ewma[p] = df_xcalloc((size_t)s->n_layers, sizeof(double));
-    s->recall_hits[p] = df_xcalloc((size_t)s->n_layers, sizeof(double));
-    s->recall_total[p] = df_xcalloc((size_t)s->n_layers, sizeof(double));
-    s->recall_samples[p] = df_xcalloc((size_t)s->n_layers, sizeof(long));
+    s->pr.recall_ewma[p] = df_xcalloc((size_t)s->n_layers, sizeof(double));
+    s->pr.recall_hits[p] = df_xcalloc((size_t)s->n_layers, sizeof(double));
+    s->pr.recall_total[p] = df_xcalloc((size_t)s->n_layers, sizeof(double));
+    s->pr.recall_samples[p] = df_xcalloc((size_t)s->n_layers, sizeof(long));
   }
-  s->prev_set = df_xcalloc((size_t)s->n_layers, sizeof *s->prev_set);
-  s->prev_n = df_xcalloc((size_t)s->n_layers, sizeof *s->prev_n);
-  for (int l = 0; l < s->n_layers; l++) s->prev_set[l] = df_xmalloc((size_t)s->n_experts * sizeof(int));
+  s->pr.prev_set = df_xcalloc((size_t)s->n_layers, sizeof *s->pr.prev_set);
+  s->pr.prev_n = df_xcalloc((size_t)s->n_layers, sizeof *s->pr.prev_n);
+  for (int l = 0; l < s->n_layers; l++) s->pr.prev_set[l] = df_xmalloc((size_t)s->n_experts * sizeof(int));
 }
 
 void df_pred_free(df_store *s) {
   for (int p = 0; p < NPRED; p++) {
-    if (s->pred[p])
-      for (int l = 0; l < s->n_layers; l++) free(s->pred[p][l].ex);
-    free(s->pred[p]);
-    free(s->recall_ewma[p]);
-    free(s->recall_hits[p]);
-    free(s->recall_total[p]);
-    free(s->recall_samples[p]);
+    if (s->pr.p[p])
+      for (int l = 0; l < s->n_layers; l++) free(s->pr.p[p][l].ex);
+    free(s->pr.p[p]);
+    free(s->pr.recall_ewma[p]);
+    free(s->pr.recall_hits[p]);
+    free(s->pr.recall_total[p]);
+    free(s->pr.recall_samples[p]);
   }
-  if (s->prev_set)
-    for (int l = 0; l < s->n_layers; l++) free(s->prev_set[l]);
-  free(s->prev_set);
-  free(s->prev_n);
-  free(s->prefetch_name);
+  if (s->pr.prev_set)
+    for (int l = 0; l < s->n_layers; l++) free(s->pr.prev_set[l]);
+  free(s->pr.prev_set);
+  free(s->pr.prev_n);
+  free(s->pr.name);
 }
 
 int df_pred_on(const df_store *s, int p, int li) {
-  if (!(s->pred_mask >> p & 1)) return 0;
-  if (!s->pred_auto) return 1;
-  return s->recall_samples[p][li] < AUTO_MIN_SAMPLES || s->recall_ewma[p][li] >= AUTO_RECALL;
+  if (!(s->pr.mask >> p & 1)) return 0;
+  if (!s->pr.is_auto) return 1;
+  return s->pr.recall_samples[p][li] < AUTO_MIN_SAMPLES || s->pr.recall_ewma[p][li] >= AUTO_RECALL;
 }
 
 /* A stream install's predicted record that is not local: with
  * --fetch-ahead on the fetcher gets it in the background (1), else the
  * prediction is dropped (1: the shard holds a hole there); 0 when local. */
 static int ahead_remote(df_store *s, int key, int layer, int expert) {
-  const copyloc *c = &s->recs[key].c[0];
+  const copyloc *c = &s->loc.recs[key].c[0];
   uint64_t xxh;
-  if (df_src_remote_local(s->remote, c->file, c->off, s->rec_bytes, &xxh)) return 0;
-  if (s->fetch_ahead) {
+  if (df_src_remote_local(s->net.src, c->file, c->off, s->rec_bytes, &xxh)) return 0;
+  if (s->net.fetch_ahead) {
     df_src_need nd = {c->file, layer, expert, c->off, s->rec_bytes, 0};
-    df_src_remote_ahead(s->remote, &nd, 1);
+    df_src_remote_ahead(s->net.src, &nd, 1);
   }
   return 1;
 }
 
 static void prefetch_one(df_store *s, int p, long pass, int layer, int expert) {
   int key = (layer - s->first_layer) * s->n_experts + expert;
-  if (s->by_key[key]) return;
-  if (s->remote && ahead_remote(s, key, layer, expert)) return;
+  if (s->cache.by_key[key]) return;
+  if (s->net.src && ahead_remote(s, key, layer, expert)) return;
   /* only spare budget: a speculative load never evicts anything, and never
    * takes the last free slot of the in-flight allowance */
-  if (s->n_unref + 1 >= s->cache_slots + s->prefetch_allowance) return;
+  if (s->cache.n_unref + 1 >= s->cache.slots + s->cache.prefetch_allowance) return;
   entry *x = df_cache_entry_new(s, key);
   x->speculative = 1;
   x->spec_pass = pass;
@@ -89,13 +89,13 @@ static void prefetch_one(df_store *s, int p, long pass, int layer, int expert) {
     df_cache_entry_free(s, x);
     return;
   }
-  s->pf_issued++;
-  s->pf_issued_by_pred[p]++;
+  s->ct.pf_issued++;
+  s->pr.issued[p]++;
 }
 
 static void predict(df_store *s, int p, long pass, int layer, const int *ex, int n) {
   int li = layer - s->first_layer;
-  pred *pp = &s->pred[p][li];
+  pred *pp = &s->pr.p[p][li];
   pp->pass = pass;
   pp->n = n;
   pp->prefill = s->batch_prefill;
@@ -103,7 +103,7 @@ static void predict(df_store *s, int p, long pass, int layer, const int *ex, int
   /* auto reads nothing speculative for a prefill chunk: the chunk's own
    * union keeps the drives busy, and a chunk must read each needed expert
    * once (amplification 1.00); an explicit --prefetch gate still does */
-  if (s->pred_auto && s->batch_prefill) return;
+  if (s->pr.is_auto && s->batch_prefill) return;
   if (df_pred_on(s, p, li))
     for (int i = 0; i < n; i++) prefetch_one(s, p, pass, layer, ex[i]);
 }
@@ -121,7 +121,7 @@ void df_store_hint(df_store *s, int layer, const int *experts, int n) {
 }
 
 int df_store_wants_hint(const df_store *s) {
-  return s && s->nkeys && (s->pred_mask >> P_GATE & 1);
+  return s && s->nkeys && (s->pr.mask >> P_GATE & 1);
 }
 
 
@@ -129,7 +129,7 @@ int df_store_wants_hint(const df_store *s) {
 void df_pred_measure(df_store *s, int li, const int *experts, int n) {
   /* recall of what each predictor said about this layer */
   for (int p = 0; p < NPRED; p++) {
-    pred *pp = &s->pred[p][li];
+    pred *pp = &s->pr.p[p][li];
     if (pp->pass != s->pass) continue;
     int hit = 0;
     for (int i = 0; i < pp->n; i++) {
@@ -147,13 +147,13 @@ void df_pred_measure(df_store *s, int li, const int *experts, int n) {
       }
     }
     double r = (double)hit / n;
-    s->recall_hits[p][li] += hit;
-    s->recall_total[p][li] += n;
+    s->pr.recall_hits[p][li] += hit;
+    s->pr.recall_total[p][li] += n;
     /* auto decides on per-token predictions only (a prefill union's recall
      * says little about decode) */
     if (!pp->prefill) {
-      s->recall_ewma[p][li] = s->recall_samples[p][li] ? 0.8 * s->recall_ewma[p][li] + 0.2 * r : r;
-      s->recall_samples[p][li]++;
+      s->pr.recall_ewma[p][li] = s->pr.recall_samples[p][li] ? 0.8 * s->pr.recall_ewma[p][li] + 0.2 * r : r;
+      s->pr.recall_samples[p][li]++;
     }
     pp->pass = -1;
   }
@@ -162,12 +162,12 @@ void df_pred_measure(df_store *s, int li, const int *experts, int n) {
 /* After layer li's batch is queued: the previous-token prediction for the next layer. */
 void df_pred_after_begin(df_store *s, int li, const int *experts, int n) {
   /* previous-token predictor: the next layer will want what it wanted last time */
-  memcpy(s->prev_set[li], experts, (size_t)n * sizeof *experts);
-  s->prev_n[li] = n;
+  memcpy(s->pr.prev_set[li], experts, (size_t)n * sizeof *experts);
+  s->pr.prev_n[li] = n;
   int nli = li + 1 < s->n_layers ? li + 1 : 0;
   long npass = li + 1 < s->n_layers ? s->pass : s->pass + 1;
   /* only from decode-sized batches: a prefill chunk's union says little
    * about the next pass and would mostly be wasted reads */
-  if (s->prev_n[nli] && s->prev_n[nli] <= s->cfg->top_k && n <= s->cfg->top_k)
-    predict(s, P_PREV, npass, s->first_layer + nli, s->prev_set[nli], s->prev_n[nli]);
+  if (s->pr.prev_n[nli] && s->pr.prev_n[nli] <= s->cfg->top_k && n <= s->cfg->top_k)
+    predict(s, P_PREV, npass, s->first_layer + nli, s->pr.prev_set[nli], s->pr.prev_n[nli]);
 }

@@ -58,24 +58,24 @@ int df_store_open_pack(df_store *s, const df_st_set *set, const char *mpath, df_
                       "pack, or use --no-pack)",
                       mpath, set->dir);
   }
-  s->ndrives = m.ndrives;
-  s->drive = df_xcalloc((size_t)m.ndrives, sizeof *s->drive);
-  s->n_fds = m.ndrives;
-  s->fds = df_xmalloc((size_t)m.ndrives * sizeof *s->fds);
-  s->file_paths = df_xcalloc((size_t)m.ndrives, sizeof *s->file_paths);
+  s->sch.ndrives = m.ndrives;
+  s->sch.drive = df_xcalloc((size_t)m.ndrives, sizeof *s->sch.drive);
+  s->loc.n_fds = m.ndrives;
+  s->loc.fds = df_xmalloc((size_t)m.ndrives * sizeof *s->loc.fds);
+  s->loc.file_paths = df_xcalloc((size_t)m.ndrives, sizeof *s->loc.file_paths);
   uint64_t *size = df_xcalloc((size_t)m.ndrives, sizeof *size);
   char **why = df_xcalloc((size_t)m.ndrives, sizeof *why);
   for (int i = 0; i < m.ndrives; i++) {
     char *p = df_manifest_file_path(&m, i);
-    s->drive[i].path = df_xstrdup(m.drives[i].path);
-    s->drive[i].rate = m.drives[i].bandwidth > 0 ? m.drives[i].bandwidth : 2e9;
-    s->fds[i] = df_open_direct(p, 0, &s->o_direct);
-    s->file_paths[i] = df_xstrdup(p);
+    s->sch.drive[i].path = df_xstrdup(m.drives[i].path);
+    s->sch.drive[i].rate = m.drives[i].bandwidth > 0 ? m.drives[i].bandwidth : 2e9;
+    s->loc.fds[i] = df_open_direct(p, 0, &s->loc.o_direct);
+    s->loc.file_paths[i] = df_xstrdup(p);
     struct stat st;
-    if (s->fds[i] < 0) {
+    if (s->loc.fds[i] < 0) {
       why[i] = df_xstrdup(strerror(errno));
       df_log_warn("pack drive %s: %s: %s", m.drives[i].path, p, why[i]);
-    } else if (fstat(s->fds[i], &st) == 0) {
+    } else if (fstat(s->loc.fds[i], &st) == 0) {
       size[i] = (uint64_t)st.st_size;
       if (size[i] < m.drives[i].bytes) {
         why[i] = df_xstrdup("pack file truncated");
@@ -84,21 +84,21 @@ int df_store_open_pack(df_store *s, const df_st_set *set, const char *mpath, df_
                     m.drives[i].path, p, size[i], m.drives[i].bytes);
       }
     }
-    s->drive[i].alive = s->fds[i] >= 0;
-    s->drive[i].dio_align = s->fds[i] >= 0 ? dio_align_of(s->fds[i]) : DF_IO_ALIGN;
+    s->sch.drive[i].alive = s->loc.fds[i] >= 0;
+    s->sch.drive[i].dio_align = s->loc.fds[i] >= 0 ? dio_align_of(s->loc.fds[i]) : DF_IO_ALIGN;
     free(p);
   }
   int rc = 0;
   uint64_t padded = DF_IO_ROUND_UP(s->rec_bytes);
   for (int k = 0; k < m.nrecs && !rc; k++) {
     const df_mf_record *mr = &m.recs[k];
-    rec *r = &s->recs[k];
+    rec *r = &s->loc.recs[k];
     r->ncopies = (uint8_t)mr->ncopies;
     int good = 0;
     for (int c = 0; c < mr->ncopies; c++) {
       int dr = mr->copies[c].drive;
-      r->c[c] = (copyloc){dr, dr, s->fds[dr], mr->copies[c].offset, mr->copies[c].xxh3};
-      if (s->fds[dr] < 0 || mr->copies[c].offset + padded > size[dr]) r->bad |= (uint8_t)(1u << c);
+      r->c[c] = (copyloc){dr, dr, s->loc.fds[dr], mr->copies[c].offset, mr->copies[c].xxh3};
+      if (s->loc.fds[dr] < 0 || mr->copies[c].offset + padded > size[dr]) r->bad |= (uint8_t)(1u << c);
       else good++;
     }
     if (!good) {
@@ -112,9 +112,9 @@ int df_store_open_pack(df_store *s, const df_st_set *set, const char *mpath, df_
   }
   for (int i = 0; i < m.ndrives; i++) free(why[i]);
   free(why);
-  s->pack_size = size;
-  s->has_spine = m.has_spine;
-  if (m.has_spine) df_manifest_take_spine(&m, &s->spine);
+  s->loc.pack_size = size;
+  s->loc.has_spine = m.has_spine;
+  if (m.has_spine) df_manifest_take_spine(&m, &s->loc.spine);
   df_manifest_free(&m);
   return rc;
 }
@@ -125,76 +125,76 @@ int df_store_open_shards(df_store *s, const df_st_set *set, df_err *e) {
     free(loc);
     return -1;
   }
-  s->ndrives = 1;
-  s->drive = df_xcalloc(1, sizeof *s->drive);
-  s->drive[0].path = df_xstrdup(set->dir);
-  s->drive[0].rate = 2e9;
-  s->drive[0].alive = 1;
-  s->n_fds = set->nfiles;
-  s->fds = df_xmalloc((size_t)set->nfiles * sizeof *s->fds);
-  s->file_paths = df_xcalloc((size_t)set->nfiles, sizeof *s->file_paths);
-  for (int i = 0; i < set->nfiles; i++) s->fds[i] = -1;
+  s->sch.ndrives = 1;
+  s->sch.drive = df_xcalloc(1, sizeof *s->sch.drive);
+  s->sch.drive[0].path = df_xstrdup(set->dir);
+  s->sch.drive[0].rate = 2e9;
+  s->sch.drive[0].alive = 1;
+  s->loc.n_fds = set->nfiles;
+  s->loc.fds = df_xmalloc((size_t)set->nfiles * sizeof *s->loc.fds);
+  s->loc.file_paths = df_xcalloc((size_t)set->nfiles, sizeof *s->loc.file_paths);
+  for (int i = 0; i < set->nfiles; i++) s->loc.fds[i] = -1;
   for (int i = 0; i < set->nfiles; i++) {
     const char *p = df_st_set_file_path(set, i);
-    s->fds[i] = df_open_direct(p, 0, &s->o_direct);
-    s->file_paths[i] = df_xstrdup(p);
-    if (s->fds[i] < 0) {
+    s->loc.fds[i] = df_open_direct(p, 0, &s->loc.o_direct);
+    s->loc.file_paths[i] = df_xstrdup(p);
+    if (s->loc.fds[i] < 0) {
       free(loc);
       return df_err_errno(e, "%s", p);
     }
   }
   for (size_t k = 0; k < s->nkeys; k++) {
-    s->recs[k].ncopies = 1;
-    s->recs[k].c[0] = (copyloc){0, loc[k].file, s->fds[loc[k].file], loc[k].off, 0};
+    s->loc.recs[k].ncopies = 1;
+    s->loc.recs[k].c[0] = (copyloc){0, loc[k].file, s->loc.fds[loc[k].file], loc[k].off, 0};
   }
   free(loc);
   /* a stream install: records already fetched carry the checksum their
    * reads are verified against */
-  if (df_src_remote_open_verify(&s->remote, set, (df_stream_verify)s->stream_verify, e)) return -1;
-  for (size_t k = 0; s->remote && k < s->nkeys; k++) {
-    copyloc *c = &s->recs[k].c[0];
-    df_src_remote_local(s->remote, c->file, c->off, s->rec_bytes, &c->xxh);
+  if (df_src_remote_open_verify(&s->net.src, set, (df_stream_verify)s->net.stream_verify, e)) return -1;
+  for (size_t k = 0; s->net.src && k < s->nkeys; k++) {
+    copyloc *c = &s->loc.recs[k].c[0];
+    df_src_remote_local(s->net.src, c->file, c->off, s->rec_bytes, &c->xxh);
   }
   return 0;
 }
 
 
 const df_mf_spine *df_store_spine_section(const df_store *s) {
-  return s && s->from_pack && s->has_spine ? &s->spine : NULL;
+  return s && s->loc.from_pack && s->loc.has_spine ? &s->loc.spine : NULL;
 }
 
 int df_store_pack_file(const df_store *s, int drive, const char **path, uint64_t *size) {
-  if (!s || !s->from_pack || drive < 0 || drive >= s->n_fds) return -1;
-  if (path) *path = s->file_paths[drive];
-  if (size) *size = s->pack_size ? s->pack_size[drive] : 0;
-  return s->fds[drive];
+  if (!s || !s->loc.from_pack || drive < 0 || drive >= s->loc.n_fds) return -1;
+  if (path) *path = s->loc.file_paths[drive];
+  if (size) *size = s->loc.pack_size ? s->loc.pack_size[drive] : 0;
+  return s->loc.fds[drive];
 }
 
-int df_store_o_direct(const df_store *s) { return s->o_direct; }
+int df_store_o_direct(const df_store *s) { return s->loc.o_direct; }
 
 void df_store_close_files(df_store *s) {
-  df_mf_spine_free(&s->spine);
-  s->has_spine = 0;
-  free(s->pack_size);
-  s->pack_size = NULL;
-  df_src_remote_close(s->remote);
-  s->remote = NULL;
-  for (int i = 0; i < s->n_fds; i++) {
-    if (s->fds[i] >= 0) close(s->fds[i]);
-    if (s->file_paths) free(s->file_paths[i]);
+  df_mf_spine_free(&s->loc.spine);
+  s->loc.has_spine = 0;
+  free(s->loc.pack_size);
+  s->loc.pack_size = NULL;
+  df_src_remote_close(s->net.src);
+  s->net.src = NULL;
+  for (int i = 0; i < s->loc.n_fds; i++) {
+    if (s->loc.fds[i] >= 0) close(s->loc.fds[i]);
+    if (s->loc.file_paths) free(s->loc.file_paths[i]);
   }
-  free(s->fds);
-  free(s->file_paths);
-  s->fds = NULL;
-  s->file_paths = NULL;
-  s->n_fds = 0;
+  free(s->loc.fds);
+  free(s->loc.file_paths);
+  s->loc.fds = NULL;
+  s->loc.file_paths = NULL;
+  s->loc.n_fds = 0;
 }
 
 static const rec *rec_of(const df_store *s, int layer, int expert) {
   if (!s || !s->nkeys || layer < s->first_layer || layer >= s->first_layer + s->n_layers ||
       expert < 0 || expert >= s->n_experts)
     return NULL;
-  return &s->recs[(size_t)(layer - s->first_layer) * (size_t)s->n_experts + (size_t)expert];
+  return &s->loc.recs[(size_t)(layer - s->first_layer) * (size_t)s->n_experts + (size_t)expert];
 }
 
 int df_store_copies(const df_store *s, int layer, int expert) {
@@ -213,7 +213,7 @@ int df_store_locate(const df_store *s, int layer, int expert, int copy, df_store
   /* a whole read as the scheduler issues it: from the aligned start below
    * the record to the aligned end above it */
   uint64_t head = c->off % DF_IO_ALIGN;
-  *out = (df_store_loc){.path = s->file_paths[c->file],
+  *out = (df_store_loc){.path = s->loc.file_paths[c->file],
                         .file = c->file,
                         .drive = c->drive,
                         .off = c->off,

@@ -14,9 +14,9 @@ static void *sampler_main(void *arg) {
   while (!s->stop) {
     if (df_now() >= next) {
       double t = df_store_now_rel(s);
-      for (int i = 0; i < s->ndrives; i++)
-        df_trace_sample(s->trace, t, i, s->drive[i].bytes, s->drive[i].reads, s->drive[i].inflight,
-                        s->drive[i].q[0].n + s->drive[i].q[1].n);
+      for (int i = 0; i < s->sch.ndrives; i++)
+        df_trace_sample(s->trace, t, i, s->sch.drive[i].bytes, s->sch.drive[i].reads, s->sch.drive[i].inflight,
+                        s->sch.drive[i].q[0].n + s->sch.drive[i].q[1].n);
       next += SAMPLE_PERIOD;
       if (next < df_now()) next = df_now() + SAMPLE_PERIOD;
     }

@@ -35,19 +35,19 @@ static void q_remove(dq *q, part *p) {
 }
 
 static int part_drive(const df_store *s, const part *p) {
-  return s->recs[p->e->key].c[p->copy].drive;
+  return s->loc.recs[p->e->key].c[p->copy].drive;
 }
 
 /* Expected seconds until a read of `bytes` queued now on drive d completes. */
 static double eta_of(const df_store *s, const dstate *d, uint64_t bytes) {
-  return (double)(d->inflight_bytes + d->queued_bytes + bytes) / d->rate + s->emu.latency;
+  return (double)(d->inflight_bytes + d->queued_bytes + bytes) / d->rate + s->sch.ioc.emu.latency;
 }
 
 static void part_queue(df_store *s, entry *e, int i, int copy, uint64_t off, uint32_t len,
                        uint8_t *buf, uint32_t need, uint64_t rbytes, int demand) {
   part *p = &e->parts[i];
-  const copyloc *cp = &s->recs[e->key].c[copy];
-  dstate *d = &s->drive[cp->drive];
+  const copyloc *cp = &s->loc.recs[e->key].c[copy];
+  dstate *d = &s->sch.drive[cp->drive];
   p->e = e;
   p->copy = copy;
   p->need = need;
@@ -64,7 +64,7 @@ static void part_queue(df_store *s, entry *e, int i, int copy, uint64_t off, uin
   p->t_enq = p->t_class = df_now();
   q_push(&d->q[demand ? 0 : 1], p);
   d->queued_bytes += rbytes;
-  df_io_kick(s->io, cp->drive);
+  df_io_kick(s->sch.io, cp->drive);
 }
 
 /* Queues a read of e on the copy with the earliest expected completion
@@ -73,13 +73,13 @@ static void part_queue(df_store *s, entry *e, int i, int copy, uint64_t off, uin
  * the rest from the other), so one read's bytes land on two drives at once.
  * -1 when no copy is left. */
 int df_sched_enqueue(df_store *s, entry *e, int demand) {
-  if (s->closing) return -1;
-  rec *r = &s->recs[e->key];
+  if (s->sch.closing) return -1;
+  rec *r = &s->loc.recs[e->key];
   int best = -1, second = -1;
   double beta = 0, seta = 0;
   for (int c = 0; c < r->ncopies; c++) {
     if ((r->bad >> c & 1) || (e->tried >> c & 1)) continue;
-    dstate *d = &s->drive[r->c[c].drive];
+    dstate *d = &s->sch.drive[r->c[c].drive];
     if (!d->alive) continue;
     double eta = eta_of(s, d, s->rec_bytes);
     if (best < 0 || eta < beta) {
@@ -94,25 +94,25 @@ int df_sched_enqueue(df_store *s, entry *e, int demand) {
   uint64_t xxh;
   /* a stream install's record that was not fetched: the shard holds a hole
    * there, never read it (demand reads fetch first; prefetches are skipped) */
-  if (s->remote && !df_src_remote_local(s->remote, ca->file, ca->off, s->rec_bytes, &xxh))
+  if (s->net.src && !df_src_remote_local(s->net.src, ca->file, ca->off, s->rec_bytes, &xxh))
     return -1;
   /* local since the store opened without a demand for it yet (fetched
    * ahead, or by another process): its checksum before its first read */
-  if (s->remote && !ca->xxh) ca->xxh = xxh;
+  if (s->net.src && !ca->xxh) ca->xxh = xxh;
   e->tried |= (uint8_t)(1u << best);
   /* split point m (record bytes from the best copy), 0 = no split */
   uint64_t m = 0, g = DF_IO_ALIGN;
-  if (second >= 0 && s->from_pack && !e->no_split && s->split != DF_SPLIT_OFF &&
-      (s->split == DF_SPLIT_ALWAYS || s->rec_bytes >= DF_STORE_SPLIT_MIN_BYTES) && ca->off % DF_IO_ALIGN == 0 &&
+  if (second >= 0 && s->loc.from_pack && !e->no_split && s->sch.split != DF_SPLIT_OFF &&
+      (s->sch.split == DF_SPLIT_ALWAYS || s->rec_bytes >= DF_STORE_SPLIT_MIN_BYTES) && ca->off % DF_IO_ALIGN == 0 &&
       r->c[second].off % DF_IO_ALIGN == 0) {
-    const dstate *da = &s->drive[ca->drive], *db = &s->drive[r->c[second].drive];
+    const dstate *da = &s->sch.drive[ca->drive], *db = &s->sch.drive[r->c[second].drive];
     g = da->dio_align > db->dio_align ? da->dio_align : db->dio_align;
     /* both parts finish together: (qa + m)/ra = (qb + len - m)/rb */
     double qa = (double)(da->inflight_bytes + da->queued_bytes);
     double qb = (double)(db->inflight_bytes + db->queued_bytes);
     double f = ((qb + (double)s->rec_bytes) * da->rate - qa * db->rate) / (da->rate + db->rate);
     double len = (double)s->rec_bytes;
-    if (s->split == DF_SPLIT_ALWAYS) {
+    if (s->sch.split == DF_SPLIT_ALWAYS) {
       /* forced (tests): always split, at the balance point clamped inside */
       if (f < (double)g) f = (double)g;
       if (f > len - 1) f = len - 1;
@@ -135,7 +135,7 @@ int df_sched_enqueue(df_store *s, entry *e, int demand) {
   const copyloc *cb = &r->c[second];
   e->tried |= (uint8_t)(1u << second);
   e->nparts = e->pending = 2;
-  s->split_reads++;
+  s->ct.split_reads++;
   part_queue(s, e, 0, best, ca->off, (uint32_t)m, e->slot.buf, (uint32_t)m, m, demand);
   uint32_t rest = (uint32_t)((s->rec_bytes - m + g - 1) / g * g);
   part_queue(s, e, 1, second, cb->off + m, rest, e->slot.buf + m, (uint32_t)(s->rec_bytes - m), s->rec_bytes - m,
@@ -148,11 +148,11 @@ void df_sched_promote(df_store *s, entry *e) {
     part *p = &e->parts[i];
     if (p->queue != Q_PREFETCH) continue;
     int dr = part_drive(s, p);
-    q_remove(&s->drive[dr].q[1], p);
-    q_push(&s->drive[dr].q[0], p);
+    q_remove(&s->sch.drive[dr].q[1], p);
+    q_push(&s->sch.drive[dr].q[0], p);
     p->queue = Q_DEMAND;
     p->t_class = df_now();
-    df_io_kick(s->io, dr);
+    df_io_kick(s->sch.io, dr);
   }
 }
 
@@ -161,7 +161,7 @@ void df_sched_fail(df_store *s, entry *e, const char *why) {
   snprintf(msg, sizeof msg,
            "expert (layer %d, expert %d): no good copy left (%s); %s",
            df_store_key_layer(s, e->key), df_store_key_expert(s, e->key), why,
-           s->remote ? "its local copy in this stream install is damaged: run deltafin setup "
+           s->net.src ? "its local copy in this stream install is damaged: run deltafin setup "
                        "--full to repair the shard (it is verified and fetched again)"
                      : "run deltafin doctor, re-run deltafin pack, or use --no-pack");
   e->state = E_FAILED;
@@ -183,13 +183,13 @@ int df_sched_drop_stale(df_store *s, entry *e) {
     if (e->parts[i].queue != Q_PREFETCH) return 0;
   for (int i = 0; i < e->nparts; i++) {
     part *p = &e->parts[i];
-    dstate *d = &s->drive[part_drive(s, p)];
+    dstate *d = &s->sch.drive[part_drive(s, p)];
     q_remove(&d->q[1], p);
     d->queued_bytes -= p->rbytes;
     p->queue = Q_NONE;
   }
   e->pending = 0;
-  s->pf_dropped++;
+  s->ct.pf_dropped++;
   df_cache_entry_free(s, e);
   return 1;
 }
@@ -199,7 +199,7 @@ int df_sched_drop_stale(df_store *s, entry *e) {
 static df_io_req *take_cb(void *ctx, int drive) {
   df_store *s = ctx;
   pthread_mutex_lock(&s->mu);
-  dstate *d = &s->drive[drive];
+  dstate *d = &s->sch.drive[drive];
   /* stale prefetches at the head are dropped before the ranking sees them */
   while (d->q[1].h && df_sched_drop_stale(s, d->q[1].h->e)) {
   }
@@ -209,7 +209,7 @@ static df_io_req *take_cb(void *ctx, int drive) {
    * the emulated ladder, 4 drives: allowing qd-1 prefetches in flight
    * wasted 4x the bytes and cost 13% decode speed; one at a time costs
    * nothing) */
-  df_rank_drive rd = {.qd = s->queue_depth, .inflight = d->inflight, .spine_inflight = d->spine_inflight,
+  df_rank_drive rd = {.qd = s->sch.ioc.queue_depth, .inflight = d->inflight, .spine_inflight = d->spine_inflight,
                       .waiting = {d->q[0].n, d->sq_n, d->q[1].n}, .pf_max = DF_STORE_PF_PER_DRIVE};
   df_rank_class c = df_rank_next(&rd);
   df_io_req *r = NULL;
@@ -223,7 +223,7 @@ static df_io_req *take_cb(void *ctx, int drive) {
     d->queued_bytes -= q->req.len;
     if (d->inflight++ == 0) d->busy_since = df_now();
     d->inflight_bytes += q->req.len;
-    s->total_inflight++;
+    s->sch.total_inflight++;
     r = &q->req;
   } else if (c == DF_RANK_DEMAND || c == DF_RANK_PREFETCH) {
     part *p = d->q[c == DF_RANK_DEMAND ? 0 : 1].h;
@@ -234,7 +234,7 @@ static df_io_req *take_cb(void *ctx, int drive) {
     d->queued_bytes -= p->rbytes;
     if (d->inflight++ == 0) d->busy_since = df_now();
     d->inflight_bytes += p->rbytes;
-    s->total_inflight++;
+    s->sch.total_inflight++;
     r = &p->req;
   }
   pthread_mutex_unlock(&s->mu);
@@ -249,15 +249,15 @@ static void finish_entry(df_store *s, entry *e) {
   int err = 0, bad_part = -1;
   for (int i = 0; i < e->nparts; i++)
     if (e->parts[i].fault && !fault) fault = e->parts[i].fault, err = e->parts[i].err, bad_part = i;
-  if (!fault && !s->closing) {
+  if (!fault && !s->sch.closing) {
     pthread_mutex_unlock(&s->mu);
     const uint8_t *b = e->slot.buf + e->head_pad;
-    uint64_t want = s->recs[e->key].c[e->parts[0].copy].xxh;
+    uint64_t want = s->loc.recs[e->key].c[e->parts[0].copy].xxh;
     /* pack records always carry a checksum; shard records of a stream
      * install carry the one recorded when they were fetched */
-    if ((s->from_pack || want) && XXH3_64bits(b, s->rec_bytes) != want)
+    if ((s->loc.from_pack || want) && XXH3_64bits(b, s->rec_bytes) != want)
       fault = DF_FAULT_CHECKSUM;
-    else if (!s->from_pack && df_src_check_scales(&s->lay, b))
+    else if (!s->loc.from_pack && df_src_check_scales(&s->lay, b))
       fault = DF_FAULT_SCALE_NAN;
     pthread_mutex_lock(&s->mu);
   }
@@ -275,22 +275,22 @@ static void finish_entry(df_store *s, entry *e) {
                     p->req.t_done - p->req.t_start, &w, fault == DF_FAULT_NONE);
     }
     if (!fault) {
-      s->drive[dr].bytes += p->rbytes;
-      s->drive[dr].reads++;
+      s->sch.drive[dr].bytes += p->rbytes;
+      s->sch.drive[dr].reads++;
     }
   }
   e->pending = 0;
-  s->total_inflight--;
-  if (s->closing) {
+  s->sch.total_inflight--;
+  if (s->sch.closing) {
     e->state = E_FAILED;
     return;
   }
   if (!fault) {
-    s->bytes_read += s->rec_bytes;
-    if (e->demand && !e->speculative) s->bytes_demand += s->rec_bytes;
-    else s->bytes_prefetch += s->rec_bytes;
-    if (e->prefill) s->prefill_read += s->rec_bytes;
-    s->all_read += s->rec_bytes;
+    s->ct.bytes_read += s->rec_bytes;
+    if (e->demand && !e->speculative) s->ct.bytes_demand += s->rec_bytes;
+    else s->ct.bytes_prefetch += s->rec_bytes;
+    if (e->prefill) s->ct.prefill_read += s->rec_bytes;
+    s->ct.all_read += s->rec_bytes;
     e->state = E_READY;
     e->data = e->slot.buf + e->head_pad;
     if (s->log_on) {
@@ -304,11 +304,11 @@ static void finish_entry(df_store *s, entry *e) {
     return;
   }
   const char *why = df_store_fault_name(fault, err);
-  if (fault == DF_FAULT_CHECKSUM) s->checksum_errors++;
-  else s->read_errors++;
-  rec *r = &s->recs[e->key];
+  if (fault == DF_FAULT_CHECKSUM) s->ct.checksum_errors++;
+  else s->ct.read_errors++;
+  rec *r = &s->loc.recs[e->key];
   const part *bp = &e->parts[bad_part >= 0 ? bad_part : 0];
-  dstate *d = &s->drive[part_drive(s, bp)];
+  dstate *d = &s->sch.drive[part_drive(s, bp)];
   d->errors++;
   if (e->nparts == 2 && bad_part < 0) {
     /* a split read that does not verify: which copy is corrupt is unknown,
@@ -328,7 +328,7 @@ static void finish_entry(df_store *s, entry *e) {
   }
   int demand = e->refs > 0 || !e->speculative;
   if (df_sched_enqueue(s, e, demand) == 0) {
-    s->retries++;
+    s->ct.retries++;
   } else if (demand || e->pinned) {
     char w[300];
     snprintf(w, sizeof w, "%s on %s", why, d->path);
@@ -362,16 +362,16 @@ static void drive_done(dstate *d, uint64_t bytes, int ok) {
  * spine stream takes its own lock, and submits under it). */
 static void spine_done(df_store *s, int drive, df_store_spine_req *q) {
   pthread_mutex_lock(&s->mu);
-  dstate *d = &s->drive[drive];
+  dstate *d = &s->sch.drive[drive];
   d->spine_inflight--;
   drive_done(d, q->req.len, !q->req.err && q->req.got == (int64_t)q->req.len);
   pthread_mutex_unlock(&s->mu);
   q->done(q->ud, q);
   pthread_mutex_lock(&s->mu);
-  s->total_inflight--; /* after the callback: close waits until it returned */
+  s->sch.total_inflight--; /* after the callback: close waits until it returned */
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
-  df_io_kick(s->io, drive);
+  df_io_kick(s->sch.io, drive);
 }
 
 static void done_cb(void *ctx, int drive, df_io_req *req) {
@@ -387,17 +387,17 @@ static void done_cb(void *ctx, int drive, df_io_req *req) {
   if (req->err) p->fault = DF_FAULT_IO;
   else if ((uint64_t)req->got < p->need) p->fault = DF_FAULT_SHORT;
   pthread_mutex_lock(&s->mu);
-  dstate *d = &s->drive[drive];
+  dstate *d = &s->sch.drive[drive];
   drive_done(d, p->rbytes, !p->fault);
   p->queue = Q_NONE;
   if (e->pending > 1) {
     e->pending--;
-    s->total_inflight--;
+    s->sch.total_inflight--;
   } else {
     finish_entry(s, e);
   }
   pthread_cond_broadcast(&s->cv);
-  if (d->q[1].n || d->sq_n) df_io_kick(s->io, drive);
+  if (d->q[1].n || d->sq_n) df_io_kick(s->sch.io, drive);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -415,8 +415,8 @@ const char *df_store_fault_name(df_store_fault f, int err) {
 
 /* Drops every queued prefetch whose layer has begun. */
 void df_sched_drop_all_stale(df_store *s) {
-  for (int d = 0; d < s->ndrives; d++) {
-    part *p = s->drive[d].q[1].h;
+  for (int d = 0; d < s->sch.ndrives; d++) {
+    part *p = s->sch.drive[d].q[1].h;
     while (p) {
       part *nx = p->q_next; /* a dropped split read's other part is on another drive */
       df_sched_drop_stale(s, p->e);
@@ -427,11 +427,11 @@ void df_sched_drop_all_stale(df_store *s) {
 
 /* Close: every queued part fails; the drive threads finish what is in flight. */
 void df_sched_cancel_queued(df_store *s) {
-  for (int i = 0; i < s->ndrives; i++)
+  for (int i = 0; i < s->sch.ndrives; i++)
     for (int q = 0; q < 2; q++)
-      while (s->drive[i].q[q].h) {
-        part *p = s->drive[i].q[q].h;
-        q_remove(&s->drive[i].q[q], p);
+      while (s->sch.drive[i].q[q].h) {
+        part *p = s->sch.drive[i].q[q].h;
+        q_remove(&s->sch.drive[i].q[q], p);
         p->queue = Q_NONE;
         p->e->pending--;
         p->e->state = E_FAILED;
@@ -442,8 +442,8 @@ df_io_ops df_sched_ops(df_store *s) { return (df_io_ops){take_cb, done_cb, s}; }
 
 df_store_spine_req *df_sched_take_spine_queued(df_store *s) {
   df_store_spine_req *all = NULL;
-  for (int i = 0; i < s->ndrives; i++) {
-    dstate *d = &s->drive[i];
+  for (int i = 0; i < s->sch.ndrives; i++) {
+    dstate *d = &s->sch.drive[i];
     while (d->sq_h) {
       df_store_spine_req *q = d->sq_h;
       d->sq_h = q->next;
@@ -460,18 +460,18 @@ df_store_spine_req *df_sched_take_spine_queued(df_store *s) {
 /* ---- the spine's reads (store.h) ---- */
 
 int df_store_spine_drive(df_store *s, int fd) {
-  if (!s || !s->io || s->ndrives < 1) return -1;
+  if (!s || !s->sch.io || s->sch.ndrives < 1) return -1;
   struct stat fs, ds;
   if (fstat(fd, &fs)) return 0;
-  for (int i = 0; i < s->ndrives; i++)
-    if (s->drive[i].path && !stat(s->drive[i].path, &ds) && ds.st_dev == fs.st_dev) return i;
+  for (int i = 0; i < s->sch.ndrives; i++)
+    if (s->sch.drive[i].path && !stat(s->sch.drive[i].path, &ds) && ds.st_dev == fs.st_dev) return i;
   return 0;
 }
 
-int df_store_spine_depth(const df_store *s) { return df_rank_spine_max(s->queue_depth); }
+int df_store_spine_depth(const df_store *s) { return df_rank_spine_max(s->sch.ioc.queue_depth); }
 
 int df_store_spine_register(df_store *s, void *base, size_t len) {
-  return s->io ? df_io_register(s->io, base, len) : -1;
+  return s->sch.io ? df_io_register(s->sch.io, base, len) : -1;
 }
 
 int df_store_spine_submit(df_store *s, int drive, df_store_spine_req *r) {
@@ -479,21 +479,21 @@ int df_store_spine_submit(df_store *s, int drive, df_store_spine_req *r) {
   r->next = NULL;
   pthread_mutex_lock(&s->mu);
   r->t_enq = df_now(); /* under the lock, as the experts' queue times */
-  if (s->closing) {
+  if (s->sch.closing) {
     pthread_mutex_unlock(&s->mu);
     return -1;
   }
-  dstate *d = &s->drive[drive];
+  dstate *d = &s->sch.drive[drive];
   if (d->sq_t) d->sq_t->next = r;
   else d->sq_h = r;
   d->sq_t = r;
   d->sq_n++;
   d->queued_bytes += r->req.len;
   pthread_mutex_unlock(&s->mu);
-  df_io_kick(s->io, drive);
+  df_io_kick(s->sch.io, drive);
   return 0;
 }
 
-const char *df_store_io_used(const df_store *s) { return s->io_kind == DF_IO_URING ? "uring" : "pread"; }
+const char *df_store_io_used(const df_store *s) { return s->sch.io_kind == DF_IO_URING ? "uring" : "pread"; }
 
 double df_store_clock(const df_store *s) { return df_store_now_rel(s); }

@@ -23,7 +23,13 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
       !df_store_split_name(o->split_reads))
     return df_err_set(e, "store options out of range (--io %d, --prefetch %d, --split-reads %d)",
                       (int)o->io, (int)o->prefetch, (int)o->split_reads);
+  df_store_iocfg ioc;
+  if (df_store_iocfg_resolve(o, &ioc, e)) return -1;
   df_store *s = df_xcalloc(1, sizeof *s);
+  s->sch.ioc = ioc;
+  s->sch.ioc.emu_spec = ioc.emu_spec ? df_xstrdup(ioc.emu_spec) : NULL;
+  s->sch.ioc.trace_path = ioc.trace_path ? df_xstrdup(ioc.trace_path) : NULL;
+  s->sch.io_kind = ioc.io == DF_STORE_IO_PREAD ? DF_IO_PREAD : DF_IO_URING;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   s->t_open = df_now();
@@ -33,17 +39,17 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   s->n_layers = c->n_layers - c->first_k_dense;
   s->n_experts = c->n_experts;
   s->layer = 1 << 30;
-  s->o_direct = 1;
+  s->loc.o_direct = 1;
   if (s->n_layers < 1 || s->n_experts < 1) {
     *out = s; /* no routed experts: nothing to store */
     return 0;
   }
   s->nkeys = (size_t)s->n_layers * (size_t)s->n_experts;
   s->rec_bytes = s->lay.total;
-  s->recs = df_xcalloc(s->nkeys, sizeof *s->recs);
-  s->by_key = df_xcalloc(s->nkeys, sizeof *s->by_key);
+  s->loc.recs = df_xcalloc(s->nkeys, sizeof *s->loc.recs);
+  s->cache.by_key = df_xcalloc(s->nkeys, sizeof *s->cache.by_key);
   const char *model_dir = o->model_dir ? o->model_dir : set->dir;
-  s->stream_verify = (int)o->stream_verify;
+  s->net.stream_verify = (int)o->stream_verify;
 
   char *mpath = NULL;
   if (o->manifest && o->no_pack) {
@@ -60,50 +66,45 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
   }
   int rc;
   if (mpath) {
-    s->from_pack = 1;
-    s->source = mpath;
+    s->loc.from_pack = 1;
+    s->loc.source = mpath;
     rc = df_store_open_pack(s, set, mpath, e);
   } else {
-    s->source = df_xstrdup(set->dir);
+    s->loc.source = df_xstrdup(set->dir);
     rc = df_store_open_shards(s, set, e);
   }
   if (rc) goto fail;
-  if (s->remote && o->fetch_ahead) {
-    s->fetch_ahead = 1;
-    df_src_remote_set_ahead(s->remote, 1);
+  if (s->net.src && o->fetch_ahead) {
+    s->net.fetch_ahead = 1;
+    df_src_remote_set_ahead(s->net.src, 1);
   }
   /* shard records are not aligned: their buffer holds the head pad too */
-  s->slot_bytes = DF_IO_ROUND_UP(s->rec_bytes) + (s->from_pack ? 0 : DF_IO_ALIGN);
+  s->slot_bytes = DF_IO_ROUND_UP(s->rec_bytes) + (s->loc.from_pack ? 0 : DF_IO_ALIGN);
 
-  s->io_kind = o->io == DF_STORE_IO_PREAD ? DF_IO_PREAD : DF_IO_URING;
-  s->queue_depth = o->queue_depth > 0 ? o->queue_depth : DF_STORE_DEFAULT_QD;
-  s->split = o->split_reads;
-  if (o->emulate_drives && *o->emulate_drives) {
-    if ((rc = df_io_parse_emu(o->emulate_drives, &s->emu, e))) goto fail;
-    s->emu_spec = df_xstrdup(o->emulate_drives);
-    for (int i = 0; i < s->ndrives; i++) s->drive[i].rate = s->emu.bw;
-  }
-  s->cache_mb = o->cache_mb < 0 ? df_store_default_cache_mb() : o->cache_mb;
-  s->cache_slots = (long)(((uint64_t)s->cache_mb << 20) / s->slot_bytes);
-  s->prefetch_allowance = (long)s->queue_depth * s->ndrives;
-  if (s->prefetch_allowance < 2L * c->top_k) s->prefetch_allowance = 2L * c->top_k;
-  s->slots_per_chunk = (int)((1u << 30) / s->slot_bytes);
-  if (s->slots_per_chunk > 16) s->slots_per_chunk = 16;
-  if (s->slots_per_chunk < 1) s->slots_per_chunk = 1;
+  s->sch.split = o->split_reads;
+  if (s->sch.ioc.emu.bw > 0)
+    for (int i = 0; i < s->sch.ndrives; i++) s->sch.drive[i].rate = s->sch.ioc.emu.bw;
+  s->cache.mb = df_store_cache_mb_of(o);
+  s->cache.slots = (long)(((uint64_t)s->cache.mb << 20) / s->slot_bytes);
+  s->cache.prefetch_allowance = (long)s->sch.ioc.queue_depth * s->sch.ndrives;
+  if (s->cache.prefetch_allowance < 2L * c->top_k) s->cache.prefetch_allowance = 2L * c->top_k;
+  s->cache.slots_per_chunk = (int)((1u << 30) / s->slot_bytes);
+  if (s->cache.slots_per_chunk > 16) s->cache.slots_per_chunk = 16;
+  if (s->cache.slots_per_chunk < 1) s->cache.slots_per_chunk = 1;
 
   df_pred_init(s, o->prefetch);
-  s->wait_layer = df_xcalloc((size_t)s->n_layers, sizeof(double));
+  s->ct.wait_layer = df_xcalloc((size_t)s->n_layers, sizeof(double));
 
   /* heat: the prior (from the file) seeds cache scores and pinning; this
    * run's counts are merged into the file at close */
   df_heat prior = {0};
   df_cache_heat_open(s, model_dir, o->heat_path, &prior);
 
-  if (o->trace_path && *o->trace_path) {
-    char **paths = df_xmalloc((size_t)s->ndrives * sizeof *paths);
-    for (int i = 0; i < s->ndrives; i++) paths[i] = s->drive[i].path;
-    s->trace = df_trace_open(o->trace_path, s->ndrives, paths, s->emu_spec,
-                          s->io_kind == DF_IO_URING ? "uring" : "pread", e);
+  if (s->sch.ioc.trace_path) {
+    char **paths = df_xmalloc((size_t)s->sch.ndrives * sizeof *paths);
+    for (int i = 0; i < s->sch.ndrives; i++) paths[i] = s->sch.drive[i].path;
+    s->trace = df_trace_open(s->sch.ioc.trace_path, s->sch.ndrives, paths, s->sch.ioc.emu_spec,
+                          s->sch.io_kind == DF_IO_URING ? "uring" : "pread", e);
     free(paths);
     if (!s->trace) {
       df_heat_free(&prior);
@@ -112,21 +113,21 @@ int df_store_open(df_store **out, const df_st_set *set, const df_config *c,
     }
   }
   df_io_ops ops = df_sched_ops(s);
-  if (df_io_open(&s->io, s->io_kind, s->ndrives, s->queue_depth, &s->emu, &ops, e)) {
-    if (s->io_kind != DF_IO_URING) {
+  if (df_io_open(&s->sch.io, s->sch.io_kind, s->sch.ndrives, s->sch.ioc.queue_depth, &s->sch.ioc.emu, &ops, e)) {
+    if (s->sch.io_kind != DF_IO_URING) {
       df_heat_free(&prior);
       rc = -1;
       goto fail;
     }
     df_log_warn("%s; falling back to --io pread", e->msg);
-    s->io_kind = DF_IO_PREAD;
-    if (df_io_open(&s->io, s->io_kind, s->ndrives, s->queue_depth, &s->emu, &ops, e)) {
+    s->sch.io_kind = DF_IO_PREAD;
+    if (df_io_open(&s->sch.io, s->sch.io_kind, s->sch.ndrives, s->sch.ioc.queue_depth, &s->sch.ioc.emu, &ops, e)) {
       df_heat_free(&prior);
       rc = -1;
       goto fail;
     }
   }
-  if (!s->o_direct) df_log_warn("O_DIRECT is not supported for %s: expert reads go through the page cache", s->source);
+  if (!s->loc.o_direct) df_log_warn("O_DIRECT is not supported for %s: expert reads go through the page cache", s->loc.source);
   if (s->trace) df_sampler_start(s);
   if (o->pin_mb > 0) rc = df_cache_pin_hottest(s, prior.count, o->pin_mb, e);
   df_heat_free(&prior);
@@ -144,15 +145,15 @@ static void trace_close_records(df_store *s) {
   static const char *const names[NPRED] = {"gate", "prev"};
   double *r = df_xcalloc((size_t)s->n_layers + 1, sizeof *r);
   for (int p = 0; p < NPRED; p++) {
-    if (!s->recall_samples[p] || !(s->pred_mask >> p & 1)) continue;
+    if (!s->pr.recall_samples[p] || !(s->pr.mask >> p & 1)) continue;
     for (int l = 0; l < s->n_layers; l++)
-      r[l] = s->recall_total[p][l] > 0 ? s->recall_hits[p][l] / s->recall_total[p][l] : -1;
+      r[l] = s->pr.recall_total[p][l] > 0 ? s->pr.recall_hits[p][l] / s->pr.recall_total[p][l] : -1;
     df_trace_recall(s->trace, names[p], r, s->n_layers);
   }
   free(r);
-  double *rate = df_xcalloc((size_t)s->ndrives + 1, sizeof *rate);
-  for (int i = 0; i < s->ndrives; i++) rate[i] = s->drive[i].rate;
-  df_trace_end(s->trace, df_store_now_rel(s), rate, s->ndrives);
+  double *rate = df_xcalloc((size_t)s->sch.ndrives + 1, sizeof *rate);
+  for (int i = 0; i < s->sch.ndrives; i++) rate[i] = s->sch.drive[i].rate;
+  df_trace_end(s->trace, df_store_now_rel(s), rate, s->sch.ndrives);
   free(rate);
 }
 
@@ -167,7 +168,7 @@ void df_store_trace_draft(df_store *s, int K, double tpp, const char *why) {
 void df_store_close(df_store *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
-  s->closing = 1;
+  s->sch.closing = 1;
   df_sched_cancel_queued(s);
   df_store_spine_req *sq = df_sched_take_spine_queued(s);
   pthread_mutex_unlock(&s->mu);
@@ -179,32 +180,33 @@ void df_store_close(df_store *s) {
     sq = nx;
   }
   pthread_mutex_lock(&s->mu);
-  while (s->total_inflight > 0) pthread_cond_wait(&s->cv, &s->mu);
+  while (s->sch.total_inflight > 0) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
   df_sampler_stop(s);
-  if (s->io) df_io_close(s->io);
-  if (s->heat_path && s->heat.count && s->requests) {
+  if (s->sch.io) df_io_close(s->sch.io);
+  if (s->cache.heat_path && s->cache.heat.count && s->ct.requests) {
     df_err e;
-    if (df_heat_merge_save(&s->heat, s->heat_path, &e))
+    if (df_heat_merge_save(&s->cache.heat, s->cache.heat_path, &e))
       df_log_warn("heat file not saved: %s", e.msg);
   }
   if (s->trace) trace_close_records(s);
   df_trace_close(s->trace);
   df_cache_free_all(s);
   df_store_close_files(s);
-  for (int i = 0; i < s->ndrives; i++) free(s->drive[i].path);
-  free(s->drive);
-  free(s->recs);
-  free(s->by_key);
+  for (int i = 0; i < s->sch.ndrives; i++) free(s->sch.drive[i].path);
+  free(s->sch.drive);
+  free(s->loc.recs);
+  free(s->cache.by_key);
   free(s->batch);
   df_pred_free(s);
   free(s->log);
-  free(s->wait_layer);
-  df_heat_free(&s->heat);
-  free(s->heat_seed);
-  free(s->heat_path);
-  free(s->source);
-  free(s->emu_spec);
+  free(s->ct.wait_layer);
+  df_heat_free(&s->cache.heat);
+  free(s->cache.heat_seed);
+  free(s->cache.heat_path);
+  free(s->loc.source);
+  free((char *)s->sch.ioc.emu_spec);
+  free((char *)s->sch.ioc.trace_path);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   free(s);
@@ -217,16 +219,16 @@ void df_store_close(df_store *s) {
 int df_store_fetch_remote(df_store *s, const int *keys, int n, df_err *e) {
   df_src_need *need = df_xmalloc((size_t)(n ? n : 1) * sizeof *need);
   for (int i = 0; i < n; i++) {
-    const copyloc *c = &s->recs[keys[i]].c[0];
+    const copyloc *c = &s->loc.recs[keys[i]].c[0];
     need[i] = (df_src_need){c->file, df_store_key_layer(s, keys[i]), df_store_key_expert(s, keys[i]),
                             c->off, s->rec_bytes, 0};
   }
   double t0 = df_now();
-  int rc = df_src_remote_ensure(s->remote, need, n, e);
+  int rc = df_src_remote_ensure(s->net.src, need, n, e);
   pthread_mutex_lock(&s->mu);
-  s->net_wait += df_now() - t0;
+  s->net.wait += df_now() - t0;
   for (int i = 0; !rc && i < n; i++) {
-    copyloc *c = &s->recs[keys[i]].c[0];
+    copyloc *c = &s->loc.recs[keys[i]].c[0];
     if (!c->xxh) c->xxh = need[i].xxh; /* 0 -> its checksum, before its first read */
   }
   pthread_mutex_unlock(&s->mu);
@@ -241,7 +243,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, 
   for (int i = 0; i < n; i++)
     if (experts[i] < 0 || experts[i] >= s->n_experts || (i && experts[i] <= experts[i - 1]))
       return df_err_set(e, "store: layer %d: expert list not sorted/unique/in range", layer);
-  if (s->remote) {
+  if (s->net.src) {
     int keys[n];
     for (int i = 0; i < n; i++) keys[i] = (layer - s->first_layer) * s->n_experts + experts[i];
     if (df_store_fetch_remote(s, keys, n, e)) return -1;
@@ -266,11 +268,11 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, 
   s->batch_prefill = prefill;
   for (int i = 0; i < n; i++) {
     int key = li * s->n_experts + experts[i];
-    entry *x = s->by_key[key];
-    s->requests++;
-    s->all_need += s->rec_bytes;
-    if (prefill) s->prefill_need += s->rec_bytes;
-    s->heat.count[key] += 1;
+    entry *x = s->cache.by_key[key];
+    s->ct.requests++;
+    s->ct.all_need += s->rec_bytes;
+    if (prefill) s->ct.prefill_need += s->rec_bytes;
+    s->cache.heat.count[key] += 1;
     if (x && x->state == E_FAILED && x->refs == 0 && x->pending == 0) {
       df_cache_entry_free(s, x);
       x = NULL;
@@ -279,11 +281,11 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, 
       if (x->state == E_READY) {
         df_cache_hit(s, x);
       } else {
-        s->pf_inflight_hits++;
+        s->ct.pf_inflight_hits++;
         df_sched_promote(s, x);
       }
       if (x->speculative) {
-        s->pf_used += s->rec_bytes;
+        s->ct.pf_used += s->rec_bytes;
         x->speculative = 0;
       }
       x->demand = 1;
@@ -294,7 +296,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, 
       if (df_sched_enqueue(s, x, 1)) df_sched_fail(s, x, "every copy is unreadable or corrupt");
     }
     df_cache_touch(s, x);
-    if (x->refs++ == 0) s->n_unref--;
+    if (x->refs++ == 0) s->cache.n_unref--;
     x->handed = 0;
     s->batch[i] = x;
   }
@@ -319,11 +321,11 @@ int df_store_next(df_store *s, int *idx, const uint8_t **bytes, df_err *e) {
         x->handed = 1;
         *idx = i;
         *bytes = x->data;
-        s->bytes_handed += s->rec_bytes;
+        s->ct.bytes_handed += s->rec_bytes;
         if (t0 > 0) {
           double w = df_now() - t0;
-          s->wait_layer[li] += w;
-          s->wait_total += w;
+          s->ct.wait_layer[li] += w;
+          s->ct.wait_total += w;
           s->batch_wait += w;
         }
         pthread_mutex_unlock(&s->mu);
@@ -349,11 +351,11 @@ void df_store_end(df_store *s) {
   pthread_mutex_lock(&s->mu);
   for (int i = 0; i < s->batch_n; i++) {
     entry *x = s->batch[i];
-    if (--x->refs == 0) s->n_unref++;
+    if (--x->refs == 0) s->cache.n_unref++;
   }
   if (s->trace)
     df_trace_batch_ex(s->trace, df_store_now_rel(s), s->layer, s->batch_n, s->batch_wait, s->pass,
-                      s->batch_prefill ? 2 : 1, s->hits, s->requests, (uint64_t)s->n_resident * s->rec_bytes);
+                      s->batch_prefill ? 2 : 1, s->ct.hits, s->ct.requests, (uint64_t)s->cache.n_resident * s->rec_bytes);
   s->batch_n = 0;
   df_cache_evict(s);
   pthread_mutex_unlock(&s->mu);
@@ -386,3 +388,5 @@ size_t df_store_read_log(const df_store *s, size_t from, size_t max, df_store_re
   pthread_mutex_unlock(&m->mu);
   return n;
 }
+
+const df_store_iocfg *df_store_iocfg_of(const df_store *s) { return &s->sch.ioc; }

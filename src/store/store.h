@@ -90,43 +90,12 @@ void df_store_log_reads(df_store *s, int on);
 size_t df_store_reads_logged(const df_store *s);
 size_t df_store_read_log(const df_store *s, size_t from, size_t max, df_store_read *out);
 
-/* ---- the spine's reads ----
- * The model's streamed spine layers (model/k3_stream.c) read through the
- * store's drives and I/O engine, so one scheduler ranks every read of a
- * drive (store/rank.h): the experts' demand reads first, then spine reads
- * (demand reads known in advance), then speculative expert reads, which
- * never start while a demand or spine read waits on that drive. */
-typedef struct df_store_spine_req {
-  df_io_req req; /* the caller fills fd, off, len, buf, buf_index; results as in io.h */
-  /* Called once the read finished (or was cancelled by df_store_close:
-   * req.err = ECANCELED), from a drive thread, without the store's lock. */
-  void (*done)(void *ud, struct df_store_spine_req *r);
-  void *ud;
-  double t_enq, t_take; /* set by the store: when queued, when a drive took it (its lock held) */
-  struct df_store_spine_req *next; /* the store's queue */
-} df_store_spine_req;
-/* The store drive that spine reads of the open file fd go to (the first
- * drive on the same device, else drive 0), or -1 when the store has no
- * drives (a model without routed experts): the caller reads on its own. */
-int df_store_spine_drive(df_store *s, int fd);
-/* Registers a spine buffer with the store's engine: its index, or -1. */
-int df_store_spine_register(df_store *s, void *base, size_t len);
-/* Queues one read on drive (from df_store_spine_drive); -1 (nothing
- * queued, done is not called) once df_store_close has begun. May be called
- * under the caller's lock: done never runs inside submit. */
-int df_store_spine_submit(df_store *s, int drive, df_store_spine_req *r);
-/* How many spine reads a drive keeps in flight at most (the ranking's
- * rule, rank.h: one slot below the queue depth, at least one). */
-int df_store_spine_depth(const df_store *s);
-/* The pack's spine section (pack --spine), or NULL (shards, or a pack
- * without one). Its chunks' drives are the store's drives. */
-const df_mf_spine *df_store_spine_section(const df_store *s);
-/* A pack drive's file: its fd (-1 = unreadable, or not a pack), path and
- * size when the store opened it. */
-int df_store_pack_file(const df_store *s, int drive, const char **path, uint64_t *size);
-/* 1 when every file of the store (the pack's drive files) was opened with
- * O_DIRECT. */
-int df_store_o_direct(const df_store *s);
+/* The spine stream (the model's streamed spine units) is the store's too:
+ * store/spine.h. */
+
+/* The I/O options as the store resolved them at open (opts.h); the
+ * strings are valid while the store is open. */
+const df_store_iocfg *df_store_iocfg_of(const df_store *s);
 /* The I/O engine in use ("uring" or "pread"), and the trace's clock:
  * seconds since the store opened. */
 const char *df_store_io_used(const df_store *s);
