@@ -19,6 +19,9 @@
 
 /* The longest block this code drafts (block_size above it is refused). */
 #define DF_DSPARK_BLOCK_MAX 16
+/* --draft auto's cut: a block ends where the product of the confidences
+ * (the estimated chance that every draft so far is accepted) drops below it. */
+#define DF_DSPARK_AUTO_CUT 0.5f
 
 typedef struct df_dspark df_dspark;
 typedef struct df_dspark_state df_dspark_state;
