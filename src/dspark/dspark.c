@@ -121,9 +121,9 @@ static int match(cfgctx *c, const char *key, int v, int target) {
   return 0;
 }
 
-static int parse_config(df_dspark *m, json_t *root, const char *dir, df_err *e) {
+static int parse_config(df_dspark *m, const df_config *t, json_t *root, const char *dir,
+                        df_err *e) {
   cfgctx c = {root, dir, e};
-  const df_config *t = df_k3_config(m->target);
   int th = 0, tl = 0, tie = 1;
   double eps, b, lb;
   if (get_str(&c, "model_type", "k3_dspark", NULL) ||
@@ -285,7 +285,8 @@ int df_dspark_is_dir(const char *dir) {
   return yes;
 }
 
-int df_dspark_load(df_dspark **out, const char *dir, const df_k3 *target, df_err *e) {
+static int load(df_dspark **out, const char *dir, const df_k3 *target, const df_config *tc,
+                df_err *e) {
   *out = NULL;
   df_dspark *m = df_xcalloc(1, sizeof *m);
   m->dir = df_xstrdup(dir);
@@ -297,7 +298,7 @@ int df_dspark_load(df_dspark **out, const char *dir, const df_k3 *target, df_err
   int rc = -1;
   if (!root) df_err_set(e, "dspark: %s/config.json: %s (line %d)", dir, je.text, je.line);
   else if (!json_is_object(root)) df_err_set(e, "dspark: %s/config.json: not a JSON object", dir);
-  else rc = parse_config(m, root, dir, e);
+  else rc = parse_config(m, tc, root, dir, e);
   json_decref(root);
   if (rc) goto fail;
   if (df_st_set_open(&m->st, dir, e)) {
@@ -314,6 +315,17 @@ int df_dspark_load(df_dspark **out, const char *dir, const df_k3 *target, df_err
 fail:
   df_dspark_free(m);
   return -1;
+}
+
+int df_dspark_load(df_dspark **out, const char *dir, const df_k3 *target, df_err *e) {
+  return load(out, dir, target, df_k3_config(target), e);
+}
+
+int df_dspark_check(const char *dir, const df_config *target, df_err *e) {
+  df_dspark *m;
+  if (load(&m, dir, NULL, target, e)) return -1;
+  df_dspark_free(m);
+  return 0;
 }
 
 void df_dspark_free(df_dspark *m) {

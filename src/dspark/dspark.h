@@ -37,6 +37,9 @@ int df_dspark_is_dir(const char *dir);
  * range, or a missing/misshapen tensor is an error naming the key or tensor. */
 int df_dspark_load(df_dspark **out, const char *dir, const df_k3 *target, df_err *e);
 void df_dspark_free(df_dspark *m);
+/* The same checks against a target's config alone (setup: the K3 installed
+ * but not loaded); loads nothing it keeps. */
+int df_dspark_check(const char *dir, const df_config *target, df_err *e);
 
 int df_dspark_block_size(const df_dspark *m);
 /* The tapped target layers (0-based, in the config's order). */
