@@ -44,7 +44,9 @@ df_draft *df_draft_new_dspark(df_engine *en, const char *dir, float cut, df_err 
 
 /* A draft that reads the target's state follows s from here (hist[0..n):
  * the ids s holds, for keeping what the draft still has of them); detach
- * before s is freed or runs without the draft. No-ops for other sources. */
+ * before s is freed or runs without the draft. Attaching takes s's layer
+ * hook (df_session_set_layer_hook) and detaching clears it. No-ops for other
+ * sources. df_generate attaches and detaches around each generation. */
 typedef struct df_session df_session;
 void df_draft_attach(df_draft *d, df_session *s, const int *hist, int n);
 void df_draft_detach(df_draft *d);
