@@ -116,6 +116,32 @@ static double parse_duration(const char *v) {
   return -1;
 }
 
+/* An installed draft is one this build runs: a DSpark for the K3 whose
+ * config is tc (NULL: a Qwen3 draft). 0, or 1 with the reason printed. */
+static int check_draft(const char *dir, const df_config *tc) {
+  df_err e;
+  if (tc) {
+    if (df_dspark_check(dir, tc, &e))
+      return df_cli_fail("setup --draft dspark: %s holds the repository's files, but they are not "
+                         "a DSpark draft for this K3: %s", dir, e.msg);
+    fprintf(stderr, "deltafin: draft ready: %s; used by --draft auto, or --draft dspark:%s\n", dir,
+            dir);
+    return 0;
+  }
+  df_qwen3 *q = NULL;
+  df_hftok *t = NULL;
+  if (df_qwen3_load(&q, dir, &e) || df_hftok_load(&t, dir, &e)) {
+    df_qwen3_free(q);
+    return df_cli_fail("setup --draft: %s holds the repository's files, but they are not a "
+                       "Qwen3 draft deltafin can run: %s", dir, e.msg);
+  }
+  fprintf(stderr, "deltafin: draft ready: %s (vocabulary %d); use it with --draft %s\n", dir,
+          df_qwen3_vocab(q), dir);
+  df_qwen3_free(q);
+  df_hftok_free(t);
+  return 0;
+}
+
 int df_cmd_setup(int argc, char **argv) {
   df_setup_opts o = {0};
   o.progress = 1;
@@ -242,27 +268,8 @@ int df_cmd_setup(int argc, char **argv) {
   free(dl);
   if (rc) return free(dsdir), df_cli_fail("setup: %s", e.msg);
   if (o.dry_run) return free(dsdir), 0;
-  if (dsdir) {
-    rc = df_dspark_check(dsdir, &tc, &e);
-    if (rc) df_cli_fail("setup --draft dspark: %s holds the repository's files, but they are not "
-                        "a DSpark draft for this K3: %s", dsdir, e.msg);
-    else fprintf(stderr, "deltafin: draft ready: %s; used by --draft auto, or --draft dspark:%s\n",
-                 dsdir, dsdir);
-    free(dsdir);
-    if (rc) return 1;
-  } else if (draft) { /* installed and verified; now check it is a draft this build runs */
-    df_qwen3 *q = NULL;
-    df_hftok *t = NULL;
-    if (df_qwen3_load(&q, o.model_root, &e) || df_hftok_load(&t, o.model_root, &e)) {
-      df_qwen3_free(q);
-      return df_cli_fail("setup --draft: %s holds the repository's files, but they are not a "
-                         "Qwen3 draft deltafin can run: %s", o.model_root, e.msg);
-    }
-    fprintf(stderr, "deltafin: draft ready: %s (vocabulary %d); use it with --draft %s\n",
-            o.model_root, df_qwen3_vocab(q), o.model_root);
-    df_qwen3_free(q);
-    df_hftok_free(t);
-  }
+  if (draft && check_draft(o.model_root, dsdir ? &tc : NULL)) return free(dsdir), 1;
+  free(dsdir);
   if (json)
     printf("{\"mode\":\"%s\",\"files\":%d,\"files_downloaded\":%d,\"files_reused\":%d,"
            "\"bytes_net\":%llu,\"bytes_reused\":%llu,\"bytes_present\":%llu,\"requests\":%llu,"
