@@ -2,8 +2,8 @@
 # K3's own drafter through `deltafin run`: a generated (random) DSpark for
 # nano-K3 and for the tiny preset gives the ids of --draft off for K 1..7,
 # 1 and 2 threads, no expert cache, a memory limit that streams spine
-# layers (the LM head the draft shares included) and another prefill
-# split; a folder is recognised by its model_type; --draft auto takes the
+# layers (the LM head the draft shares included), experts packed on two
+# drives and another prefill split; a folder is recognised by its model_type; --draft auto takes the
 # DSpark installed as MODEL/dspark and cuts blocks by its confidence head;
 # --json and --stats report the blocks; make-model's bytes follow the seed;
 # a draft for another target is refused naming the key.
@@ -112,13 +112,17 @@ lim=$("$BIN" run --model "$T/m" --prompt-ids 1,2 --max-new 1 --ctx 512 --mem-lim
   sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p')
 [ -n "$lim" ] || fail "no least memory in the plan's refusal"
 ids_of "$T/m" --prompt-ids "$IDS" --ctx 512 --mem-limit "$lim" --draft "$T/tds" >/dev/null || fail "streamed run"
-python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['stats']['plan']; sys.exit(0 if p['streamed_units'] > 0 else 1)" \
-  "$T/last.json" || fail "--mem-limit $lim streams no spine unit"
+python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['stats']['plan']; sys.exit(0 if 'head' in p['streamed'] else 1)" \
+  "$T/last.json" || fail "--mem-limit $lim does not stream the LM head the draft shares"
 check "tiny, dspark" "$T/m" "--prompt-ids $IDS" "--draft $T/tds --draft-max 1" \
   "--draft $T/tds --draft-max 4" "--draft $T/tds --draft-max 7 --threads 2" \
   "--draft $T/tds --draft-max 7 --cache-mb 0"
 check "tiny, dspark, --mem-limit $lim (spine streamed)" "$T/m" "--prompt-ids $IDS --ctx 512 --mem-limit $lim" \
   "--draft $T/tds --draft-max 7" "--draft $T/tds --draft-max 2 --threads 2"
+# the experts packed on two drives (read from there from now on)
+"$BIN" pack --model "$T/m" --drives "$T/d0,$T/d1" -q >/dev/null 2>&1 || fail "pack on two drives"
+check "tiny, dspark, 2 drives" "$T/m" "--prompt-ids $IDS --cache-mb 0" "--draft $T/tds --draft-max 7" \
+  "--draft $T/tds --draft-max 3 --threads 2"
 
 # a draft made for another target is refused naming the key
 if "$BIN" run --model "$T/m" --prompt-ids 1,2 --draft "$T/ds" >"$T/o" 2>"$T/e"; then fail "nano draft on tiny accepted"; fi
