@@ -6,6 +6,7 @@
 
 #include "base/err.h"
 #include "cli/cli.h"
+#include "dspark/dspark_make.h"
 #include "synth/synth.h"
 
 void df_cmd_make_model_help(void) {
@@ -26,6 +27,10 @@ void df_cmd_make_model_help(void) {
       "  k3-trunk   K3's real trunk (hidden 7168, KDA 96x128, MLA, dense 33792, shared\n"
       "             6144) and vocabulary 163840, --layers N of the release pattern,\n"
       "             --experts E real-shape experts; ~1.2 GB spine per layer + 4.7 GB\n"
+      "  dspark     a random DSpark draft (docs/DSPARK.md: config.json + model.safetensors)\n"
+      "             for the K3 model in --target DIR: its MLA dims, --layers N draft layers\n"
+      "             (default 2), --taps L,L,.. tapped target layers (default: nano's\n"
+      "             1,3,4,6,7 for 8 layers, else five spread over the target)\n"
       "\n"
       "options:\n"
       "  --preset NAME     tiny | small | k3-shaped | k3-trunk\n"
@@ -33,10 +38,40 @@ void df_cmd_make_model_help(void) {
       "  --out DIR         output directory (created)\n"
       "  --moe-layers L    k3-shaped: MoE layers (default 4; one dense layer is added)\n"
       "  --experts E       k3-shaped/k3-trunk: routed experts per layer (default 64 / 16, >= 16)\n"
-      "  --layers N        k3-trunk: layers (default 4)\n"
+      "  --layers N        k3-trunk: layers (default 4); dspark: draft layers (default 2)\n"
+      "  --target DIR      dspark: the target model whose dimensions the draft takes\n"
+      "  --taps LIST       dspark: comma-separated 0-based target layers to tap\n"
       "  --force           replace a model already in DIR\n"
       "  --dry-run         print the size and config, write nothing\n"
       "  -q, --quiet       no progress bar\n");
+}
+
+/* --taps 1,3,4: up to 64 layer indices. */
+static int parse_taps(const char *v, int *taps, int *n) {
+  *n = 0;
+  for (const char *p = v; *p;) {
+    char *end;
+    long x = strtol(p, &end, 10);
+    if (end == p || x < 0 || x > 4096 || *n == 64 || (*end && *end != ','))
+      return df_cli_fail("--taps: '%s' is not a list of layer indices like 1,3,4,6,7", v);
+    taps[(*n)++] = (int)x;
+    p = *end ? end + 1 : end;
+  }
+  return *n ? 0 : df_cli_fail("--taps: empty list");
+}
+
+static int make_dspark(const df_synth_opts *o, const char *target, const int *taps, int ntaps,
+                       int quiet) {
+  if (!target) return df_cli_fail("make-model --preset dspark: --target DIR (the K3 model) is required");
+  if (!o->out_dir) return df_cli_fail("make-model: --out DIR is required");
+  df_dspark_make_opts d = {.target_dir = target, .out_dir = o->out_dir, .seed = o->seed,
+                           .layers = o->layers > 0 ? o->layers : 2, .ntaps = ntaps, .taps = taps};
+  df_err e = {{0}};
+  if (df_dspark_make(&d, &e)) return df_cli_fail("make-model: %s", e.msg);
+  if (!quiet)
+    fprintf(stderr, "deltafin: wrote %s (DSpark for %s, %d layers, seed %" PRIu64 ")\n",
+            o->out_dir, target, d.layers, o->seed);
+  return 0;
 }
 
 int df_cmd_make_model(int argc, char **argv) {
@@ -45,7 +80,8 @@ int df_cmd_make_model(int argc, char **argv) {
     return 0;
   }
   df_synth_opts o = {.seed = 1, .progress = 1};
-  int dry = 0, quiet = 0;
+  int dry = 0, quiet = 0, taps[64], ntaps = 0;
+  const char *target = NULL;
   long v;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -74,6 +110,12 @@ int df_cmd_make_model(int argc, char **argv) {
       if (df_cli_int(a, val, 1, 65536, &v)) return 1;
       o.experts = (int)v;
       i++;
+    } else if (!strcmp(a, "--target") && val) {
+      target = val;
+      i++;
+    } else if (!strcmp(a, "--taps") && val) {
+      if (parse_taps(val, taps, &ntaps)) return 1;
+      i++;
     } else if (!strcmp(a, "--force")) {
       o.force = 1;
     } else if (!strcmp(a, "--dry-run")) {
@@ -83,13 +125,15 @@ int df_cmd_make_model(int argc, char **argv) {
       quiet = 1;
     } else if (!strncmp(a, "--", 2) && !val &&
                (!strcmp(a, "--preset") || !strcmp(a, "--seed") || !strcmp(a, "--out") ||
-                !strcmp(a, "--moe-layers") || !strcmp(a, "--experts") || !strcmp(a, "--layers"))) {
+                !strcmp(a, "--moe-layers") || !strcmp(a, "--experts") || !strcmp(a, "--layers") ||
+                !strcmp(a, "--target") || !strcmp(a, "--taps"))) {
       return df_cli_fail("%s needs a value", a);
     } else {
       return df_cli_fail("make-model: unknown argument '%s' (see deltafin make-model --help)", a);
     }
   }
   if (!o.preset) return df_cli_fail("make-model: --preset is required (tiny, small, k3-shaped, k3-trunk)");
+  if (!strcmp(o.preset, "dspark")) return make_dspark(&o, target, taps, ntaps, quiet);
   if (!o.out_dir && !dry) return df_cli_fail("make-model: --out DIR is required");
   df_err e = {{0}};
   uint64_t bytes;

@@ -168,6 +168,22 @@ static json_t *spec_json(const df_engine *en, const df_gen_stats *st) {
   json_object_set_new(o, "decode_passes", json_integer(st->n_passes));
   json_object_set_new(o, "k_changes", json_integer(st->draft_changes));
   json_object_set_new(o, "switched_off", json_integer(st->draft_offs));
+  /* block_lengths[k-1]: blocks of k drafts; accepted_at[j]: drafts accepted
+   * at position j; confidence_mean[j]: the draft's own estimate there (null
+   * for sources without one) */
+  json_t *bl = json_array(), *aa = json_array(), *cm = json_array();
+  int top = 0;
+  for (int k = 1; k <= DF_DRAFT_MAX; k++)
+    if (st->block_len[k]) top = k;
+  for (int k = 1; k <= top; k++) {
+    json_array_append_new(bl, json_integer(st->block_len[k]));
+    json_array_append_new(aa, json_integer(st->acc_at[k - 1]));
+    json_array_append_new(cm, st->conf_n[k - 1] ? json_real(st->conf_sum[k - 1] / st->conf_n[k - 1])
+                                                : json_null());
+  }
+  json_object_set_new(o, "block_lengths", bl);
+  json_object_set_new(o, "accepted_at", aa);
+  json_object_set_new(o, "confidence_mean", cm);
   return o;
 }
 
@@ -181,6 +197,20 @@ static void spec_text(const df_engine *en, const df_gen_stats *st) {
           src, kmax, st->draft_k, st->n_verify, st->n_accepted, st->n_drafted,
           st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0, st->n_rollback,
           st->n_passes, st->n_gen, st->draft_offs ? "; switched off when it did not pay" : "");
+  int top = 0;
+  for (int k = 1; k <= DF_DRAFT_MAX; k++)
+    if (st->block_len[k]) top = k;
+  if (!top) return;
+  fprintf(stderr, "draft    blocks by length:");
+  for (int k = 1; k <= top; k++) fprintf(stderr, " %d", st->block_len[k]);
+  fprintf(stderr, "; accepted by position:");
+  for (int k = 1; k <= top; k++) fprintf(stderr, " %d", st->acc_at[k - 1]);
+  if (st->conf_n[0]) {
+    fprintf(stderr, "; mean confidence by position:");
+    for (int k = 1; k <= top && st->conf_n[k - 1]; k++)
+      fprintf(stderr, " %.2f", st->conf_sum[k - 1] / st->conf_n[k - 1]);
+  }
+  fprintf(stderr, "\n");
 }
 
 /* The command line: the engine's and the generation options' tables, then

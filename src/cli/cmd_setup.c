@@ -9,13 +9,16 @@
 #include "remote/hub.h"
 #include "setup/install.h"
 #include "remote/sverify.h"
+#include "dspark/dspark.h"
+#include "format/config.h"
 #include "qwen3/qwen3.h"
 #include "tokenizer/hf_bpe.h"
 #include "store/io.h"
 
 void df_cmd_setup_help(void) {
   printf(
-      "usage: deltafin setup (--full | --stream | --draft qwen3) --repo OWNER/NAME [--revision REV]\n"
+      "usage: deltafin setup (--full | --stream | --draft qwen3|dspark) --repo OWNER/NAME\n"
+      "                      [--revision REV]\n"
       "                      --model-root DIR [options]\n"
       "\n"
       "Installs a model from a Hugging Face endpoint (HF_ENDPOINT, default\n"
@@ -30,6 +33,10 @@ void df_cmd_setup_help(void) {
       "             a draft model for speculative decoding (run/serve --draft DIR): every\n"
       "             file of a Qwen3 checkpoint as published (e.g. Qwen/Qwen3-0.6B), then\n"
       "             loaded once to check it is one\n"
+      "  --draft dspark\n"
+      "             K3's own drafter (docs/DSPARK.md) next to the K3 installed in\n"
+      "             --model-root DIR: into DIR/dspark (where run/serve --draft auto finds\n"
+      "             it), then checked against that K3's dimensions\n"
       "  --full     download every file, then convert the spine (--spine int8) and\n"
       "             pack the experts (--drives); fully offline afterwards. On a\n"
       "             stream install it downloads only what is still missing.\n"
@@ -109,6 +116,32 @@ static double parse_duration(const char *v) {
   return -1;
 }
 
+/* An installed draft is one this build runs: a DSpark for the K3 whose
+ * config is tc (NULL: a Qwen3 draft). 0, or 1 with the reason printed. */
+static int check_draft(const char *dir, const df_config *tc) {
+  df_err e;
+  if (tc) {
+    if (df_dspark_check(dir, tc, &e))
+      return df_cli_fail("setup --draft dspark: %s holds the repository's files, but they are not "
+                         "a DSpark draft for this K3: %s", dir, e.msg);
+    fprintf(stderr, "deltafin: draft ready: %s; used by --draft auto, or --draft dspark:%s\n", dir,
+            dir);
+    return 0;
+  }
+  df_qwen3 *q = NULL;
+  df_hftok *t = NULL;
+  if (df_qwen3_load(&q, dir, &e) || df_hftok_load(&t, dir, &e)) {
+    df_qwen3_free(q);
+    return df_cli_fail("setup --draft: %s holds the repository's files, but they are not a "
+                       "Qwen3 draft deltafin can run: %s", dir, e.msg);
+  }
+  fprintf(stderr, "deltafin: draft ready: %s (vocabulary %d); use it with --draft %s\n", dir,
+          df_qwen3_vocab(q), dir);
+  df_qwen3_free(q);
+  df_hftok_free(t);
+  return 0;
+}
+
 int df_cmd_setup(int argc, char **argv) {
   df_setup_opts o = {0};
   o.progress = 1;
@@ -131,7 +164,8 @@ int df_cmd_setup(int argc, char **argv) {
     else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) df_log_verbose = 0, o.progress = 0;
     else if (!v) return df_cli_fail("setup: unknown or incomplete option '%s' (see --help)", a);
     else if (!strcmp(a, "--draft")) {
-      if (strcmp(v, "qwen3")) return df_cli_fail("setup --draft: '%s' is not qwen3", v);
+      if (strcmp(v, "qwen3") && strcmp(v, "dspark"))
+        return df_cli_fail("setup --draft: '%s' is not qwen3 or dspark", v);
       draft = v, full = 1, i++;
     }
     else if (!strcmp(a, "--repo")) o.repo = v, i++;
@@ -220,23 +254,22 @@ int df_cmd_setup(int argc, char **argv) {
   }
   df_setup_report r;
   df_err e;
+  df_config tc;
+  char *dsdir = NULL;
+  if (draft && !strcmp(draft, "dspark")) { /* beside the K3 it drafts for, checked against it */
+    if (df_config_load_dir(&tc, o.model_root, &e)) {
+      free(dl);
+      return df_cli_fail("setup --draft dspark: --model-root %s must hold the installed K3 the "
+                         "draft is for: %s", o.model_root, e.msg);
+    }
+    o.model_root = dsdir = df_path_join(o.model_root, "dspark");
+  }
   int rc = df_setup_run(&o, &r, &e);
   free(dl);
-  if (rc) return df_cli_fail("setup: %s", e.msg);
-  if (o.dry_run) return 0;
-  if (draft) { /* installed and verified; now check it is a draft this build runs */
-    df_qwen3 *q = NULL;
-    df_hftok *t = NULL;
-    if (df_qwen3_load(&q, o.model_root, &e) || df_hftok_load(&t, o.model_root, &e)) {
-      df_qwen3_free(q);
-      return df_cli_fail("setup --draft: %s holds the repository's files, but they are not a "
-                         "Qwen3 draft deltafin can run: %s", o.model_root, e.msg);
-    }
-    fprintf(stderr, "deltafin: draft ready: %s (vocabulary %d); use it with --draft %s\n",
-            o.model_root, df_qwen3_vocab(q), o.model_root);
-    df_qwen3_free(q);
-    df_hftok_free(t);
-  }
+  if (rc) return free(dsdir), df_cli_fail("setup: %s", e.msg);
+  if (o.dry_run) return free(dsdir), 0;
+  if (draft && check_draft(o.model_root, dsdir ? &tc : NULL)) return free(dsdir), 1;
+  free(dsdir);
   if (json)
     printf("{\"mode\":\"%s\",\"files\":%d,\"files_downloaded\":%d,\"files_reused\":%d,"
            "\"bytes_net\":%llu,\"bytes_reused\":%llu,\"bytes_present\":%llu,\"requests\":%llu,"

@@ -34,8 +34,9 @@ static const opt_def defs[] = {
      "state x2): the reference's answer where fp32 rounding meets a near-tie"},
     {"--draft", "SRC", K_DRAFT,
      "speculative decoding, same ids as without: off (default), ngram (prompt lookup), auto "
-     "(ngram with the block size adapted and switched off when it does not pay), DIR (a Qwen3 "
-     "draft model's folder, e.g. models/nano-draft), self (the model as its own draft: a test "
+     "(ngram, or the DSpark in DIR/dspark with blocks cut by its confidence head; the block size "
+     "adapted and switched off when it does not pay), DIR (a Qwen3 draft model's folder, e.g. "
+     "models/nano-draft, or a DSpark's), dspark:DIR (K3's own drafter), self (the model as its own draft: a test "
      "of the machinery)"},
     {"--draft-max", "K", K_DRAFT_MAX, "drafts per verify block (default 4, at most 16)"},
     {"--draft-rollback", "recompute|rows", K_DRAFT_ROLLBACK,
@@ -108,9 +109,9 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     return 0;
   case K_DRAFT:
     if (strcmp(v, "off") && strcmp(v, "ngram") && strcmp(v, "auto") && strcmp(v, "self") &&
-        !has_config(v))
-      return df_cli_fail("--draft: '%s' is not off, ngram, auto, self or a draft model's folder "
-                         "(config.json, safetensors, tokenizer.json)", v), -1;
+        !has_config(strncmp(v, "dspark:", 7) ? v : v + 7))
+      return df_cli_fail("--draft: '%s' is not off, ngram, auto, self, dspark:DIR or a draft "
+                         "model's folder (config.json, safetensors, tokenizer.json)", v), -1;
     o->draft = v;
     return 0;
   case K_DRAFT_MAX:

@@ -5,11 +5,12 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "dspark/dspark.h"
 #include "engine/engine_int.h"
 #include "qwen3/qwen3.h"
 #include "tokenizer/hf_bpe.h"
 
-typedef enum { D_FN, D_NGRAM, D_SELF, D_MODEL } draft_kind;
+typedef enum { D_FN, D_NGRAM, D_SELF, D_MODEL, D_DSPARK } draft_kind;
 
 struct df_draft {
   draft_kind kind;
@@ -34,6 +35,20 @@ struct df_draft {
   char pend[8];
   int npend;
   float *qlog;
+  /* dspark: the draft and its context cache; the target state it follows
+   * and the session that owns it; one forward's taps; the latest
+   * proposal's confidences; the confidence cut */
+  df_dspark *ds;
+  df_dspark_state *dst;
+  df_mstate *hst;
+  df_session *bound;
+  float *taps;
+  int tapcap, tap_last;
+  float conf[DF_DRAFT_MAX];
+  int nconf;
+  float cut;
+  df_draft_edit_fn edit;
+  void *edit_ud;
 };
 
 static df_draft *draft_new(draft_kind k, const char *name) {
@@ -84,8 +99,104 @@ df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e) {
   return d;
 }
 
+/* The target ran T rows at its position: their taps at this layer; after
+ * the last tapped layer they become the draft's context rows there,
+ * replacing what it held from that position on (a rollback's rerun). */
+static void dspark_hook(void *ud, int layer, const float *h, int T, int hidden) {
+  df_draft *d = ud;
+  int nt = df_dspark_n_taps(d->ds);
+  const int *tp = df_dspark_taps(d->ds);
+  size_t row = (size_t)nt * (size_t)hidden;
+  if (T > d->tapcap) {
+    d->tapcap = T;
+    d->taps = df_xrealloc(d->taps, sizeof(float) * row * (size_t)T);
+  }
+  for (int i = 0; i < nt; i++)
+    if (tp[i] == layer)
+      for (int t = 0; t < T; t++)
+        memcpy(d->taps + (size_t)t * row + (size_t)i * hidden, h + (size_t)t * hidden,
+               sizeof(float) * (size_t)hidden);
+  if (layer != d->tap_last) return;
+  int pos0 = df_mstate_pos(d->hst);
+  if (pos0 > df_dspark_state_pos(d->dst)) return; /* positions run while detached: a gap */
+  df_dspark_state_truncate(d->dst, pos0);
+  df_err e;
+  df_dspark_context(d->ds, &d->en->kc, d->dst, d->taps, T, &e);
+}
+
+df_draft *df_draft_new_dspark(df_engine *en, const char *dir, float cut, df_err *e) {
+  df_draft *d = draft_new(D_DSPARK, "dspark");
+  d->en = en;
+  d->cut = cut;
+  if (df_dspark_load(&d->ds, dir, en->model, e)) {
+    df_err_prefix(e, "--draft %s: ", dir);
+    df_draft_free(d);
+    return NULL;
+  }
+  d->dst = df_dspark_state_new(d->ds);
+  d->tap_last = -1;
+  for (int i = 0; i < df_dspark_n_taps(d->ds); i++)
+    if (df_dspark_taps(d->ds)[i] > d->tap_last) d->tap_last = df_dspark_taps(d->ds)[i];
+  return d;
+}
+
+void df_draft_attach(df_draft *d, df_session *s, const int *hist, int n) {
+  if (!d || d->kind != D_DSPARK) return;
+  int P = df_mstate_pos(s->st), keep = 0;
+  if (s == d->bound) /* what it still holds of the ids s holds */
+    while (keep < P && keep < n && keep < d->nheld && d->held[keep] == hist[keep]) keep++;
+  df_dspark_state_truncate(d->dst, keep);
+  d->bound = s;
+  d->hst = s->st;
+  df_mstate_set_tap(s->st, dspark_hook, d);
+}
+
+void df_draft_detach(df_draft *d) {
+  if (!d || d->kind != D_DSPARK || !d->hst) return;
+  df_mstate_set_tap(d->hst, NULL, NULL);
+  d->hst = NULL;
+}
+
+int df_draft_conf(const df_draft *d, float *conf, int kmax) {
+  int n = d->nconf < kmax ? d->nconf : kmax;
+  memcpy(conf, d->conf, sizeof(float) * (size_t)(n > 0 ? n : 0));
+  return n;
+}
+
+void df_draft_set_edit(df_draft *d, df_draft_edit_fn fn, void *ud) {
+  d->edit = fn;
+  d->edit_ud = ud;
+}
+
+const struct df_dspark *df_draft_dspark(const df_draft *d, const struct df_dspark_state **st) {
+  if (st) *st = d->kind == D_DSPARK ? d->dst : NULL;
+  return d->kind == D_DSPARK ? d->ds : NULL;
+}
+
+/* x (the last id, not yet run) after the context the target has run; the
+ * draft holds that context exactly when its rows match the target's. */
+static int dspark_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
+  if (!d->hst || n < 1) return 0;
+  int nctx = n - 1;
+  if (df_mstate_pos(d->hst) != nctx || df_dspark_state_pos(d->dst) < nctx) return 0;
+  df_dspark_state_truncate(d->dst, nctx);
+  if (n > d->capheld) {
+    d->capheld = n * 2;
+    d->held = df_xrealloc(d->held, sizeof(int) * (size_t)d->capheld);
+  }
+  memcpy(d->held, h, sizeof(int) * (size_t)n);
+  d->nheld = n;
+  int k = df_dspark_propose(d->ds, &d->en->kc, d->dst, h[n - 1], kmax, d->cut, out, d->conf, NULL, e);
+  d->nconf = k > 0 ? k : 0;
+  return k;
+}
+
 void df_draft_free(df_draft *d) {
   if (!d) return;
+  df_draft_detach(d);
+  df_dspark_state_free(d->dst);
+  df_dspark_free(d->ds);
+  free(d->taps);
   df_qwen3_state_free(d->qs);
   df_qwen3_free(d->q);
   df_hftok_free(d->qt);
@@ -257,11 +368,16 @@ static int model_propose(df_draft *d, const int *h, int n, int *out, int kmax, d
 
 int df_draft_propose(df_draft *d, const int *hist, int n, int *out, int kmax, df_err *e) {
   if (kmax <= 0) return 0;
+  int k = 0;
+  d->nconf = 0;
   switch (d->kind) {
-  case D_FN: return d->fn(d->ud, hist, n, out, kmax, e);
-  case D_NGRAM: return ngram_propose(hist, n, out, kmax);
-  case D_SELF: return self_propose(d, hist, n, out, kmax, e);
-  case D_MODEL: return model_propose(d, hist, n, out, kmax, e);
+  case D_FN: k = d->fn(d->ud, hist, n, out, kmax, e); break;
+  case D_NGRAM: k = ngram_propose(hist, n, out, kmax); break;
+  case D_SELF: k = self_propose(d, hist, n, out, kmax, e); break;
+  case D_MODEL: k = model_propose(d, hist, n, out, kmax, e); break;
+  case D_DSPARK: k = dspark_propose(d, hist, n, out, kmax, e); break;
   }
-  return 0;
+  if (k >= 0 && d->edit) d->edit(d->edit_ud, hist, n, out, &k, kmax);
+  if (d->nconf > k) d->nconf = k;
+  return k;
 }

@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "store/store.h"
+#include "dspark/dspark.h"
 #include "engine/engine_int.h"
 
 void df_engine_opts_default(df_engine_opts *o) {
@@ -39,6 +40,29 @@ void df_engine_close(df_engine *en) {
   free(en->model_dir);
   free(en->model_id);
   free(en);
+}
+
+/* The --draft source. auto: the DSpark installed beside the model
+ * (DIR/dspark, `setup --draft dspark`) with its blocks cut by confidence,
+ * else n-gram; dspark:DIR or a folder whose config says k3_dspark: DSpark. */
+static int make_draft(df_engine *en, const char *v, df_err *e) {
+  if (!strcmp(v, "auto")) {
+    char *ds = df_path_join(en->model_dir, "dspark");
+    if (df_dspark_is_dir(ds)) en->draft = df_draft_new_dspark(en, ds, DF_DSPARK_AUTO_CUT, e);
+    else en->draft = df_draft_new_ngram();
+    free(ds);
+  } else if (!strcmp(v, "ngram")) {
+    en->draft = df_draft_new_ngram();
+  } else if (!strcmp(v, "self")) {
+    en->draft = df_draft_new_self(en);
+  } else if (!strncmp(v, "dspark:", 7)) {
+    en->draft = df_draft_new_dspark(en, v + 7, 0, e);
+  } else if (df_dspark_is_dir(v)) {
+    en->draft = df_draft_new_dspark(en, v, 0, e);
+  } else {
+    en->draft = df_draft_new_model(en, v, e);
+  }
+  return en->draft ? 0 : -1;
 }
 
 /* Plans memory (plan/plan.h) and starts the spine stream for what the plan
@@ -116,10 +140,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->draft_max = o->draft_max > 0 ? o->draft_max : 4;
   en->draft_rows = o->draft_rows;
   if (o->draft && strcmp(o->draft, "off")) {
-    if (!strcmp(o->draft, "ngram") || !strcmp(o->draft, "auto")) en->draft = df_draft_new_ngram();
-    else if (!strcmp(o->draft, "self")) en->draft = df_draft_new_self(en);
-    else if (!(en->draft = df_draft_new_model(en, o->draft, e)))
-      goto fail;
+    if (make_draft(en, o->draft, e)) goto fail;
     en->draft_auto = !strcmp(o->draft, "auto");
   }
   *out = en;

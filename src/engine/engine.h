@@ -168,6 +168,13 @@ typedef struct df_gen_stats {
   int n_verify, n_drafted, n_accepted, n_rollback;
   int n_passes; /* forward passes of the decode (single steps, blocks and rollbacks) */
   int draft_k, draft_changes, draft_offs;
+  /* per verify block: how many drafts it held (block_len[k], k = 1..DF_DRAFT_MAX);
+   * per draft position j (0-based): accepted there, and the draft's
+   * confidence estimates summed over the blocks that had one (DSpark) */
+  int block_len[DF_DRAFT_MAX + 1];
+  int acc_at[DF_DRAFT_MAX];
+  double conf_sum[DF_DRAFT_MAX];
+  int conf_n[DF_DRAFT_MAX];
 } df_gen_stats;
 
 void df_gen_opts_default(df_gen_opts *o);

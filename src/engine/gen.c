@@ -191,6 +191,11 @@ static int decode(gen *g, df_err *e) {
     if (rc) break;
     st->n_verify++;
     st->n_drafted += k;
+    st->block_len[k]++;
+    float cf[DF_DRAFT_MAX];
+    int ncf = df_draft_conf(draft, cf, k);
+    for (int i = 0; i < ncf; i++)
+      if (cf[i] >= 0) st->conf_sum[i] += cf[i], st->conf_n[i]++;
     /* rows: keep drafts while they are what the target chooses */
     int keep = k, stop = 0, acc = 0;
     for (int i = 0; i <= k; i++) {
@@ -198,6 +203,7 @@ static int decode(gen *g, df_err *e) {
       int t = i < k ? df_sample_verify(s->sampler, row, &g->so, g->ctx, g->nctx, g->n, d[i], &g->rng)
                     : pick(g, row);
       if (i < k && t == d[i]) {
+        st->acc_at[i]++;
         acc++;
         if (emit(g, t)) {
           stop = 1, keep = i; /* d[i] is the last id out: the state holds what precedes it */
@@ -262,6 +268,9 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   double t0 = df_now();
   df_store_trace_mark(en->store, "gen", nprompt);
   df_mstate_set_cancel(s->st, o->cancel, o->ud);
+  /* a draft reading the target's hidden states sees the prompt's too */
+  df_draft *dr = o->no_draft || o->mask ? NULL : o->draft ? o->draft : en->draft;
+  if (dr) df_draft_attach(dr, s, o->history, o->history ? o->nhistory : 0);
   int rc = 0;
   for (int i = 0; i < nprompt && !rc; i += chunk) {
     int n = nprompt - i < chunk ? nprompt - i : chunk;
@@ -274,6 +283,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   }
   st->prefill_s = df_now() - t0;
   if (rc) {
+    if (dr) df_draft_detach(dr);
     df_mstate_set_cancel(s->st, NULL, NULL);
     s->have_logits = 0;
     if (rc < 0) return -1;
@@ -281,7 +291,10 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
     st->expert_bytes_read = df_store_bytes_read(en->store) - bytes0;
     return 0;
   }
-  if (!s->have_logits) return df_err_set(e, "generate: empty prompt and no earlier context");
+  if (!s->have_logits) {
+    if (dr) df_draft_detach(dr);
+    return df_err_set(e, "generate: empty prompt and no earlier context");
+  }
   int cap = o->max_new > 0 ? o->max_new : 1;
   gen g = {.s = s, .o = o, .st = st, .rng = o->seed};
   g.ids = df_xmalloc(sizeof(int) * (size_t)cap);
@@ -309,6 +322,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   st->finish = DF_FINISH_LENGTH;
   double t1 = df_now();
   rc = decode(&g, e);
+  if (dr) df_draft_detach(dr);
   df_mstate_set_cancel(s->st, NULL, NULL);
   free(g.ctx);
   free(g.hist);

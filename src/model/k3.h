@@ -133,6 +133,14 @@ int df_k3_convert_spine(const char *model_dir, int threads, int force, df_err *e
 int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threads, int force,
                            int progress, df_err *e);
 
+/* The target's embedding rows (T x hidden) and LM head (T rows of x, each
+ * hidden floats, to T x vocab logits, no final norm) for a draft that shares
+ * them (dspark/): the same weights the forward pass reads, never a copy. A
+ * streamed head is read for the call like the forward pass reads it. */
+int df_k3_embed(const df_k3 *m, const int *ids, int T, float *out, df_err *e);
+int df_k3_lm_head(const df_k3 *m, const df_kctx *kc, const float *x, int T, float *logits,
+                  df_err *e);
+
 /* ---- per-sequence state and the forward pass ----
  * A state is its sequence state (below) plus the scratch of the passes run
  * on it, made on its first pass and grown with the largest batch; clone,

@@ -444,6 +444,25 @@ fail:
 
 const df_config *df_k3_config(const df_k3 *m) { return m->cfg; }
 int df_k3_is_int8(const df_k3 *m) { return m->int8; }
+
+int df_k3_embed(const df_k3 *m, const int *ids, int T, float *out, df_err *e) {
+  for (int t = 0; t < T; t++)
+    if (ids[t] < 0 || ids[t] >= m->cfg->vocab)
+      return df_err_set(e, "embedding: token id %d is outside the vocabulary (%d)", ids[t],
+                        m->cfg->vocab);
+  return df_k3_embed_rows(m, ids, T, out, e);
+}
+
+int df_k3_lm_head(const df_k3 *m, const df_kctx *kc, const float *x, int T, float *logits,
+                  df_err *e) {
+  int nl = m->cfg->n_layers;
+  /* next: what the target's next pass streams first, as after its own head */
+  const df_wmat *h = df_k3_acquire_head(m, df_k3_next_streamed(m, nl, 0), e);
+  if (!h) return -1;
+  df_mm(kc, h, x, T, (size_t)m->cfg->hidden, logits, (size_t)m->cfg->vocab);
+  df_k3_release(m, nl);
+  return 0;
+}
 uint64_t df_k3_spine_bytes_per_token(const df_k3 *m) { return m->spine_bytes_per_token; }
 
 int df_k3_ctx_limit(const df_k3 *m) {

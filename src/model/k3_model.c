@@ -66,6 +66,13 @@ static void *k_mark_new(const void *st) { return df_k3_mark_new(st); }
 static void k_mark_save(void *k, const void *st) { df_k3_mark_save(k, st); }
 static void k_mark_restore(void *st, const void *k) { df_k3_mark_restore(st, k); }
 static void k_mark_free(void *k) { df_k3_mark_free(k); }
+static int k_embed(const void *self, const int *ids, int T, float *out, df_err *e) {
+  return df_k3_embed(self, ids, T, out, e);
+}
+static int k_lm_head(const void *self, const df_kctx *kc, const float *x, int T, float *logits,
+                     df_err *e) {
+  return df_k3_lm_head(self, kc, x, T, logits, e);
+}
 static void k_set_row_marks(void *st, void *const *marks, int n) {
   df_k3_state_set_row_marks(st, (df_k3_mark *const *)marks, n);
 }
@@ -110,6 +117,8 @@ static const df_model_ops k3_ops = {
     .mark_restore = k_mark_restore,
     .mark_free = k_mark_free,
     .state_set_row_marks = k_set_row_marks,
+    .embed = k_embed,
+    .lm_head = k_lm_head,
     .forward = k_forward,
 };
 

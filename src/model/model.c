@@ -162,6 +162,17 @@ df_mmark *df_mmark_new(const df_mstate *s) {
 void df_mmark_save(df_mmark *k, const df_mstate *s) { k->m->ops->mark_save(k->k, s->st); }
 void df_mmark_restore(df_mstate *s, const df_mmark *k) { k->m->ops->mark_restore(s->st, k->k); }
 
+int df_model_embed(const df_model *m, const int *ids, int T, float *out, df_err *e) {
+  if (!m->ops->embed) return df_err_set(e, "%s: shares no embedding", m->ops->family);
+  return m->ops->embed(m->self, ids, T, out, e);
+}
+
+int df_model_lm_head(const df_model *m, const df_kctx *kc, const float *x, int T, float *logits,
+                     df_err *e) {
+  if (!m->ops->lm_head) return df_err_set(e, "%s: shares no LM head", m->ops->family);
+  return m->ops->lm_head(m->self, kc, x, T, logits, e);
+}
+
 int df_mstate_set_row_marks(df_mstate *s, df_mmark *const *marks, int n) {
   if (!s->m->ops->state_set_row_marks) return -1;
   void *in[64];

@@ -131,6 +131,11 @@ typedef struct df_model_ops {
   void (*mark_free)(void *mark);
   /* NULL: the model has no per-row boundary states (--draft-rollback rows refused) */
   void (*state_set_row_marks)(void *st, void *const *marks, int n);
+  /* the embedding rows and the LM head a draft that shares them reads (a
+   * DSpark head); NULL: the model shares none */
+  int (*embed)(const void *self, const int *ids, int T, float *out, df_err *e);
+  int (*lm_head)(const void *self, const df_kctx *kc, const float *x, int T, float *logits,
+                 df_err *e);
   int (*forward)(const void *self, const df_model_run *run, void *st, const int *ids, int T,
                  float *logits_last, float *logits_all, df_err *e);
 } df_model_ops;
@@ -205,6 +210,13 @@ void df_mmark_free(df_mmark *k);
  * the state as it is after that pass's row t. Returns -1 when the model has
  * none (its ops leave state_set_row_marks NULL). */
 int df_mstate_set_row_marks(df_mstate *s, df_mmark *const *marks, int n);
+
+/* The target's embedding rows (T x hidden) and its LM head over T rows of
+ * hidden floats (T x vocab logits, no final norm), for a draft that shares
+ * them (dspark/): the weights the forward pass reads, never a copy. */
+int df_model_embed(const df_model *m, const int *ids, int T, float *out, df_err *e);
+int df_model_lm_head(const df_model *m, const df_kctx *kc, const float *x, int T, float *logits,
+                     df_err *e);
 
 /* Runs ids[0..T) at the state's next positions; logits_last (vocab) gets
  * the last row's logits, logits_all (T x vocab) every row's, either NULL.
