@@ -387,8 +387,8 @@ def block_json(c, res, n, x_n, k, top=8):
 
 # ---------------------------------------------------------------- goldens
 
-def goldens(out_dir, draft_dir, target_dir, prompt, cases):
-    """cases: list of (n, k, anchor or None). Writes blocks.json (+ blocks.npz: full logits)."""
+def goldens(out_dir, draft_dir, target_dir, prompt, cases, name="blocks", npz=True):
+    """cases: list of (n, k, anchor or None). Writes NAME.json (+ NAME.npz: full logits, taps)."""
     tgt = Target(target_dir)
     c, W = load(draft_dir, tgt.cfg)
     logits_t, taps = tgt.taps(prompt, c.taps)
@@ -403,12 +403,13 @@ def goldens(out_dir, draft_dir, target_dir, prompt, cases):
     # the taps the blocks read: lets a C test separate the target's error from the draft's
     full["taps"] = taps.numpy().astype(np.float32)
     os.makedirs(out_dir, exist_ok=True)
-    tmp = os.path.join(out_dir, "blocks.json.tmp")
+    tmp = os.path.join(out_dir, name + ".json.tmp")
     with open(tmp, "w") as f:
         json.dump(rec, f, indent=1)
         f.write("\n")
-    os.replace(tmp, os.path.join(out_dir, "blocks.json"))
-    K.save_npz(os.path.join(out_dir, "blocks.npz"), full)
+    os.replace(tmp, os.path.join(out_dir, name + ".json"))
+    if npz:
+        K.save_npz(os.path.join(out_dir, name + ".npz"), full)
     return rec
 
 
@@ -427,13 +428,15 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--goldens", help="write the fixture set to this folder")
     ap.add_argument("--cases", help='goldens: JSON [[n, k, anchor|null], ...]')
+    ap.add_argument("--name", default="blocks", help="goldens: the files' base name")
+    ap.add_argument("--no-npz", action="store_true", help="goldens: the JSON only")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.goldens:
         prompt = parse_ids(a.prompt_ids)
         cases = [tuple(x) for x in json.loads(a.cases)]
-        rec = goldens(a.goldens, a.draft, a.target, prompt, cases)
+        rec = goldens(a.goldens, a.draft, a.target, prompt, cases, a.name, not a.no_npz)
         for b in rec["blocks"]:
             print(b["n"], b["anchor"], b["k"], b["proposals"], [round(x, 4) for x in b["confidences"]])
         return
