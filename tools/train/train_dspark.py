@@ -214,10 +214,12 @@ def accept_sim(c, W, E, LM, seq, lens, plens, taps, k=None):
     conf_hits = [[] for _ in range(k)]
     rows = torch.arange(B, device=dev)
     while True:
-        act = (n + 1) < lens  # a pass is possible (at least one token to propose)
+        # the engine's accounting (dspark_accept.py): a pass yields at most the tokens still wanted,
+        # so it proposes one fewer than those; a single token left is decoded without a draft
+        act = (n + 2) < lens
         if not bool(act.any()):
             break
-        kk = torch.clamp(lens - n - 1, min=1, max=k)
+        kk = torch.clamp(lens - n - 2, min=1, max=k)
         na = torch.where(act, n, torch.zeros_like(n))
         # pad the block to k for the batch but make rows beyond kk invisible (as a shorter block)
         h = block_batch(c, W, E, taps, seq, na.unsqueeze(-1), kk.unsqueeze(-1))[:, 0]
