@@ -8,8 +8,9 @@ k3_ref.py's float64 forward of the target over the prompt (the per-layer output 
   dspark_ref.py --draft DIR --target DIR --prompt-ids 1,2,3 [--n N] [--anchor ID] [--k K] --out F.json
       one block: context = prompt[:n], anchor x_n (default: the target's greedy token after
       prompt[:n]), proposals d_1..d_k (greedy, lowest id on ties), logits and confidences
-  dspark_ref.py --goldens OUTDIR --draft DIR --target DIR
+  dspark_ref.py --goldens OUTDIR --draft DIR --target DIR --prompt-ids IDS --cases '[[n,k,anchor|null]]'
       the fixture set of tests/fixtures/dspark/ (README.md there says what each file holds)
+  dspark_ref.py --selftest     refusals, save/load, RoPE, non-causal block, taps after n unread
 
 Conventions (the spec's): y = W x with W [out, in]; RMS(x, w) = w * x / sqrt(mean(x^2) + eps);
 RoPE rotate-half (pairs (i, i + d/2)), inv_freq_i = theta^(-2i/d), angle = position * inv_freq_i;
@@ -413,14 +414,76 @@ def goldens(out_dir, draft_dir, target_dir, prompt, cases, name="blocks", npz=Tr
     return rec
 
 
+def selftest():
+    """Properties of the reference itself (no target needed: random taps, embedding and head)."""
+    import tempfile
+    j = nano_config()
+    j.update({"vocab_size": 64, "mask_token_id": 60, "target_num_hidden_layers": 8})
+    c = DConfig(j)
+    g = torch.Generator().manual_seed(3)
+    W = {n: (torch.randn(*s, generator=g) / math.sqrt(s[-1]) if len(s) == 2 else 1 + 0.1 * torch.randn(*s, generator=g))
+         for n, (s, _) in tensor_shapes(c).items()}
+    E = torch.randn(64, c.hidden, generator=g)
+    LM = torch.randn(64, c.hidden, generator=g) / math.sqrt(c.hidden)
+    taps = torch.randn(12, len(c.taps), c.hidden, generator=g) * 3
+    ok = True
+
+    def check(name, cond):
+        nonlocal ok
+        print(("ok   " if cond else "FAIL ") + name)
+        ok = ok and bool(cond)
+
+    # refusals name the key
+    for key in ("markov_rank", "target_layer_ids", "mask_token_id"):
+        bad = dict(j)
+        del bad[key]
+        try:
+            DConfig(bad)
+            check(f"missing {key} refused", False)
+        except KeyError as e:
+            check(f"missing {key} refused naming it", key in str(e))
+    for key, val in (("aux_hidden_stream", "pre_norm"), ("markov_head_type", "full"), ("tie_word_embeddings", False)):
+        try:
+            DConfig(dict(j, **{key: val}))
+            check(f"{key}={val!r} refused", False)
+        except ValueError as e:
+            check(f"{key}={val!r} refused naming it", key in str(e))
+    # save / load: bf16 rounding only
+    with tempfile.TemporaryDirectory() as d:
+        save(os.path.join(d, "ds"), j, W)
+        c2, W2 = load(os.path.join(d, "ds"))
+        err = max(float((W2[n] - W[n].to(torch.bfloat16).double()).abs().max()) for n in W
+                  if n != "model.confidence_head.bias")
+        check("save/load round trip equals the bf16 rounding", err == 0.0 and
+              float(W2["model.confidence_head.bias"][0]) == float(W["model.confidence_head.bias"][0].float()))
+    # RoPE scores depend on the position difference only
+    q, k = torch.randn(1, 16, generator=g), torch.randn(1, 16, generator=g)
+    s1 = (rope(q, torch.tensor([7]), c.theta) * rope(k, torch.tensor([3]), c.theta)).sum()
+    s2 = (rope(q, torch.tensor([104]), c.theta) * rope(k, torch.tensor([100]), c.theta)).sum()
+    check("RoPE is relative", abs(float(s1 - s2)) < 1e-12)
+    # taps after n are not read; the block is non-causal (row 1 sees the rows after it)
+    r1 = propose(c, W, E, LM, taps, 9, 5, 7)
+    r2 = propose(c, W, E, LM, taps[:9], 9, 5, 7)
+    check("rows >= n of the taps are not read", bool(torch.equal(r1["logits"], r2["logits"])))
+    r3 = propose(c, W, E, LM, taps, 9, 5, 3)
+    check("non-causal block: row 1 depends on k", float((r1["h"][1] - r3["h"][1]).abs().max()) > 1e-6)
+    # the Markov chain: position j's logits depend on d_{j-1} (moving the anchor moves position 1)
+    r4 = propose(c, W, E, LM, taps, 9, 6, 7)
+    check("proposals are argmaxes of their logits", all(
+        int(torch.argmax(r1["logits"][i])) == r1["proposals"][i] for i in range(7)))
+    check("the anchor token changes position 1's logits", float((r1["logits"][0] - r4["logits"][0]).abs().max()) > 1e-6)
+    return ok
+
+
 def parse_ids(s):
     return [int(x) for x in s.replace(",", " ").split()]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft")
+    ap.add_argument("--target")
+    ap.add_argument("--selftest", action="store_true", help="check the reference's own properties")
     ap.add_argument("--prompt-ids")
     ap.add_argument("--n", type=int, help="context length (default: the whole prompt)")
     ap.add_argument("--anchor", type=int, help="x_n (default: the target's greedy token at n-1)")
@@ -433,6 +496,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.selftest:
+        sys.exit(0 if selftest() else 1)
+    if not a.draft or not a.target:
+        ap.error("give --draft and --target")
     if a.goldens:
         prompt = parse_ids(a.prompt_ids)
         cases = [tuple(x) for x in json.loads(a.cases)]
