@@ -67,6 +67,8 @@ class DConfig:
             raise ValueError(f"config.json: markov_head_type {j['markov_head_type']!r} (only \"low_rank\")")
         if j["tie_word_embeddings"] is not True:
             raise ValueError("config.json: tie_word_embeddings must be true (no separate head is shipped)")
+        if j.get("mla_use_output_gate", True) is not True:
+            raise ValueError("config.json: mla_use_output_gate must be true (the pinned MLA has the output gate)")
         if j.get("hidden_act", "situ") != "situ":
             raise ValueError(f"config.json: hidden_act {j['hidden_act']!r} (only \"situ\")")
         self.j = j
@@ -505,7 +507,8 @@ def main():
         cases = [tuple(x) for x in json.loads(a.cases)]
         rec = goldens(a.goldens, a.draft, a.target, prompt, cases, a.name, not a.no_npz)
         for b in rec["blocks"]:
-            print(b["n"], b["anchor"], b["k"], b["proposals"], [round(x, 4) for x in b["confidences"]])
+            print(b["n"], b["anchor"], b["k"], b["proposals"],
+                  [None if x is None else round(x, 4) for x in b["confidences"]])
         return
     if not a.prompt_ids or not a.out:
         ap.error("give --prompt-ids and --out (or --goldens)")
