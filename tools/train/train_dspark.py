@@ -24,8 +24,10 @@ frozen.
 
 Acceptance (held-out prompts, logged): nano-K3's greedy continuation of each prompt; from n = the
 prompt's length, the draft proposes k = 7 with the Markov chain fed its own proposals, the longest
-matching prefix m is accepted, n moves by m + 1 (the target's own next token). Reported: tokens
-per target pass (m + 1) and the rate at which position j is accepted, for raw text and chat.
+matching prefix m is accepted, n moves by m + 1 (the target's own next token); near the end a pass
+proposes one fewer than the tokens still wanted and a single token left is a plain decode (the
+engine's accounting, as tools/reference/dspark_accept.py). Reported: tokens per target pass (m + 1)
+and the rate at which position j is accepted, for raw text and chat.
 
 Writes --out atomically (config.json + model.safetensors, bf16; the confidence bias F32) and
 --log (JSON lines). The acceptance is measured on the bf16-rounded weights that are written.
