@@ -341,6 +341,13 @@ void df_dspark_free(df_dspark *m) {
 
 int df_dspark_block_size(const df_dspark *m) { return m->block; }
 int df_dspark_n_taps(const df_dspark *m) { return m->ntaps; }
+
+void df_dspark_mem(const df_dspark *m, uint64_t *weights, uint64_t *per_pos) {
+  uint64_t w = 0;
+  for (int i = 0; i < m->st.ntensors; i++) w += m->st.all[i]->nbytes;
+  *weights = w;
+  *per_pos = (uint64_t)m->layers * (uint64_t)(m->kvlr + m->rope) * sizeof(float);
+}
 const int *df_dspark_taps(const df_dspark *m) { return m->taps; }
 
 /* ----------------------------------------------------------------- state */

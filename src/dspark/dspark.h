@@ -45,6 +45,9 @@ int df_dspark_check(const char *dir, const df_config *target, df_err *e);
 int df_dspark_block_size(const df_dspark *m);
 /* The tapped target layers (0-based, in the config's order). */
 int df_dspark_n_taps(const df_dspark *m);
+/* For the memory plan: its own weights' bytes (the target's embedding and
+ * head are the target's) and its context cache's bytes per position. */
+void df_dspark_mem(const df_dspark *m, uint64_t *weights, uint64_t *per_pos);
 const int *df_dspark_taps(const df_dspark *m);
 
 df_dspark_state *df_dspark_state_new(const df_dspark *m);

@@ -78,6 +78,15 @@ df_draft *df_draft_new_self(df_engine *en) {
 
 const char *df_draft_name(const df_draft *d) { return d->name; }
 
+void df_draft_mem(const df_draft *d, uint64_t *fixed, uint64_t *per_pos) {
+  *fixed = *per_pos = 0;
+  if (d->q) {
+    df_qwen3_mem(d->q, fixed, per_pos);
+    *fixed += sizeof(float) * (uint64_t)df_qwen3_vocab(d->q); /* its logits */
+  }
+  if (d->ds) df_dspark_mem(d->ds, fixed, per_pos);
+}
+
 df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e) {
   const df_tok *kt = df_engine_tok(en);
   if (!kt) {

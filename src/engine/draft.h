@@ -6,6 +6,8 @@
 #ifndef DF_ENGINE_DRAFT_H
 #define DF_ENGINE_DRAFT_H
 
+#include <stdint.h>
+
 #include "base/err.h"
 
 typedef struct df_draft df_draft;
@@ -67,6 +69,9 @@ const struct df_dspark *df_draft_dspark(const df_draft *d, const struct df_dspar
 
 int df_draft_propose(df_draft *d, const int *hist, int n, int *out, int kmax, df_err *e);
 const char *df_draft_name(const df_draft *d);
+/* What a draft model holds for the memory plan: its weights and buffers,
+ * and its cache per context position (zero for n-gram and self). */
+void df_draft_mem(const df_draft *d, uint64_t *fixed, uint64_t *per_pos);
 void df_draft_free(df_draft *d);
 
 #endif

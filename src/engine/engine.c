@@ -79,6 +79,7 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df
                           .draft_rows = DF_DRAFT_MAX + 1,
                           /* the rollback marks: one, or one per row (--draft-rollback rows) */
                           .draft_marks = o->draft_rows ? (o->draft_max > 0 ? o->draft_max : 4) : 1};
+  if (en->draft) df_draft_mem(en->draft, &rq.draft_fixed, &rq.draft_per_pos);
   if (o->mem_limit) {
     rq.mem_limit = o->mem_limit;
     snprintf(en->mem_src, sizeof en->mem_src, "--mem-limit");
@@ -124,6 +125,11 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   /* the budget resolved once (the store's default applied here); the plan
    * only ever lowers a default one (when memory is short) */
   so.cache_mb = df_store_cache_mb_of(&o->store);
+  /* a draft model loads before the plan, which budgets its weights and
+   * cache; the self draft needs a session, so it comes after (the plan
+   * counts its second state by name) */
+  int self = o->draft && !strcmp(o->draft, "self");
+  if (o->draft && strcmp(o->draft, "off") && !self && make_draft(en, o->draft, e)) goto fail;
   if (plan_memory(en, o, so.cache_mb, e)) goto fail;
   if (!en->plan.cache_given && en->plan.cache_bytes < en->cache_cap)
     so.cache_mb = (long)(en->plan.cache_bytes >> 20);
@@ -139,10 +145,8 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   df_model_bind(en->model, &run);
   en->draft_max = o->draft_max > 0 ? o->draft_max : 4;
   en->draft_rows = o->draft_rows;
-  if (o->draft && strcmp(o->draft, "off")) {
-    if (make_draft(en, o->draft, e)) goto fail;
-    en->draft_auto = !strcmp(o->draft, "auto");
-  }
+  if (self && make_draft(en, o->draft, e)) goto fail;
+  en->draft_auto = o->draft && !strcmp(o->draft, "auto");
   *out = en;
   return 0;
 fail:

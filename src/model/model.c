@@ -69,6 +69,8 @@ void df_model_plan_in(const df_model *m, const df_model_plan_req *rq, df_plan_in
     in->spec_bytes = marks * df_plan_state_bytes(c, 0) * (rq->f64 ? 2 : 1) +
                      sizeof(float) * (uint64_t)rq->draft_rows * (uint64_t)c->vocab;
     in->spec_self = !strcmp(rq->draft, "self");
+    in->spec_bytes += rq->draft_fixed;
+    in->spec_per_pos = rq->draft_per_pos;
   }
   df_expert_layout lay;
   df_expert_layout_of(c, &lay);

@@ -94,6 +94,8 @@ typedef struct df_model_plan_req {
   const char *draft;    /* --draft: NULL / "off" = none, "self" = a second state */
   int draft_rows;       /* logits rows of one verify block (the engine's DF_DRAFT_MAX + 1) */
   int draft_marks;      /* rollback marks kept (--draft-rollback: 1, or K for rows); <= 0 = 1 */
+  uint64_t draft_fixed; /* a draft model's weights and buffers (df_draft_mem) */
+  uint64_t draft_per_pos; /* ... and its cache per context position */
 } df_model_plan_req;
 
 /* The operations an implementation provides. `self` is the

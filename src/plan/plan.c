@@ -27,10 +27,11 @@ static uint64_t reuse_of(const df_plan_in *in, int ctx) {
   return all < in->reuse_bytes ? all : in->reuse_bytes;
 }
 
-/* Speculation: the rollback mark and the block's logits, and for a self
- * draft its own state. */
+/* Speculation: the rollback marks, the block's logits and a draft model's
+ * weights (spec_bytes), a draft model's cache over the context, and for a
+ * self draft its own state. */
 static uint64_t spec_of(const df_plan_in *in, int ctx) {
-  return in->spec_bytes + (in->spec_self ? state_of(in, ctx) : 0);
+  return in->spec_bytes + in->spec_per_pos * (uint64_t)ctx + (in->spec_self ? state_of(in, ctx) : 0);
 }
 
 /* Per-sequence memory: the live state, the kept ones, speculation's. */

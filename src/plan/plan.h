@@ -51,6 +51,7 @@ typedef struct df_plan_in {
   int f64;                     /* float64 activations (--precision f64): state and scratch x2 */
   uint64_t spec_bytes;         /* --draft: the rollback mark and a block's logits */
   int spec_self;               /* --draft self: a second state of ctx positions too */
+  uint64_t spec_per_pos;       /* a draft model's cache per context position (Qwen3 KV, DSpark latents) */
 } df_plan_in;
 
 typedef struct df_plan {

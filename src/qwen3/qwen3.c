@@ -348,6 +348,13 @@ int df_qwen3_vocab(const df_qwen3 *m) { return m->vocab; }
 int df_qwen3_eos(const df_qwen3 *m) { return m->eos; }
 int df_qwen3_max_pos(const df_qwen3 *m) { return m->max_pos; }
 
+void df_qwen3_mem(const df_qwen3 *m, uint64_t *weights, uint64_t *per_pos) {
+  uint64_t w = 0;
+  for (int i = 0; i < m->st.ntensors; i++) w += m->st.all[i]->nbytes;
+  *weights = w;
+  *per_pos = (uint64_t)m->layers * 2 * (uint64_t)m->kv_heads * (uint64_t)m->head_dim * sizeof(float);
+}
+
 /* ----------------------------------------------------------------- state */
 
 df_qwen3_state *df_qwen3_state_new(const df_qwen3 *m) {

@@ -13,6 +13,8 @@
 #ifndef DF_QWEN3_QWEN3_H
 #define DF_QWEN3_QWEN3_H
 
+#include <stdint.h>
+
 #include "base/err.h"
 #include "kernels/kernels.h"
 
@@ -36,6 +38,10 @@ int df_qwen3_vocab(const df_qwen3 *m);
 int df_qwen3_eos(const df_qwen3 *m);
 /* The longest sequence the state accepts (max_position_embeddings). */
 int df_qwen3_max_pos(const df_qwen3 *m);
+/* For the memory plan: the mapped weights' bytes and the KV cache's bytes
+ * per position (row-int8 copies, a `deltafin draft` option only, are not
+ * counted). */
+void df_qwen3_mem(const df_qwen3 *m, uint64_t *weights, uint64_t *per_pos);
 
 df_qwen3_state *df_qwen3_state_new(const df_qwen3 *m);
 void df_qwen3_state_free(df_qwen3_state *s);

@@ -85,6 +85,35 @@ ids_of "$NANO" --prompt "$TEXT" --draft "$SRC/models/nano-draft" --draft-rollbac
   fail "rows: $(spec decode_passes) passes, expected $passes - $rb recomputes"
 echo "ok: rows rollback: $rb rejected blocks undone without a recompute pass"
 
+# the memory plan budgets a draft model (its tensors, its logits, its KV cache over the context)
+# and the rows rollback's marks: the least memory the plan asks for grows by exactly that,
+# counted here from the files (safetensors headers, config.json) and kimi-k3.md's state sizes
+least() { "$BIN" run --model "$NANO" --prompt-ids 1,2 --max-new 1 --ctx 1024 --mem-limit 1M --heat "" "$@" 2>&1 |
+  sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p'; }
+l_ngram=$(least --draft ngram) l_qwen=$(least --draft "$SRC/models/nano-draft")
+l_rows=$(least --draft ngram --draft-rollback rows --draft-max 8)
+python3 - "$SRC/models/nano-draft" "$NANO/config.json" "$l_ngram" "$l_qwen" "$l_rows" <<'PY' || fail "the plan's draft budget"
+import json, struct, sys, os
+d, k3cfg, ng, qw, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+c = json.load(open(os.path.join(d, "config.json")))
+tensors = 0
+for f in os.listdir(d):
+    if f.endswith(".safetensors"):
+        with open(os.path.join(d, f), "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            hdr = json.loads(fh.read(n))
+        tensors += sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in hdr.items() if k != "__metadata__")
+kv = c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * c["head_dim"] * 4
+want = tensors + 4 * c["vocab_size"] + kv * 1024
+assert qw - ng == want, (qw - ng, want)
+t = json.load(open(k3cfg))["text_config"]
+la = t["linear_attn_config"]
+P = la["num_heads"] * la["head_dim"]
+mark = len(la["kda_layers"]) * 4 * (la["num_heads"] * la["head_dim"] ** 2 + 3 * (la["short_conv_kernel_size"] - 1) * P)
+assert rows - ng == 7 * mark, (rows - ng, 7 * mark)
+print("ok: plan: the Qwen3 draft adds %d bytes (tensors %d, logits, KV at 1024 positions); rows K 8 adds 7 marks of %d" % (want, tensors, mark))
+PY
+
 # --draft auto's decisions are in the trace, one record per change --stats counts (sampling:
 # the decisions rest on accepted counts only, so the seed fixes them)
 ids_of "$NANO" --prompt "$TEXT" --max-new 120 --draft auto --temperature 0.8 --seed 1 \
