@@ -44,6 +44,9 @@
 
 typedef enum { DF_LAYER_KDA = 0, DF_LAYER_MLA = 1 } df_layer_kind;
 
+/* What the engine reads from config.json: about 43 fields, one per release
+ * key the table in config.c lists (that table parses, prints and writes
+ * them); flat, because every component reads a few of them. */
 typedef struct df_config {
   char model_type[32]; /* root model_type as found */
   int nested;          /* 1 when text_config was used */

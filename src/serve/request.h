@@ -40,6 +40,10 @@ typedef struct df_serve_limits {
   int model_optional;   /* /apply-template: 'model' may be left out */
 } df_serve_limits;
 
+/* One validated request: about 45 fields, every option the OpenAI endpoints
+ * accept (sampling, stops, tools, response format, streaming, reuse). One
+ * struct on purpose: the parser fills it once, strictly, and every endpoint
+ * reads the same fields, so an option cannot mean two things. */
 typedef struct df_serve_req {
   df_serve_kind kind;
   char *model;

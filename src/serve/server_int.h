@@ -54,6 +54,10 @@ typedef struct choice {
   size_t ncb, capcb;
 } choice;
 
+/* A generation job: about 50 fields, because it is the one object the HTTP
+ * thread and the model's worker share (the request, its stream buffer and
+ * high-water state, cancellation, per-choice output and the usage figures);
+ * keeping it whole lets one lock guard it. */
 typedef struct job {
   srv *S;
   df_serve_req req;
@@ -109,6 +113,10 @@ typedef struct job {
   int idle_back;               /* ... done */
 } job;
 
+/* The server: about 60 fields (listener, limits, the job queue, kept
+ * conversation states and responses, metrics counters) that the accept,
+ * worker and metrics paths all read under one mutex; split, they would need
+ * a lock order. */
 struct srv {
   df_engine *en;
   const df_tok *tok;
