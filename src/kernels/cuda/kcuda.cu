@@ -1,0 +1,444 @@
+/* The CUDA kernels behind kcuda.h. Compiled with -fmad=false -ftz=false
+ * -prec-div=true -prec-sqrt=true (CMakeLists.txt): every product is rounded
+ * before it is added, subnormals are kept, division and square root are
+ * IEEE, as in the scalar reference.
+ *
+ * GEMV layout: two threads per output row, each owning 8 of the 16 lanes of
+ * the lane-16 order (thread h holds lanes 8h..8h+7), so one step of 16
+ * columns is one contiguous load per thread (16 bytes of bf16, 8 of int8, 4
+ * of MXFP4) and a row's 16 chains still each run in ascending column order.
+ * The 8-4-2-1 tree then starts with the partner's 8 lanes (one shuffle per
+ * lane). Loads of F::unroll steps (about 128 bytes) are issued before their
+ * products so each thread keeps that much in flight; the chains' order is
+ * unchanged. */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "kernels/cuda/kcuda.h"
+}
+#include "kernels/cuda/kmath.h"
+
+#define LANES 16
+#define HALF 8
+#define GEMV_BLOCK 64 /* small blocks spread a 3072-row expert over more SMs */
+
+struct df_cuda {
+  int dev;
+  cudaStream_t s;
+  cudaEvent_t ev[2];
+  char desc[320];
+  char err[256];
+};
+
+static int fail(df_cuda *c, const char *what, cudaError_t e) {
+  snprintf(c->err, sizeof c->err, "%s: %s", what, cudaGetErrorString(e));
+  return -1;
+}
+#define CK(c, what, call)                               \
+  do {                                                  \
+    cudaError_t e_ = (call);                            \
+    if (e_ != cudaSuccess) return fail(c, what, e_);    \
+  } while (0)
+#define LAUNCHED(c, what) CK(c, what, cudaGetLastError())
+
+extern "C" int df_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError(); /* no driver: not an error to remember */
+    return 0;
+  }
+  return n;
+}
+
+extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
+  int n = df_cuda_device_count();
+  if (dev < 0 || dev >= n) {
+    snprintf(err, errlen, "no CUDA device %d (%d found)", dev, n);
+    return NULL;
+  }
+  df_cuda *c = (df_cuda *)calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  c->dev = dev;
+  cudaDeviceProp p;
+  cudaError_t e = cudaSetDevice(dev);
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreate(&c->ev[0]);
+  if (e == cudaSuccess) e = cudaEventCreate(&c->ev[1]);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+    free(c);
+    return NULL;
+  }
+  snprintf(c->desc, sizeof c->desc, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+           (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  return c;
+}
+
+extern "C" void df_cuda_close(df_cuda *c) {
+  if (!c) return;
+  cudaStreamSynchronize(c->s);
+  cudaEventDestroy(c->ev[0]);
+  cudaEventDestroy(c->ev[1]);
+  cudaStreamDestroy(c->s);
+  free(c);
+}
+
+extern "C" const char *df_cuda_describe(const df_cuda *c) { return c->desc; }
+extern "C" const char *df_cuda_error(const df_cuda *c) { return c->err; }
+
+extern "C" void *df_cuda_alloc(df_cuda *c, size_t bytes) {
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    fail(c, "cudaMalloc", e);
+    return NULL;
+  }
+  return p;
+}
+extern "C" void df_cuda_free(df_cuda *c, void *p) {
+  (void)c;
+  if (p) cudaFree(p);
+}
+extern "C" int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t n) {
+  CK(c, "copy to device", cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->s));
+  return 0;
+}
+extern "C" int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t n) {
+  CK(c, "copy to host", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->s));
+  CK(c, "copy to host", cudaStreamSynchronize(c->s));
+  return 0;
+}
+extern "C" int df_cuda_copy(df_cuda *c, void *dst, const void *src, size_t n) {
+  CK(c, "device copy", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->s));
+  return 0;
+}
+extern "C" int df_cuda_sync(df_cuda *c) {
+  CK(c, "synchronize", cudaStreamSynchronize(c->s));
+  return 0;
+}
+extern "C" int df_cuda_mark(df_cuda *c, int which) {
+  CK(c, "event", cudaEventRecord(c->ev[which ? 1 : 0], c->s));
+  return 0;
+}
+extern "C" double df_cuda_elapsed(df_cuda *c) {
+  float ms = 0;
+  if (cudaEventSynchronize(c->ev[1]) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, c->ev[0], c->ev[1]) != cudaSuccess)
+    return -1;
+  return ms / 1000.0;
+}
+
+/* ---- exact conversions (kernels.h's df_kbf16, df_ke8m0, df_kern_e2m1) ---- */
+
+__device__ static inline float bf16f(uint32_t h) { return __uint_as_float(h << 16); }
+__device__ static inline float e8m0f(uint32_t s) {
+  return __uint_as_float(s ? s << 23 : 0x00400000u);
+}
+/* E2M1 code -> value {0, .5, 1, 1.5, 2, 3, 4, 6} with sign bit 3, from bits
+ * (a table in constant memory would serialise on divergent codes). */
+__device__ static inline float e2m1f(uint32_t code) {
+  uint32_t m = code & 7u;
+  uint32_t mag = m >= 2 ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22) : (m ? 0x3f000000u : 0u);
+  return __uint_as_float(mag | ((code & 8u) << 28));
+}
+
+/* ---- GEMV: the weight formats as "8 lanes of one step" loaders ---- */
+
+struct fmt_bf16 {
+  const uint16_t *W;
+  static constexpr int unroll = 8;
+  typedef uint4 raw;
+  __device__ raw load(size_t r, int cols, int s, int h) const {
+    return __ldg((const uint4 *)(W + r * cols + (size_t)s * LANES + h * HALF));
+  }
+  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
+    uint32_t u[4] = {v.x, v.y, v.z, v.w};
+    for (int m = 0; m < 4; m++) {
+      w[2 * m] = bf16f(u[m] & 0xffffu);
+      w[2 * m + 1] = bf16f(u[m] >> 16);
+    }
+  }
+  __device__ float one(size_t r, int cols, int c) const { return bf16f(W[r * cols + c]); }
+};
+
+struct fmt_i8 {
+  const int8_t *W;
+  static constexpr int unroll = 16;
+  typedef uint2 raw;
+  __device__ raw load(size_t r, int cols, int s, int h) const {
+    return __ldg((const uint2 *)(W + r * cols + (size_t)s * LANES + h * HALF));
+  }
+  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
+    uint32_t u[2] = {v.x, v.y};
+    for (int m = 0; m < HALF; m++) w[m] = (float)(int8_t)(u[m >> 2] >> (8 * (m & 3)));
+  }
+  __device__ float one(size_t r, int cols, int c) const { return (float)W[r * cols + c]; }
+};
+
+struct fmt_f32 {
+  const float *W;
+  static constexpr int unroll = 4;
+  struct raw {
+    float4 a, b;
+  };
+  __device__ raw load(size_t r, int cols, int s, int h) const {
+    const float4 *p = (const float4 *)(W + r * cols + (size_t)s * LANES + h * HALF);
+    raw v;
+    v.a = __ldg(p);
+    v.b = __ldg(p + 1);
+    return v;
+  }
+  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
+    w[0] = v.a.x, w[1] = v.a.y, w[2] = v.a.z, w[3] = v.a.w;
+    w[4] = v.b.x, w[5] = v.b.y, w[6] = v.b.z, w[7] = v.b.w;
+  }
+  __device__ float one(size_t r, int cols, int c) const { return W[r * cols + c]; }
+};
+
+/* MXFP4: 8 codes of one step are 4 bytes (low nibble = even column); the
+ * step's group scale (32 columns = 2 steps) rides along. w = E2M1 * 2^(s-127)
+ * rounded as the CPU rounds it (exact except at the ends of the range). */
+struct fmt_mxfp4 {
+  const uint8_t *P, *S;
+  static constexpr int unroll = 16;
+  struct raw {
+    uint32_t q, sc;
+  };
+  __device__ raw load(size_t r, int cols, int s, int h) const {
+    raw v;
+    v.q = __ldg((const uint32_t *)(P + r * (cols / 2) + (size_t)s * HALF + h * 4));
+    v.sc = __ldg(S + r * (cols / 32) + s / 2);
+    return v;
+  }
+  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
+    float sc = e8m0f(v.sc);
+    for (int m = 0; m < HALF; m++) w[m] = __fmul_rn(e2m1f(v.q >> (4 * m)), sc);
+  }
+  __device__ float one(size_t r, int cols, int c) const {
+    uint32_t b = P[r * (cols / 2) + c / 2];
+    return __fmul_rn(e2m1f(c & 1 ? b >> 4 : b), e8m0f(S[r * (cols / 32) + c / 32]));
+  }
+};
+
+/* The lane tree after lane j of thread 0 has absorbed lane j + 8 (held by
+ * thread 1): acc[j] += acc[j + w] for w = 4, 2, 1, as kern_scalar_t.h. */
+__device__ static inline float lane_tree(float a[HALF], float b[HALF]) {
+  for (int j = 0; j < HALF; j++) a[j] = __fadd_rn(a[j], b[j]);
+  for (int w = HALF / 2; w >= 1; w >>= 1)
+    for (int j = 0; j < w; j++) a[j] = __fadd_rn(a[j], a[j + w]);
+  return a[0];
+}
+
+/* vec: cols % 16 == 0 (whole aligned steps, vector loads); otherwise one
+ * element at a time with the columns past the end left out of their lanes
+ * (which then stay +0, as the scalar loop's short last block leaves them). */
+template <class F, bool vec>
+__global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
+                                                     float *y, const float *rowscale) {
+  int gt = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = gt >> 1, h = gt & 1;
+  bool live = r < rows;
+  float acc[HALF];
+  for (int j = 0; j < HALF; j++) acc[j] = 0.0f;
+  int nsteps = (cols + LANES - 1) / LANES;
+  if (live) {
+    if (vec) {
+      for (int s0 = 0; s0 < nsteps; s0 += F::unroll) {
+        typename F::raw v[F::unroll];
+#pragma unroll
+        for (int u = 0; u < F::unroll; u++)
+          if (s0 + u < nsteps) v[u] = f.load((size_t)r, cols, s0 + u, h);
+#pragma unroll
+        for (int u = 0; u < F::unroll; u++) {
+          if (s0 + u >= nsteps) break;
+          int c0 = (s0 + u) * LANES + h * HALF;
+          float w[HALF];
+          f.decode(v[u], (size_t)r, c0, w);
+          const float4 *xp = (const float4 *)(x + c0);
+          float4 xa = __ldg(xp), xb = __ldg(xp + 1);
+          float xv[HALF] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+          for (int j = 0; j < HALF; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(w[j], xv[j]));
+        }
+      }
+    } else {
+      for (int s = 0; s < nsteps; s++)
+        for (int j = 0; j < HALF; j++) {
+          int c = s * LANES + h * HALF + j;
+          if (c < cols) acc[j] = __fadd_rn(acc[j], __fmul_rn(f.one((size_t)r, cols, c), x[c]));
+        }
+    }
+  }
+  float other[HALF];
+  for (int j = 0; j < HALF; j++) other[j] = __shfl_xor_sync(0xffffffffu, acc[j], 1);
+  if (live && h == 0) {
+    float s = lane_tree(acc, other);
+    y[r] = rowscale ? __fmul_rn(s, rowscale[r]) : s;
+  }
+}
+
+template <class F>
+static int gemv_launch(df_cuda *c, const char *what, F f, int rows, int cols, const float *x,
+                       float *y, const float *rowscale, bool vec_ok) {
+  if (rows <= 0) return 0;
+  long threads = 2L * rows;
+  int blocks = (int)((threads + GEMV_BLOCK - 1) / GEMV_BLOCK);
+  if (vec_ok && cols % LANES == 0 && ((uintptr_t)x & 15) == 0)
+    gemv_k<F, true><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale);
+  else
+    gemv_k<F, false><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale);
+  LAUNCHED(c, what);
+  return 0;
+}
+
+extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,
+                                 float *y) {
+  fmt_bf16 f = {W};
+  return gemv_launch(c, "gemv bf16", f, rows, cols, x, y, NULL, ((uintptr_t)W & 15) == 0);
+}
+extern "C" int df_cuda_gemv_i8(df_cuda *c, const int8_t *W, const float *scale, int rows, int cols,
+                               const float *x, float *y) {
+  fmt_i8 f = {W};
+  return gemv_launch(c, "gemv int8", f, rows, cols, x, y, scale, ((uintptr_t)W & 15) == 0);
+}
+extern "C" int df_cuda_gemv_f32(df_cuda *c, const float *W, int rows, int cols, const float *x,
+                                float *y) {
+  fmt_f32 f = {W};
+  return gemv_launch(c, "gemv f32", f, rows, cols, x, y, NULL, ((uintptr_t)W & 15) == 0);
+}
+extern "C" int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales,
+                                  int rows, int cols, const float *x, float *y) {
+  if (cols % 32) {
+    snprintf(c->err, sizeof c->err, "gemv mxfp4: cols %d is not a multiple of 32", cols);
+    return -1;
+  }
+  fmt_mxfp4 f = {packed, scales};
+  return gemv_launch(c, "gemv mxfp4", f, rows, cols, x, y, NULL, ((uintptr_t)packed & 3) == 0);
+}
+
+/* ---- vector functions: one block; the reductions as the scalar loops ---- */
+
+#define VBLOCK 256
+
+__device__ static inline float sigm(float v) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
+}
+
+/* dot(x, x) in the lane-16 order: threads 0..15 each run one lane's chain. */
+__device__ static float lane16_sumsq(const float *x, int n) {
+  __shared__ float lane[LANES];
+  if (threadIdx.x < LANES) {
+    float a = 0.0f;
+    for (int i = threadIdx.x; i < n; i += LANES) a = __fadd_rn(a, __fmul_rn(x[i], x[i]));
+    lane[threadIdx.x] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = LANES / 2; w >= 1; w >>= 1)
+      for (int j = 0; j < w; j++) lane[j] = __fadd_rn(lane[j], lane[j + w]);
+  __syncthreads();
+  float r = lane[0];
+  __syncthreads();
+  return r;
+}
+
+__global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, float eps) {
+  float ss = lane16_sumsq(x, n);
+  float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float t = __fmul_rn(x[i], inv);
+    y[i] = w ? __fmul_rn(t, w[i]) : t;
+  }
+}
+
+/* The max and the sum are one thread's ascending loops: the scalar softmax
+ * sums sequentially, so no tree may replace it. */
+__global__ void softmax_k(float *x, int n) {
+  __shared__ float m_s, sum_s;
+  if (threadIdx.x == 0) {
+    float m = x[0];
+    for (int i = 1; i < n; i++)
+      if (x[i] > m) m = x[i];
+    m_s = m;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = df_km_expf(__fsub_rn(x[i], m_s));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s = __fadd_rn(s, x[i]);
+    sum_s = s;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = __fdiv_rn(x[i], sum_s);
+}
+
+__global__ void sigmoid_k(float *x, int n, int silu) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    x[i] = silu ? __fmul_rn(x[i], sigm(x[i])) : sigm(x[i]);
+}
+
+__global__ void situ_k(float *out, const float *g, const float *u, int n, float bg, float bu) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    float gate = __fmul_rn(bg, df_km_tanhf(__fdiv_rn(g[i], bg)));
+    gate = __fmul_rn(gate, sigm(g[i]));
+    float up = __fmul_rn(bu, df_km_tanhf(__fdiv_rn(u[i], bu)));
+    out[i] = __fmul_rn(gate, up);
+  }
+}
+
+__global__ void elementary_k(int which, const float *x, float *y, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float v = x[i];
+    y[i] = which == 0 ? df_km_expf(v) : which == 1 ? df_km_tanhf(v) : __fdiv_rn(1.0f, __fsqrt_rn(v));
+  }
+}
+
+static int grid_for(long n) {
+  long b = (n + VBLOCK - 1) / VBLOCK;
+  return (int)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+extern "C" int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n,
+                               float eps) {
+  rmsnorm_k<<<1, VBLOCK, 0, c->s>>>(y, x, w, n, eps);
+  LAUNCHED(c, "rmsnorm");
+  return 0;
+}
+extern "C" int df_cuda_softmax(df_cuda *c, float *x, int n) {
+  if (n <= 0) return 0;
+  softmax_k<<<1, VBLOCK, 0, c->s>>>(x, n);
+  LAUNCHED(c, "softmax");
+  return 0;
+}
+extern "C" int df_cuda_sigmoid(df_cuda *c, float *x, int n) {
+  sigmoid_k<<<grid_for(n), VBLOCK, 0, c->s>>>(x, n, 0);
+  LAUNCHED(c, "sigmoid");
+  return 0;
+}
+extern "C" int df_cuda_silu(df_cuda *c, float *x, int n) {
+  sigmoid_k<<<grid_for(n), VBLOCK, 0, c->s>>>(x, n, 1);
+  LAUNCHED(c, "silu");
+  return 0;
+}
+extern "C" int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n,
+                            float bg, float bu) {
+  situ_k<<<grid_for(n), VBLOCK, 0, c->s>>>(out, g, u, n, bg, bu);
+  LAUNCHED(c, "situ");
+  return 0;
+}
+extern "C" int df_cuda_elementary(df_cuda *c, int which, const float *x, float *y, size_t n) {
+  elementary_k<<<grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, c->s>>>(which, x,
+                                                                                      y, n);
+  LAUNCHED(c, "elementary");
+  return 0;
+}
