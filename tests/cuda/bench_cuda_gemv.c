@@ -124,12 +124,16 @@ int main(int argc, char **argv) {
       {F_BF16, 36864, 7168, "kda qkv 36864x7168"},
   };
   size_t nc = sizeof cs / sizeof cs[0];
-  for (size_t i = 0; i < nc; i++) {
-    double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, reps, &us);
-    printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"us\": %.2f, \"GBps\": %.1f, "
-           "\"of_copy\": %.3f}%s\n",
-           fname[cs[i].fmt], cs[i].what, us, bw / 1e9, bw / copy, i + 1 < nc ? "," : "");
-    fflush(stdout);
+  for (int pf = 1; pf >= 0; pf--) {
+    df_cuda_set_prefetch(G, pf);
+    for (size_t i = 0; i < nc; i++) {
+      double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, reps, &us);
+      printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"l2_prefetch\": %s, \"us\": %.2f, "
+             "\"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
+             fname[cs[i].fmt], cs[i].what, pf ? "true" : "false", us, bw / 1e9, bw / copy,
+             pf || i + 1 < nc ? "," : "");
+      fflush(stdout);
+    }
   }
   printf("  ]\n}\n");
   df_cuda_close(G);

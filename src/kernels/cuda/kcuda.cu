@@ -25,11 +25,14 @@ extern "C" {
 #define LANES 16
 #define HALF 8
 #define GEMV_BLOCK 64 /* small blocks spread a 3072-row expert over more SMs */
+#define PF_CHUNK 1024u /* bytes per L2 prefetch request */
+#define PF_AHEAD 2048u /* how far ahead of the loads the prefetches run */
 
 struct df_cuda {
   int dev;
   cudaStream_t s;
   cudaEvent_t ev[2];
+  int prefetch;
   char desc[320];
   char err[256];
 };
@@ -66,6 +69,7 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
     return NULL;
   }
   c->dev = dev;
+  c->prefetch = 1;
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -90,6 +94,8 @@ extern "C" void df_cuda_close(df_cuda *c) {
   cudaStreamDestroy(c->s);
   free(c);
 }
+
+extern "C" void df_cuda_set_prefetch(df_cuda *c, int on) { c->prefetch = on != 0; }
 
 extern "C" const char *df_cuda_describe(const df_cuda *c) { return c->desc; }
 extern "C" const char *df_cuda_error(const df_cuda *c) { return c->err; }
@@ -154,7 +160,8 @@ __device__ static inline float e2m1f(uint32_t code) {
 
 struct fmt_bf16 {
   const uint16_t *W;
-  static constexpr int unroll = 8;
+  static constexpr int unroll = 8, step_bytes = 32;
+  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
   typedef uint4 raw;
   __device__ raw load(size_t r, int cols, int s, int h) const {
     return __ldg((const uint4 *)(W + r * cols + (size_t)s * LANES + h * HALF));
@@ -171,21 +178,28 @@ struct fmt_bf16 {
 
 struct fmt_i8 {
   const int8_t *W;
-  static constexpr int unroll = 16;
+  static constexpr int unroll = 16, step_bytes = 16;
+  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
   typedef uint2 raw;
   __device__ raw load(size_t r, int cols, int s, int h) const {
     return __ldg((const uint2 *)(W + r * cols + (size_t)s * LANES + h * HALF));
   }
+  /* (float)q exactly, without the quarter-rate int-to-float conversion:
+   * 2^23 + (q + 128) is assembled as bits, then 2^23 + 128 subtracted. */
   __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
-    uint32_t u[2] = {v.x, v.y};
-    for (int m = 0; m < HALF; m++) w[m] = (float)(int8_t)(u[m >> 2] >> (8 * (m & 3)));
+    uint32_t u[2] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u};
+#pragma unroll
+    for (int m = 0; m < HALF; m++)
+      w[m] = __fsub_rn(__uint_as_float(__byte_perm(u[m >> 2], 0x4B000000u, 0x7540u + (m & 3))),
+                       8388736.0f);
   }
   __device__ float one(size_t r, int cols, int c) const { return (float)W[r * cols + c]; }
 };
 
 struct fmt_f32 {
   const float *W;
-  static constexpr int unroll = 4;
+  static constexpr int unroll = 4, step_bytes = 64;
+  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
   struct raw {
     float4 a, b;
   };
@@ -208,7 +222,8 @@ struct fmt_f32 {
  * rounded as the CPU rounds it (exact except at the ends of the range). */
 struct fmt_mxfp4 {
   const uint8_t *P, *S;
-  static constexpr int unroll = 16;
+  static constexpr int unroll = 16, step_bytes = 8;
+  __device__ const void *row(size_t r, int cols) const { return P + r * (cols / 2); }
   struct raw {
     uint32_t q, sc;
   };
@@ -218,15 +233,42 @@ struct fmt_mxfp4 {
     v.sc = __ldg(S + r * (cols / 32) + s / 2);
     return v;
   }
+  /* E2M1 values are bf16 values: their top and second bytes come from two
+   * 8-entry byte tables, looked up four codes at a time by __byte_perm. */
   __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
     float sc = e8m0f(v.sc);
-    for (int m = 0; m < HALF; m++) w[m] = __fmul_rn(e2m1f(v.q >> (4 * m)), sc);
+    uint32_t mq = v.q & 0x77777777u;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      uint32_t sel = half ? mq >> 16 : mq & 0xffffu;
+      uint32_t top = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
+      uint32_t sec = __byte_perm(0xC0800000u, 0xC0804000u, sel);
+      uint32_t p01 = __byte_perm(sec, top, 0x5140u), p23 = __byte_perm(sec, top, 0x7362u);
+      uint32_t b[4] = {p01 << 16, p01 & 0xffff0000u, p23 << 16, p23 & 0xffff0000u};
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        int e = half * 4 + k;
+        uint32_t sign = (v.q << (28 - 4 * e)) & 0x80000000u;
+        w[e] = __fmul_rn(__uint_as_float(b[k] | sign), sc);
+      }
+    }
   }
   __device__ float one(size_t r, int cols, int c) const {
     uint32_t b = P[r * (cols / 2) + c / 2];
     return __fmul_rn(e2m1f(c & 1 ? b >> 4 : b), e8m0f(S[r * (cols / 32) + c / 32]));
   }
 };
+
+/* An L2 prefetch of a contiguous range (the Hopper bulk-copy unit): one
+ * request per row and chunk instead of many 32-byte sectors from thousands
+ * of rows at once, which is what keeps the DRAM pages open. */
+__device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p, (void)bytes;
+#endif
+}
 
 /* The lane tree after lane j of thread 0 has absorbed lane j + 8 (held by
  * thread 1): acc[j] += acc[j + w] for w = 4, 2, 1, as kern_scalar_t.h. */
@@ -242,7 +284,7 @@ __device__ static inline float lane_tree(float a[HALF], float b[HALF]) {
  * (which then stay +0, as the scalar loop's short last block leaves them). */
 template <class F, bool vec>
 __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
-                                                     float *y, const float *rowscale) {
+                                                     float *y, const float *rowscale, int pf) {
   int gt = blockIdx.x * blockDim.x + threadIdx.x;
   int r = gt >> 1, h = gt & 1;
   bool live = r < rows;
@@ -251,7 +293,22 @@ __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, co
   int nsteps = (cols + LANES - 1) / LANES;
   if (live) {
     if (vec) {
+      /* thread 0 of the row keeps the next PF_AHEAD bytes of it on their way
+       * to L2, a chunk of PF_CHUNK at a time */
+      const char *rowp = (const char *)f.row((size_t)r, cols);
+      uint32_t rowbytes = (uint32_t)nsteps * F::step_bytes, fetched = 0;
       for (int s0 = 0; s0 < nsteps; s0 += F::unroll) {
+        uint32_t want = (uint32_t)s0 * F::step_bytes + PF_AHEAD;
+        if (pf && h == 0 && fetched < rowbytes && fetched < want) {
+          uint32_t n = rowbytes - fetched < PF_CHUNK ? rowbytes - fetched : PF_CHUNK;
+          l2_prefetch(rowp + fetched, n);
+          fetched += n;
+          if (fetched < rowbytes && fetched < want) {
+            n = rowbytes - fetched < PF_CHUNK ? rowbytes - fetched : PF_CHUNK;
+            l2_prefetch(rowp + fetched, n);
+            fetched += n;
+          }
+        }
         typename F::raw v[F::unroll];
 #pragma unroll
         for (int u = 0; u < F::unroll; u++)
@@ -292,9 +349,9 @@ static int gemv_launch(df_cuda *c, const char *what, F f, int rows, int cols, co
   long threads = 2L * rows;
   int blocks = (int)((threads + GEMV_BLOCK - 1) / GEMV_BLOCK);
   if (vec_ok && cols % LANES == 0 && ((uintptr_t)x & 15) == 0)
-    gemv_k<F, true><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale);
+    gemv_k<F, true><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale, c->prefetch);
   else
-    gemv_k<F, false><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale);
+    gemv_k<F, false><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale, 0);
   LAUNCHED(c, what);
   return 0;
 }
@@ -321,7 +378,7 @@ extern "C" int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8
     return -1;
   }
   fmt_mxfp4 f = {packed, scales};
-  return gemv_launch(c, "gemv mxfp4", f, rows, cols, x, y, NULL, ((uintptr_t)packed & 3) == 0);
+  return gemv_launch(c, "gemv mxfp4", f, rows, cols, x, y, NULL, ((uintptr_t)packed & 15) == 0);
 }
 
 /* ---- vector functions: one block; the reductions as the scalar loops ---- */

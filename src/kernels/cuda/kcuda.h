@@ -52,6 +52,10 @@ int df_cuda_gemv_f32(df_cuda *c, const float *W, int rows, int cols, const float
 int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales, int rows, int cols,
                        const float *x, float *y);
 
+/* The GEMVs' L2 prefetch of each row ahead of its loads (default on; the
+ * bench measures both). Changes speed only, never a result. */
+void df_cuda_set_prefetch(df_cuda *c, int on);
+
 /* The vector functions of df_kern on n device floats: one block per vector. */
 int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n, float eps);
 int df_cuda_softmax(df_cuda *c, float *x, int n);
