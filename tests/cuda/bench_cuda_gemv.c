@@ -124,14 +124,17 @@ int main(int argc, char **argv) {
       {F_BF16, 36864, 7168, "kda qkv 36864x7168"},
   };
   size_t nc = sizeof cs / sizeof cs[0];
-  for (int pf = 1; pf >= 0; pf--) {
-    df_cuda_set_prefetch(G, pf);
+  /* each layout: 8, 4 or 2 of a row's 16 lanes per thread (the prefetch off,
+   * its default; run 2 of 2026-12-01 measured it on and off) */
+  static const int lanes[] = {8, 4, 2};
+  for (int li = 0; li < 3; li++) {
+    for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, lanes[li]);
     for (size_t i = 0; i < nc; i++) {
       double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, reps, &us);
-      printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"l2_prefetch\": %s, \"us\": %.2f, "
-             "\"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
-             fname[cs[i].fmt], cs[i].what, pf ? "true" : "false", us, bw / 1e9, bw / copy,
-             pf || i + 1 < nc ? "," : "");
+      printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"lanes_per_thread\": %d, "
+             "\"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
+             fname[cs[i].fmt], cs[i].what, lanes[li], us, bw / 1e9, bw / copy,
+             li < 2 || i + 1 < nc ? "," : "");
       fflush(stdout);
     }
   }

@@ -119,15 +119,28 @@ static void gemv_case(int fmt, int rows, int cols) {
   }
   void *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
   float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
-  int rc = fmt == F_BF16  ? df_cuda_gemv_bf16(G, dW, rows, cols, dx, dy)
-           : fmt == F_I8  ? df_cuda_gemv_i8(G, dW, dS, rows, cols, dx, dy)
-           : fmt == F_F32 ? df_cuda_gemv_f32(G, dW, rows, cols, dx, dy)
-                          : df_cuda_gemv_mxfp4(G, dW, dS, rows, cols, dx, dy);
-  ok_or_die(rc);
-  dget(ygpu, dy, (size_t)rows * 4);
-  char what[96];
-  snprintf(what, sizeof what, "gemv %s %d x %d", fname[fmt], rows, cols);
-  same(what, ycpu, ygpu, (size_t)rows, 0);
+  /* every layout (lanes per thread) and the L2 prefetch on and off: they
+   * change which thread holds a lane and when bytes arrive, never a result */
+  static const int lanes[] = {8, 4, 2};
+  for (int li = 0; li < 3; li++)
+    for (int pf = 0; pf < 2; pf++) {
+      df_cuda_set_gemv_lanes(G, fmt == F_BF16 ? 0 : fmt == F_I8 ? 1 : fmt == F_F32 ? 2 : 3,
+                             lanes[li]);
+      df_cuda_set_prefetch(G, pf);
+      memset(ygpu, 0xff, (size_t)rows * 4);
+      ok_or_die(df_cuda_put(G, dy, ygpu, (size_t)rows * 4));
+      int rc = fmt == F_BF16  ? df_cuda_gemv_bf16(G, dW, rows, cols, dx, dy)
+               : fmt == F_I8  ? df_cuda_gemv_i8(G, dW, dS, rows, cols, dx, dy)
+               : fmt == F_F32 ? df_cuda_gemv_f32(G, dW, rows, cols, dx, dy)
+                              : df_cuda_gemv_mxfp4(G, dW, dS, rows, cols, dx, dy);
+      ok_or_die(rc);
+      dget(ygpu, dy, (size_t)rows * 4);
+      char what[96];
+      snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt], rows,
+               cols, lanes[li], pf ? "on" : "off");
+      same(what, ycpu, ygpu, (size_t)rows, 0);
+    }
+  df_cuda_set_prefetch(G, 0);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dx), df_cuda_free(G, dy);
   free(W), free(S), free(x), free(ycpu), free(ygpu);
 }

@@ -33,6 +33,7 @@ struct df_cuda {
   cudaStream_t s;
   cudaEvent_t ev[2];
   int prefetch;
+  int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
   char desc[320];
   char err[256];
 };
@@ -69,7 +70,8 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
     return NULL;
   }
   c->dev = dev;
-  c->prefetch = 1;
+  c->prefetch = 0; /* measured slower on the large shapes (docs/PERFORMANCE.md) */
+  for (int i = 0; i < 4; i++) c->lpt[i] = 8;
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -156,99 +158,148 @@ __device__ static inline float e2m1f(uint32_t code) {
   return __uint_as_float(mag | ((code & 8u) << 28));
 }
 
-/* ---- GEMV: the weight formats as "8 lanes of one step" loaders ---- */
+/* ---- GEMV: the weight formats as "LPT lanes of one step" loaders ----
+ * LPT (lanes per thread) is 8, 4 or 2: G = 16 / LPT threads share a row,
+ * thread g owning lanes g*LPT .. g*LPT + LPT - 1. Fewer lanes per thread
+ * means more threads per row (more parallelism for few rows) and narrower
+ * loads; df_cuda_set_gemv_lanes picks it (the bench measures each). */
 
-struct fmt_bf16 {
-  const uint16_t *W;
-  static constexpr int unroll = 8, step_bytes = 32;
-  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
-  typedef uint4 raw;
-  __device__ raw load(size_t r, int cols, int s, int h) const {
-    return __ldg((const uint4 *)(W + r * cols + (size_t)s * LANES + h * HALF));
+template <int BYTES> struct vraw;
+template <> struct vraw<16> {
+  uint32_t w[4];
+  __device__ void ld(const void *p) {
+    uint4 v = __ldg((const uint4 *)p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
   }
-  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
-    uint32_t u[4] = {v.x, v.y, v.z, v.w};
-    for (int m = 0; m < 4; m++) {
-      w[2 * m] = bf16f(u[m] & 0xffffu);
-      w[2 * m + 1] = bf16f(u[m] >> 16);
+};
+template <> struct vraw<8> {
+  uint32_t w[2];
+  __device__ void ld(const void *p) {
+    uint2 v = __ldg((const uint2 *)p);
+    w[0] = v.x, w[1] = v.y;
+  }
+};
+template <> struct vraw<4> {
+  uint32_t w[1];
+  __device__ void ld(const void *p) { w[0] = __ldg((const uint32_t *)p); }
+};
+template <> struct vraw<2> {
+  uint32_t w[1];
+  __device__ void ld(const void *p) { w[0] = __ldg((const unsigned short *)p); }
+};
+template <> struct vraw<1> {
+  uint32_t w[1];
+  __device__ void ld(const void *p) { w[0] = __ldg((const unsigned char *)p); }
+};
+
+template <int LPT> struct fmt_bf16 {
+  const uint16_t *W;
+  static constexpr int unroll = LPT == 8 ? 8 : 16, step_bytes = 32;
+  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
+  struct raw {
+    vraw<LPT * 2> v;
+  };
+  __device__ raw load(size_t r, int cols, int s, int g) const {
+    raw v;
+    v.v.ld(W + r * cols + (size_t)s * LANES + g * LPT);
+    return v;
+  }
+  __device__ void decode(const raw &v, float w[LPT]) const {
+#pragma unroll
+    for (int m = 0; m < LPT / 2; m++) {
+      w[2 * m] = __uint_as_float(v.v.w[m] << 16);
+      w[2 * m + 1] = __uint_as_float(v.v.w[m] & 0xffff0000u);
     }
   }
   __device__ float one(size_t r, int cols, int c) const { return bf16f(W[r * cols + c]); }
 };
 
-struct fmt_i8 {
+template <int LPT> struct fmt_i8 {
   const int8_t *W;
   static constexpr int unroll = 16, step_bytes = 16;
   __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
-  typedef uint2 raw;
-  __device__ raw load(size_t r, int cols, int s, int h) const {
-    return __ldg((const uint2 *)(W + r * cols + (size_t)s * LANES + h * HALF));
+  struct raw {
+    vraw<LPT> v;
+  };
+  __device__ raw load(size_t r, int cols, int s, int g) const {
+    raw v;
+    v.v.ld(W + r * cols + (size_t)s * LANES + g * LPT);
+    return v;
   }
   /* (float)q exactly, without the quarter-rate int-to-float conversion:
    * 2^23 + (q + 128) is assembled as bits, then 2^23 + 128 subtracted. */
-  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
-    uint32_t u[2] = {v.x ^ 0x80808080u, v.y ^ 0x80808080u};
+  __device__ void decode(const raw &v, float w[LPT]) const {
 #pragma unroll
-    for (int m = 0; m < HALF; m++)
-      w[m] = __fsub_rn(__uint_as_float(__byte_perm(u[m >> 2], 0x4B000000u, 0x7540u + (m & 3))),
+    for (int m = 0; m < LPT; m++)
+      w[m] = __fsub_rn(__uint_as_float(__byte_perm(v.v.w[m >> 2] ^ 0x80808080u, 0x4B000000u,
+                                                   0x7540u + (m & 3))),
                        8388736.0f);
   }
   __device__ float one(size_t r, int cols, int c) const { return (float)W[r * cols + c]; }
 };
 
-struct fmt_f32 {
+template <int LPT> struct fmt_f32 {
   const float *W;
-  static constexpr int unroll = 4, step_bytes = 64;
+  static constexpr int unroll = LPT == 8 ? 4 : 8, step_bytes = 64;
   __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
   struct raw {
-    float4 a, b;
+    float v[LPT];
   };
-  __device__ raw load(size_t r, int cols, int s, int h) const {
-    const float4 *p = (const float4 *)(W + r * cols + (size_t)s * LANES + h * HALF);
+  __device__ raw load(size_t r, int cols, int s, int g) const {
     raw v;
-    v.a = __ldg(p);
-    v.b = __ldg(p + 1);
+    const float4 *p = (const float4 *)(W + r * cols + (size_t)s * LANES + g * LPT);
+    if (LPT >= 4) {
+#pragma unroll
+      for (int q = 0; q < LPT / 4; q++) {
+        float4 a = __ldg(p + q);
+        v.v[4 * q] = a.x, v.v[4 * q + 1] = a.y, v.v[4 * q + 2] = a.z, v.v[4 * q + 3] = a.w;
+      }
+    } else {
+      float2 a = __ldg((const float2 *)p);
+      v.v[0] = a.x, v.v[LPT - 1] = a.y;
+    }
     return v;
   }
-  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
-    w[0] = v.a.x, w[1] = v.a.y, w[2] = v.a.z, w[3] = v.a.w;
-    w[4] = v.b.x, w[5] = v.b.y, w[6] = v.b.z, w[7] = v.b.w;
+  __device__ void decode(const raw &v, float w[LPT]) const {
+#pragma unroll
+    for (int m = 0; m < LPT; m++) w[m] = v.v[m];
   }
   __device__ float one(size_t r, int cols, int c) const { return W[r * cols + c]; }
 };
 
-/* MXFP4: 8 codes of one step are 4 bytes (low nibble = even column); the
- * step's group scale (32 columns = 2 steps) rides along. w = E2M1 * 2^(s-127)
- * rounded as the CPU rounds it (exact except at the ends of the range). */
-struct fmt_mxfp4 {
+/* MXFP4: LPT codes of one step are LPT / 2 bytes (low nibble = even
+ * column); the step's group scale (32 columns = 2 steps) rides along.
+ * w = E2M1 * 2^(s-127) rounded as the CPU rounds it. E2M1 values are bf16
+ * values: their top and second bytes come from two 8-entry byte tables,
+ * looked up four codes at a time by __byte_perm. */
+template <int LPT> struct fmt_mxfp4 {
   const uint8_t *P, *S;
   static constexpr int unroll = 16, step_bytes = 8;
   __device__ const void *row(size_t r, int cols) const { return P + r * (cols / 2); }
   struct raw {
-    uint32_t q, sc;
+    vraw<LPT / 2> v;
+    uint32_t sc;
   };
-  __device__ raw load(size_t r, int cols, int s, int h) const {
+  __device__ raw load(size_t r, int cols, int s, int g) const {
     raw v;
-    v.q = __ldg((const uint32_t *)(P + r * (cols / 2) + (size_t)s * HALF + h * 4));
+    v.v.ld(P + r * (cols / 2) + (size_t)s * HALF + g * (LPT / 2));
     v.sc = __ldg(S + r * (cols / 32) + s / 2);
     return v;
   }
-  /* E2M1 values are bf16 values: their top and second bytes come from two
-   * 8-entry byte tables, looked up four codes at a time by __byte_perm. */
-  __device__ void decode(const raw &v, size_t, int, float w[HALF]) const {
+  __device__ void decode(const raw &v, float w[LPT]) const {
     float sc = e8m0f(v.sc);
-    uint32_t mq = v.q & 0x77777777u;
+    uint32_t q = v.v.w[0], mq = q & 0x77777777u;
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
+    for (int half = 0; half < (LPT + 3) / 4; half++) {
       uint32_t sel = half ? mq >> 16 : mq & 0xffffu;
       uint32_t top = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
       uint32_t sec = __byte_perm(0xC0800000u, 0xC0804000u, sel);
       uint32_t p01 = __byte_perm(sec, top, 0x5140u), p23 = __byte_perm(sec, top, 0x7362u);
       uint32_t b[4] = {p01 << 16, p01 & 0xffff0000u, p23 << 16, p23 & 0xffff0000u};
 #pragma unroll
-      for (int k = 0; k < 4; k++) {
+      for (int k = 0; k < 4 && half * 4 + k < LPT; k++) {
         int e = half * 4 + k;
-        uint32_t sign = (v.q << (28 - 4 * e)) & 0x80000000u;
+        uint32_t sign = (q << (28 - 4 * e)) & 0x80000000u;
         w[e] = __fmul_rn(__uint_as_float(b[k] | sign), sc);
       }
     }
@@ -260,8 +311,7 @@ struct fmt_mxfp4 {
 };
 
 /* An L2 prefetch of a contiguous range (the Hopper bulk-copy unit): one
- * request per row and chunk instead of many 32-byte sectors from thousands
- * of rows at once, which is what keeps the DRAM pages open. */
+ * request per row and chunk instead of many 32-byte sectors. */
 __device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
@@ -270,106 +320,135 @@ __device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
 #endif
 }
 
-/* The lane tree after lane j of thread 0 has absorbed lane j + 8 (held by
- * thread 1): acc[j] += acc[j + w] for w = 4, 2, 1, as kern_scalar_t.h. */
-__device__ static inline float lane_tree(float a[HALF], float b[HALF]) {
-  for (int j = 0; j < HALF; j++) a[j] = __fadd_rn(a[j], b[j]);
-  for (int w = HALF / 2; w >= 1; w >>= 1)
-    for (int j = 0; j < w; j++) a[j] = __fadd_rn(a[j], a[j + w]);
-  return a[0];
-}
-
 /* vec: cols % 16 == 0 (whole aligned steps, vector loads); otherwise one
  * element at a time with the columns past the end left out of their lanes
- * (which then stay +0, as the scalar loop's short last block leaves them). */
-template <class F, bool vec>
+ * (which then stay +0, as the scalar loop's short last block leaves them).
+ * The reduction is the lane tree of kern_scalar_t.h, acc[j] += acc[j + w]
+ * for w = 8, 4, 2, 1: while w >= LPT lane j + w is in thread g + w / LPT
+ * (a shuffle), below that it is in the same thread. */
+template <class F, int LPT, bool vec>
 __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
                                                      float *y, const float *rowscale, int pf) {
+  constexpr int G = LANES / LPT;
   int gt = blockIdx.x * blockDim.x + threadIdx.x;
-  int r = gt >> 1, h = gt & 1;
+  int r = gt / G, g = gt % G;
   bool live = r < rows;
-  float acc[HALF];
-  for (int j = 0; j < HALF; j++) acc[j] = 0.0f;
+  float acc[LPT];
+#pragma unroll
+  for (int j = 0; j < LPT; j++) acc[j] = 0.0f;
   int nsteps = (cols + LANES - 1) / LANES;
   if (live) {
     if (vec) {
-      /* thread 0 of the row keeps the next PF_AHEAD bytes of it on their way
-       * to L2, a chunk of PF_CHUNK at a time */
       const char *rowp = (const char *)f.row((size_t)r, cols);
       uint32_t rowbytes = (uint32_t)nsteps * F::step_bytes, fetched = 0;
       for (int s0 = 0; s0 < nsteps; s0 += F::unroll) {
         uint32_t want = (uint32_t)s0 * F::step_bytes + PF_AHEAD;
-        if (pf && h == 0 && fetched < rowbytes && fetched < want) {
+        while (pf && g == 0 && fetched < rowbytes && fetched < want) {
           uint32_t n = rowbytes - fetched < PF_CHUNK ? rowbytes - fetched : PF_CHUNK;
           l2_prefetch(rowp + fetched, n);
           fetched += n;
-          if (fetched < rowbytes && fetched < want) {
-            n = rowbytes - fetched < PF_CHUNK ? rowbytes - fetched : PF_CHUNK;
-            l2_prefetch(rowp + fetched, n);
-            fetched += n;
-          }
         }
         typename F::raw v[F::unroll];
 #pragma unroll
         for (int u = 0; u < F::unroll; u++)
-          if (s0 + u < nsteps) v[u] = f.load((size_t)r, cols, s0 + u, h);
+          if (s0 + u < nsteps) v[u] = f.load((size_t)r, cols, s0 + u, g);
 #pragma unroll
         for (int u = 0; u < F::unroll; u++) {
           if (s0 + u >= nsteps) break;
-          int c0 = (s0 + u) * LANES + h * HALF;
-          float w[HALF];
-          f.decode(v[u], (size_t)r, c0, w);
-          const float4 *xp = (const float4 *)(x + c0);
-          float4 xa = __ldg(xp), xb = __ldg(xp + 1);
-          float xv[HALF] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+          int c0 = (s0 + u) * LANES + g * LPT;
+          float w[LPT], xv[LPT];
+          f.decode(v[u], w);
+          if (LPT >= 4) {
 #pragma unroll
-          for (int j = 0; j < HALF; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(w[j], xv[j]));
+            for (int q = 0; q < LPT / 4; q++) {
+              float4 a = __ldg((const float4 *)(x + c0) + q);
+              xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
+            }
+          } else {
+            float2 a = __ldg((const float2 *)(x + c0));
+            xv[0] = a.x, xv[LPT - 1] = a.y;
+          }
+#pragma unroll
+          for (int j = 0; j < LPT; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(w[j], xv[j]));
         }
       }
     } else {
       for (int s = 0; s < nsteps; s++)
-        for (int j = 0; j < HALF; j++) {
-          int c = s * LANES + h * HALF + j;
+        for (int j = 0; j < LPT; j++) {
+          int c = s * LANES + g * LPT + j;
           if (c < cols) acc[j] = __fadd_rn(acc[j], __fmul_rn(f.one((size_t)r, cols, c), x[c]));
         }
     }
   }
-  float other[HALF];
-  for (int j = 0; j < HALF; j++) other[j] = __shfl_xor_sync(0xffffffffu, acc[j], 1);
-  if (live && h == 0) {
-    float s = lane_tree(acc, other);
-    y[r] = rowscale ? __fmul_rn(s, rowscale[r]) : s;
-  }
+#pragma unroll
+  for (int w = LANES / 2; w >= LPT; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < LPT; j++) {
+      float o = __shfl_down_sync(0xffffffffu, acc[j], w / LPT);
+      acc[j] = __fadd_rn(acc[j], o); /* kept only where g < w / LPT: lane g*LPT+j < w */
+    }
+#pragma unroll
+  for (int w = LPT / 2; w >= 1; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; j++) acc[j] = __fadd_rn(acc[j], acc[j + w]);
+  if (live && g == 0) y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
 }
 
-template <class F>
-static int gemv_launch(df_cuda *c, const char *what, F f, int rows, int cols, const float *x,
-                       float *y, const float *rowscale, bool vec_ok) {
-  if (rows <= 0) return 0;
-  long threads = 2L * rows;
+template <template <int> class F, int LPT, class A>
+static void gemv_go(df_cuda *c, const A &args, int rows, int cols, const float *x, float *y,
+                    const float *rowscale, bool vec) {
+  F<LPT> f = args.template as<F<LPT>>();
+  long threads = (long)(LANES / LPT) * rows;
   int blocks = (int)((threads + GEMV_BLOCK - 1) / GEMV_BLOCK);
-  if (vec_ok && cols % LANES == 0 && ((uintptr_t)x & 15) == 0)
-    gemv_k<F, true><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale, c->prefetch);
+  if (vec)
+    gemv_k<F<LPT>, LPT, true><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale,
+                                                                c->prefetch);
   else
-    gemv_k<F, false><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale, 0);
+    gemv_k<F<LPT>, LPT, false><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale, 0);
+}
+
+struct wargs {
+  const void *a, *b;
+  template <class T> __host__ T as() const {
+    T t;
+    memcpy((void *)&t, (const void *)this, sizeof(T) < sizeof *this ? sizeof(T) : sizeof *this);
+    return t;
+  }
+};
+
+template <template <int> class F>
+static int gemv_launch(df_cuda *c, const char *what, wargs a, int rows, int cols, const float *x,
+                       float *y, const float *rowscale, bool vec_ok, int lpt) {
+  if (rows <= 0) return 0;
+  bool vec = vec_ok && cols % LANES == 0 && ((uintptr_t)x & 15) == 0;
+  if (lpt == 2) gemv_go<F, 2>(c, a, rows, cols, x, y, rowscale, vec);
+  else if (lpt == 4) gemv_go<F, 4>(c, a, rows, cols, x, y, rowscale, vec);
+  else gemv_go<F, 8>(c, a, rows, cols, x, y, rowscale, vec);
   LAUNCHED(c, what);
   return 0;
 }
 
+extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
+  if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;
+}
+
 extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,
                                  float *y) {
-  fmt_bf16 f = {W};
-  return gemv_launch(c, "gemv bf16", f, rows, cols, x, y, NULL, ((uintptr_t)W & 15) == 0);
+  wargs a = {W, NULL};
+  return gemv_launch<fmt_bf16>(c, "gemv bf16", a, rows, cols, x, y, NULL,
+                               ((uintptr_t)W & 15) == 0, c->lpt[0]);
 }
 extern "C" int df_cuda_gemv_i8(df_cuda *c, const int8_t *W, const float *scale, int rows, int cols,
                                const float *x, float *y) {
-  fmt_i8 f = {W};
-  return gemv_launch(c, "gemv int8", f, rows, cols, x, y, scale, ((uintptr_t)W & 15) == 0);
+  wargs a = {W, NULL};
+  return gemv_launch<fmt_i8>(c, "gemv int8", a, rows, cols, x, y, scale, ((uintptr_t)W & 15) == 0,
+                             c->lpt[1]);
 }
 extern "C" int df_cuda_gemv_f32(df_cuda *c, const float *W, int rows, int cols, const float *x,
                                 float *y) {
-  fmt_f32 f = {W};
-  return gemv_launch(c, "gemv f32", f, rows, cols, x, y, NULL, ((uintptr_t)W & 15) == 0);
+  wargs a = {W, NULL};
+  return gemv_launch<fmt_f32>(c, "gemv f32", a, rows, cols, x, y, NULL, ((uintptr_t)W & 15) == 0,
+                              c->lpt[2]);
 }
 extern "C" int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales,
                                   int rows, int cols, const float *x, float *y) {
@@ -377,8 +456,9 @@ extern "C" int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8
     snprintf(c->err, sizeof c->err, "gemv mxfp4: cols %d is not a multiple of 32", cols);
     return -1;
   }
-  fmt_mxfp4 f = {packed, scales};
-  return gemv_launch(c, "gemv mxfp4", f, rows, cols, x, y, NULL, ((uintptr_t)packed & 15) == 0);
+  wargs a = {packed, scales};
+  return gemv_launch<fmt_mxfp4>(c, "gemv mxfp4", a, rows, cols, x, y, NULL,
+                                ((uintptr_t)packed & 15) == 0, c->lpt[3]);
 }
 
 /* ---- vector functions: one block; the reductions as the scalar loops ---- */

@@ -52,9 +52,14 @@ int df_cuda_gemv_f32(df_cuda *c, const float *W, int rows, int cols, const float
 int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales, int rows, int cols,
                        const float *x, float *y);
 
-/* The GEMVs' L2 prefetch of each row ahead of its loads (default on; the
- * bench measures both). Changes speed only, never a result. */
+/* The GEMVs' L2 prefetch of each row ahead of its loads (the
+ * bench measures both; default off: it lost on the large shapes on the H200).
+ * Changes speed only, never a result. */
 void df_cuda_set_prefetch(df_cuda *c, int on);
+/* The GEMVs' lanes per thread (8, 4 or 2 of a row's 16 lanes; default 8) for
+ * fmt 0 bf16, 1 int8, 2 f32, 3 MXFP4: the bench measures each; results never
+ * depend on it (the test runs every one). */
+void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
 
 /* The vector functions of df_kern on n device floats: one block per vector. */
 int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n, float eps);
