@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/config.h"
 #include "kernels/cuda/kcuda.h"
 #include "kernels/kernels.h"
+#include "model/router.h"
 
 static df_cuda *G;
 static int failures;
@@ -202,6 +204,63 @@ static void elementary_sweep(int which, uint32_t step) {
   free(x), free(c), free(r);
 }
 
+/* K3's KDA: 96 heads of 128; the state after the step and the output. */
+static void kda_case(int H, int D) {
+  size_t hd = (size_t)H * D, n = hd * D;
+  float *S = rnd_vec((int)n, -6, 0), *q = rnd_vec((int)hd, -4, 0), *k = rnd_vec((int)hd, -4, 0),
+        *v = rnd_vec((int)hd, -3, 1), *a = malloc(hd * 4), *b = malloc((size_t)H * 4),
+        *o = malloc(hd * 4), *Sg = malloc(n * 4), *og = malloc(hd * 4), *scr = malloc((size_t)D * 4);
+  for (size_t i = 0; i < hd; i++) a[i] = (float)(rnd() % 1000000) / 1000000.0f;
+  for (int h = 0; h < H; h++) b[h] = (float)(rnd() % 1000000) / 1000000.0f;
+  float *dS = dput(S, n * 4), *dq = dput(q, hd * 4), *dk = dput(k, hd * 4), *dv = dput(v, hd * 4),
+        *da = dput(a, hd * 4), *db = dput(b, (size_t)H * 4), *dout = df_cuda_alloc(G, hd * 4);
+  for (int h = 0; h < H; h++)
+    df_kern_scalar()->kda_step(S + (size_t)h * D * D, q + (size_t)h * D, k + (size_t)h * D,
+                               v + (size_t)h * D, a + (size_t)h * D, b[h], o + (size_t)h * D, scr, D);
+  ok_or_die(df_cuda_kda_step(G, dS, dq, dk, dv, da, db, dout, H, D));
+  dget(Sg, dS, n * 4);
+  dget(og, dout, hd * 4);
+  char what[64];
+  snprintf(what, sizeof what, "kda_step %d heads x %d: state", H, D);
+  same(what, S, Sg, n, 0);
+  snprintf(what, sizeof what, "kda_step %d heads x %d: output", H, D);
+  same(what, o, og, hd, 0);
+  df_cuda_free(G, dS), df_cuda_free(G, dq), df_cuda_free(G, dk), df_cuda_free(G, dv);
+  df_cuda_free(G, da), df_cuda_free(G, db), df_cuda_free(G, dout);
+  free(S), free(q), free(k), free(v), free(a), free(b), free(o), free(Sg), free(og), free(scr);
+}
+
+/* The router's top-k over rows of sigmoid scores; coarse scores (ties) when
+ * ties is set, so the lower-id rule is exercised. */
+static void router_case(int E, int K, int norm, int rows, int ties) {
+  df_config c;
+  memset(&c, 0, sizeof c);
+  c.n_experts = E, c.top_k = K, c.norm_topk_prob = norm, c.routed_scale = 2.5f;
+  size_t n = (size_t)rows * E, nk = (size_t)rows * K;
+  float *sc = malloc(n * 4), *bias = malloc((size_t)E * 4), *w = malloc(nk * 4), *wg = malloc(nk * 4);
+  int *ids = malloc(nk * sizeof(int)), *idg = malloc(nk * sizeof(int));
+  for (size_t i = 0; i < n; i++)
+    sc[i] = ties ? (float)(rnd() % 8) / 8.0f : (float)(rnd() % 16777216) / 16777216.0f;
+  for (int e = 0; e < E; e++) bias[e] = ties ? 0.0f : rndf(-12, -6);
+  for (int r = 0; r < rows; r++)
+    df_router_select(&c, sc + (size_t)r * E, bias, ids + (size_t)r * K, w + (size_t)r * K);
+  float *dsc = dput(sc, n * 4), *db = dput(bias, (size_t)E * 4), *dw = df_cuda_alloc(G, nk * 4);
+  int *did = df_cuda_alloc(G, nk * sizeof(int));
+  ok_or_die(df_cuda_router_topk(G, dsc, db, E, K, norm, 2.5f, rows, did, dw));
+  dget(idg, did, nk * sizeof(int));
+  dget(wg, dw, nk * 4);
+  char what[80];
+  int idsame = !memcmp(ids, idg, nk * sizeof(int));
+  if (!idsame) failures++;
+  printf("%s router %d experts top-%d%s%s rows %d: ids\n", idsame ? "ok  " : "FAIL", E, K,
+         norm ? " normalised" : "", ties ? " ties" : "", rows);
+  snprintf(what, sizeof what, "router %d experts top-%d%s%s: weights", E, K,
+           norm ? " normalised" : "", ties ? " ties" : "");
+  same(what, w, wg, nk, 0);
+  df_cuda_free(G, dsc), df_cuda_free(G, db), df_cuda_free(G, dw), df_cuda_free(G, did);
+  free(sc), free(bias), free(w), free(wg), free(ids), free(idg);
+}
+
 int main(void) {
   if (df_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -231,6 +290,13 @@ int main(void) {
   static const int sn[] = {896, 16, 1, 33, 100000};
   for (int w = 0; w < 4; w++)
     for (size_t i = 0; i < sizeof sn / sizeof sn[0]; i++) vec_case(w, sn[i]);
+  kda_case(96, 128);
+  kda_case(3, 17);
+  kda_case(1, 1);
+  router_case(896, 16, 1, 64, 0);
+  router_case(896, 16, 0, 64, 0);
+  router_case(64, 8, 1, 257, 1);
+  router_case(5, 5, 1, 3, 1);
   df_cuda_close(G);
   printf(failures ? "%d FAILED\n" : "all equal\n", failures);
   return failures ? 1 : 0;

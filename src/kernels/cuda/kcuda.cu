@@ -579,3 +579,96 @@ extern "C" int df_cuda_elementary(df_cuda *c, int which, const float *x, float *
   LAUNCHED(c, "elementary");
   return 0;
 }
+
+/* ---- the KDA step and the router's top-k ---- */
+
+/* One block per head, one thread per value column j: every sum of the
+ * scalar kda_step runs over the key index i for a fixed j, in ascending i,
+ * so column j is one thread's sequential loops and no order changes. */
+__global__ void kda_step_k(float *S, const float *q, const float *k, const float *v,
+                           const float *alpha, const float *beta, float *o, int D) {
+  int h = blockIdx.x;
+  float *St = S + (size_t)h * D * D;
+  const float *qh = q + (size_t)h * D, *kh = k + (size_t)h * D, *ah = alpha + (size_t)h * D;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+    float u = 0.0f;
+    for (int i = 0; i < D; i++) {
+      float *cell = St + (size_t)i * D + j;
+      float sv = __fmul_rn(*cell, ah[i]);
+      *cell = sv;
+      u = __fadd_rn(u, __fmul_rn(sv, kh[i]));
+    }
+    u = __fmul_rn(beta[h], __fsub_rn(v[(size_t)h * D + j], u));
+    float acc = 0.0f;
+    for (int i = 0; i < D; i++) {
+      float *cell = St + (size_t)i * D + j;
+      float sv = __fadd_rn(*cell, __fmul_rn(kh[i], u));
+      *cell = sv;
+      acc = __fadd_rn(acc, __fmul_rn(sv, qh[i]));
+    }
+    o[(size_t)h * D + j] = acc;
+  }
+}
+
+extern "C" int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const float *k,
+                                const float *v, const float *alpha, const float *beta, float *o,
+                                int heads, int D) {
+  if (heads <= 0 || D <= 0) return 0;
+  kda_step_k<<<heads, D < 256 ? D : 256, 0, c->s>>>(S, q, k, v, alpha, beta, o, D);
+  LAUNCHED(c, "kda step");
+  return 0;
+}
+
+#define ROUTER_MAX_K 64
+
+/* One thread per row: the insertion of model/router.c, the same
+ * comparisons in the same order (ties keep the lower id), then the same
+ * sequential sum and scaling. */
+__global__ void router_k(const float *sc, const float *bias, int E, int K, int norm, float scale,
+                         int rows, int *ids, float *w) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float *s = sc + (size_t)r * E;
+  int *id = ids + (size_t)r * K;
+  float *wr = w + (size_t)r * K;
+  float best[ROUTER_MAX_K];
+  int n = 0;
+  for (int e = 0; e < E; e++) {
+    float b = __fadd_rn(s[e], bias[e]);
+    int at = n;
+    while (at > 0 && best[at - 1] < b) at--;
+    if (at >= K) continue;
+    int last = n < K ? n : K - 1;
+    for (int i = last; i > at; i--) best[i] = best[i - 1], id[i] = id[i - 1];
+    best[at] = b;
+    id[at] = e;
+    if (n < K) n++;
+  }
+  for (int i = 1; i < K; i++)
+    for (int j = i; j > 0 && id[j - 1] > id[j]; j--) {
+      int t = id[j];
+      id[j] = id[j - 1];
+      id[j - 1] = t;
+    }
+  float sum = 0.0f;
+  for (int i = 0; i < K; i++) sum = __fadd_rn(sum, s[id[i]]);
+  for (int i = 0; i < K; i++) {
+    float v = norm ? __fdiv_rn(s[id[i]], sum) : s[id[i]];
+    wr[i] = __fmul_rn(v, scale);
+  }
+}
+
+extern "C" int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bias, int n_experts,
+                                   int top_k, int norm_topk_prob, float routed_scale, int rows,
+                                   int *ids, float *w) {
+  if (top_k < 1 || top_k > ROUTER_MAX_K || top_k > n_experts) {
+    snprintf(c->err, sizeof c->err, "router: top_k %d is not in 1..min(%d, %d)", top_k,
+             ROUTER_MAX_K, n_experts);
+    return -1;
+  }
+  if (rows <= 0) return 0;
+  router_k<<<(rows + 63) / 64, 64, 0, c->s>>>(sc, bias, n_experts, top_k, norm_topk_prob,
+                                              routed_scale, rows, ids, w);
+  LAUNCHED(c, "router");
+  return 0;
+}

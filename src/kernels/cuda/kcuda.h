@@ -71,4 +71,13 @@ int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n, 
  * elementary functions alone, for their exhaustive test. */
 int df_cuda_elementary(df_cuda *c, int which, const float *x, float *y, size_t n);
 
+/* The KDA step of df_kern.kda_step for `heads` heads at once: S is heads x
+ * D x D, q, k, v, alpha, o heads x D, beta heads. */
+int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const float *k, const float *v,
+                     const float *alpha, const float *beta, float *o, int heads, int D);
+/* model/router.h's df_router_select for `rows` rows of n_experts sigmoid
+ * scores (top_k <= 64): ids and w are rows x top_k. */
+int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bias, int n_experts, int top_k,
+                        int norm_topk_prob, float routed_scale, int rows, int *ids, float *w);
+
 #endif
