@@ -8,12 +8,13 @@
 
 #include "cli/cli.h"
 #include "cli/opt_table.h"
+#include "kernels/kdevice.h"
 
 typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
   K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX, K_SPINE_DIR,
   K_FETCH_AHEAD,
-  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX, K_DRAFT_ROLLBACK
+  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX, K_DRAFT_ROLLBACK, K_DEVICE
 } opt_key;
 
 typedef struct opt_def {
@@ -29,6 +30,9 @@ static const opt_def defs[] = {
     {"--spine", "bf16|int8", K_SPINE,
      "bf16 as stored (default), or the row-int8 copy from `deltafin convert-spine`"},
     {"--kernels", "auto|scalar", K_KERNELS, "kernel table (default auto: the fastest this CPU runs; scalar = the reference kernels)"},
+    {"--device", "cpu|cuda[:N]", K_DEVICE,
+     "where the layers run: cpu (default), or CUDA device N (a -DDF_CUDA=ON build; the GPU "
+     "kernels are built and tested, the layer forward on the GPU is not there yet)"},
     {"--precision", "f32|f64", K_PRECISION,
      "activations: f32 (default) or f64, float64 on the scalar kernels (several times slower, "
      "state x2): the reference's answer where fp32 rounding meets a near-tie"},
@@ -102,6 +106,17 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     else if (!strcmp(v, "scalar")) o->kernels_scalar = 1;
     else return df_cli_fail("--kernels: '%s' is not auto or scalar", v), -1;
     return 0;
+  case K_DEVICE: {
+    char err[256];
+    int dev;
+    if (df_kern_device_parse(v, &dev, err, sizeof err))
+      return df_cli_fail("--device: %s", err), -1;
+    if (dev >= 0)
+      return df_cli_fail("--device %s: the CUDA kernels are built and the device is there, but "
+                         "the layer forward does not run on the GPU yet (issue 21); use "
+                         "--device cpu", v), -1;
+    return 0; /* the CPU: what the engine does anyway */
+  }
   case K_PRECISION:
     if (!strcmp(v, "f32")) o->f64 = 0;
     else if (!strcmp(v, "f64")) o->f64 = 1;

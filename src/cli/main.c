@@ -5,6 +5,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "kernels/kdevice.h"
 #include "kernels/kernels.h"
 #include "store/trace.h"
 
@@ -64,6 +65,14 @@ static void version(void) {
   printf("features: io_uring+O_DIRECT expert store, pread fallback, MXFP4 experts, bf16/row-int8 spine,"
          " OpenAI-compatible server (SSE)\n");
   printf("compiler: %s\n", __VERSION__);
+  if (df_kern_cuda_build()) {
+    char d[320];
+    int n = df_kern_cuda_devices();
+    df_kern_cuda_describe(0, d, sizeof d);
+    printf("cuda: %s; %d device%s%s%s\n", df_kern_cuda_build(), n, n == 1 ? "" : "s",
+           n ? ", cuda:0 = " : "", n ? d : "");
+  } else
+    printf("cuda: not built (configure with -DDF_CUDA=ON)\n");
 }
 
 int df_cli_fail(const char *fmt, ...) {

@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 ALL="--threads 1 --spine bf16 --kernels auto --cache-mb 0 --no-pack --io pread --prefetch gate
  --emulate-drives 2GB/s --split-reads off --gate-input x+shared --pin-mb 1 --queue-depth 4 --heat $tmp/h.heat
- --mem-limit 8G --ctx 256 --fetch-ahead on"
+ --mem-limit 8G --ctx 256 --fetch-ahead on --device cpu"
 
 # every engine option, valid, on each command
 # shellcheck disable=SC2086
@@ -41,7 +41,7 @@ grep -q "config.json" "$tmp/e" || fail "serve did not get to the model: $(cat "$
 # the same bad values, the same messages
 for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-input y" "--spine f16" \
            "--kernels fast" "--queue-depth 0" "--cache-mb -1" "--pin-mb x" "--threads 5000" \
-           "--mem-limit lots" "--ctx 0" "--fetch-ahead maybe"; do
+           "--mem-limit lots" "--ctx 0" "--fetch-ahead maybe" "--device tpu" "--device cuda:x"; do
   msgs=""
   for cmd in run serve bench chat eval; do
     # shellcheck disable=SC2086
@@ -54,6 +54,16 @@ for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-inpu
   opt=${bad%% *}
   printf '%s' "$msgs" | grep -q -- "$opt" || fail "$bad: message does not name $opt: $msgs"
 done
+# --device cuda: refused with the reason (no CUDA build, no GPU, or no GPU forward yet)
+if "$BIN" run --model "$tmp/m" --prompt-ids 1 --max-new 1 --device cuda >/dev/null 2>"$tmp/e"; then
+  fail "--device cuda accepted"
+fi
+if "$BIN" --version | grep -q "^cuda: not built"; then
+  grep -q -- "--device: this deltafin was built without CUDA (configure with -DDF_CUDA=ON)" "$tmp/e" ||
+    fail "--device cuda without CUDA: $(cat "$tmp/e")"
+else
+  grep -q -- "--device" "$tmp/e" || fail "--device cuda: $(cat "$tmp/e")"
+fi
 if "$BIN" run --model "$tmp/m" --io 2>"$tmp/e"; then fail "--io without a value"; fi
 grep -q "needs a value" "$tmp/e" || fail "--io without a value: $(cat "$tmp/e")"
 

@@ -1,0 +1,674 @@
+/* The CUDA kernels behind kcuda.h. Compiled with -fmad=false -ftz=false
+ * -prec-div=true -prec-sqrt=true (CMakeLists.txt): every product is rounded
+ * before it is added, subnormals are kept, division and square root are
+ * IEEE, as in the scalar reference.
+ *
+ * GEMV layout: two threads per output row, each owning 8 of the 16 lanes of
+ * the lane-16 order (thread h holds lanes 8h..8h+7), so one step of 16
+ * columns is one contiguous load per thread (16 bytes of bf16, 8 of int8, 4
+ * of MXFP4) and a row's 16 chains still each run in ascending column order.
+ * The 8-4-2-1 tree then starts with the partner's 8 lanes (one shuffle per
+ * lane). Loads of F::unroll steps (about 128 bytes) are issued before their
+ * products so each thread keeps that much in flight; the chains' order is
+ * unchanged. */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "kernels/cuda/kcuda.h"
+}
+#include "kernels/cuda/kmath.h"
+
+#define LANES 16
+#define HALF 8
+#define GEMV_BLOCK 64 /* small blocks spread a 3072-row expert over more SMs */
+#define PF_CHUNK 1024u /* bytes per L2 prefetch request */
+#define PF_AHEAD 2048u /* how far ahead of the loads the prefetches run */
+
+struct df_cuda {
+  int dev;
+  cudaStream_t s;
+  cudaEvent_t ev[2];
+  int prefetch;
+  int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
+  char desc[320];
+  char err[256];
+};
+
+static int fail(df_cuda *c, const char *what, cudaError_t e) {
+  snprintf(c->err, sizeof c->err, "%s: %s", what, cudaGetErrorString(e));
+  return -1;
+}
+#define CK(c, what, call)                               \
+  do {                                                  \
+    cudaError_t e_ = (call);                            \
+    if (e_ != cudaSuccess) return fail(c, what, e_);    \
+  } while (0)
+#define LAUNCHED(c, what) CK(c, what, cudaGetLastError())
+
+extern "C" int df_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError(); /* no driver: not an error to remember */
+    return 0;
+  }
+  return n;
+}
+
+extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
+  int n = df_cuda_device_count();
+  if (dev < 0 || dev >= n) {
+    snprintf(err, errlen, "no CUDA device %d (%d found)", dev, n);
+    return NULL;
+  }
+  df_cuda *c = (df_cuda *)calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return NULL;
+  }
+  c->dev = dev;
+  c->prefetch = 0; /* measured slower on the large shapes (docs/PERFORMANCE.md) */
+  for (int i = 0; i < 4; i++) c->lpt[i] = 8;
+  cudaDeviceProp p;
+  cudaError_t e = cudaSetDevice(dev);
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreate(&c->ev[0]);
+  if (e == cudaSuccess) e = cudaEventCreate(&c->ev[1]);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "CUDA device %d: %s", dev, cudaGetErrorString(e));
+    free(c);
+    return NULL;
+  }
+  snprintf(c->desc, sizeof c->desc, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+           (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  return c;
+}
+
+extern "C" void df_cuda_close(df_cuda *c) {
+  if (!c) return;
+  cudaStreamSynchronize(c->s);
+  cudaEventDestroy(c->ev[0]);
+  cudaEventDestroy(c->ev[1]);
+  cudaStreamDestroy(c->s);
+  free(c);
+}
+
+extern "C" void df_cuda_set_prefetch(df_cuda *c, int on) { c->prefetch = on != 0; }
+
+extern "C" const char *df_cuda_describe(const df_cuda *c) { return c->desc; }
+extern "C" const char *df_cuda_error(const df_cuda *c) { return c->err; }
+
+extern "C" void *df_cuda_alloc(df_cuda *c, size_t bytes) {
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    fail(c, "cudaMalloc", e);
+    return NULL;
+  }
+  return p;
+}
+extern "C" void df_cuda_free(df_cuda *c, void *p) {
+  (void)c;
+  if (p) cudaFree(p);
+}
+extern "C" int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t n) {
+  CK(c, "copy to device", cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->s));
+  return 0;
+}
+extern "C" int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t n) {
+  CK(c, "copy to host", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->s));
+  CK(c, "copy to host", cudaStreamSynchronize(c->s));
+  return 0;
+}
+extern "C" int df_cuda_copy(df_cuda *c, void *dst, const void *src, size_t n) {
+  CK(c, "device copy", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->s));
+  return 0;
+}
+extern "C" int df_cuda_sync(df_cuda *c) {
+  CK(c, "synchronize", cudaStreamSynchronize(c->s));
+  return 0;
+}
+extern "C" int df_cuda_mark(df_cuda *c, int which) {
+  CK(c, "event", cudaEventRecord(c->ev[which ? 1 : 0], c->s));
+  return 0;
+}
+extern "C" double df_cuda_elapsed(df_cuda *c) {
+  float ms = 0;
+  if (cudaEventSynchronize(c->ev[1]) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, c->ev[0], c->ev[1]) != cudaSuccess)
+    return -1;
+  return ms / 1000.0;
+}
+
+/* ---- exact conversions (kernels.h's df_kbf16, df_ke8m0, df_kern_e2m1) ---- */
+
+__device__ static inline float bf16f(uint32_t h) { return __uint_as_float(h << 16); }
+__device__ static inline float e8m0f(uint32_t s) {
+  return __uint_as_float(s ? s << 23 : 0x00400000u);
+}
+/* E2M1 code -> value {0, .5, 1, 1.5, 2, 3, 4, 6} with sign bit 3, from bits
+ * (a table in constant memory would serialise on divergent codes). */
+__device__ static inline float e2m1f(uint32_t code) {
+  uint32_t m = code & 7u;
+  uint32_t mag = m >= 2 ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22) : (m ? 0x3f000000u : 0u);
+  return __uint_as_float(mag | ((code & 8u) << 28));
+}
+
+/* ---- GEMV: the weight formats as "LPT lanes of one step" loaders ----
+ * LPT (lanes per thread) is 8, 4 or 2: G = 16 / LPT threads share a row,
+ * thread g owning lanes g*LPT .. g*LPT + LPT - 1. Fewer lanes per thread
+ * means more threads per row (more parallelism for few rows) and narrower
+ * loads; df_cuda_set_gemv_lanes picks it (the bench measures each). */
+
+template <int BYTES> struct vraw;
+template <> struct vraw<16> {
+  uint32_t w[4];
+  __device__ void ld(const void *p) {
+    uint4 v = __ldg((const uint4 *)p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  }
+};
+template <> struct vraw<8> {
+  uint32_t w[2];
+  __device__ void ld(const void *p) {
+    uint2 v = __ldg((const uint2 *)p);
+    w[0] = v.x, w[1] = v.y;
+  }
+};
+template <> struct vraw<4> {
+  uint32_t w[1];
+  __device__ void ld(const void *p) { w[0] = __ldg((const uint32_t *)p); }
+};
+template <> struct vraw<2> {
+  uint32_t w[1];
+  __device__ void ld(const void *p) { w[0] = __ldg((const unsigned short *)p); }
+};
+template <> struct vraw<1> {
+  uint32_t w[1];
+  __device__ void ld(const void *p) { w[0] = __ldg((const unsigned char *)p); }
+};
+
+template <int LPT> struct fmt_bf16 {
+  const uint16_t *W;
+  static constexpr int unroll = LPT == 8 ? 8 : 16, step_bytes = 32;
+  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
+  struct raw {
+    vraw<LPT * 2> v;
+  };
+  __device__ raw load(size_t r, int cols, int s, int g) const {
+    raw v;
+    v.v.ld(W + r * cols + (size_t)s * LANES + g * LPT);
+    return v;
+  }
+  __device__ void decode(const raw &v, float w[LPT]) const {
+#pragma unroll
+    for (int m = 0; m < LPT / 2; m++) {
+      w[2 * m] = __uint_as_float(v.v.w[m] << 16);
+      w[2 * m + 1] = __uint_as_float(v.v.w[m] & 0xffff0000u);
+    }
+  }
+  __device__ float one(size_t r, int cols, int c) const { return bf16f(W[r * cols + c]); }
+};
+
+template <int LPT> struct fmt_i8 {
+  const int8_t *W;
+  static constexpr int unroll = 16, step_bytes = 16;
+  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
+  struct raw {
+    vraw<LPT> v;
+  };
+  __device__ raw load(size_t r, int cols, int s, int g) const {
+    raw v;
+    v.v.ld(W + r * cols + (size_t)s * LANES + g * LPT);
+    return v;
+  }
+  /* (float)q exactly, without the quarter-rate int-to-float conversion:
+   * 2^23 + (q + 128) is assembled as bits, then 2^23 + 128 subtracted. */
+  __device__ void decode(const raw &v, float w[LPT]) const {
+#pragma unroll
+    for (int m = 0; m < LPT; m++)
+      w[m] = __fsub_rn(__uint_as_float(__byte_perm(v.v.w[m >> 2] ^ 0x80808080u, 0x4B000000u,
+                                                   0x7540u + (m & 3))),
+                       8388736.0f);
+  }
+  __device__ float one(size_t r, int cols, int c) const { return (float)W[r * cols + c]; }
+};
+
+template <int LPT> struct fmt_f32 {
+  const float *W;
+  static constexpr int unroll = LPT == 8 ? 4 : 8, step_bytes = 64;
+  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
+  struct raw {
+    float v[LPT];
+  };
+  __device__ raw load(size_t r, int cols, int s, int g) const {
+    raw v;
+    const float4 *p = (const float4 *)(W + r * cols + (size_t)s * LANES + g * LPT);
+    if (LPT >= 4) {
+#pragma unroll
+      for (int q = 0; q < LPT / 4; q++) {
+        float4 a = __ldg(p + q);
+        v.v[4 * q] = a.x, v.v[4 * q + 1] = a.y, v.v[4 * q + 2] = a.z, v.v[4 * q + 3] = a.w;
+      }
+    } else {
+      float2 a = __ldg((const float2 *)p);
+      v.v[0] = a.x, v.v[LPT - 1] = a.y;
+    }
+    return v;
+  }
+  __device__ void decode(const raw &v, float w[LPT]) const {
+#pragma unroll
+    for (int m = 0; m < LPT; m++) w[m] = v.v[m];
+  }
+  __device__ float one(size_t r, int cols, int c) const { return W[r * cols + c]; }
+};
+
+/* MXFP4: LPT codes of one step are LPT / 2 bytes (low nibble = even
+ * column); the step's group scale (32 columns = 2 steps) rides along.
+ * w = E2M1 * 2^(s-127) rounded as the CPU rounds it. E2M1 values are bf16
+ * values: their top and second bytes come from two 8-entry byte tables,
+ * looked up four codes at a time by __byte_perm. */
+template <int LPT> struct fmt_mxfp4 {
+  const uint8_t *P, *S;
+  static constexpr int unroll = 16, step_bytes = 8;
+  __device__ const void *row(size_t r, int cols) const { return P + r * (cols / 2); }
+  struct raw {
+    vraw<LPT / 2> v;
+    uint32_t sc;
+  };
+  __device__ raw load(size_t r, int cols, int s, int g) const {
+    raw v;
+    v.v.ld(P + r * (cols / 2) + (size_t)s * HALF + g * (LPT / 2));
+    v.sc = __ldg(S + r * (cols / 32) + s / 2);
+    return v;
+  }
+  __device__ void decode(const raw &v, float w[LPT]) const {
+    float sc = e8m0f(v.sc);
+    uint32_t q = v.v.w[0], mq = q & 0x77777777u;
+#pragma unroll
+    for (int half = 0; half < (LPT + 3) / 4; half++) {
+      uint32_t sel = half ? mq >> 16 : mq & 0xffffu;
+      uint32_t top = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
+      uint32_t sec = __byte_perm(0xC0800000u, 0xC0804000u, sel);
+      uint32_t p01 = __byte_perm(sec, top, 0x5140u), p23 = __byte_perm(sec, top, 0x7362u);
+      uint32_t b[4] = {p01 << 16, p01 & 0xffff0000u, p23 << 16, p23 & 0xffff0000u};
+#pragma unroll
+      for (int k = 0; k < 4 && half * 4 + k < LPT; k++) {
+        int e = half * 4 + k;
+        uint32_t sign = (q << (28 - 4 * e)) & 0x80000000u;
+        w[e] = __fmul_rn(__uint_as_float(b[k] | sign), sc);
+      }
+    }
+  }
+  __device__ float one(size_t r, int cols, int c) const {
+    uint32_t b = P[r * (cols / 2) + c / 2];
+    return __fmul_rn(e2m1f(c & 1 ? b >> 4 : b), e8m0f(S[r * (cols / 32) + c / 32]));
+  }
+};
+
+/* An L2 prefetch of a contiguous range (the Hopper bulk-copy unit): one
+ * request per row and chunk instead of many 32-byte sectors. */
+__device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+/* vec: cols % 16 == 0 (whole aligned steps, vector loads); otherwise one
+ * element at a time with the columns past the end left out of their lanes
+ * (which then stay +0, as the scalar loop's short last block leaves them).
+ * The reduction is the lane tree of kern_scalar_t.h, acc[j] += acc[j + w]
+ * for w = 8, 4, 2, 1: while w >= LPT lane j + w is in thread g + w / LPT
+ * (a shuffle), below that it is in the same thread. */
+template <class F, int LPT, bool vec>
+__global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
+                                                     float *y, const float *rowscale, int pf) {
+  constexpr int G = LANES / LPT;
+  int gt = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = gt / G, g = gt % G;
+  bool live = r < rows;
+  float acc[LPT];
+#pragma unroll
+  for (int j = 0; j < LPT; j++) acc[j] = 0.0f;
+  int nsteps = (cols + LANES - 1) / LANES;
+  if (live) {
+    if (vec) {
+      const char *rowp = (const char *)f.row((size_t)r, cols);
+      uint32_t rowbytes = (uint32_t)nsteps * F::step_bytes, fetched = 0;
+      for (int s0 = 0; s0 < nsteps; s0 += F::unroll) {
+        uint32_t want = (uint32_t)s0 * F::step_bytes + PF_AHEAD;
+        while (pf && g == 0 && fetched < rowbytes && fetched < want) {
+          uint32_t n = rowbytes - fetched < PF_CHUNK ? rowbytes - fetched : PF_CHUNK;
+          l2_prefetch(rowp + fetched, n);
+          fetched += n;
+        }
+        typename F::raw v[F::unroll];
+#pragma unroll
+        for (int u = 0; u < F::unroll; u++)
+          if (s0 + u < nsteps) v[u] = f.load((size_t)r, cols, s0 + u, g);
+#pragma unroll
+        for (int u = 0; u < F::unroll; u++) {
+          if (s0 + u >= nsteps) break;
+          int c0 = (s0 + u) * LANES + g * LPT;
+          float w[LPT], xv[LPT];
+          f.decode(v[u], w);
+          if (LPT >= 4) {
+#pragma unroll
+            for (int q = 0; q < LPT / 4; q++) {
+              float4 a = __ldg((const float4 *)(x + c0) + q);
+              xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
+            }
+          } else {
+            float2 a = __ldg((const float2 *)(x + c0));
+            xv[0] = a.x, xv[LPT - 1] = a.y;
+          }
+#pragma unroll
+          for (int j = 0; j < LPT; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(w[j], xv[j]));
+        }
+      }
+    } else {
+      for (int s = 0; s < nsteps; s++)
+        for (int j = 0; j < LPT; j++) {
+          int c = s * LANES + g * LPT + j;
+          if (c < cols) acc[j] = __fadd_rn(acc[j], __fmul_rn(f.one((size_t)r, cols, c), x[c]));
+        }
+    }
+  }
+#pragma unroll
+  for (int w = LANES / 2; w >= LPT; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < LPT; j++) {
+      float o = __shfl_down_sync(0xffffffffu, acc[j], w / LPT);
+      acc[j] = __fadd_rn(acc[j], o); /* kept only where g < w / LPT: lane g*LPT+j < w */
+    }
+#pragma unroll
+  for (int w = LPT / 2; w >= 1; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; j++) acc[j] = __fadd_rn(acc[j], acc[j + w]);
+  if (live && g == 0) y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
+}
+
+template <template <int> class F, int LPT, class A>
+static void gemv_go(df_cuda *c, const A &args, int rows, int cols, const float *x, float *y,
+                    const float *rowscale, bool vec) {
+  F<LPT> f = args.template as<F<LPT>>();
+  long threads = (long)(LANES / LPT) * rows;
+  int blocks = (int)((threads + GEMV_BLOCK - 1) / GEMV_BLOCK);
+  if (vec)
+    gemv_k<F<LPT>, LPT, true><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale,
+                                                                c->prefetch);
+  else
+    gemv_k<F<LPT>, LPT, false><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale, 0);
+}
+
+struct wargs {
+  const void *a, *b;
+  template <class T> __host__ T as() const {
+    T t;
+    memcpy((void *)&t, (const void *)this, sizeof(T) < sizeof *this ? sizeof(T) : sizeof *this);
+    return t;
+  }
+};
+
+template <template <int> class F>
+static int gemv_launch(df_cuda *c, const char *what, wargs a, int rows, int cols, const float *x,
+                       float *y, const float *rowscale, bool vec_ok, int lpt) {
+  if (rows <= 0) return 0;
+  bool vec = vec_ok && cols % LANES == 0 && ((uintptr_t)x & 15) == 0;
+  if (lpt == 2) gemv_go<F, 2>(c, a, rows, cols, x, y, rowscale, vec);
+  else if (lpt == 4) gemv_go<F, 4>(c, a, rows, cols, x, y, rowscale, vec);
+  else gemv_go<F, 8>(c, a, rows, cols, x, y, rowscale, vec);
+  LAUNCHED(c, what);
+  return 0;
+}
+
+extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
+  if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;
+}
+
+extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,
+                                 float *y) {
+  wargs a = {W, NULL};
+  return gemv_launch<fmt_bf16>(c, "gemv bf16", a, rows, cols, x, y, NULL,
+                               ((uintptr_t)W & 15) == 0, c->lpt[0]);
+}
+extern "C" int df_cuda_gemv_i8(df_cuda *c, const int8_t *W, const float *scale, int rows, int cols,
+                               const float *x, float *y) {
+  wargs a = {W, NULL};
+  return gemv_launch<fmt_i8>(c, "gemv int8", a, rows, cols, x, y, scale, ((uintptr_t)W & 15) == 0,
+                             c->lpt[1]);
+}
+extern "C" int df_cuda_gemv_f32(df_cuda *c, const float *W, int rows, int cols, const float *x,
+                                float *y) {
+  wargs a = {W, NULL};
+  return gemv_launch<fmt_f32>(c, "gemv f32", a, rows, cols, x, y, NULL, ((uintptr_t)W & 15) == 0,
+                              c->lpt[2]);
+}
+extern "C" int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales,
+                                  int rows, int cols, const float *x, float *y) {
+  if (cols % 32) {
+    snprintf(c->err, sizeof c->err, "gemv mxfp4: cols %d is not a multiple of 32", cols);
+    return -1;
+  }
+  wargs a = {packed, scales};
+  return gemv_launch<fmt_mxfp4>(c, "gemv mxfp4", a, rows, cols, x, y, NULL,
+                                ((uintptr_t)packed & 15) == 0, c->lpt[3]);
+}
+
+/* ---- vector functions: one block; the reductions as the scalar loops ---- */
+
+#define VBLOCK 256
+
+__device__ static inline float sigm(float v) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
+}
+
+/* dot(x, x) in the lane-16 order: threads 0..15 each run one lane's chain. */
+__device__ static float lane16_sumsq(const float *x, int n) {
+  __shared__ float lane[LANES];
+  if (threadIdx.x < LANES) {
+    float a = 0.0f;
+    for (int i = threadIdx.x; i < n; i += LANES) a = __fadd_rn(a, __fmul_rn(x[i], x[i]));
+    lane[threadIdx.x] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = LANES / 2; w >= 1; w >>= 1)
+      for (int j = 0; j < w; j++) lane[j] = __fadd_rn(lane[j], lane[j + w]);
+  __syncthreads();
+  float r = lane[0];
+  __syncthreads();
+  return r;
+}
+
+__global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, float eps) {
+  float ss = lane16_sumsq(x, n);
+  float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float t = __fmul_rn(x[i], inv);
+    y[i] = w ? __fmul_rn(t, w[i]) : t;
+  }
+}
+
+/* The max and the sum are one thread's ascending loops: the scalar softmax
+ * sums sequentially, so no tree may replace it. */
+__global__ void softmax_k(float *x, int n) {
+  __shared__ float m_s, sum_s;
+  if (threadIdx.x == 0) {
+    float m = x[0];
+    for (int i = 1; i < n; i++)
+      if (x[i] > m) m = x[i];
+    m_s = m;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = df_km_expf(__fsub_rn(x[i], m_s));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s = __fadd_rn(s, x[i]);
+    sum_s = s;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = __fdiv_rn(x[i], sum_s);
+}
+
+__global__ void sigmoid_k(float *x, int n, int silu) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    x[i] = silu ? __fmul_rn(x[i], sigm(x[i])) : sigm(x[i]);
+}
+
+__global__ void situ_k(float *out, const float *g, const float *u, int n, float bg, float bu) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    float gate = __fmul_rn(bg, df_km_tanhf(__fdiv_rn(g[i], bg)));
+    gate = __fmul_rn(gate, sigm(g[i]));
+    float up = __fmul_rn(bu, df_km_tanhf(__fdiv_rn(u[i], bu)));
+    out[i] = __fmul_rn(gate, up);
+  }
+}
+
+__global__ void elementary_k(int which, const float *x, float *y, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float v = x[i];
+    y[i] = which == 0 ? df_km_expf(v) : which == 1 ? df_km_tanhf(v) : __fdiv_rn(1.0f, __fsqrt_rn(v));
+  }
+}
+
+static int grid_for(long n) {
+  long b = (n + VBLOCK - 1) / VBLOCK;
+  return (int)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+extern "C" int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n,
+                               float eps) {
+  rmsnorm_k<<<1, VBLOCK, 0, c->s>>>(y, x, w, n, eps);
+  LAUNCHED(c, "rmsnorm");
+  return 0;
+}
+extern "C" int df_cuda_softmax(df_cuda *c, float *x, int n) {
+  if (n <= 0) return 0;
+  softmax_k<<<1, VBLOCK, 0, c->s>>>(x, n);
+  LAUNCHED(c, "softmax");
+  return 0;
+}
+extern "C" int df_cuda_sigmoid(df_cuda *c, float *x, int n) {
+  sigmoid_k<<<grid_for(n), VBLOCK, 0, c->s>>>(x, n, 0);
+  LAUNCHED(c, "sigmoid");
+  return 0;
+}
+extern "C" int df_cuda_silu(df_cuda *c, float *x, int n) {
+  sigmoid_k<<<grid_for(n), VBLOCK, 0, c->s>>>(x, n, 1);
+  LAUNCHED(c, "silu");
+  return 0;
+}
+extern "C" int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n,
+                            float bg, float bu) {
+  situ_k<<<grid_for(n), VBLOCK, 0, c->s>>>(out, g, u, n, bg, bu);
+  LAUNCHED(c, "situ");
+  return 0;
+}
+extern "C" int df_cuda_elementary(df_cuda *c, int which, const float *x, float *y, size_t n) {
+  elementary_k<<<grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, c->s>>>(which, x,
+                                                                                      y, n);
+  LAUNCHED(c, "elementary");
+  return 0;
+}
+
+/* ---- the KDA step and the router's top-k ---- */
+
+/* One block per head, one thread per value column j: every sum of the
+ * scalar kda_step runs over the key index i for a fixed j, in ascending i,
+ * so column j is one thread's sequential loops and no order changes. */
+__global__ void kda_step_k(float *S, const float *q, const float *k, const float *v,
+                           const float *alpha, const float *beta, float *o, int D) {
+  int h = blockIdx.x;
+  float *St = S + (size_t)h * D * D;
+  const float *qh = q + (size_t)h * D, *kh = k + (size_t)h * D, *ah = alpha + (size_t)h * D;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+    float u = 0.0f;
+    for (int i = 0; i < D; i++) {
+      float *cell = St + (size_t)i * D + j;
+      float sv = __fmul_rn(*cell, ah[i]);
+      *cell = sv;
+      u = __fadd_rn(u, __fmul_rn(sv, kh[i]));
+    }
+    u = __fmul_rn(beta[h], __fsub_rn(v[(size_t)h * D + j], u));
+    float acc = 0.0f;
+    for (int i = 0; i < D; i++) {
+      float *cell = St + (size_t)i * D + j;
+      float sv = __fadd_rn(*cell, __fmul_rn(kh[i], u));
+      *cell = sv;
+      acc = __fadd_rn(acc, __fmul_rn(sv, qh[i]));
+    }
+    o[(size_t)h * D + j] = acc;
+  }
+}
+
+extern "C" int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const float *k,
+                                const float *v, const float *alpha, const float *beta, float *o,
+                                int heads, int D) {
+  if (heads <= 0 || D <= 0) return 0;
+  kda_step_k<<<heads, D < 256 ? D : 256, 0, c->s>>>(S, q, k, v, alpha, beta, o, D);
+  LAUNCHED(c, "kda step");
+  return 0;
+}
+
+#define ROUTER_MAX_K 64
+
+/* One thread per row: the insertion of model/router.c, the same
+ * comparisons in the same order (ties keep the lower id), then the same
+ * sequential sum and scaling. */
+__global__ void router_k(const float *sc, const float *bias, int E, int K, int norm, float scale,
+                         int rows, int *ids, float *w) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const float *s = sc + (size_t)r * E;
+  int *id = ids + (size_t)r * K;
+  float *wr = w + (size_t)r * K;
+  float best[ROUTER_MAX_K];
+  int n = 0;
+  for (int e = 0; e < E; e++) {
+    float b = __fadd_rn(s[e], bias[e]);
+    int at = n;
+    while (at > 0 && best[at - 1] < b) at--;
+    if (at >= K) continue;
+    int last = n < K ? n : K - 1;
+    for (int i = last; i > at; i--) best[i] = best[i - 1], id[i] = id[i - 1];
+    best[at] = b;
+    id[at] = e;
+    if (n < K) n++;
+  }
+  for (int i = 1; i < K; i++)
+    for (int j = i; j > 0 && id[j - 1] > id[j]; j--) {
+      int t = id[j];
+      id[j] = id[j - 1];
+      id[j - 1] = t;
+    }
+  float sum = 0.0f;
+  for (int i = 0; i < K; i++) sum = __fadd_rn(sum, s[id[i]]);
+  for (int i = 0; i < K; i++) {
+    float v = norm ? __fdiv_rn(s[id[i]], sum) : s[id[i]];
+    wr[i] = __fmul_rn(v, scale);
+  }
+}
+
+extern "C" int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bias, int n_experts,
+                                   int top_k, int norm_topk_prob, float routed_scale, int rows,
+                                   int *ids, float *w) {
+  if (top_k < 1 || top_k > ROUTER_MAX_K || top_k > n_experts) {
+    snprintf(c->err, sizeof c->err, "router: top_k %d is not in 1..min(%d, %d)", top_k,
+             ROUTER_MAX_K, n_experts);
+    return -1;
+  }
+  if (rows <= 0) return 0;
+  router_k<<<(rows + 63) / 64, 64, 0, c->s>>>(sc, bias, n_experts, top_k, norm_topk_prob,
+                                              routed_scale, rows, ids, w);
+  LAUNCHED(c, "router");
+  return 0;
+}

@@ -1,0 +1,83 @@
+/* The CUDA kernels (built only with -DDF_CUDA=ON; DF_HAVE_CUDA is then
+ * defined for every C file). A narrow C interface: no CUDA header is
+ * included on the C side, device memory is an opaque pointer.
+ *
+ * Every kernel computes what the scalar reference table (kern_scalar_t.h)
+ * computes, bit for bit: the same lane-16 summation order of kernels.h (16
+ * chains per output, each summing its rounded products in ascending index,
+ * then the 8, 4, 2, 1 tree), separate multiply and add (the .cu files are
+ * compiled with -fmad=false), no flush-to-zero, IEEE division and square
+ * root, and for exp and tanh the same algorithms as the C library's expf and
+ * tanhf (kmath.h), because CUDA's own differ from them in the last bit.
+ *
+ * All calls are asynchronous on the context's stream except those that
+ * return data to the host (df_cuda_get) and df_cuda_sync. Errors: a call
+ * returns -1 and df_cuda_error says why; after an error the context stays
+ * usable only if CUDA says so. */
+#ifndef DF_KERNELS_CUDA_KCUDA_H
+#define DF_KERNELS_CUDA_KCUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct df_cuda df_cuda;
+
+/* Number of CUDA devices (0 when there is no driver or no device). */
+int df_cuda_device_count(void);
+/* Opens device dev; NULL with a message in err on failure. */
+df_cuda *df_cuda_open(int dev, char *err, size_t errlen);
+void df_cuda_close(df_cuda *c);
+/* "NVIDIA H200 (sm_90, 139.8 GiB)" */
+const char *df_cuda_describe(const df_cuda *c);
+const char *df_cuda_error(const df_cuda *c);
+
+void *df_cuda_alloc(df_cuda *c, size_t bytes);
+void df_cuda_free(df_cuda *c, void *dptr);
+int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t bytes);
+int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t bytes);
+int df_cuda_copy(df_cuda *c, void *dst, const void *src, size_t bytes); /* device to device */
+int df_cuda_sync(df_cuda *c);
+
+/* Seconds between two marks on the stream (CUDA events), for benches:
+ * df_cuda_mark(c, 0), the work, df_cuda_mark(c, 1), then df_cuda_elapsed. */
+int df_cuda_mark(df_cuda *c, int which);
+double df_cuda_elapsed(df_cuda *c);
+
+/* y[r] = dot(W[r], x) for r in [0, rows), the layouts of df_kern's GEMMs
+ * (kernels.h); every pointer is device memory. */
+int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x, float *y);
+int df_cuda_gemv_i8(df_cuda *c, const int8_t *W, const float *scale, int rows, int cols,
+                    const float *x, float *y);
+int df_cuda_gemv_f32(df_cuda *c, const float *W, int rows, int cols, const float *x, float *y);
+int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales, int rows, int cols,
+                       const float *x, float *y);
+
+/* The GEMVs' L2 prefetch of each row ahead of its loads (the
+ * bench measures both; default off: it lost on the large shapes on the H200).
+ * Changes speed only, never a result. */
+void df_cuda_set_prefetch(df_cuda *c, int on);
+/* The GEMVs' lanes per thread (8, 4 or 2 of a row's 16 lanes; default 8) for
+ * fmt 0 bf16, 1 int8, 2 f32, 3 MXFP4: the bench measures each; results never
+ * depend on it (the test runs every one). */
+void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
+
+/* The vector functions of df_kern on n device floats: one block per vector. */
+int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n, float eps);
+int df_cuda_softmax(df_cuda *c, float *x, int n);
+int df_cuda_sigmoid(df_cuda *c, float *x, int n);
+int df_cuda_silu(df_cuda *c, float *x, int n);
+int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n, float bg, float bu);
+/* Elementwise y = f(x) for f = expf, tanhf, 1/sqrtf (which 0, 1, 2): the
+ * elementary functions alone, for their exhaustive test. */
+int df_cuda_elementary(df_cuda *c, int which, const float *x, float *y, size_t n);
+
+/* The KDA step of df_kern.kda_step for `heads` heads at once: S is heads x
+ * D x D, q, k, v, alpha, o heads x D, beta heads. */
+int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const float *k, const float *v,
+                     const float *alpha, const float *beta, float *o, int heads, int D);
+/* model/router.h's df_router_select for `rows` rows of n_experts sigmoid
+ * scores (top_k <= 64): ids and w are rows x top_k. */
+int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bias, int n_experts, int top_k,
+                        int norm_topk_prob, float routed_scale, int rows, int *ids, float *w);
+
+#endif

@@ -1,0 +1,144 @@
+/* deltafin-cuda-bench: the CUDA GEMV kernels' bandwidth at K3's shapes
+ * against the GPU's own memory bandwidth, measured in the same run as a
+ * device-to-device copy (bytes read + bytes written per second).
+ *
+ * Each case cycles through enough copies of its matrix to exceed the L2
+ * cache several times over, so every launch reads its weights from HBM;
+ * bytes counted = weights + scales + x + y. Timing: CUDA events around REPS
+ * launches after a warm-up. Prints one JSON object. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/kcuda.h"
+
+#define MIB (1024.0 * 1024.0)
+static df_cuda *G;
+
+static void die(const char *what) {
+  fprintf(stderr, "deltafin-cuda-bench: %s: %s\n", what, df_cuda_error(G));
+  exit(1);
+}
+
+static void *dfill(size_t n, uint64_t seed) {
+  unsigned char *h = malloc(n);
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    h[i] = (unsigned char)(seed >> 56);
+  }
+  void *d = df_cuda_alloc(G, n);
+  if (!d || df_cuda_put(G, d, h, n) || df_cuda_sync(G)) die("upload");
+  free(h);
+  return d;
+}
+
+/* bytes read + written per second of a device-to-device copy of `bytes`. */
+static double copy_bw(size_t bytes, int reps) {
+  void *a = dfill(bytes, 1), *b = df_cuda_alloc(G, bytes);
+  if (!b) die("alloc");
+  for (int i = 0; i < 3; i++) df_cuda_copy(G, b, a, bytes);
+  df_cuda_mark(G, 0);
+  for (int i = 0; i < reps; i++) df_cuda_copy(G, i & 1 ? a : b, i & 1 ? b : a, bytes);
+  df_cuda_mark(G, 1);
+  double t = df_cuda_elapsed(G);
+  df_cuda_free(G, a), df_cuda_free(G, b);
+  return 2.0 * bytes * reps / t;
+}
+
+enum { F_BF16, F_I8, F_MXFP4 };
+static const char *fname[] = {"bf16", "int8", "mxfp4"};
+
+static double gemv_bw(int fmt, int rows, int cols, int reps, double *us) {
+  size_t n = (size_t)rows * cols;
+  size_t wb = fmt == F_BF16 ? n * 2 : fmt == F_I8 ? n : n / 2;
+  size_t sb = fmt == F_I8 ? (size_t)rows * 4 : fmt == F_MXFP4 ? n / 32 : 0;
+  int copies = (int)((1024.0 * MIB) / (double)(wb + sb)) + 1;
+  if (copies < 2) copies = 2;
+  if (copies > 64) copies = 64;
+  void **W = malloc(sizeof *W * copies), **S = malloc(sizeof *S * copies);
+  void *w0 = dfill(wb, 7), *s0 = sb ? dfill(sb, 9) : NULL;
+  if (fmt == F_I8) { /* finite positive scales */
+    float *h = malloc(sb);
+    for (int r = 0; r < rows; r++) h[r] = 1.0f / 1024;
+    df_cuda_put(G, s0, h, sb), df_cuda_sync(G), free(h);
+  }
+  if (fmt == F_MXFP4) { /* no 255 (rejected before use) */
+    uint8_t *h = malloc(sb);
+    for (size_t i = 0; i < sb; i++) h[i] = (uint8_t)(120 + i % 8);
+    df_cuda_put(G, s0, h, sb), df_cuda_sync(G), free(h);
+  }
+  for (int i = 0; i < copies; i++) {
+    W[i] = i ? df_cuda_alloc(G, wb) : w0;
+    S[i] = i && sb ? df_cuda_alloc(G, sb) : s0;
+    if (!W[i] || (sb && !S[i])) die("alloc");
+    if (i) df_cuda_copy(G, W[i], w0, wb), sb ? df_cuda_copy(G, S[i], s0, sb) : 0;
+  }
+  float *hx = malloc((size_t)cols * 4);
+  for (int c = 0; c < cols; c++) hx[c] = (float)((c % 17) - 8) / 8.0f;
+  float *x = df_cuda_alloc(G, (size_t)cols * 4), *y = df_cuda_alloc(G, (size_t)rows * 4);
+  if (!x || !y || df_cuda_put(G, x, hx, (size_t)cols * 4) || df_cuda_sync(G)) die("alloc");
+  int rc = 0;
+  for (int i = -copies; i < reps; i++) {
+    if (i == 0) df_cuda_mark(G, 0);
+    int k = (i + copies) % copies;
+    rc |= fmt == F_BF16 ? df_cuda_gemv_bf16(G, W[k], rows, cols, x, y)
+          : fmt == F_I8 ? df_cuda_gemv_i8(G, W[k], S[k], rows, cols, x, y)
+                        : df_cuda_gemv_mxfp4(G, W[k], S[k], rows, cols, x, y);
+  }
+  df_cuda_mark(G, 1);
+  if (rc) die(fname[fmt]);
+  double t = df_cuda_elapsed(G);
+  if (t <= 0 || df_cuda_sync(G)) die("timing");
+  *us = t / reps * 1e6;
+  for (int i = 0; i < copies; i++) df_cuda_free(G, W[i]), sb ? df_cuda_free(G, S[i]) : (void)0;
+  df_cuda_free(G, x), df_cuda_free(G, y);
+  free(W), free(S), free(hx);
+  return (double)(wb + sb + (size_t)cols * 4 + (size_t)rows * 4) * reps / t;
+}
+
+int main(int argc, char **argv) {
+  int reps = argc > 1 ? atoi(argv[1]) : 200;
+  if (reps < 1) reps = 1;
+  char err[256];
+  if (df_cuda_device_count() == 0) return fprintf(stderr, "deltafin-cuda-bench: no CUDA device\n"), 1;
+  G = df_cuda_open(0, err, sizeof err);
+  if (!G) return fprintf(stderr, "deltafin-cuda-bench: %s\n", err), 1;
+  double copy = copy_bw((size_t)(1024 * MIB), 20);
+  printf("{\n  \"device\": \"%s\",\n  \"copy_GBps\": %.1f,\n  \"gemv\": [\n", df_cuda_describe(G), copy / 1e9);
+  /* K3: one expert's gate (or up) and down, top-16 experts' gate+up rows
+   * stacked (one launch over 32 x 3072 rows), the KDA q/k/v and output
+   * projections, and the three q/k/v fused. */
+  static const struct {
+    int fmt, rows, cols;
+    const char *what;
+  } cs[] = {
+      {F_MXFP4, 3072, 3584, "expert gate 3072x3584"},
+      {F_MXFP4, 3584, 3072, "expert down 3584x3072"},
+      {F_MXFP4, 32 * 3072, 3584, "16 experts gate+up 98304x3584"},
+      {F_MXFP4, 16 * 3584, 3072, "16 experts down 57344x3072"},
+      {F_I8, 12288, 7168, "kda q 12288x7168"},
+      {F_I8, 7168, 12288, "kda o 7168x12288"},
+      {F_I8, 36864, 7168, "kda qkv 36864x7168"},
+      {F_BF16, 12288, 7168, "kda q 12288x7168"},
+      {F_BF16, 7168, 12288, "kda o 7168x12288"},
+      {F_BF16, 36864, 7168, "kda qkv 36864x7168"},
+  };
+  size_t nc = sizeof cs / sizeof cs[0];
+  /* each layout: 8, 4 or 2 of a row's 16 lanes per thread (the prefetch off,
+   * its default; run 2 of 2026-12-01 measured it on and off) */
+  static const int lanes[] = {8, 4, 2};
+  for (int li = 0; li < 3; li++) {
+    for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, lanes[li]);
+    for (size_t i = 0; i < nc; i++) {
+      double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, reps, &us);
+      printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"lanes_per_thread\": %d, "
+             "\"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
+             fname[cs[i].fmt], cs[i].what, lanes[li], us, bw / 1e9, bw / copy,
+             li < 2 || i + 1 < nc ? "," : "");
+      fflush(stdout);
+    }
+  }
+  printf("  ]\n}\n");
+  df_cuda_close(G);
+  return 0;
+}

@@ -1,0 +1,303 @@
+/* The CUDA kernels against the scalar reference table, bit for bit (memcmp):
+ * random inputs at K3's shapes and at odd ones (columns that leave lanes
+ * empty, one row, rows that end mid-block), the vector functions, and the
+ * elementary functions over a strided sweep of all 2^32 float bit patterns.
+ * Exit 77 (ctest: skipped) where no CUDA device is found. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/config.h"
+#include "kernels/cuda/kcuda.h"
+#include "kernels/kernels.h"
+#include "model/router.h"
+
+static df_cuda *G;
+static int failures;
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
+/* A float with random sign, mantissa and a binary exponent in [lo, hi]. */
+static float rndf(int lo, int hi) {
+  uint32_t e = (uint32_t)(127 + lo + (int)(rnd() % (uint32_t)(hi - lo + 1)));
+  uint32_t u = (rnd() & 0x80000000u) | (e << 23) | (rnd() & 0x7fffffu);
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void *dput(const void *h, size_t n) {
+  void *d = df_cuda_alloc(G, n);
+  if (!d || df_cuda_put(G, d, h, n)) {
+    fprintf(stderr, "device: %s\n", df_cuda_error(G));
+    exit(1);
+  }
+  return d;
+}
+static void dget(void *h, const void *d, size_t n) {
+  if (df_cuda_get(G, h, d, n)) {
+    fprintf(stderr, "device: %s\n", df_cuda_error(G));
+    exit(1);
+  }
+}
+static void ok_or_die(int rc) {
+  if (rc) {
+    fprintf(stderr, "device: %s\n", df_cuda_error(G));
+    exit(1);
+  }
+}
+
+/* memcmp of n floats; NaN equals NaN only when nan_ok (the elementary sweep:
+ * payloads of NaN inputs are the inputs', not a computed result). */
+static void same(const char *what, const float *cpu, const float *gpu, size_t n, int nan_ok) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!memcmp(&cpu[i], &gpu[i], sizeof(float))) continue;
+    if (nan_ok && isnan(cpu[i]) && isnan(gpu[i])) continue;
+    if (!bad) first = i;
+    bad++;
+  }
+  if (bad) {
+    failures++;
+    printf("FAIL %s: %zu of %zu differ, first [%zu] cpu %a gpu %a\n", what, bad, n, first,
+           (double)cpu[first], (double)gpu[first]);
+  } else
+    printf("ok   %s (%zu values)\n", what, n);
+}
+
+static float *rnd_vec(int n, int lo, int hi) {
+  float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+  for (int i = 0; i < n; i++) x[i] = rndf(lo, hi);
+  return x;
+}
+
+enum { F_BF16, F_I8, F_F32, F_MXFP4 };
+static const char *fname[] = {"bf16", "int8", "f32", "mxfp4"};
+
+static void gemv_case(int fmt, int rows, int cols) {
+  const df_kern *k = df_kern_scalar();
+  size_t n = (size_t)rows * cols;
+  float *x = rnd_vec(cols, -6, 2), *ycpu = malloc((size_t)rows * 4), *ygpu = malloc((size_t)rows * 4);
+  void *W = NULL, *S = NULL;
+  size_t wbytes = 0, sbytes = 0;
+  if (fmt == F_BF16) {
+    uint16_t *w = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) {
+      float f = rndf(-10, 1);
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      w[i] = (uint16_t)(u >> 16);
+    }
+    W = w, wbytes = n * 2;
+    k->gemm_bf16(w, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+  } else if (fmt == F_I8) {
+    int8_t *w = malloc(n);
+    float *sc = malloc((size_t)rows * 4);
+    for (size_t i = 0; i < n; i++) w[i] = (int8_t)rnd();
+    for (int r = 0; r < rows; r++) sc[r] = fabsf(rndf(-12, -4));
+    W = w, wbytes = n, S = sc, sbytes = (size_t)rows * 4;
+    k->gemm_i8(w, sc, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+  } else if (fmt == F_F32) {
+    float *w = rnd_vec((int)n, -10, 1);
+    W = w, wbytes = n * 4;
+    k->gemm_f32(w, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+  } else {
+    uint8_t *p = malloc(n / 2), *sc = malloc(n / 32);
+    for (size_t i = 0; i < n / 2; i++) p[i] = (uint8_t)rnd();
+    /* scales 2^-127 (subnormal weights) .. 2^13; 255 is rejected before use and
+     * 2^127 x 6 overflows, neither is a kernel input */
+    for (size_t i = 0; i < n / 32; i++) {
+      uint32_t v = rnd() % 64;
+      sc[i] = (uint8_t)(v == 0 ? 0 : v == 1 ? 1 : v == 2 ? 2 : 100 + v % 40);
+    }
+    W = p, wbytes = n / 2, S = sc, sbytes = n / 32;
+    k->gemm_mxfp4(p, sc, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+  }
+  void *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
+  float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
+  /* every layout (lanes per thread) and the L2 prefetch on and off: they
+   * change which thread holds a lane and when bytes arrive, never a result */
+  static const int lanes[] = {8, 4, 2};
+  for (int li = 0; li < 3; li++)
+    for (int pf = 0; pf < 2; pf++) {
+      df_cuda_set_gemv_lanes(G, fmt == F_BF16 ? 0 : fmt == F_I8 ? 1 : fmt == F_F32 ? 2 : 3,
+                             lanes[li]);
+      df_cuda_set_prefetch(G, pf);
+      memset(ygpu, 0xff, (size_t)rows * 4);
+      ok_or_die(df_cuda_put(G, dy, ygpu, (size_t)rows * 4));
+      int rc = fmt == F_BF16  ? df_cuda_gemv_bf16(G, dW, rows, cols, dx, dy)
+               : fmt == F_I8  ? df_cuda_gemv_i8(G, dW, dS, rows, cols, dx, dy)
+               : fmt == F_F32 ? df_cuda_gemv_f32(G, dW, rows, cols, dx, dy)
+                              : df_cuda_gemv_mxfp4(G, dW, dS, rows, cols, dx, dy);
+      ok_or_die(rc);
+      dget(ygpu, dy, (size_t)rows * 4);
+      char what[96];
+      snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt], rows,
+               cols, lanes[li], pf ? "on" : "off");
+      same(what, ycpu, ygpu, (size_t)rows, 0);
+    }
+  df_cuda_set_prefetch(G, 0);
+  df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dx), df_cuda_free(G, dy);
+  free(W), free(S), free(x), free(ycpu), free(ygpu);
+}
+
+static void rmsnorm_case(int n, int with_w) {
+  float *x = rnd_vec(n, -8, 3), *w = rnd_vec(n, -2, 1), *yc = malloc((size_t)n * 4 + 4),
+        *yg = malloc((size_t)n * 4 + 4);
+  df_kern_scalar()->rmsnorm(yc, x, with_w ? w : NULL, n, 1e-6f);
+  float *dx = dput(x, (size_t)n * 4), *dw = dput(w, (size_t)n * 4), *dy = df_cuda_alloc(G, (size_t)n * 4);
+  ok_or_die(df_cuda_rmsnorm(G, dy, dx, with_w ? dw : NULL, n, 1e-6f));
+  dget(yg, dy, (size_t)n * 4);
+  char what[64];
+  snprintf(what, sizeof what, "rmsnorm n %d%s", n, with_w ? " weighted" : "");
+  same(what, yc, yg, (size_t)n, 0);
+  df_cuda_free(G, dx), df_cuda_free(G, dw), df_cuda_free(G, dy);
+  free(x), free(w), free(yc), free(yg);
+}
+
+/* which: 0 softmax, 1 sigmoid, 2 silu, 3 situ */
+static void vec_case(int which, int n) {
+  const df_kern *k = df_kern_scalar();
+  float *g = rnd_vec(n, -10, 6), *u = rnd_vec(n, -10, 6), *c = malloc((size_t)n * 4 + 4),
+        *r = malloc((size_t)n * 4 + 4);
+  for (int i = 0; i < n; i++) g[i] = fmaxf(fminf(g[i], 80.0f), -80.0f);
+  memcpy(c, g, (size_t)n * 4);
+  float *dg = dput(g, (size_t)n * 4), *du = dput(u, (size_t)n * 4), *dout = df_cuda_alloc(G, (size_t)n * 4);
+  const char *nm[] = {"softmax", "sigmoid", "silu", "situ"};
+  if (which == 0) k->softmax(c, n), ok_or_die(df_cuda_softmax(G, dg, n));
+  if (which == 1) k->sigmoid(c, n), ok_or_die(df_cuda_sigmoid(G, dg, n));
+  if (which == 2) k->silu(c, n), ok_or_die(df_cuda_silu(G, dg, n));
+  if (which == 3) k->situ(c, g, u, n, 7.0f, 3.5f), ok_or_die(df_cuda_situ(G, dout, dg, du, n, 7.0f, 3.5f));
+  dget(r, which == 3 ? dout : dg, (size_t)n * 4);
+  char what[64];
+  snprintf(what, sizeof what, "%s n %d", nm[which], n);
+  same(what, c, r, (size_t)n, 0);
+  df_cuda_free(G, dg), df_cuda_free(G, du), df_cuda_free(G, dout);
+  free(g), free(u), free(c), free(r);
+}
+
+/* Every step-th float bit pattern (step odd, so every exponent and many
+ * mantissas are met), through libm and through the GPU's kmath.h. */
+static void elementary_sweep(int which, uint32_t step) {
+  size_t n = (size_t)(((1ull << 32) + step - 1) / step);
+  float *x = malloc(n * 4), *c = malloc(n * 4), *r = malloc(n * 4);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t b = (uint32_t)(i * step);
+    memcpy(&x[i], &b, 4);
+    c[i] = which == 0 ? expf(x[i]) : which == 1 ? tanhf(x[i]) : 1.0f / sqrtf(x[i]);
+  }
+  float *dx = dput(x, n * 4), *dy = df_cuda_alloc(G, n * 4);
+  if (!dy) ok_or_die(-1);
+  ok_or_die(df_cuda_elementary(G, which, dx, dy, n));
+  dget(r, dy, n * 4);
+  const char *nm[] = {"expf", "tanhf", "1/sqrtf"};
+  char what[64];
+  snprintf(what, sizeof what, "%s, every %u-th bit pattern", nm[which], step);
+  same(what, c, r, n, 1);
+  df_cuda_free(G, dx), df_cuda_free(G, dy);
+  free(x), free(c), free(r);
+}
+
+/* K3's KDA: 96 heads of 128; the state after the step and the output. */
+static void kda_case(int H, int D) {
+  size_t hd = (size_t)H * D, n = hd * D;
+  float *S = rnd_vec((int)n, -6, 0), *q = rnd_vec((int)hd, -4, 0), *k = rnd_vec((int)hd, -4, 0),
+        *v = rnd_vec((int)hd, -3, 1), *a = malloc(hd * 4), *b = malloc((size_t)H * 4),
+        *o = malloc(hd * 4), *Sg = malloc(n * 4), *og = malloc(hd * 4), *scr = malloc((size_t)D * 4);
+  for (size_t i = 0; i < hd; i++) a[i] = (float)(rnd() % 1000000) / 1000000.0f;
+  for (int h = 0; h < H; h++) b[h] = (float)(rnd() % 1000000) / 1000000.0f;
+  float *dS = dput(S, n * 4), *dq = dput(q, hd * 4), *dk = dput(k, hd * 4), *dv = dput(v, hd * 4),
+        *da = dput(a, hd * 4), *db = dput(b, (size_t)H * 4), *dout = df_cuda_alloc(G, hd * 4);
+  for (int h = 0; h < H; h++)
+    df_kern_scalar()->kda_step(S + (size_t)h * D * D, q + (size_t)h * D, k + (size_t)h * D,
+                               v + (size_t)h * D, a + (size_t)h * D, b[h], o + (size_t)h * D, scr, D);
+  ok_or_die(df_cuda_kda_step(G, dS, dq, dk, dv, da, db, dout, H, D));
+  dget(Sg, dS, n * 4);
+  dget(og, dout, hd * 4);
+  char what[64];
+  snprintf(what, sizeof what, "kda_step %d heads x %d: state", H, D);
+  same(what, S, Sg, n, 0);
+  snprintf(what, sizeof what, "kda_step %d heads x %d: output", H, D);
+  same(what, o, og, hd, 0);
+  df_cuda_free(G, dS), df_cuda_free(G, dq), df_cuda_free(G, dk), df_cuda_free(G, dv);
+  df_cuda_free(G, da), df_cuda_free(G, db), df_cuda_free(G, dout);
+  free(S), free(q), free(k), free(v), free(a), free(b), free(o), free(Sg), free(og), free(scr);
+}
+
+/* The router's top-k over rows of sigmoid scores; coarse scores (ties) when
+ * ties is set, so the lower-id rule is exercised. */
+static void router_case(int E, int K, int norm, int rows, int ties) {
+  df_config c;
+  memset(&c, 0, sizeof c);
+  c.n_experts = E, c.top_k = K, c.norm_topk_prob = norm, c.routed_scale = 2.5f;
+  size_t n = (size_t)rows * E, nk = (size_t)rows * K;
+  float *sc = malloc(n * 4), *bias = malloc((size_t)E * 4), *w = malloc(nk * 4), *wg = malloc(nk * 4);
+  int *ids = malloc(nk * sizeof(int)), *idg = malloc(nk * sizeof(int));
+  for (size_t i = 0; i < n; i++)
+    sc[i] = ties ? (float)(rnd() % 8) / 8.0f : (float)(rnd() % 16777216) / 16777216.0f;
+  for (int e = 0; e < E; e++) bias[e] = ties ? 0.0f : rndf(-12, -6);
+  for (int r = 0; r < rows; r++)
+    df_router_select(&c, sc + (size_t)r * E, bias, ids + (size_t)r * K, w + (size_t)r * K);
+  float *dsc = dput(sc, n * 4), *db = dput(bias, (size_t)E * 4), *dw = df_cuda_alloc(G, nk * 4);
+  int *did = df_cuda_alloc(G, nk * sizeof(int));
+  ok_or_die(df_cuda_router_topk(G, dsc, db, E, K, norm, 2.5f, rows, did, dw));
+  dget(idg, did, nk * sizeof(int));
+  dget(wg, dw, nk * 4);
+  char what[80];
+  int idsame = !memcmp(ids, idg, nk * sizeof(int));
+  if (!idsame) failures++;
+  printf("%s router %d experts top-%d%s%s rows %d: ids\n", idsame ? "ok  " : "FAIL", E, K,
+         norm ? " normalised" : "", ties ? " ties" : "", rows);
+  snprintf(what, sizeof what, "router %d experts top-%d%s%s: weights", E, K,
+           norm ? " normalised" : "", ties ? " ties" : "");
+  same(what, w, wg, nk, 0);
+  df_cuda_free(G, dsc), df_cuda_free(G, db), df_cuda_free(G, dw), df_cuda_free(G, did);
+  free(sc), free(bias), free(w), free(wg), free(ids), free(idg);
+}
+
+int main(void) {
+  if (df_cuda_device_count() == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  char err[256];
+  G = df_cuda_open(0, err, sizeof err);
+  if (!G) {
+    printf("%s: skipped\n", err);
+    return 77;
+  }
+  printf("device: %s\n", df_cuda_describe(G));
+  for (int w = 0; w < 3; w++) elementary_sweep(w, 13);
+  /* K3: experts' gate/up and down (latent 3584, moe_inter 3072), the KDA
+   * projections (hidden 7168, 96 heads x 128) and the vocabulary-sized head
+   * slice; then odd shapes. */
+  static const int k3[][2] = {{3072, 3584}, {3584, 3072}, {12288, 7168}, {7168, 12288}};
+  for (int f = 0; f < 4; f++)
+    for (size_t s = 0; s < sizeof k3 / sizeof k3[0]; s++) gemv_case(f, k3[s][0], k3[s][1]);
+  static const int odd[][2] = {{1, 32}, {3, 96}, {33, 160}, {257, 7168}, {1, 1}, {5, 7},
+                               {17, 17}, {31, 100}, {130, 1000}, {3, 12345}};
+  for (int f = 0; f < 4; f++)
+    for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++)
+      if (f != F_MXFP4 || odd[s][1] % 32 == 0) gemv_case(f, odd[s][0], odd[s][1]);
+  static const int vn[] = {7168, 3584, 1, 17, 12345};
+  for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) rmsnorm_case(vn[i], 1), rmsnorm_case(vn[i], 0);
+  static const int sn[] = {896, 16, 1, 33, 100000};
+  for (int w = 0; w < 4; w++)
+    for (size_t i = 0; i < sizeof sn / sizeof sn[0]; i++) vec_case(w, sn[i]);
+  kda_case(96, 128);
+  kda_case(3, 17);
+  kda_case(1, 1);
+  router_case(896, 16, 1, 64, 0);
+  router_case(896, 16, 0, 64, 0);
+  router_case(64, 8, 1, 257, 1);
+  router_case(5, 5, 1, 3, 1);
+  df_cuda_close(G);
+  printf(failures ? "%d FAILED\n" : "all equal\n", failures);
+  return failures ? 1 : 0;
+}
