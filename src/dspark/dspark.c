@@ -318,6 +318,9 @@ fail:
 }
 
 int df_dspark_load(df_dspark **out, const char *dir, const df_model *target, df_err *e) {
+  *out = NULL;
+  if (!df_model_config(target))
+    return df_err_set(e, "dspark: %s: the target (%s) is not a K3 model", dir, df_model_family(target));
   return load(out, dir, target, df_model_config(target), e);
 }
 
@@ -350,6 +353,13 @@ void df_dspark_mem(const df_dspark *m, uint64_t *weights, uint64_t *per_pos) {
 }
 const int *df_dspark_taps(const df_dspark *m) { return m->taps; }
 
+void df_dspark_shape(const df_dspark *m, df_model_shape *out) {
+  *out = (df_model_shape){.vocab = m->vocab, .hidden = m->H, .layers = m->layers,
+                          .eos = m->target ? df_model_eos(m->target) : -1};
+}
+
+int df_dspark_ctx_limit(const df_dspark *m) { return m->target ? df_model_ctx_limit(m->target) : 0; }
+
 /* ----------------------------------------------------------------- state */
 
 df_dspark_state *df_dspark_state_new(const df_dspark *m) {
@@ -380,6 +390,26 @@ static void reserve(df_dspark_state *s, int n) {
   for (int i = 0; i < s->m->layers; i++)
     s->c[i] = df_xrealloc(s->c[i], sizeof(float) * (size_t)cap * w);
   s->cap = cap;
+}
+
+/* Bytes of one position's latent row in one layer. */
+static size_t latent_row(const df_dspark *m) { return sizeof(float) * (size_t)(m->kvlr + m->rope); }
+
+size_t df_dspark_state_bytes(const df_dspark_state *s) {
+  return (size_t)s->pos * (size_t)s->m->layers * latent_row(s->m);
+}
+
+void df_dspark_state_copy(df_dspark_state *dst, const df_dspark_state *src) {
+  reserve(dst, src->pos);
+  for (int i = 0; i < src->m->layers && src->pos > 0; i++)
+    memcpy(dst->c[i], src->c[i], (size_t)src->pos * latent_row(src->m));
+  dst->pos = src->pos;
+}
+
+df_dspark_state *df_dspark_state_clone(const df_dspark_state *s) {
+  df_dspark_state *c = df_dspark_state_new(s->m);
+  df_dspark_state_copy(c, s);
+  return c;
 }
 
 /* --------------------------------------------------------------- forward */

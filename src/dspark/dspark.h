@@ -3,13 +3,14 @@
  * block_size ids in one non-causal pass, a low-rank Markov head chaining
  * each proposal to the one before, and a confidence head estimating each
  * position's acceptance. The embedding and the LM head are the target's own
- * (read through model/k3.h, never loaded twice).
+ * (read through model/model.h, never loaded twice).
  *
  * The draft's state is its MLA latent cache over the accepted context, one
  * row per target position, made from that position's taps; truncating it is
  * the rollback (rows past the length are overwritten before they are read).
  *
- * A loaded df_dspark is read-only; a df_dspark_state belongs to one caller. */
+ * A loaded df_dspark is read-only; a df_dspark_state belongs to one caller.
+ * The engine reaches it through the model seam (df_model_open_dspark). */
 #ifndef DF_DSPARK_DSPARK_H
 #define DF_DSPARK_DSPARK_H
 
@@ -49,6 +50,10 @@ int df_dspark_n_taps(const df_dspark *m);
  * head are the target's) and its context cache's bytes per position. */
 void df_dspark_mem(const df_dspark *m, uint64_t *weights, uint64_t *per_pos);
 const int *df_dspark_taps(const df_dspark *m);
+/* The seam's sizes (vocab and eos are the target's) and context limit (the
+ * target's: one row per target position). */
+void df_dspark_shape(const df_dspark *m, df_model_shape *out);
+int df_dspark_ctx_limit(const df_dspark *m);
 
 df_dspark_state *df_dspark_state_new(const df_dspark *m);
 void df_dspark_state_free(df_dspark_state *s);
@@ -56,6 +61,11 @@ void df_dspark_state_free(df_dspark_state *s);
 int df_dspark_state_pos(const df_dspark_state *s);
 /* Forgets positions >= pos (larger values are ignored). */
 void df_dspark_state_truncate(df_dspark_state *s, int pos);
+/* Bytes of the latent rows held (what a clone holds); a copy of the rows
+ * alone, and dst taking src's rows (states of one draft). */
+size_t df_dspark_state_bytes(const df_dspark_state *s);
+df_dspark_state *df_dspark_state_clone(const df_dspark_state *s);
+void df_dspark_state_copy(df_dspark_state *dst, const df_dspark_state *src);
 
 /* Appends T context positions from their taps: row t holds n_taps x hidden
  * floats, the target's hidden states at the tapped layers in config order. */
@@ -70,5 +80,20 @@ int df_dspark_context(const df_dspark *m, const df_kctx *kc, df_dspark_state *s,
  * below cut (one id at least). The state is not changed. */
 int df_dspark_propose(const df_dspark *m, const df_kctx *kc, const df_dspark_state *s, int x,
                       int k, float cut, int *out, float *conf, float *logits, df_err *e);
+
+/* DSpark behind the model seam (dspark_model.c, family "dspark"): loads dir
+ * for target (df_dspark_load) and wraps it; the model owns the draft, not
+ * the target. Its states are df_dspark_state through df_mstate_* (new, free,
+ * reset, pos, truncate: the rollback, clone, copy, bytes); its shape and
+ * context limit are df_dspark_shape / ctx_limit. It has no causal forward
+ * over ids (the seam's forward is NULL): its two passes are the family's
+ * own, df_dspark_context (rows from the target's taps, not ids) and
+ * df_dspark_propose (a non-causal block that leaves the state unchanged),
+ * called on df_dspark_of(m) and df_dspark_state_of(s). */
+int df_model_open_dspark(df_model **out, const char *dir, const df_model *target, df_err *e);
+/* The draft behind a seam model, and the state behind a seam state, of
+ * family "dspark"; NULL for another family. */
+df_dspark *df_dspark_of(const df_model *m);
+df_dspark_state *df_dspark_state_of(const df_mstate *s);
 
 #endif

@@ -1,4 +1,12 @@
-/* The draft sources of draft.h. */
+/* The draft sources of draft.h. Both draft models are reached through the
+ * model seam (model/model.h): their loading, state life cycle (new, free,
+ * reset, pos, truncate) and, for Qwen3, its forward are df_model_* and
+ * df_mstate_* calls. What stays family-specific, and why:
+ *  - the Qwen3 draft's tokenizer (df_hftok_*): a vocabulary is not a model's;
+ *  - DSpark's taps (df_dspark_n_taps / taps), its context pass
+ *    (df_dspark_context: rows from the target's hidden states, not ids) and
+ *    its block proposal (df_dspark_propose: non-causal, state unchanged),
+ *    none of which is the seam's causal forward over ids (dspark.h). */
 #include "engine/draft.h"
 
 #include <stdlib.h>
@@ -27,8 +35,8 @@ struct df_draft {
    * committed bytes not yet handed to the draft (an unfinished UTF-8
    * character), and the draft's logits after the committed text */
   df_engine *en;
-  df_qwen3 *q;
-  df_qwen3_state *qs;
+  df_model *q; /* family "qwen3" */
+  df_mstate *qs;
   df_hftok *qt;
   const df_tok *kt;
   int nd;
@@ -38,8 +46,8 @@ struct df_draft {
   /* dspark: the draft and its context cache; the target state it follows
    * and the session that owns it; one forward's taps; the latest
    * proposal's confidences; the confidence cut */
-  df_dspark *ds;
-  df_dspark_state *dst;
+  df_model *ds; /* family "dspark" */
+  df_mstate *dst;
   df_mstate *hst;
   df_session *bound;
   float *taps;
@@ -81,10 +89,10 @@ const char *df_draft_name(const df_draft *d) { return d->name; }
 void df_draft_mem(const df_draft *d, uint64_t *fixed, uint64_t *per_pos) {
   *fixed = *per_pos = 0;
   if (d->q) {
-    df_qwen3_mem(d->q, fixed, per_pos);
-    *fixed += sizeof(float) * (uint64_t)df_qwen3_vocab(d->q); /* its logits */
+    df_model_mem(d->q, fixed, per_pos);
+    *fixed += sizeof(float) * (uint64_t)df_model_vocab(d->q); /* its logits */
   }
-  if (d->ds) df_dspark_mem(d->ds, fixed, per_pos);
+  if (d->ds) df_model_mem(d->ds, fixed, per_pos);
 }
 
 df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e) {
@@ -96,13 +104,15 @@ df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e) {
   df_draft *d = draft_new(D_MODEL, "model");
   d->en = en;
   d->kt = kt;
-  if (df_qwen3_load(&d->q, dir, e) || df_hftok_load(&d->qt, dir, e)) {
+  if (df_model_open_qwen3(&d->q, dir, 0, e) || df_hftok_load(&d->qt, dir, e)) {
     df_err_prefix(e, "--draft %s: ", dir);
     df_draft_free(d);
     return NULL;
   }
-  d->qs = df_qwen3_state_new(d->q);
-  d->qlog = df_xmalloc(sizeof(float) * (size_t)df_qwen3_vocab(d->q));
+  /* the draft's passes run on the target's kernels (no store: dense) */
+  df_model_bind(d->q, &(df_model_run){.kc = &en->kc});
+  d->qs = df_mstate_new(d->q);
+  d->qlog = df_xmalloc(sizeof(float) * (size_t)df_model_vocab(d->q));
   const char *b = strrchr(dir, '/');
   snprintf(d->name, sizeof d->name, "%s", b && b[1] ? b + 1 : dir);
   return d;
@@ -113,8 +123,9 @@ df_draft *df_draft_new_model(df_engine *en, const char *dir, df_err *e) {
  * replacing what it held from that position on (a rollback's rerun). */
 static void dspark_hook(void *ud, int layer, const float *h, int T, int hidden) {
   df_draft *d = ud;
-  int nt = df_dspark_n_taps(d->ds);
-  const int *tp = df_dspark_taps(d->ds);
+  const df_dspark *ds = df_dspark_of(d->ds);
+  int nt = df_dspark_n_taps(ds);
+  const int *tp = df_dspark_taps(ds);
   size_t row = (size_t)nt * (size_t)hidden;
   if (T > d->tapcap) {
     d->tapcap = T;
@@ -127,25 +138,26 @@ static void dspark_hook(void *ud, int layer, const float *h, int T, int hidden) 
                sizeof(float) * (size_t)hidden);
   if (layer != d->tap_last) return;
   int pos0 = df_mstate_pos(d->hst);
-  if (pos0 > df_dspark_state_pos(d->dst)) return; /* positions run while detached: a gap */
-  df_dspark_state_truncate(d->dst, pos0);
+  if (pos0 > df_mstate_pos(d->dst)) return; /* positions run while detached: a gap */
+  df_mstate_truncate(d->dst, pos0);
   df_err e;
-  df_dspark_context(d->ds, &d->en->kc, d->dst, d->taps, T, &e);
+  df_dspark_context(ds, &d->en->kc, df_dspark_state_of(d->dst), d->taps, T, &e);
 }
 
 df_draft *df_draft_new_dspark(df_engine *en, const char *dir, float cut, df_err *e) {
   df_draft *d = draft_new(D_DSPARK, "dspark");
   d->en = en;
   d->cut = cut;
-  if (df_dspark_load(&d->ds, dir, en->model, e)) {
+  if (df_model_open_dspark(&d->ds, dir, en->model, e)) {
     df_err_prefix(e, "--draft %s: ", dir);
     df_draft_free(d);
     return NULL;
   }
-  d->dst = df_dspark_state_new(d->ds);
+  d->dst = df_mstate_new(d->ds);
+  const df_dspark *ds = df_dspark_of(d->ds);
   d->tap_last = -1;
-  for (int i = 0; i < df_dspark_n_taps(d->ds); i++)
-    if (df_dspark_taps(d->ds)[i] > d->tap_last) d->tap_last = df_dspark_taps(d->ds)[i];
+  for (int i = 0; i < df_dspark_n_taps(ds); i++)
+    if (df_dspark_taps(ds)[i] > d->tap_last) d->tap_last = df_dspark_taps(ds)[i];
   return d;
 }
 
@@ -154,7 +166,7 @@ void df_draft_attach(df_draft *d, df_session *s, const int *hist, int n) {
   int P = df_mstate_pos(s->st), keep = 0;
   if (s == d->bound) /* what it still holds of the ids s holds */
     while (keep < P && keep < n && keep < d->nheld && d->held[keep] == hist[keep]) keep++;
-  df_dspark_state_truncate(d->dst, keep);
+  df_mstate_truncate(d->dst, keep);
   d->bound = s;
   d->hst = s->st;
   df_mstate_set_tap(s->st, dspark_hook, d);
@@ -178,8 +190,8 @@ void df_draft_set_edit(df_draft *d, df_draft_edit_fn fn, void *ud) {
 }
 
 const struct df_dspark *df_draft_dspark(const df_draft *d, const struct df_dspark_state **st) {
-  if (st) *st = d->kind == D_DSPARK ? d->dst : NULL;
-  return d->kind == D_DSPARK ? d->ds : NULL;
+  if (st) *st = d->kind == D_DSPARK ? df_dspark_state_of(d->dst) : NULL;
+  return d->kind == D_DSPARK ? df_dspark_of(d->ds) : NULL;
 }
 
 /* x (the last id, not yet run) after the context the target has run; the
@@ -187,15 +199,16 @@ const struct df_dspark *df_draft_dspark(const df_draft *d, const struct df_dspar
 static int dspark_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
   if (!d->hst || n < 1) return 0;
   int nctx = n - 1;
-  if (df_mstate_pos(d->hst) != nctx || df_dspark_state_pos(d->dst) < nctx) return 0;
-  df_dspark_state_truncate(d->dst, nctx);
+  if (df_mstate_pos(d->hst) != nctx || df_mstate_pos(d->dst) < nctx) return 0;
+  df_mstate_truncate(d->dst, nctx);
   if (n > d->capheld) {
     d->capheld = n * 2;
     d->held = df_xrealloc(d->held, sizeof(int) * (size_t)d->capheld);
   }
   memcpy(d->held, h, sizeof(int) * (size_t)n);
   d->nheld = n;
-  int k = df_dspark_propose(d->ds, &d->en->kc, d->dst, h[n - 1], kmax, d->cut, out, d->conf, NULL, e);
+  int k = df_dspark_propose(df_dspark_of(d->ds), &d->en->kc, df_dspark_state_of(d->dst), h[n - 1],
+                            kmax, d->cut, out, d->conf, NULL, e);
   d->nconf = k > 0 ? k : 0;
   return k;
 }
@@ -203,11 +216,11 @@ static int dspark_propose(df_draft *d, const int *h, int n, int *out, int kmax, 
 void df_draft_free(df_draft *d) {
   if (!d) return;
   df_draft_detach(d);
-  df_dspark_state_free(d->dst);
-  df_dspark_free(d->ds);
+  df_mstate_free(d->dst);
+  df_model_free(d->ds);
   free(d->taps);
-  df_qwen3_state_free(d->qs);
-  df_qwen3_free(d->q);
+  df_mstate_free(d->qs);
+  df_model_free(d->q);
   df_hftok_free(d->qt);
   free(d->qlog);
   df_mmark_free(d->mark);
@@ -303,10 +316,10 @@ static size_t utf8_complete(const char *p, size_t n) {
 static int model_sync(df_draft *d, const int *h, int n, df_err *e) {
   int keep = held_prefix(d, h, n);
   if (!keep) {
-    df_qwen3_state_reset(d->qs);
+    df_mstate_reset(d->qs);
     d->nheld = d->nd = d->npend = 0;
   }
-  df_qwen3_state_truncate(d->qs, d->nd);
+  df_mstate_truncate(d->qs, d->nd);
   if (n == d->nheld) return 0;
   size_t len;
   char *txt = df_tok_decode(d->kt, h + d->nheld, (size_t)(n - d->nheld), &len);
@@ -323,7 +336,7 @@ static int model_sync(df_draft *d, const int *h, int n, df_err *e) {
     size_t ni = 0, cap = 0;
     rc = df_hftok_encode(d->qt, buf, ok, 0, &ids, &ni, &cap, e);
     if (!rc && ni > 0) {
-      rc = df_qwen3_forward(d->q, &d->en->kc, d->qs, ids, (int)ni, d->qlog, NULL, e);
+      rc = df_model_forward(d->q, d->qs, ids, (int)ni, d->qlog, NULL, e);
       if (!rc) d->nd += (int)ni;
     }
     free(ids);
@@ -343,10 +356,10 @@ static int model_sync(df_draft *d, const int *h, int n, df_err *e) {
 static int model_propose(df_draft *d, const int *h, int n, int *out, int kmax, df_err *e) {
   if (model_sync(d, h, n, e)) return -1;
   if (d->nd == 0 || d->npend) return 0; /* nothing to continue, or mid-character */
-  int QV = df_qwen3_vocab(d->q), eos = df_qwen3_eos(d->q);
+  int QV = df_model_vocab(d->q), eos = df_model_eos(d->q);
   int want = kmax + 2, nq = 0, ended = 0;
   int qids[DF_DRAFT_MAX + 3];
-  int room = df_qwen3_max_pos(d->q) - d->nd;
+  int room = df_model_ctx_limit(d->q) - d->nd;
   if (want > room) want = room;
   while (nq < want) {
     int id = df_argmax(d->qlog, QV);
@@ -356,7 +369,7 @@ static int model_propose(df_draft *d, const int *h, int n, int *out, int kmax, d
     }
     qids[nq++] = id;
     if (nq == want) break;
-    if (df_qwen3_forward(d->q, &d->en->kc, d->qs, &id, 1, d->qlog, NULL, e)) return -1;
+    if (df_model_forward(d->q, d->qs, &id, 1, d->qlog, NULL, e)) return -1;
   }
   if (nq == 0) return 0;
   size_t len;

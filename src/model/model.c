@@ -38,13 +38,36 @@ void df_model_free(df_model *m) {
 
 const char *df_model_family(const df_model *m) { return m->ops->family; }
 void *df_model_self(const df_model *m) { return m->self; }
-const df_config *df_model_config(const df_model *m) { return m->ops->config(m->self); }
-int df_model_vocab(const df_model *m) { return df_model_config(m)->vocab; }
-int df_model_hidden(const df_model *m) { return df_model_config(m)->hidden; }
-int df_model_layers(const df_model *m) { return df_model_config(m)->n_layers; }
+const df_config *df_model_config(const df_model *m) {
+  return m->ops->config ? m->ops->config(m->self) : NULL;
+}
+
+/* A family answers its sizes by its config (K3) or by its shape (the
+ * drafts, which have no df_config). */
+static df_model_shape shape_of(const df_model *m) {
+  df_model_shape sh = {0, 0, 0, -1};
+  const df_config *c = df_model_config(m);
+  if (c)
+    sh = (df_model_shape){c->vocab, c->hidden, c->n_layers, c->eos_id};
+  else if (m->ops->shape)
+    m->ops->shape(m->self, &sh);
+  return sh;
+}
+
+int df_model_vocab(const df_model *m) { return shape_of(m).vocab; }
+int df_model_hidden(const df_model *m) { return shape_of(m).hidden; }
+int df_model_layers(const df_model *m) { return shape_of(m).layers; }
+int df_model_eos(const df_model *m) { return shape_of(m).eos; }
+
+void df_model_mem(const df_model *m, uint64_t *weights, uint64_t *per_pos) {
+  *weights = *per_pos = 0;
+  if (m->ops->mem) m->ops->mem(m->self, weights, per_pos);
+}
 
 int df_model_ctx_limit(const df_model *m) {
-  return m->ops->ctx_limit ? m->ops->ctx_limit(m->self) : (int)df_model_config(m)->max_pos;
+  if (m->ops->ctx_limit) return m->ops->ctx_limit(m->self);
+  const df_config *c = df_model_config(m);
+  return c ? (int)c->max_pos : 0;
 }
 
 int df_model_precision(const df_model *m) {
@@ -61,6 +84,7 @@ uint64_t df_model_spine_bytes_per_token(const df_model *m) {
  * block of logits. */
 void df_model_plan_in(const df_model *m, const df_model_plan_req *rq, df_plan_in *in) {
   memset(in, 0, sizeof *in);
+  if (!m->ops->plan_input) return;
   m->ops->plan_input(m->self, in);
   const df_config *c = in->cfg;
   in->f64 = rq->f64;
@@ -134,6 +158,14 @@ void df_mstate_free(df_mstate *s) {
 
 void df_mstate_reset(df_mstate *s) { s->m->ops->state_reset(s->st); }
 int df_mstate_pos(const df_mstate *s) { return s->m->ops->state_pos(s->st); }
+const df_model *df_mstate_model(const df_mstate *s) { return s->m; }
+void *df_mstate_self(const df_mstate *s) { return s->st; }
+
+int df_mstate_truncate(df_mstate *s, int pos) {
+  if (!s->m->ops->state_truncate || pos < 0) return -1;
+  s->m->ops->state_truncate(s->st, pos);
+  return 0;
+}
 
 df_mstate *df_mstate_clone(const df_mstate *s) {
   return mstate_wrap(s->m, s->m->ops->state_clone(s->st));
@@ -143,7 +175,7 @@ void df_mstate_copy(df_mstate *dst, const df_mstate *src) { dst->m->ops->state_c
 size_t df_mstate_bytes(const df_mstate *s) { return s->m->ops->state_bytes(s->st); }
 
 void df_mstate_set_tap(df_mstate *s, df_model_tap_fn fn, void *ud) {
-  s->m->ops->state_set_tap(s->st, fn, ud);
+  if (s->m->ops->state_set_tap) s->m->ops->state_set_tap(s->st, fn, ud);
 }
 
 void df_mstate_set_route(df_mstate *s, df_model_route_fn fn, void *ud) {
@@ -151,10 +183,11 @@ void df_mstate_set_route(df_mstate *s, df_model_route_fn fn, void *ud) {
 }
 
 void df_mstate_set_cancel(df_mstate *s, df_model_cancel_fn fn, void *ud) {
-  s->m->ops->state_set_cancel(s->st, fn, ud);
+  if (s->m->ops->state_set_cancel) s->m->ops->state_set_cancel(s->st, fn, ud);
 }
 
 df_mmark *df_mmark_new(const df_mstate *s) {
+  if (!s->m->ops->mark_new) return NULL;
   df_mmark *k = df_xcalloc(1, sizeof *k);
   k->m = s->m;
   k->k = s->m->ops->mark_new(s->st);
@@ -192,5 +225,6 @@ void df_mmark_free(df_mmark *k) {
 
 int df_model_forward(const df_model *m, df_mstate *s, const int *ids, int T, float *logits_last,
                      float *logits_all, df_err *e) {
+  if (!m->ops->forward) return df_err_set(e, "%s: no forward pass over ids", m->ops->family);
   return m->ops->forward(m->self, &m->run, s->st, ids, T, logits_last, logits_all, e);
 }

@@ -1,8 +1,10 @@
 /* The model seam: what the engine needs of a model, whatever its family.
  * The engine (src/engine/) reaches the target model only through this
- * header; K3 is the first implementation (k3_model.c), the draft models are
- * meant to be the next ones. A model is a table of operations (df_model_ops)
- * over an implementation's private handle; the functions below dispatch.
+ * header; K3 is the first implementation (k3_model.c), the draft models the
+ * second and third (qwen3/qwen3_model.c, dspark/dspark_model.c: they sit
+ * above this layer because DSpark reads the target through it). A model is a
+ * table of operations (df_model_ops) over an implementation's private handle;
+ * the functions below dispatch.
  *
  * Life of a model in the engine:
  *   load (df_model_open_k3) -> plan input (df_model_plan_in) -> df_plan_make
@@ -80,6 +82,12 @@ typedef struct df_model_compute {
 
 typedef void (*df_model_read_fn)(void *ud, const char *path, int drive, uint64_t off, uint32_t len);
 
+/* A family's sizes, for a model that has no df_config (a draft): what the
+ * accessors df_model_vocab / hidden / layers / eos answer. eos < 0: none. */
+typedef struct df_model_shape {
+  int vocab, hidden, layers, eos;
+} df_model_shape;
+
 /* What a caller asks of the memory plan; the model supplies the rest of the
  * planner's input (its units, small tensors, experts, state size). */
 typedef struct df_model_plan_req {
@@ -105,7 +113,14 @@ typedef struct df_model_plan_req {
 typedef struct df_model_ops {
   const char *family;
   void (*free)(void *self);
+  /* K3's config; NULL for a family without one (the drafts), which answers
+   * shape instead. Exactly one of the two is set. */
   const df_config *(*config)(const void *self);
+  void (*shape)(const void *self, df_model_shape *out);
+  /* a draft's own weights and its cache per position, for the target's
+   * memory plan (NULL: the model plans itself through plan_input) */
+  void (*mem)(const void *self, uint64_t *weights, uint64_t *per_pos);
+  /* NULL: the model is not planned (a draft; its memory is its own) */
   void (*plan_input)(const void *self, df_plan_in *in);
   int (*apply_plan)(void *self, const df_plan *p, df_err *e);
   int (*stream_start)(void *self, df_store *st, df_err *e);
@@ -121,12 +136,17 @@ typedef struct df_model_ops {
   void (*state_free)(void *st);
   void (*state_reset)(void *st);
   int (*state_pos)(const void *st);
+  /* forgets positions >= pos; NULL: the state cannot be cut (K3's recurrent
+   * KDA state: marks roll it back instead) */
+  void (*state_truncate)(void *st, int pos);
   void *(*state_clone)(const void *st);
   void (*state_copy)(void *dst, const void *src);
   size_t (*state_bytes)(const void *st);
+  /* hooks; NULL: the model has none (the drafts) and setting one is a no-op */
   void (*state_set_tap)(void *st, df_model_tap_fn fn, void *ud);
   void (*state_set_route)(void *st, df_model_route_fn fn, void *ud);
   void (*state_set_cancel)(void *st, df_model_cancel_fn fn, void *ud);
+  /* NULL: no marks (a draft rolls back by state_truncate) */
   void *(*mark_new)(const void *st);
   void (*mark_save)(void *mark, const void *st);
   void (*mark_restore)(void *st, const void *mark);
@@ -138,6 +158,8 @@ typedef struct df_model_ops {
   int (*embed)(const void *self, const int *ids, int T, float *out, df_err *e);
   int (*lm_head)(const void *self, const df_kctx *kc, const float *x, int T, float *logits,
                  df_err *e);
+  /* NULL: no causal forward over ids (DSpark: its pass is the family's own
+   * block proposal, dspark.h) */
   int (*forward)(const void *self, const df_model_run *run, void *st, const int *ids, int T,
                  float *logits_last, float *logits_all, df_err *e);
 } df_model_ops;
@@ -156,21 +178,30 @@ int df_model_open_k3(df_model **out, const df_st_set *set, const df_config *c, i
  * loader would have, plan/plan_k3.c); only config, plan input and the
  * state-size accessors work. c must outlive the model. */
 df_model *df_model_plan_only_k3(const df_config *c, int int8);
+/* The drafts open in their own headers: df_model_open_qwen3 (qwen3/qwen3.h),
+ * df_model_open_dspark (dspark/dspark.h). */
 
 /* ---- accessors ---- */
+/* K3's config; NULL for a family without one (the drafts). */
 const df_config *df_model_config(const df_model *m);
+/* From the config, or the family's shape where it has none. */
 int df_model_vocab(const df_model *m);
 int df_model_hidden(const df_model *m);
 int df_model_layers(const df_model *m);
+/* The end-of-sequence id, or -1 when the model names none. */
+int df_model_eos(const df_model *m);
 /* Positions a state may hold (the plan's admitted context). */
 int df_model_ctx_limit(const df_model *m);
+/* A draft model's weights and cache bytes per position (0, 0 without a mem op). */
+void df_model_mem(const df_model *m, uint64_t *weights, uint64_t *per_pos);
 int df_model_precision(const df_model *m);
 uint64_t df_model_spine_bytes_per_token(const df_model *m);
 
 /* ---- the memory plan ---- */
 /* The planner's whole input: the model's part (units, small tensors,
  * expert records, its sequence state) and the request. The arrays belong to
- * m. The one place a df_plan_in is built (engine, inspect, plan). */
+ * m. The one place a df_plan_in is built (engine, inspect, plan). Only a
+ * planned family (K3); for another, in is left zeroed. */
 void df_model_plan_in(const df_model *m, const df_model_plan_req *rq, df_plan_in *in);
 /* Applies a plan (which units stay resident, the stream ring); the spine
  * stream takes its I/O options from the store at df_model_stream_start. */
@@ -189,6 +220,14 @@ df_mstate *df_mstate_new(const df_model *m);
 void df_mstate_free(df_mstate *s);
 void df_mstate_reset(df_mstate *s);
 int df_mstate_pos(const df_mstate *s);
+/* The model s belongs to, and the implementation's state behind it (for a
+ * family's own operations on it, as df_model_self is for the model). */
+const df_model *df_mstate_model(const df_mstate *s);
+void *df_mstate_self(const df_mstate *s);
+/* Rollback by cutting: forgets positions >= pos (0 <= pos; pos past the
+ * current one changes nothing). Returns -1 when the model cannot cut its
+ * state (its ops leave state_truncate NULL: K3, which uses marks). */
+int df_mstate_truncate(df_mstate *s, int pos);
 /* A copy of the sequence state alone (no scratch: a snapshot, a source for
  * df_mstate_copy); continuing from it gives the same results as the source. */
 df_mstate *df_mstate_clone(const df_mstate *s);
@@ -202,7 +241,8 @@ void df_mstate_set_cancel(df_mstate *s, df_model_cancel_fn fn, void *ud);
 
 /* A rollback point (speculation): saving copies the part of the state a
  * continuation overwrites (K3: KDA matrices and conv windows, the
- * position); restoring it forgets the positions after it. */
+ * position); restoring it forgets the positions after it. df_mmark_new is
+ * NULL for a model without marks (the drafts: df_mstate_truncate). */
 df_mmark *df_mmark_new(const df_mstate *s);
 void df_mmark_save(df_mmark *k, const df_mstate *s);
 void df_mmark_restore(df_mstate *s, const df_mmark *k);
@@ -220,10 +260,11 @@ int df_model_embed(const df_model *m, const int *ids, int T, float *out, df_err 
 int df_model_lm_head(const df_model *m, const df_kctx *kc, const float *x, int T, float *logits,
                      df_err *e);
 
-/* Runs ids[0..T) at the state's next positions; logits_last (vocab) gets
- * the last row's logits, logits_all (T x vocab) every row's, either NULL.
- * Returns 0, -1 (error; the state may be partly advanced: reset it) or
- * DF_MODEL_CANCELLED. */
+/* Runs ids[0..T) at the state's next positions with what df_model_bind set
+ * (a draft needs only the kernel context); logits_last (vocab) gets the
+ * last row's logits, logits_all (T x vocab) every row's, either NULL.
+ * Returns 0, -1 (error; the state may be partly advanced: reset it; also a
+ * model without a causal forward, or one not bound) or DF_MODEL_CANCELLED. */
 int df_model_forward(const df_model *m, df_mstate *s, const int *ids, int T, float *logits_last,
                      float *logits_all, df_err *e);
 

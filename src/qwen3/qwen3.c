@@ -345,6 +345,8 @@ void df_qwen3_free(df_qwen3 *m) {
 }
 
 int df_qwen3_vocab(const df_qwen3 *m) { return m->vocab; }
+int df_qwen3_hidden(const df_qwen3 *m) { return m->hidden; }
+int df_qwen3_layers(const df_qwen3 *m) { return m->layers; }
 int df_qwen3_eos(const df_qwen3 *m) { return m->eos; }
 int df_qwen3_max_pos(const df_qwen3 *m) { return m->max_pos; }
 
@@ -390,6 +392,37 @@ void df_qwen3_state_reset(df_qwen3_state *s) { s->pos = 0; }
 int df_qwen3_state_pos(const df_qwen3_state *s) { return s->pos; }
 void df_qwen3_state_truncate(df_qwen3_state *s, int pos) {
   if (pos >= 0 && pos < s->pos) s->pos = pos;
+}
+
+/* Bytes of one position's keys and values in one layer. */
+static size_t kv_row(const df_qwen3 *m) { return (size_t)m->kv_heads * m->head_dim * sizeof(float); }
+
+size_t df_qwen3_state_bytes(const df_qwen3_state *s) {
+  return (size_t)s->pos * (size_t)s->m->layers * 2 * kv_row(s->m);
+}
+
+/* dst's cache grows to src's positions (no scratch: the next forward sizes
+ * it), then takes src's rows; rows past pos are never read. */
+void df_qwen3_state_copy(df_qwen3_state *dst, const df_qwen3_state *src) {
+  const df_qwen3 *m = src->m;
+  if (src->pos > dst->cap) {
+    for (int i = 0; i < m->layers; i++) {
+      dst->k[i] = df_xrealloc(dst->k[i], (size_t)src->pos * kv_row(m));
+      dst->v[i] = df_xrealloc(dst->v[i], (size_t)src->pos * kv_row(m));
+    }
+    dst->cap = src->pos;
+  }
+  for (int i = 0; i < m->layers && src->pos > 0; i++) {
+    memcpy(dst->k[i], src->k[i], (size_t)src->pos * kv_row(m));
+    memcpy(dst->v[i], src->v[i], (size_t)src->pos * kv_row(m));
+  }
+  dst->pos = src->pos;
+}
+
+df_qwen3_state *df_qwen3_state_clone(const df_qwen3_state *s) {
+  df_qwen3_state *c = df_qwen3_state_new(s->m);
+  df_qwen3_state_copy(c, s);
+  return c;
 }
 
 static void state_reserve(df_qwen3_state *s, int need, int T, int nthr) {
