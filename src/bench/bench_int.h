@@ -50,8 +50,10 @@ typedef struct df_bench_result {
   double spine_decode_bytes, spine_decode_wait, decode_seconds;
   /* --draft: speculation over the decode phases (gen stats summed over repeats) */
   long spec_verify, spec_drafted, spec_accepted, spec_passes, spec_tokens;
-  char draft[16];
-  int draft_max;
+  /* blocks of k drafts (spec_block_len[k-1]) and drafts kept at position j */
+  long spec_block_len[16], spec_acc_at[16];
+  char draft[16]; /* the source that ran (--draft auto: the one it chose) */
+  int draft_max, draft_auto;
   int spine_units, spine_qd, have_spine_ceiling;
   char spine_source[16]; /* "pack", "shards", "shards+int8" */
   int spine_drives;

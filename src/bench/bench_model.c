@@ -107,6 +107,53 @@ static int prefill(df_session *s, df_store *st, const int *ids, int n, int chunk
   return 0;
 }
 
+/* Where the prefill ends inside one df_generate (its on_prefill callback):
+ * the time, the store's counters and the spine stream's bytes then. */
+typedef struct phase_mark {
+  df_engine *en;
+  df_store *store;
+  int P;
+  double t1, sp0, sw0;
+  snap b;
+  size_t dec0;
+} phase_mark;
+
+static void mark_prefill_end(void *ud, int done) {
+  phase_mark *m = ud;
+  if (done < m->P) return;
+  m->t1 = df_now();
+  take_snap(m->en, &m->b);
+  m->dec0 = df_store_reads_logged(m->store);
+  m->sp0 = (double)df_engine_spine_stream_bytes(m->en, &m->sw0);
+}
+
+/* With the engine's --draft the prompt and the decode run as one
+ * df_generate: a draft that reads the target's hidden states (DSpark) must
+ * see the prompt's, so its prefill cannot be run apart; m gets the prefill's
+ * end. The counts go to res as decode()'s do. */
+static int gen_phases(df_session *s, const int *ids, int P, int N, int chunk, phase_mark *m,
+                      df_bench_result *res, df_err *e) {
+  df_gen_opts go;
+  df_gen_opts_default(&go);
+  go.max_new = N;
+  go.prefill_chunk = chunk > 0 ? chunk : P;
+  go.on_prefill = mark_prefill_end;
+  go.ud = m;
+  int *out, nout;
+  df_gen_stats gs;
+  if (df_generate(s, ids, P, &go, &out, &nout, &gs, e)) return -1;
+  free(out);
+  res->spec_verify += gs.n_verify, res->spec_drafted += gs.n_drafted;
+  res->spec_accepted += gs.n_accepted, res->spec_passes += gs.n_passes;
+  res->spec_tokens += nout;
+  for (int k = 1; k <= 16 && k <= DF_DRAFT_MAX; k++) {
+    res->spec_block_len[k - 1] += gs.block_len[k];
+    res->spec_acc_at[k - 1] += gs.acc_at[k - 1];
+  }
+  if (gs.draft_src) snprintf(res->draft, sizeof res->draft, "%s", gs.draft_src);
+  return 0;
+}
+
 /* With the engine's --draft, decoding is df_generate's (speculative blocks,
  * the same ids); its counts go to res. */
 static int decode(df_session *s, df_store *st, const int *prompt, int np, int n, float *logits,
@@ -127,6 +174,11 @@ static int decode(df_session *s, df_store *st, const int *prompt, int np, int n,
       res->spec_verify += gs.n_verify, res->spec_drafted += gs.n_drafted;
       res->spec_accepted += gs.n_accepted, res->spec_passes += gs.n_passes;
       res->spec_tokens += nout;
+      for (int k = 1; k <= 16 && k <= DF_DRAFT_MAX; k++) {
+        res->spec_block_len[k - 1] += gs.block_len[k];
+        res->spec_acc_at[k - 1] += gs.acc_at[k - 1];
+      }
+      if (gs.draft_src) snprintf(res->draft, sizeof res->draft, "%s", gs.draft_src);
     }
     return 0;
   }
@@ -225,6 +277,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   }
 
   snprintf(res->draft, sizeof res->draft, "%s", df_engine_draft(en, &res->draft_max));
+  res->draft_auto = !strcmp(res->draft, "auto");
   /* warm-up */
   {
     df_session *s = df_session_new(en);
@@ -235,24 +288,33 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     }
     df_session_free(s);
   }
+  int drafting = strcmp(df_engine_draft(en, NULL), "off") != 0;
   for (int r = 0; r < R; r++) {
     df_session *s = df_session_new(en);
     snap a, b, d;
     take_snap(en, &a);
-    double t0 = df_now();
-    if (prefill(s, store, ids, P, o->prefill_chunk, logits, e)) {
-      df_session_free(s);
-      goto out;
-    }
-    double t1 = df_now();
-    take_snap(en, &b);
-    dec0[r] = df_store_reads_logged(store);
-    double sw0 = 0, sw1 = 0;
-    double sp0 = (double)df_engine_spine_stream_bytes(en, &sw0);
-    double t2 = df_now();
-    if (decode(s, store, ids, P, N, logits, vocab, res, e)) {
-      df_session_free(s);
-      goto out;
+    double t0 = df_now(), t1, t2, sw0 = 0, sw1 = 0, sp0;
+    if (drafting) {
+      phase_mark m = {.en = en, .store = store, .P = P};
+      if (gen_phases(s, ids, P, N, o->prefill_chunk, &m, res, e)) {
+        df_session_free(s);
+        goto out;
+      }
+      t1 = t2 = m.t1, b = m.b, dec0[r] = m.dec0, sp0 = m.sp0, sw0 = m.sw0;
+    } else {
+      if (prefill(s, store, ids, P, o->prefill_chunk, logits, e)) {
+        df_session_free(s);
+        goto out;
+      }
+      t1 = df_now();
+      take_snap(en, &b);
+      dec0[r] = df_store_reads_logged(store);
+      sp0 = (double)df_engine_spine_stream_bytes(en, &sw0);
+      t2 = df_now();
+      if (decode(s, store, ids, P, N, logits, vocab, res, e)) {
+        df_session_free(s);
+        goto out;
+      }
     }
     double t3 = df_now();
     res->spine_decode_bytes += (double)df_engine_spine_stream_bytes(en, &sw1) - sp0;
@@ -344,6 +406,14 @@ static void print_stat_row(FILE *out, const char *name, const df_bench_phase *p)
           p->compute_s_per_token.median, 100 * p->cache_hit_rate.median, p->amplification.median);
 }
 
+/* The longest block length that occurred (block_lengths/accepted_at run 1..it). */
+static int spec_top(const df_bench_result *r) {
+  int top = 0;
+  for (int k = 0; k < 16; k++)
+    if (r->spec_block_len[k]) top = k + 1;
+  return top;
+}
+
 static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result *r) {
   fprintf(out, "experts from %s (%d drive%s%s), io %s qd %d%s, cache %ld MB; kernels %s, %d threads\n",
           r->source, r->ndrives, r->ndrives == 1 ? "" : "s", o->engine.store.emulate_drives ? ", EMULATED" : "", r->io,
@@ -391,6 +461,14 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
             r->draft, r->draft_max, r->spec_drafted ? 100.0 * r->spec_accepted / r->spec_drafted : 0.0,
             r->spec_drafted, (double)r->spec_tokens / (double)r->spec_passes, r->spec_verify,
             r->decode_bytes / (double)r->spec_tokens / 1e6);
+  if (r->spec_verify) {
+    int top = spec_top(r);
+    fprintf(out, "speculation: %sblocks by length:", r->draft_auto ? "(--draft auto) " : "");
+    for (int k = 0; k < top; k++) fprintf(out, " %ld", r->spec_block_len[k]);
+    fprintf(out, "; accepted by position:");
+    for (int k = 0; k < top; k++) fprintf(out, " %ld", r->spec_acc_at[k]);
+    fprintf(out, "\n");
+  }
   if (r->spine_units && r->decode_seconds > 0) {
     double sg = r->spine_decode_bytes / r->decode_seconds / 1e9;
     double eg = r->decode_bytes / r->decode_seconds / 1e9;
@@ -455,6 +533,16 @@ static json_t *spec_json(const df_bench_result *r) {
   if (!r->spec_tokens) return json_null();
   json_t *o = json_object();
   json_object_set_new(o, "draft", json_string(r->draft));
+  json_object_set_new(o, "auto", json_boolean(r->draft_auto));
+  json_object_set_new(o, "drafted", json_integer(r->spec_drafted));
+  json_object_set_new(o, "accepted", json_integer(r->spec_accepted));
+  json_t *bl = json_array(), *aa = json_array();
+  for (int k = 0, top = spec_top(r); k < top; k++) {
+    json_array_append_new(bl, json_integer(r->spec_block_len[k]));
+    json_array_append_new(aa, json_integer(r->spec_acc_at[k]));
+  }
+  json_object_set_new(o, "block_lengths", bl);
+  json_object_set_new(o, "accepted_at", aa);
   json_object_set_new(o, "draft_max", json_integer(r->draft_max));
   json_object_set_new(o, "verify_blocks", json_integer(r->spec_verify));
   json_object_set_new(o, "acceptance", r->spec_drafted ? json_real((double)r->spec_accepted / (double)r->spec_drafted) : json_null());

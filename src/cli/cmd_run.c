@@ -156,7 +156,9 @@ static json_t *spec_json(const df_engine *en, const df_gen_stats *st) {
   int kmax;
   const char *src = df_engine_draft(en, &kmax);
   json_t *o = json_object();
-  json_object_set_new(o, "draft", json_string(src));
+  /* the source that ran (--draft auto: dspark for a chat prompt, else ngram) */
+  json_object_set_new(o, "draft", json_string(st->draft_src ? st->draft_src : src));
+  json_object_set_new(o, "auto", json_boolean(!strcmp(src, "auto")));
   json_object_set_new(o, "draft_max", json_integer(kmax));
   json_object_set_new(o, "k_final", json_integer(st->draft_k));
   json_object_set_new(o, "verify_blocks", json_integer(st->n_verify));
@@ -192,9 +194,9 @@ static void spec_text(const df_engine *en, const df_gen_stats *st) {
   const char *src = df_engine_draft(en, &kmax);
   if (!strcmp(src, "off")) return;
   fprintf(stderr,
-          "draft    %s, K %d (at the end %d): %d blocks, %d of %d drafts accepted (%.0f%%), "
+          "draft    %s%s, K %d (at the end %d): %d blocks, %d of %d drafts accepted (%.0f%%), "
           "%d rollbacks, %d decode passes for %d tokens%s\n",
-          src, kmax, st->draft_k, st->n_verify, st->n_accepted, st->n_drafted,
+          st->draft_src ? st->draft_src : "none", !strcmp(src, "auto") ? " (auto)" : "", kmax, st->draft_k, st->n_verify, st->n_accepted, st->n_drafted,
           st->n_drafted ? 100.0 * st->n_accepted / st->n_drafted : 0.0, st->n_rollback,
           st->n_passes, st->n_gen, st->draft_offs ? "; switched off when it did not pay" : "");
   int top = 0;

@@ -38,7 +38,8 @@ static const opt_def defs[] = {
      "state x2): the reference's answer where fp32 rounding meets a near-tie"},
     {"--draft", "SRC", K_DRAFT,
      "speculative decoding, same ids as without: off (default), ngram (prompt lookup), auto "
-     "(ngram, or the DSpark in DIR/dspark with blocks cut by its confidence head; the block size "
+     "(with a DSpark in DIR/dspark: it for chat prompts, blocks cut by its confidence head, and ngram "
+     "for raw text; else ngram; the block size "
      "adapted and switched off when it does not pay), DIR (a Qwen3 draft model's folder, e.g. "
      "models/nano-draft, or a DSpark's), dspark:DIR (K3's own drafter), self (the model as its own draft: a test "
      "of the machinery)"},

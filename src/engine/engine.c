@@ -31,6 +31,7 @@ void df_engine_opts_default(df_engine_opts *o) {
 void df_engine_close(df_engine *en) {
   if (!en) return;
   df_draft_free(en->draft); /* a self draft holds a session of en */
+  df_draft_free(en->draft_raw);
   df_model_free(en->model); /* first: its spine stream reads through the store */
   df_store_close(en->store);
   df_plan_free(&en->plan);
@@ -43,13 +44,20 @@ void df_engine_close(df_engine *en) {
 }
 
 /* The --draft source. auto: the DSpark installed beside the model
- * (DIR/dspark, `setup --draft dspark`) with its blocks cut by confidence,
- * else n-gram; dspark:DIR or a folder whose config says k3_dspark: DSpark. */
+ * (DIR/dspark, `setup --draft dspark`) with its blocks cut by confidence for
+ * chat prompts and n-gram for raw text (gen.c chooses per generation, as
+ * docs/PERFORMANCE.md's counts say: DSpark was trained on chat turns, and on
+ * raw text n-gram accepts more per pass), else n-gram for every prompt;
+ * dspark:DIR or a folder whose config says k3_dspark: DSpark. */
 static int make_draft(df_engine *en, const char *v, df_err *e) {
   if (!strcmp(v, "auto")) {
     char *ds = df_path_join(en->model_dir, "dspark");
-    if (df_dspark_is_dir(ds)) en->draft = df_draft_new_dspark(en, ds, DF_DSPARK_AUTO_CUT, e);
-    else en->draft = df_draft_new_ngram();
+    if (df_dspark_is_dir(ds)) {
+      en->draft = df_draft_new_dspark(en, ds, DF_DSPARK_AUTO_CUT, e);
+      if (en->draft) en->draft_raw = df_draft_new_ngram();
+    } else {
+      en->draft = df_draft_new_ngram();
+    }
     free(ds);
   } else if (!strcmp(v, "ngram")) {
     en->draft = df_draft_new_ngram();
@@ -145,6 +153,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   df_model_bind(en->model, &run);
   en->draft_max = o->draft_max > 0 ? o->draft_max : 4;
   en->draft_rows = o->draft_rows;
+  en->chat_open = en->tok ? df_tok_special_id(en->tok, "<|open|>") : -1;
   if (self && make_draft(en, o->draft, e)) goto fail;
   en->draft_auto = o->draft && !strcmp(o->draft, "auto");
   *out = en;

@@ -168,6 +168,9 @@ typedef struct df_gen_stats {
   int n_verify, n_drafted, n_accepted, n_rollback;
   int n_passes; /* forward passes of the decode (single steps, blocks and rollbacks) */
   int draft_k, draft_changes, draft_offs;
+  /* the draft source that ran (df_draft_name; --draft auto picks one per
+   * prompt: "dspark" for chat, "ngram" for raw text); NULL: none */
+  const char *draft_src;
   /* per verify block: how many drafts it held (block_len[k], k = 1..DF_DRAFT_MAX);
    * per draft position j (0-based): accepted there, and the draft's
    * confidence estimates summed over the blocks that had one (DSpark) */

@@ -25,6 +25,8 @@ struct df_engine {
   uint64_t cache_cap; /* min(store default cache, every expert) */
   char mem_src[128];
   df_draft *draft;      /* --draft: the engine's draft source (NULL: off) */
+  df_draft *draft_raw;  /* --draft auto with a DSpark: n-gram, for prompts that are not chat */
+  int chat_open;        /* the chat format's <|open|> id (-1: no tokenizer or none) */
   int draft_max;        /* --draft-max */
   int draft_auto;       /* --draft auto: adapt K, switch off when it does not pay */
   int draft_rows;       /* --draft-rollback rows */

@@ -47,6 +47,7 @@ typedef struct gen {
   int *ids, n;        /* emitted */
   int *ctx, nctx;     /* the penalties' context (NULL: no penalties) */
   int *hist, nhist;   /* the drafts' view: history, prompt, emitted */
+  df_draft *draft;    /* this generation's draft source (NULL: none) */
 } gen;
 
 /* Hands out one id; 1 when generation ends with it. */
@@ -128,8 +129,7 @@ static int decode(gen *g, df_err *e) {
   const df_gen_opts *o = g->o;
   df_gen_stats *st = g->st;
   int V = en->cfg.vocab, limit = df_model_ctx_limit(en->model);
-  df_draft *draft = o->no_draft ? NULL : o->draft ? o->draft : en->draft;
-  if (o->mask) draft = NULL; /* a grammar's state moves with each handed-out id */
+  df_draft *draft = g->draft;
   int kmax = o->draft_max > 0 ? o->draft_max : en->draft_max > 0 ? en->draft_max : 4;
   if (kmax > DF_DRAFT_MAX) kmax = DF_DRAFT_MAX;
   spec_auto au = {.on = 1, .K = kmax, .kmax = kmax};
@@ -252,6 +252,28 @@ out:
   return rc;
 }
 
+/* 1 when ids hold the chat format's <|open|>: every rendered message
+ * (chat_render.c) starts with it, raw text never encodes to a special id. */
+static int is_chat(const df_engine *en, const int *ids, int n) {
+  for (int i = 0; en->chat_open >= 0 && i < n; i++)
+    if (ids[i] == en->chat_open) return 1;
+  return 0;
+}
+
+/* The generation's draft: the caller's, else the engine's; with --draft auto
+ * and a DSpark, the DSpark for a chat prompt (or chat history) and n-gram
+ * for raw text. None with a mask: a grammar's state moves with each
+ * handed-out id. */
+static df_draft *gen_draft(const df_engine *en, const int *prompt, int nprompt,
+                           const df_gen_opts *o) {
+  if (o->no_draft || o->mask) return NULL;
+  if (o->draft) return o->draft;
+  if (en->draft_raw && !is_chat(en, prompt, nprompt) &&
+      !(o->history && is_chat(en, o->history, o->nhistory)))
+    return en->draft_raw;
+  return en->draft;
+}
+
 int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts *o, int **out,
                 int *nout, df_gen_stats *st, df_err *e) {
   df_engine *en = s->en;
@@ -269,7 +291,8 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   df_store_trace_mark(en->store, "gen", nprompt);
   df_mstate_set_cancel(s->st, o->cancel, o->ud);
   /* a draft reading the target's hidden states sees the prompt's too */
-  df_draft *dr = o->no_draft || o->mask ? NULL : o->draft ? o->draft : en->draft;
+  df_draft *dr = gen_draft(en, prompt, nprompt, o);
+  st->draft_src = dr ? df_draft_name(dr) : NULL;
   if (dr) df_draft_attach(dr, s, o->history, o->history ? o->nhistory : 0);
   int rc = 0;
   for (int i = 0; i < nprompt && !rc; i += chunk) {
@@ -296,7 +319,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
     return df_err_set(e, "generate: empty prompt and no earlier context");
   }
   int cap = o->max_new > 0 ? o->max_new : 1;
-  gen g = {.s = s, .o = o, .st = st, .rng = o->seed};
+  gen g = {.s = s, .o = o, .st = st, .rng = o->seed, .draft = dr};
   g.ids = df_xmalloc(sizeof(int) * (size_t)cap);
   if (o->sampling) {
     g.so = *o->sampling;
@@ -310,7 +333,7 @@ int df_generate(df_session *s, const int *prompt, int nprompt, const df_gen_opts
   size_t full = (size_t)nh + (size_t)nprompt + (size_t)cap;
   /* the context the penalties look at, and the drafts': history, prompt, each new id */
   if (df_sample_has_penalties(&g.so)) g.ctx = df_xmalloc(sizeof(int) * full);
-  if (!o->no_draft && (o->draft || en->draft)) g.hist = df_xmalloc(sizeof(int) * full);
+  if (dr) g.hist = df_xmalloc(sizeof(int) * full);
   int *both[2] = {g.ctx, g.hist};
   for (int i = 0; i < 2; i++)
     if (both[i]) {

@@ -118,6 +118,24 @@ static json_t *usage_obj(const df_serve_usage *u, df_serve_kind kind) {
   json_object_set_new(d, "accepted_prediction_tokens", json_integer(u->accepted));
   json_object_set_new(d, "rejected_prediction_tokens", json_integer(u->drafted - u->accepted));
   json_object_set_new(o, "completion_tokens_details", d);
+  const df_serve_spec *sp = u->spec;
+  if (sp && sp->draft) {
+    json_t *s = json_object(), *bl = json_array(), *aa = json_array();
+    int top = 0;
+    for (int k = 0; k < DF_SERVE_SPEC_MAX; k++)
+      if (sp->block_len[k]) top = k + 1;
+    for (int k = 0; k < top; k++) {
+      json_array_append_new(bl, json_integer(sp->block_len[k]));
+      json_array_append_new(aa, json_integer(sp->acc_at[k]));
+    }
+    json_object_set_new(s, "draft", json_string(sp->draft));
+    json_object_set_new(s, "blocks", json_integer(sp->blocks));
+    json_object_set_new(s, "drafted", json_integer(u->drafted));
+    json_object_set_new(s, "accepted", json_integer(u->accepted));
+    json_object_set_new(s, "block_lengths", bl);
+    json_object_set_new(s, "accepted_at", aa);
+    json_object_set_new(o, "deltafin_speculation", s);
+  }
   return o;
 }
 
@@ -405,6 +423,7 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
       {"deltafin_generated_tokens_total", "counter", "Tokens generated."},
       {"deltafin_draft_tokens_total", "counter", "Draft tokens proposed to verify blocks (--draft)."},
       {"deltafin_draft_tokens_accepted_total", "counter", "Draft tokens the model kept."},
+      {"deltafin_draft_blocks_total", "counter", "Verify blocks run (--draft)."},
       {"deltafin_prefill_seconds_total", "counter", "Time spent prefilling prompts."},
       {"deltafin_decode_seconds_total", "counter", "Time spent generating tokens."},
       {"deltafin_busy", "gauge", "1 while a generation runs."},
@@ -415,6 +434,7 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
   };
   double vals[] = {(double)m->requests,   (double)m->prompt_tokens, (double)m->cached_tokens,
                    (double)m->gen_tokens, (double)m->drafted,       (double)m->accepted,
+                   (double)m->blocks,
                    m->prefill_s,          m->decode_s,
                    m->busy,               m->queued,                m->queue_max,
                    m->kept_states,        (double)m->kept_bytes};
@@ -426,6 +446,14 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
          "Requests refused: 429 (busy, queue full) and 503 (shutting down).");
   value(&b, "deltafin_requests_rejected_total", "{code=\"429\"}", (double)m->rejected_429);
   value(&b, "deltafin_requests_rejected_total", "{code=\"503\"}", (double)m->rejected_503);
+  /* the acceptance by block position: drafts kept at position p (1-based) */
+  metric(&b, "deltafin_draft_accepted_at_total", "counter",
+         "Draft tokens kept at each block position (position=\"1\": the first draft).");
+  for (int p = 0; p < DF_SERVE_SPEC_MAX; p++) {
+    char lab[32];
+    snprintf(lab, sizeof lab, "{position=\"%d\"}", p + 1);
+    value(&b, "deltafin_draft_accepted_at_total", lab, (double)m->acc_at[p]);
+  }
   histogram(&b, "deltafin_request_duration_seconds",
             "Generation requests answered 200: from arrival to the end of the reply.", &m->latency);
   histogram(&b, "deltafin_time_to_first_token_seconds",

@@ -18,12 +18,25 @@ typedef struct df_serve_meta {
   int include_usage;  /* streams: every chunk carries "usage": null, then a usage chunk */
 } df_serve_meta;
 
+/* Speculation's blocks for usage.deltafin_speculation (OpenAI's usage has
+ * no place for them): the draft source that ran and, per block length k,
+ * the blocks of k drafts (block_len[k-1]) and, per draft position j
+ * (0-based), the drafts kept there (acc_at[j]). */
+#define DF_SERVE_SPEC_MAX 16
+typedef struct df_serve_spec {
+  const char *draft; /* NULL: no draft ran */
+  long blocks;
+  long block_len[DF_SERVE_SPEC_MAX];
+  long acc_at[DF_SERVE_SPEC_MAX];
+} df_serve_spec;
+
 typedef struct df_serve_usage {
   long prompt, completion, reasoning;
   long cached; /* prompt tokens taken from a kept state, not prefilled again */
   /* speculation (--draft): drafts kept and thrown away by the verify blocks;
    * reported under OpenAI's accepted/rejected_prediction_tokens */
   long drafted, accepted;
+  const df_serve_spec *spec; /* NULL or no draft: no deltafin_speculation */
 } df_serve_usage;
 
 /* A fresh random id with the kind's prefix. */
@@ -132,6 +145,8 @@ void df_serve_hist_add(df_serve_hist *h, double seconds);
 typedef struct df_serve_metrics {
   unsigned long long requests, prompt_tokens, cached_tokens, gen_tokens;
   unsigned long long drafted, accepted; /* speculation's drafts, and those kept */
+  unsigned long long blocks;            /* verify blocks */
+  unsigned long long acc_at[DF_SERVE_SPEC_MAX]; /* drafts kept at each block position */
   double prefill_s, decode_s;
   int busy, queued, queue_max;
   unsigned long long kept_bytes;

@@ -406,6 +406,12 @@ static void run_job(srv *S, job *j) {
     total_gen += st.n_gen;
     total_drafted += st.n_drafted;
     total_accepted += st.n_accepted;
+    if (st.draft_src) j->spec.draft = st.draft_src;
+    j->spec.blocks += st.n_verify;
+    for (int k = 1; k <= DF_DRAFT_MAX && k <= DF_SERVE_SPEC_MAX; k++) {
+      j->spec.block_len[k - 1] += st.block_len[k];
+      j->spec.acc_at[k - 1] += st.acc_at[k - 1];
+    }
     total_reasoning += j->gt.n_reasoning;
     if (j->req.stream)
       df_serve_sse_delta_lp(&j->frames, &j->meta, ci, NULL, NULL, NULL, 0, c->finish, NULL, 0, 0,
@@ -422,6 +428,8 @@ static void run_job(srv *S, job *j) {
   S->m_gen_tokens += (unsigned long long)j->n_gen;
   S->m_drafted += (unsigned long long)total_drafted;
   S->m_accepted += (unsigned long long)total_accepted;
+  S->m_blocks += (unsigned long long)j->spec.blocks;
+  for (int p = 0; p < DF_SERVE_SPEC_MAX; p++) S->m_acc_at[p] += (unsigned long long)j->spec.acc_at[p];
   pthread_mutex_unlock(&S->mu);
   publish_stats(S);
   j->n_reasoning = total_reasoning;
@@ -442,7 +450,7 @@ static void run_job(srv *S, job *j) {
       df_serve_sse_error(&j->frames, &j->err);
     } else if (j->req.include_usage) {
       df_serve_usage u = {(long)j->nprompt, total_gen, total_reasoning, j->cached, total_drafted,
-                          total_accepted};
+                          total_accepted, &j->spec};
       df_serve_sse_usage(&j->frames, &j->meta, &u);
     }
     df_serve_sse_done(&j->frames);

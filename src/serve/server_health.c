@@ -16,6 +16,8 @@ enum MHD_Result df_srv_handle_get(srv *S, struct MHD_Connection *c, conn_ctx *r)
     m.gen_tokens = S->m_gen_tokens;
     m.drafted = S->m_drafted;
     m.accepted = S->m_accepted;
+    m.blocks = S->m_blocks;
+    memcpy(m.acc_at, S->m_acc_at, sizeof m.acc_at);
     m.prefill_s = S->m_prefill_s;
     m.decode_s = S->m_decode_s;
     m.busy = S->running != NULL;

@@ -90,6 +90,7 @@ typedef struct job {
   int nch, cur;
   long n_reasoning;
   long n_drafted, n_accepted; /* speculation over all choices (usage) */
+  df_serve_spec spec;         /* ... its source and blocks (usage.deltafin_speculation) */
   df_sbuf tok_r, tok_c; /* streams: text released by the current token */
   const char *finish;   /* set when every choice finished */
   int failed;
@@ -149,6 +150,7 @@ struct srv {
   /* counters for /metrics (guarded by mu) */
   unsigned long long m_requests, m_prompt_tokens, m_cached_tokens, m_gen_tokens, m_kept_bytes;
   unsigned long long m_drafted, m_accepted; /* speculation, over all requests */
+  unsigned long long m_blocks, m_acc_at[DF_SERVE_SPEC_MAX];
   int m_kept_states;
   double m_prefill_s, m_decode_s;
   unsigned long long m_429, m_503;

@@ -238,7 +238,7 @@ enum MHD_Result df_srv_handle_generation(srv *S, struct MHD_Connection *c, conn_
   if (j->failed) return df_srv_reply_err(c, r, &j->err, NULL, NULL);
   if (!j->finish) return MHD_NO; /* the generation saw the client leave first */
   df_serve_usage u = {(long)j->nprompt, j->n_gen, j->n_reasoning, j->cached, j->n_drafted,
-                      j->n_accepted};
+                      j->n_accepted, &j->spec};
   if (j->rq) {
     choice *ch = &j->ch[0];
     df_serve_call *calls = ch->ncb ? df_xmalloc(ch->ncb * sizeof *calls) : NULL;

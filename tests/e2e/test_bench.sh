@@ -8,7 +8,8 @@
 # expert once (amplification 1.00 with prefetch off), the useful read rate
 # (needed experts only) is the read rate when nothing extra was read, the
 # ceiling replays the decode reads (positive rate), and --ladder with
-# emulated drives packs and prints one row per drive count. Never asserts a
+# emulated drives packs and prints one row per drive count; --draft reports the
+# source, its blocks by length and drafts kept by position. Never asserts a
 # time or a speed.
 set -eu
 BIN=${DF_BIN:-build/deltafin}
@@ -66,4 +67,24 @@ grep -q "drive ladder (EMULATED drives)" "$T/l.txt" || fail "no ladder table: $(
 rows=$(sed -n '/drive ladder/,$p' "$T/l.txt" | grep -c 'x$')
 [ "$rows" = 2 ] || fail "ladder rows: $rows (want 2)"
 [ -f "$T/d2/deltafin-bench-2/manifest.json" ] || [ -f "$T/d1/deltafin-bench-2/manifest.json" ] || fail "no 2-drive pack manifest"
-echo "ok: bench kernels, bench --model (json), ladder"
+# --draft: the source that ran, its blocks by length and drafts kept by position, consistent
+# with the drafted and accepted counts (a generated DSpark drafts every block)
+"$BIN" make-model --preset dspark --target "$T/m" --seed 2 --out "$T/ds" -q >/dev/null 2>&1 || fail "make-model dspark"
+"$BIN" bench --model "$T/m" --prompt-tokens 24 --new-tokens 12 --repeat 2 --draft "dspark:$T/ds" --draft-max 5 \
+  --json >"$T/s.json" 2>"$T/s.err" || { cat "$T/s.err" >&2; fail "bench --draft dspark"; }
+python3 - "$T/s.json" <<'EOF' || fail "bench --draft JSON"
+import json, sys
+s = json.load(open(sys.argv[1]))["speculation"]
+assert s["draft"] == "dspark" and s["auto"] is False and s["draft_max"] == 5, s
+bl, aa = s["block_lengths"], s["accepted_at"]
+assert len(bl) == len(aa) <= 5 and sum(bl) == s["verify_blocks"] > 0, s
+assert s["drafted"] == sum((k + 1) * n for k, n in enumerate(bl)), s
+assert s["accepted"] == sum(aa) <= s["drafted"], s
+assert all(aa[j] >= aa[j + 1] for j in range(len(aa) - 1)), s
+assert abs(s["acceptance"] - s["accepted"] / s["drafted"]) < 1e-12, s
+EOF
+"$BIN" bench --model "$T/m" --prompt-tokens 24 --new-tokens 12 --repeat 1 --draft "dspark:$T/ds" --draft-max 5 \
+  >"$T/s.txt" 2>"$T/s.err" || { cat "$T/s.err" >&2; fail "bench --draft dspark (text)"; }
+grep -q "^speculation: --draft dspark, K 5" "$T/s.txt" || fail "no speculation line: $(cat "$T/s.txt")"
+grep -q "^speculation: blocks by length:.*; accepted by position:" "$T/s.txt" || fail "no blocks line: $(cat "$T/s.txt")"
+echo "ok: bench kernels, bench --model (json), ladder, --draft (source, blocks, acceptance by position)"

@@ -4,7 +4,8 @@
 # 1 and 2 threads, no expert cache, a memory limit that streams spine
 # layers (the LM head the draft shares included), experts packed on two
 # drives and another prefill split; a folder is recognised by its model_type; --draft auto takes the
-# DSpark installed as MODEL/dspark and cuts blocks by its confidence head;
+# DSpark installed as MODEL/dspark for chat prompts (n-gram for raw text) and cuts blocks by its
+# confidence head;
 # --json and --stats report the blocks; make-model's bytes follow the seed;
 # a draft for another target is refused naming the key.
 set -eu
@@ -88,21 +89,41 @@ grep -q "^draft    dspark, K 7" "$T/stats.err" || { cat "$T/stats.err"; fail "--
 grep -q "^draft    blocks by length:.*mean confidence by position: 0\." "$T/stats.err" ||
   { cat "$T/stats.err"; fail "--stats: no block lengths or confidences"; }
 
-# --draft auto: the DSpark beside the model (MODEL/dspark), blocks cut by confidence
+# --draft auto: the DSpark beside the model (MODEL/dspark), blocks cut by confidence, for chat
+# prompts (raw text gets n-gram, below)
+CHAT='--chat --prompt "What is a list?"'
 mkdir "$T/nk"
 for f in "$NANO"/*; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$T/nk/"; done
 cp -r "$T/ds" "$T/nk/dspark"
-check "nano, auto with MODEL/dspark" "$T/nk" "--prompt \"$TEXT\"" "--draft auto --draft-max 7" \
+check "nano chat, auto with MODEL/dspark" "$T/nk" "$CHAT" "--draft auto --draft-max 7" \
   "--draft auto --draft-max 3 --threads 2"
-ids_of "$T/nk" --prompt "$TEXT" --draft auto --draft-max 7 >/dev/null || fail "auto run"
+eval ids_of "\"$T/nk\"" $CHAT --draft auto --draft-max 7 >/dev/null || fail "auto run"
 [ "$(spec verify_blocks)" -gt 0 ] || fail "auto: no DSpark block"
-python3 - "$T/last.json" <<'EOF' || fail "auto: blocks not cut by confidence"
+[ "$(spec draft)" = dspark ] || fail "auto, chat prompt: ran $(spec draft), not dspark"
+python3 - "$T/last.json" <<'EOF2' || fail "auto: blocks not cut by confidence"
 import json, sys
 s = json.load(open(sys.argv[1]))["stats"]["speculation"]
 # a random draft's confidences are about 0.25: the 0.5 cut leaves one draft per block
-assert s["block_lengths"][0] == s["verify_blocks"], s
-EOF
+assert s["auto"] is True and s["block_lengths"][0] == s["verify_blocks"], s
+EOF2
 echo "ok: --draft auto takes MODEL/dspark and cuts its blocks by confidence"
+
+# --draft auto chooses per prompt: the trained nano-DSpark (models/nano-dspark as MODEL/dspark)
+# for a chat prompt (its ids hold <|open|>), n-gram for raw text; the ids are --draft off's in both
+mkdir "$T/nt"
+for f in "$NANO"/*; do ln -s "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$T/nt/"; done
+ln -s "$(cd "$SRC/models/nano-dspark" && pwd)" "$T/nt/dspark"
+for kind in chat raw; do
+  if [ $kind = chat ]; then args=$CHAT want=dspark; else args="--prompt \"$TEXT\"" want=ngram; fi
+  check "nano $kind, auto with nano-DSpark" "$T/nt" "$args" "--draft auto --draft-max 7"
+  [ "$(spec draft)" = $want ] || fail "auto, $kind prompt: ran $(spec draft), not $want"
+  [ "$(spec auto)" = True ] || fail "auto, $kind prompt: speculation.auto is $(spec auto)"
+  [ "$(spec verify_blocks)" -gt 0 ] || fail "auto, $kind prompt: no block verified"
+  eval "\"$BIN\"" run --model "\"$T/nt\"" $args --max-new 32 --heat "''" --draft auto --draft-max 7 --stats \
+    >/dev/null 2>"$T/stats.err" || fail "auto, $kind: --stats run"
+  grep -q "^draft    $want (auto), K 7" "$T/stats.err" || { cat "$T/stats.err"; fail "auto, $kind: --stats draft line"; }
+done
+echo "ok: --draft auto: nano-DSpark for the chat prompt, n-gram for raw text, the ids of --draft off"
 
 # the tiny preset's dims, and a memory limit that streams spine layers and the head
 "$BIN" make-model --preset tiny --seed 9 --out "$T/m" -q >/dev/null 2>&1

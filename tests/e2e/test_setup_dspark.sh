@@ -26,8 +26,9 @@ for f in "$T"/dorig/*; do
 done
 grep -q "draft ready: $T/k3/dspark" "$T/e" || { cat "$T/e"; fail "no 'draft ready' line"; }
 
+# a chat prompt: --draft auto drafts with the DSpark for chat (n-gram for raw text)
 P="A list is a sequence of items. A list can hold other lists. A list"
-run_ids() { "$BIN" run --model "$T/k3" --prompt "$P" --max-new 24 --json --heat "" "$@" >"$T/r.json" &&
+run_ids() { "$BIN" run --model "$T/k3" --chat --prompt "$P" --max-new 24 --json --heat "" "$@" >"$T/r.json" &&
   ids "$T/r.json"; }
 base=$(run_ids --draft off) || fail "run without a draft"
 got=$(run_ids --draft auto --draft-max 7) || fail "run --draft auto with the installed DSpark"

@@ -81,7 +81,7 @@ static void test_chat_response(void **st) {
   (void)st;
   df_serve_meta m;
   df_serve_meta_init(&m, DF_SERVE_CHAT, "k3-tiny", 1700000000);
-  df_serve_usage u = {12, 30, 20, 7, 9, 5};
+  df_serve_usage u = {12, 30, 20, 7, 9, 5, NULL};
   char *s = df_serve_response_json(&m, "think\xc3\xa9", 7, "answer", 6, "length", &u);
   json_t *v = parse(s);
   assert_string_equal(str(v, "id"), m.id);
@@ -114,7 +114,7 @@ static void test_text_response(void **st) {
   (void)st;
   df_serve_meta m;
   df_serve_meta_init(&m, DF_SERVE_COMPLETION, "k3-tiny", 1);
-  df_serve_usage u = {3, 4, 0, 0, 0, 0};
+  df_serve_usage u = {3, 4, 0, 0, 0, 0, NULL};
   char *s = df_serve_response_json(&m, NULL, 0, " upon a time", 12, "stop", &u);
   json_t *v = parse(s);
   assert_string_equal(str(v, "object"), "text_completion");
@@ -162,7 +162,7 @@ static void test_chat_stream(void **st) {
   df_serve_sse_delta(&b, &m, NULL, "reasoning_content", "hm\nm", 4, NULL);
   df_serve_sse_delta(&b, &m, NULL, "content", "hi", 2, NULL);
   df_serve_sse_delta(&b, &m, NULL, NULL, NULL, 0, "stop");
-  df_serve_usage u = {5, 3, 1, 0, 0, 0};
+  df_serve_usage u = {5, 3, 1, 0, 0, 0, NULL};
   df_serve_sse_usage(&b, &m, &u);
   df_serve_sse_done(&b);
   json_t *f[8];
@@ -236,7 +236,7 @@ static void test_invalid_utf8_is_repaired(void **st) {
   /* a response never fails for a bad byte in the text */
   df_serve_meta m;
   df_serve_meta_init(&m, DF_SERVE_COMPLETION, "k3-tiny", 1);
-  df_serve_usage u = {1, 1, 0, 0, 0, 0};
+  df_serve_usage u = {1, 1, 0, 0, 0, 0, NULL};
   char *j = df_serve_response_json(&m, NULL, 0, "x\x80y", 3, "stop", &u);
   json_t *v = parse(j);
   assert_string_equal(str(v, "choices.0.text"), "x\xef\xbf\xbdy");

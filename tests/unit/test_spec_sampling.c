@@ -1,7 +1,8 @@
 /* Speculative sampling (engine/gen.c, df_sample_verify) on the trained
  * nano-K3: the ids at generated positions 1 and 2 (the first drawn inside
  * verify blocks) against plain sampling, a two-sample chi-square at p = 1e-4
- * (bound below) with a power check, and seeded runs reproducible. A
+ * (bound below) with a power check, and seeded runs reproducible; with the
+ * self draft and with the trained nano-DSpark (models/nano-dspark, K 7). A
  * statistical test, labelled `slow`: the sanitizer build skips it (its 4 x 600
  * generations take minutes there; nothing in it is about memory). */
 #include <jansson.h>
@@ -58,21 +59,44 @@ static double chi2_crit(int dof) {
 #define SEEDS 600
 #define SPOS 3 /* generated ids per draw; position 1.. come from verify blocks */
 
-static void sample_runs(df_session *s, const df_session_snap *snap, df_gen_opts *go, float temp,
-                        int *out) {
+/* prompt NULL: from snap (the prompt prefilled); else snap is the empty
+ * state and each run prefills the prompt (a DSpark needs its taps). Returns
+ * the drafts proposed over all runs. */
+static long sample_runs_from(df_session *s, const df_session_snap *snap, const int *prompt, int np,
+                             df_gen_opts *go, float temp, int *out) {
   static df_sample_opts so; /* go keeps a pointer to it */
   df_sample_opts_default(&so);
   so.temperature = temp;
   go->sampling = &so;
+  long drafted = 0;
   for (int i = 0; i < SEEDS; i++) {
     df_session_restore(s, snap);
     go->seed = 1000003u * (uint64_t)i + 7;
     int *ids, n;
     df_err e;
-    if (df_generate(s, NULL, 0, go, &ids, &n, NULL, &e)) fail_msg("generate: %s", e.msg);
-    assert_int_equal(n, SPOS);
+    df_gen_stats gs;
+    if (df_generate(s, prompt, prompt ? np : 0, go, &ids, &n, &gs, &e)) fail_msg("generate: %s", e.msg);
+    assert_true(n >= SPOS); /* (go->max_new may run past the ids compared) */
     for (int j = 0; j < SPOS; j++) out[j * SEEDS + i] = ids[j];
     free(ids);
+    drafted += gs.n_drafted;
+  }
+  return drafted;
+}
+
+static void sample_runs(df_session *s, const df_session_snap *snap, df_gen_opts *go, float temp,
+                        int *out) {
+  sample_runs_from(s, snap, NULL, 0, go, temp, out);
+}
+
+/* The ids at positions 1.. of spec against plain: below the p = 1e-4 bound. */
+static void check_same(const int *plain, const int *spec, int V, const char *what) {
+  for (int j = 1; j < SPOS; j++) {
+    int dof;
+    double x = chi2(plain + j * SEEDS, spec + j * SEEDS, SEEDS, V, &dof);
+    printf("[ spec ] %s, id %d: chi2 plain vs speculative %.1f (dof %d, p=1e-4 bound %.1f)\n", what, j,
+           x, dof, chi2_crit(dof));
+    assert_true(x < chi2_crit(dof));
   }
 }
 
@@ -82,6 +106,7 @@ static void test_sampling_distribution(void **st) {
   int V = df_engine_config(en)->vocab;
   df_session *s = df_session_new(en);
   df_err e;
+  df_session_snap *empty = df_session_snapshot(s);
   assert_int_equal(df_session_forward(s, PROMPT, NP, NULL, NULL, &e), 0);
   df_session_snap *snap = df_session_snapshot(s);
   df_gen_opts go;
@@ -112,6 +137,26 @@ static void test_sampling_distribution(void **st) {
   int *again = malloc(sizeof(int) * SEEDS * SPOS);
   sample_runs(s, snap, &go, 0.9f, again);
   assert_memory_equal(again, spec, sizeof(int) * SEEDS * SPOS);
+  /* K3's own drafter, trained: 9 new ids, so the first block holds up to 7
+   * proposals (positions 1..7 drawn inside it; 1 and 2 compared), each run
+   * prefilling the prompt with the draft attached */
+  const char *src = getenv("DF_SRC");
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/models/nano-dspark", src);
+  df_draft *dk = df_draft_new_dspark(en, dir, 0, &e);
+  if (!dk) fail_msg("nano-dspark: %s", e.msg);
+  go.draft = dk;
+  go.draft_max = 7;
+  go.max_new = 9;
+  long drafted = sample_runs_from(s, empty, PROMPT, NP, &go, 0.9f, spec);
+  printf("[ spec ] nano-DSpark: %ld drafts proposed over %d runs\n", drafted, SEEDS);
+  /* it drafted whole blocks in every run, not a plain run in disguise */
+  assert_true(drafted >= 4 * SEEDS);
+  check_same(plain, spec, V, "nano-DSpark K 7");
+  sample_runs_from(s, empty, PROMPT, NP, &go, 0.9f, again);
+  assert_memory_equal(again, spec, sizeof(int) * SEEDS * SPOS);
+  df_draft_free(dk);
+  df_session_snap_free(empty);
   free(again), free(plain), free(spec), free(hot);
   df_draft_free(ds);
   df_session_snap_free(snap);
