@@ -17,23 +17,7 @@ IDS=$(python3 -c "print(','.join(str(300 + (i * 7) % 23) for i in range(60)))")
 NANO="$SRC/models/nano-k3"
 TEXT="A list is a sequence of items. A list can hold other lists. A list"
 
-ids_of() { # model, then run args; the JSON in $T/last.json
-  m=$1; shift
-  "$BIN" run --model "$m" --max-new 40 --json --heat "" "$@" >"$T/last.json" 2>"$T/last.err" ||
-    { cat "$T/last.err" >&2; return 1; }
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['output_ids'])" "$T/last.json"
-}
-spec() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['stats']['speculation'][sys.argv[2]])" "$T/last.json" "$1"; }
-
-check() { # label, model, base args..., then the variants as one string each
-  label=$1 m=$2 args=$3; shift 3
-  base=$(eval ids_of "\"$m\"" $args --draft off) || fail "$label: base run"
-  for v in "$@"; do
-    got=$(eval ids_of "\"$m\"" $args $v) || fail "$label $v: run failed"
-    [ "$got" = "$base" ] || fail "$label $v: ids $got differ from $base"
-  done
-  echo "ok: $label: $# variants give the ids of --draft off"
-}
+. "$(dirname "$0")/lib_spec.sh"
 
 check tiny "$T/m" "--prompt-ids $IDS" \
   "--draft ngram --draft-max 1" "--draft ngram --draft-max 2" "--draft ngram --draft-max 5" \
