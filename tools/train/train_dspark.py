@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 sys.path.insert(0, HERE)
 import k3_ref as R  # noqa: E402
 import dspark_ref as D  # noqa: E402
+import dspark_accept  # noqa: E402
 import train_k3 as TK  # noqa: E402
 
 torch.set_default_dtype(torch.float32)
@@ -246,22 +247,9 @@ def accept_sim(c, W, E, LM, seq, lens, plens, taps, k=None):
 
 
 def summarise(passes, conf_hits, k):
-    full = [m for m, kk in passes if kk == k]
-    tot_tokens = sum(m + 1 for m, kk in passes)
-    out = {"passes": len(passes), "tokens": tot_tokens,
-           "tokens_per_pass": round(tot_tokens / max(1, len(passes)), 4),
-           "tokens_per_pass_full_blocks": round(sum(m + 1 for m in full) / max(1, len(full)), 4),
-           "full_blocks": len(full),
-           # P(position j accepted) over full blocks: all of d_1..d_j matched
-           "accept_rate_by_position": [round(sum(1 for m in full if m >= j) / max(1, len(full)), 4)
-                                       for j in range(1, k + 1)],
-           # P(d_j matched | d_1..d_{j-1} matched)
-           "conditional_rate_by_position": [round(sum(1 for m in full if m >= j) /
-                                                  max(1, sum(1 for m in full if m >= j - 1)), 4)
-                                            for j in range(1, k + 1)],
-           "mean_confidence_by_position": [round(float(np.mean([x for x, _ in ch])) if ch else 0.0, 4)
-                                           for ch in conf_hits]}
-    return out
+    """dspark_accept.py's acceptance summary (one definition) over the run's passes; conf_hits
+    holds (confidence, matched) per position."""
+    return dspark_accept.summarise(passes, [[x for x, _ in ch] for ch in conf_hits], k)
 
 
 # ---------------------------------------------------------------- main
