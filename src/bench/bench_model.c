@@ -127,6 +127,18 @@ static void mark_prefill_end(void *ud, int done) {
   m->sp0 = (double)df_engine_spine_stream_bytes(m->en, &m->sw0);
 }
 
+/* One generation's speculation counts into the bench's result. */
+static void add_spec(df_bench_result *res, const df_gen_stats *gs, int nout) {
+  res->spec_verify += gs->n_verify, res->spec_drafted += gs->n_drafted;
+  res->spec_accepted += gs->n_accepted, res->spec_passes += gs->n_passes;
+  res->spec_tokens += nout;
+  for (int k = 1; k <= 16 && k <= DF_DRAFT_MAX; k++) {
+    res->spec_block_len[k - 1] += gs->block_len[k];
+    res->spec_acc_at[k - 1] += gs->acc_at[k - 1];
+  }
+  if (gs->draft_src) snprintf(res->draft, sizeof res->draft, "%s", gs->draft_src);
+}
+
 /* With the engine's --draft the prompt and the decode run as one
  * df_generate: a draft that reads the target's hidden states (DSpark) must
  * see the prompt's, so its prefill cannot be run apart; m gets the prefill's
@@ -143,14 +155,7 @@ static int gen_phases(df_session *s, const int *ids, int P, int N, int chunk, ph
   df_gen_stats gs;
   if (df_generate(s, ids, P, &go, &out, &nout, &gs, e)) return -1;
   free(out);
-  res->spec_verify += gs.n_verify, res->spec_drafted += gs.n_drafted;
-  res->spec_accepted += gs.n_accepted, res->spec_passes += gs.n_passes;
-  res->spec_tokens += nout;
-  for (int k = 1; k <= 16 && k <= DF_DRAFT_MAX; k++) {
-    res->spec_block_len[k - 1] += gs.block_len[k];
-    res->spec_acc_at[k - 1] += gs.acc_at[k - 1];
-  }
-  if (gs.draft_src) snprintf(res->draft, sizeof res->draft, "%s", gs.draft_src);
+  add_spec(res, &gs, nout);
   return 0;
 }
 
@@ -170,16 +175,7 @@ static int decode(df_session *s, df_store *st, const int *prompt, int np, int n,
     df_gen_stats gs;
     if (df_generate(s, NULL, 0, &go, &out, &nout, &gs, e)) return -1;
     free(out);
-    if (res) {
-      res->spec_verify += gs.n_verify, res->spec_drafted += gs.n_drafted;
-      res->spec_accepted += gs.n_accepted, res->spec_passes += gs.n_passes;
-      res->spec_tokens += nout;
-      for (int k = 1; k <= 16 && k <= DF_DRAFT_MAX; k++) {
-        res->spec_block_len[k - 1] += gs.block_len[k];
-        res->spec_acc_at[k - 1] += gs.acc_at[k - 1];
-      }
-      if (gs.draft_src) snprintf(res->draft, sizeof res->draft, "%s", gs.draft_src);
-    }
+    if (res) add_spec(res, &gs, nout);
     return 0;
   }
   for (int i = 0; i < n; i++) {
