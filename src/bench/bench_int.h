@@ -45,6 +45,9 @@ typedef struct df_bench_result {
   df_bench_ceiling_res ceiling;
   df_bench_fio_res fio;
   char *drives_json;
+  /* --device cuda: the GPU's counters at the end (engine.h's df_engine_device_json), NULL on the CPU */
+  char *device_json;
+  char device[16];
   /* the spine stream (issue 11): bytes it read in the decode phases, their
    * time, and its own ceiling (its reads replayed, same engine and drive) */
   double spine_decode_bytes, spine_decode_wait, decode_seconds;

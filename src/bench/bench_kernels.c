@@ -188,7 +188,7 @@ static void run_case(const kcase *c, const df_kern *k, df_pool *pool, int nth, u
     uint8_t *b = buf + (size_t)m * stride;
     switch (c->kind) {
     case C_MXFP4:
-      df_mm_mxfp4(&kc, b, b + rc / 2, c->rows, c->cols, X, c->T, (size_t)c->cols, Y, (size_t)c->rows);
+      df_mm_mxfp4(&kc, 0, b, b + rc / 2, c->rows, c->cols, X, c->T, (size_t)c->cols, Y, (size_t)c->rows);
       break;
     case C_BF16:
     case C_I8:

@@ -336,6 +336,8 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     json_t *drv = st ? json_object_get(st, "drives") : NULL;
     res->drives_json = drv ? json_dumps(drv, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(st);
+    res->device_json = df_engine_device_json(en);
+    snprintf(res->device, sizeof res->device, "%s", df_engine_device(en));
   }
   rc = 0;
   /* the ceiling: the decode phases' reads, in order (up to 4 GB, at least
@@ -414,6 +416,15 @@ static void print_text(FILE *out, const df_bench_mopts *o, const df_bench_result
   fprintf(out, "experts from %s (%d drive%s%s), io %s qd %d%s, cache %ld MB; kernels %s, %d threads\n",
           r->source, r->ndrives, r->ndrives == 1 ? "" : "s", o->engine.store.emulate_drives ? ", EMULATED" : "", r->io,
           r->queue_depth, r->o_direct ? " O_DIRECT" : " (page cache!)", o->engine.store.cache_mb, r->kernels, r->threads);
+  if (r->device_json) {
+    json_t *d = json_loads(r->device_json, 0, NULL);
+    fprintf(out, "device %s (%s): %.0f products on the GPU, %.0f on the CPU, %.3f s; weight tier %.1f MB, "
+                 "%.0f hits, %.0f misses; weights in %.1f MB in %.3f s\n",
+            r->device, json_string_value(json_object_get(d, "name")), jnum(d, "products"),
+            jnum(d, "fallbacks"), jnum(d, "compute_s"), jnum(d, "tier_bytes") / 1e6, jnum(d, "tier_hits"),
+            jnum(d, "tier_misses"), jnum(d, "weight_h2d_bytes") / 1e6, jnum(d, "weight_h2d_s"));
+    json_decref(d);
+  }
   fprintf(out, "prompt %d tokens (%s), %d new tokens, %d repeat%s after a warm-up; median [min..max]\n",
           r->prompt_tokens, o->prefill_chunk > 0 ? "chunked" : "one batch", r->new_tokens, r->repeat,
           r->repeat == 1 ? "" : "s");
@@ -568,6 +579,9 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
   json_object_set_new(j, "cache_mb", json_integer(o->engine.store.cache_mb));
   json_object_set_new(j, "kernels", json_string(r->kernels));
   json_object_set_new(j, "threads", json_integer(r->threads));
+  json_object_set_new(j, "device_name", json_string(r->device));
+  json_t *dv = r->device_json ? json_loads(r->device_json, 0, NULL) : NULL;
+  json_object_set_new(j, "device", dv ? dv : json_null());
   json_object_set_new(j, "prompt_tokens", json_integer(r->prompt_tokens));
   json_object_set_new(j, "new_tokens", json_integer(r->new_tokens));
   json_object_set_new(j, "prefill_chunk", json_integer(o->prefill_chunk));
@@ -768,7 +782,7 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
     fputc('\n', out);
     json_decref(j);
   }
-  for (int i = 0; i < nres; i++) free(res[i].drives_json);
+  for (int i = 0; i < nres; i++) free(res[i].drives_json), free(res[i].device_json);
   free(res);
   for (int i = 0; i < nd; i++) free(drives[i]);
   free(drives);

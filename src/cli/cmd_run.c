@@ -317,6 +317,9 @@ static int run_print_json(const run_report *r) {
   json_object_set(js, "decode_compute", dc ? dc : json_null());
   json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
   json_object_set(js, "plan", plan ? plan : json_null());
+  json_object_set_new(js, "device_name", json_string(df_engine_device(en)));
+  json_t *dev = ev ? json_object_get(ev, "device") : NULL;
+  json_object_set(js, "device", dev ? dev : json_null());
   json_object_set_new(js, "spine_stream_bytes",
                       json_integer((json_int_t)df_engine_spine_stream_bytes(en, NULL)));
   json_decref(ev);
@@ -343,6 +346,9 @@ static void run_print_stats(const run_report *r) {
           finish_name(st->finish), r->spine, st->spine_bytes_per_token / 1e6, r->spine_read / 1e6,
           df_engine_kernels(en), df_engine_threads(en), st->expert_bytes_read / 1e6);
   spec_text(en, st);
+  char *dt = df_engine_device_text(en);
+  fprintf(stderr, "%s", dt);
+  free(dt);
   char *pt = df_engine_plan_text(en);
   fprintf(stderr, "%s", pt);
   free(pt);

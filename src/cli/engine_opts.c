@@ -14,7 +14,7 @@ typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
   K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX, K_SPINE_DIR,
   K_FETCH_AHEAD,
-  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX, K_DRAFT_ROLLBACK, K_DEVICE
+  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX, K_DRAFT_ROLLBACK, K_DEVICE, K_GPU_MEM
 } opt_key;
 
 typedef struct opt_def {
@@ -31,8 +31,12 @@ static const opt_def defs[] = {
      "bf16 as stored (default), or the row-int8 copy from `deltafin convert-spine`"},
     {"--kernels", "auto|scalar", K_KERNELS, "kernel table (default auto: the fastest this CPU runs; scalar = the reference kernels)"},
     {"--device", "cpu|cuda[:N]", K_DEVICE,
-     "where the layers run: cpu (default), or CUDA device N (a -DDF_CUDA=ON build; the GPU "
-     "kernels are built and tested, the layer forward on the GPU is not there yet)"},
+     "where the layers' matrix products run: cpu (default), or CUDA device N (a -DDF_CUDA=ON "
+     "build): the weights kept in GPU memory, the same results bit for bit; attention, the KDA "
+     "recurrence and the norms stay on the CPU"},
+    {"--gpu-mem", "SIZE", K_GPU_MEM,
+     "--device cuda: GPU memory for the weight tier (spine matrices and routed experts kept "
+     "there; default: the free memory less 2 GiB)"},
     {"--precision", "f32|f64", K_PRECISION,
      "activations: f32 (default) or f64, float64 on the scalar kernels (several times slower, "
      "state x2): the reference's answer where fp32 rounding meets a near-tie"},
@@ -80,6 +84,7 @@ static const opt_def defs[] = {
 
 /* --mem-limit's value: a size row of the option tables (opt_table.h). */
 static const df_opt mem_limit_row = {"--mem-limit", "SIZE", DF_OPT_SIZE, 0, 0, 0, 0, NULL, NULL};
+static const df_opt gpu_mem_row = {"--gpu-mem", "SIZE", DF_OPT_SIZE, 0, 0, 0, 0, NULL, NULL};
 
 /* A draft model's folder is recognised by its config.json. */
 static int has_config(const char *dir) {
@@ -112,12 +117,13 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     int dev;
     if (df_kern_device_parse(v, &dev, err, sizeof err))
       return df_cli_fail("--device: %s", err), -1;
-    if (dev >= 0)
-      return df_cli_fail("--device %s: the CUDA kernels are built and the device is there, but "
-                         "the layer forward does not run on the GPU yet (issue 21); use "
-                         "--device cpu", v), -1;
-    return 0; /* the CPU: what the engine does anyway */
+    o->device = dev;
+    return 0;
   }
+  case K_GPU_MEM:
+    if (df_opt_value(&gpu_mem_row, &o->gpu_mem, v)) return -1;
+    if (o->gpu_mem < (1ull << 20)) return df_cli_fail("--gpu-mem: %s is below 1M", v), -1;
+    return 0;
   case K_PRECISION:
     if (!strcmp(v, "f32")) o->f64 = 0;
     else if (!strcmp(v, "f64")) o->f64 = 1;

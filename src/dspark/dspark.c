@@ -217,7 +217,8 @@ static const df_tensor *find(const df_dspark *m, const char *name, int ndim, int
 static int mat(const df_dspark *m, df_wmat *w, const char *name, int rows, int cols, df_err *e) {
   const df_tensor *t = find(m, name, 2, rows, cols, e);
   if (!t) return -1;
-  *w = (df_wmat){t->dtype == DF_DT_BF16 ? DF_W_BF16 : DF_W_F32, rows, cols, t->data, NULL};
+  *w = (df_wmat){t->dtype == DF_DT_BF16 ? DF_W_BF16 : DF_W_F32, rows, cols, t->data, NULL,
+                 df_wmat_new_id()};
   return 0;
 }
 

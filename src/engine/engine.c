@@ -15,6 +15,7 @@
 #include "base/pool.h"
 #include "base/util.h"
 #include "format/safetensors.h"
+#include "kernels/kdevice.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "store/store.h"
@@ -26,6 +27,7 @@ void df_engine_opts_default(df_engine_opts *o) {
   o->threads = 0;
   o->spine = DF_SPINE_BF16;
   o->store.cache_mb = -1;
+  o->device = DF_DEVICE_UNSET;
 }
 
 void df_engine_close(df_engine *en) {
@@ -38,6 +40,7 @@ void df_engine_close(df_engine *en) {
   if (en->set_open) df_st_set_close(&en->set);
   if (en->tok) df_tok_free(en->tok);
   df_pool_destroy(en->pool);
+  df_kgpu_close(en->gpu);
   free(en->model_dir);
   free(en->model_id);
   free(en);
@@ -102,6 +105,31 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df
   return df_model_apply_plan(en->model, &en->plan, e);
 }
 
+/* --device cuda: the products of every pass (the model's and a draft's,
+ * which share en->kc) on the GPU. fp32 only: --precision f64 is the CPU's
+ * scalar float64 reference, with no GPU counterpart. */
+static int open_device(df_engine *en, const df_engine_opts *o, df_err *e) {
+  snprintf(en->device, sizeof en->device, "cpu");
+  int dev = o->device;
+  char err[256];
+  if (dev == DF_DEVICE_UNSET) {
+    const char *env = getenv("DF_DEVICE");
+    dev = -1;
+    if (env && *env && df_kern_device_parse(env, &dev, err, sizeof err))
+      return df_err_set(e, "DF_DEVICE=%s: %s", env, err);
+    if (o->f64) dev = -1;
+  }
+  if (dev < 0) return 0;
+  if (o->f64)
+    return df_err_set(e, "--device cuda:%d with --precision f64: the float64 path runs only on "
+                         "the CPU's scalar kernels (drop one of the two)", dev);
+  en->gpu = df_kgpu_open(dev, o->gpu_mem, err, sizeof err);
+  if (!en->gpu) return df_err_set(e, "--device cuda:%d: %s", dev, err);
+  en->kc.gpu = en->gpu;
+  snprintf(en->device, sizeof en->device, "cuda:%d", dev);
+  return 0;
+}
+
 int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   if (!o->model_dir) return df_err_set(e, "no model directory given (--model DIR)");
   df_engine *en = df_xcalloc(1, sizeof *en);
@@ -147,6 +175,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   en->kc.k = df_kern_select(o->kernels_scalar);
   en->kc.k64 = df_kern_scalar64();
   en->kc.pool = en->pool;
+  if (open_device(en, o, e)) goto fail;
   df_model_run run = {.kc = &en->kc, .store = en->store,
                       .gate_input = o->gate_input == DF_GATE_INPUT_X_SHARED ? DF_MODEL_GATE_X_SHARED
                                                                            : DF_MODEL_GATE_X};
@@ -171,6 +200,58 @@ const char *df_engine_kernels(const df_engine *en) {
   return df_model_precision(en->model) == 64 ? en->kc.k64->name : en->kc.k->name;
 }
 int df_engine_threads(const df_engine *en) { return df_pool_size(en->pool); }
+const char *df_engine_device(const df_engine *en) { return en->device; }
+
+static json_t *device_json(df_engine *en) {
+  if (!en->gpu) return json_null();
+  df_kgpu_stats g;
+  df_kgpu_stats_get(en->gpu, &g);
+  json_t *o = json_object();
+  json_object_set_new(o, "device", json_string(en->device));
+  json_object_set_new(o, "name", json_string(g.device));
+  json_object_set_new(o, "mem_total", json_integer((json_int_t)g.mem_total));
+  json_object_set_new(o, "mem_free", json_integer((json_int_t)g.mem_free));
+  json_object_set_new(o, "tier_cap", json_integer((json_int_t)g.tier_cap));
+  json_object_set_new(o, "tier_bytes", json_integer((json_int_t)g.tier_bytes));
+  json_object_set_new(o, "tier_entries", json_integer(g.tier_entries));
+  json_object_set_new(o, "tier_hits", json_integer((json_int_t)g.hits));
+  json_object_set_new(o, "tier_misses", json_integer((json_int_t)g.misses));
+  json_object_set_new(o, "tier_evictions", json_integer((json_int_t)g.evictions));
+  json_object_set_new(o, "tier_refused", json_integer((json_int_t)g.refused));
+  json_object_set_new(o, "products", json_integer((json_int_t)g.products));
+  json_object_set_new(o, "fallbacks", json_integer((json_int_t)g.fallbacks));
+  json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)g.h2d_bytes));
+  json_object_set_new(o, "weight_h2d_bytes", json_integer((json_int_t)g.weight_h2d_bytes));
+  json_object_set_new(o, "weight_h2d_s", json_real(g.weight_h2d_s));
+  json_object_set_new(o, "d2h_bytes", json_integer((json_int_t)g.d2h_bytes));
+  json_object_set_new(o, "compute_s", json_real(g.compute_s));
+  json_object_set_new(o, "last_error", g.last_error[0] ? json_string(g.last_error) : json_null());
+  return o;
+}
+
+char *df_engine_device_json(df_engine *en) {
+  if (!en->gpu) return NULL;
+  json_t *o = device_json(en);
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  return s;
+}
+
+char *df_engine_device_text(df_engine *en) {
+  if (!en->gpu) return df_xstrdup("");
+  df_kgpu_stats g;
+  df_kgpu_stats_get(en->gpu, &g);
+  char s[512];
+  snprintf(s, sizeof s,
+                  "device   %s %s: %" PRIu64 " products (%" PRIu64 " on the CPU), %.3f s; "
+                  "%.1f MB in, %.1f MB out\n"
+                  "gpu tier %.1f of %.1f MB, %d matrices, %" PRIu64 " hits, %" PRIu64
+                  " misses, %" PRIu64 " evicted; weights in %.1f MB, %.3f s\n",
+                  en->device, g.device, g.products, g.fallbacks, g.compute_s, g.h2d_bytes / 1e6,
+                  g.d2h_bytes / 1e6, g.tier_bytes / 1e6, g.tier_cap / 1e6, g.tier_entries, g.hits,
+                  g.misses, g.evictions, g.weight_h2d_bytes / 1e6, g.weight_h2d_s);
+  return df_xstrdup(s);
+}
 df_store *df_engine_store(df_engine *en) { return en->store; }
 uint64_t df_engine_expert_bytes(const df_engine *en) { return df_store_bytes_read(en->store); }
 const char *df_engine_draft(const df_engine *en, int *draft_max) {
@@ -353,6 +434,7 @@ char *df_engine_stats_json(df_engine *en) {
   json_object_set_new(o, "spine", json_string(en->spine == DF_SPINE_INT8 ? "int8" : "bf16"));
   json_object_set_new(o, "kernels", json_string(en->kc.k->name));
   json_object_set_new(o, "threads", json_integer(df_pool_size(en->pool)));
+  json_object_set_new(o, "device", device_json(en));
   json_object_set_new(o, "spine_bytes_per_token",
                       json_integer((json_int_t)df_model_spine_bytes_per_token(en->model)));
   json_object_set_new(o, "expert_bytes_read",

@@ -54,8 +54,17 @@ typedef struct df_engine_opts {
    * and the one after the last accepted row restored, no recompute, for
    * draft_max marks of memory (gen.c's header compares the two). */
   int draft_rows;
+  /* --device: -1 the CPU, N CUDA device N: the layers' matrix products
+   * there, weights kept in a tier of gpu_mem bytes of its memory (0: its
+   * free memory less 2 GiB); same results (kgpu.h). DF_DEVICE_UNSET (the
+   * default): the environment variable DF_DEVICE (cpu, cuda, cuda:N) if set,
+   * so a whole test suite can be run on the GPU unchanged; with
+   * --precision f64 that default stays the CPU (f64 has no GPU path). */
+  int device;
+  uint64_t gpu_mem;
 } df_engine_opts;
 
+#define DF_DEVICE_UNSET (-2)
 void df_engine_opts_default(df_engine_opts *o);
 int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e);
 void df_engine_close(df_engine *en);
@@ -192,6 +201,14 @@ char *df_engine_stats_json(df_engine *en);
 /* Which spine is loaded, which kernel table runs, how many threads. */
 df_spine_kind df_engine_spine(const df_engine *en);
 const char *df_engine_kernels(const df_engine *en);
+/* "cpu" or "cuda:N" (where the layers' matrix products run). */
+const char *df_engine_device(const df_engine *en);
+/* --device cuda's counters as a JSON object string (kernels/kgpu.h's
+ * df_kgpu_stats), NULL on the CPU; caller frees. Also under "device" in
+ * df_engine_stats_json. */
+char *df_engine_device_json(df_engine *en);
+/* The same as two lines for --stats ("" on the CPU); caller frees. */
+char *df_engine_device_text(df_engine *en);
 int df_engine_threads(const df_engine *en);
 /* The store's human-readable summary and where experts come from (for
  * --stats); caller frees. */

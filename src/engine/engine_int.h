@@ -6,6 +6,7 @@
 #include "engine/draft.h"
 #include "engine/engine.h"
 #include "kernels/kernels.h"
+#include "kernels/kgpu.h"
 #include "model/model.h"
 #include "plan/plan.h"
 #include "store/store.h"
@@ -21,6 +22,8 @@ struct df_engine {
   df_store *store;
   df_pool *pool;
   df_kctx kc;
+  df_kgpu *gpu;        /* --device cuda (NULL: the CPU); kc.gpu points here */
+  char device[16];     /* "cpu" / "cuda:N" */
   df_plan plan;
   uint64_t cache_cap; /* min(store default cache, every expert) */
   char mem_src[128];

@@ -11,6 +11,12 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "kernels/kgpu.h"
+
+uint64_t df_wmat_new_id(void) {
+  static _Atomic uint64_t next = 1;
+  return next++;
+}
 
 /* Preference order: the widest vectors this CPU runs. Every table computes
  * the same bits, so this choice only changes speed. */
@@ -68,7 +74,11 @@ void df_wmat_row(const df_wmat *W, int r, float *out) {
 #define KT df_kern
 #define KSEL(kc) ((kc)->k)
 #define N(name) name
+#define GPU_MM df_kgpu_mm
+#define GPU_MMX df_kgpu_mm_mxfp4
 #include "kernels/kernels_drv_t.h"
+#undef GPU_MM
+#undef GPU_MMX
 #undef R
 #undef KT
 #undef KSEL
@@ -87,6 +97,8 @@ void df_wmat_row(const df_wmat *W, int r, float *out) {
 #define DF_64_mm_job mm_job64
 #define DF_64_mm_task mm_task64
 #define DF_64_mm_run mm_run64
+#define GPU_MM(...) -1
+#define GPU_MMX(...) -1
 #include "kernels/kernels_drv_t.h"
 #undef R
 #undef KT

@@ -44,7 +44,16 @@ typedef struct df_wmat {
   int rows, cols;
   const void *w;      /* uint16 bf16 / int8 / float, rows * cols */
   const float *scale; /* row-int8: one scale per row */
+  /* The matrix's identity for a device's weight tier (kgpu.h): two views
+   * with one id hold the same bytes wherever they sit (a streamed layer's
+   * ring slot holds what the resident mapping would), so a copy in GPU
+   * memory is reused across passes. 0: none, copied on every use. */
+  uint64_t id;
 } df_wmat;
+
+/* A fresh df_wmat id (process-wide, never 0, below 2^40 so expert keys,
+ * which set bit 63, cannot collide with it). */
+uint64_t df_wmat_new_id(void);
 
 /* All GEMM entries compute rows [r0, r1) for the T vectors X[t * ldx + c] and
  * write Y[t * ldy + (r - r0)]. One field list serves both activation types:
@@ -126,10 +135,15 @@ static inline float df_ke8m0(uint8_t s) {
 extern const float df_kern_e2m1[16];
 
 /* ---- threaded drivers: split output rows over the pool ---- */
+struct df_kgpu;
 typedef struct df_kctx {
   const df_kern *k;
   const df_kern64 *k64; /* the float64 drivers' table (NULL: df_kern_scalar64) */
   df_pool *pool;        /* NULL = serial */
+  /* --device cuda: the fp32 df_mm* drivers run their products here (kgpu.h);
+   * a product the GPU cannot take runs on the CPU, with the same bits.
+   * NULL: the CPU. The float64 drivers never use it. */
+  struct df_kgpu *gpu;
 } df_kctx;
 
 /* Y[t][r] = W X[t] for all rows. */
@@ -138,8 +152,9 @@ void df_mm(const df_kctx *kc, const df_wmat *W, const float *X, int T, size_t ld
 /* Rows [r0, r1) only; Y[t][r - r0]. */
 void df_mm_rows(const df_kctx *kc, const df_wmat *W, int r0, int r1, const float *X, int T,
                 size_t ldx, float *Y, size_t ldy);
-void df_mm_mxfp4(const df_kctx *kc, const uint8_t *packed, const uint8_t *scales, int rows,
-                 int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);
+/* id: the matrix's identity for a device tier (as df_wmat.id; 0 = none). */
+void df_mm_mxfp4(const df_kctx *kc, uint64_t id, const uint8_t *packed, const uint8_t *scales,
+                 int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);
 /* Single-threaded helpers on a df_wmat (for use inside pool tasks). */
 void df_wmat_rows(const df_kern *k, const df_wmat *W, int r0, int r1, const float *X, int T,
                   size_t ldx, float *Y, size_t ldy);
@@ -149,8 +164,8 @@ void df_mm64(const df_kctx *kc, const df_wmat *W, const double *X, int T, size_t
              size_t ldy);
 void df_mm_rows64(const df_kctx *kc, const df_wmat *W, int r0, int r1, const double *X, int T,
                   size_t ldx, double *Y, size_t ldy);
-void df_mm_mxfp4_64(const df_kctx *kc, const uint8_t *packed, const uint8_t *scales, int rows,
-                    int cols, const double *X, int T, size_t ldx, double *Y, size_t ldy);
+void df_mm_mxfp4_64(const df_kctx *kc, uint64_t id, const uint8_t *packed, const uint8_t *scales,
+                    int rows, int cols, const double *X, int T, size_t ldx, double *Y, size_t ldy);
 void df_wmat_rows64(const df_kern64 *k, const df_wmat *W, int r0, int r1, const double *X, int T,
                     size_t ldx, double *Y, size_t ldy);
 void df_wmat_t64(const df_kern64 *k, const df_wmat *W, int r0, int r1, const double *x,

@@ -1,7 +1,8 @@
 /* The threaded matrix drivers, written once for both activation types.
  * Included by kernels.c with R (float or double), KT (df_kern or df_kern64),
- * KSEL(kc) (the context's table of that type) and N(name) (the instance's
- * public name). */
+ * KSEL(kc) (the context's table of that type), N(name) (the instance's
+ * public name) and the device hooks GPU_MM / GPU_MMX (kgpu.h's calls, 0 when
+ * the product ran on the device; the float64 instance's are -1: never). */
 
 void N(df_wmat_rows)(const KT *k, const df_wmat *W, int r0, int r1, const R *X, int T,
                      size_t ldx, R *Y, size_t ldy) {
@@ -74,6 +75,7 @@ static void N(mm_run)(const df_kctx *kc, N(mm_job) *j) {
 
 void N(df_mm_rows)(const df_kctx *kc, const df_wmat *W, int r0, int r1, const R *X, int T,
                    size_t ldx, R *Y, size_t ldy) {
+  if (kc->gpu && GPU_MM(kc->gpu, W, r0, r1, X, T, ldx, Y, ldy) == 0) return;
   N(mm_job) j = {.k = KSEL(kc), .W = W, .cols = W->cols, .r0 = r0, .r1 = r1, .X = X, .T = T,
               .ldx = ldx, .ldy = ldy, .Y = Y};
   N(mm_run)(kc, &j);
@@ -84,8 +86,10 @@ void N(df_mm)(const df_kctx *kc, const df_wmat *W, const R *X, int T, size_t ldx
   N(df_mm_rows)(kc, W, 0, W->rows, X, T, ldx, Y, ldy);
 }
 
-void N(df_mm_mxfp4)(const df_kctx *kc, const uint8_t *packed, const uint8_t *scales, int rows,
-                    int cols, const R *X, int T, size_t ldx, R *Y, size_t ldy) {
+void N(df_mm_mxfp4)(const df_kctx *kc, uint64_t id, const uint8_t *packed, const uint8_t *scales,
+                    int rows, int cols, const R *X, int T, size_t ldx, R *Y, size_t ldy) {
+  (void)id; /* the float64 instance has no device */
+  if (kc->gpu && GPU_MMX(kc->gpu, id, packed, scales, rows, cols, X, T, ldx, Y, ldy) == 0) return;
   N(mm_job) j = {.k = KSEL(kc), .packed = packed, .scales = scales, .cols = cols, .r0 = 0, .r1 = rows,
               .X = X, .T = T, .ldx = ldx, .ldy = ldy, .Y = Y};
   N(mm_run)(kc, &j);

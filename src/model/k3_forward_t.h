@@ -778,10 +778,11 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
     const int *ent = s->w->eent + s->w->eoff[idx];
     for (int i = 0; i < n; i++)
       memcpy(s->w->eZ + (size_t)i * Lt, s->w->z + (size_t)(ent[i] / (int)K) * Lt, sizeof(R) * Lt);
-    MMX(kc, b + lay.w1p, b + lay.w1s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH1, Mi);
-    MMX(kc, b + lay.w3p, b + lay.w3s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH3, Mi);
+    uint64_t key = expert_key(l, s->w->uexp[idx]);
+    MMX(kc, key | 0, b + lay.w1p, b + lay.w1s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH1, Mi);
+    MMX(kc, key | 1, b + lay.w3p, b + lay.w3s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH3, Mi);
     k->situ(s->w->eH1, s->w->eH1, s->w->eH3, (int)(Mi * (size_t)n), c->situ_beta, c->situ_linear_beta);
-    MMX(kc, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->w->eH1, n, Mi, s->w->eY, Lt);
+    MMX(kc, key | 2, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->w->eH1, n, Mi, s->w->eY, Lt);
     for (int i = 0; i < n; i++)
       memcpy(s->w->ybuf + (size_t)ent[i] * Lt, s->w->eY + (size_t)i * Lt, sizeof(R) * Lt);
     t_exp += df_now() - tc;

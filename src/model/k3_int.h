@@ -5,6 +5,14 @@
 
 #include "model/k3.h"
 
+/* A routed expert's identity for a device's weight tier (kernels.h's
+ * df_mm_mxfp4 id): the record of (layer, expert) holds the same bytes in
+ * every pass, wherever the store put it. Bit 63 keeps it apart from
+ * df_wmat ids; the low two bits name the matrix (0 gate, 1 up, 2 down). */
+static inline uint64_t expert_key(int layer, int expert) {
+  return 1ull << 63 | (uint64_t)layer << 32 | (uint64_t)expert << 2;
+}
+
 /* One layer's weights: a field per tensor of kimi-k3.md section 3 (about
  * 40), flat so that the stream can patch each pointer by its offset
  * (df_k3_piece.field) and the forward pass names each tensor as the

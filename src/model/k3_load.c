@@ -195,6 +195,7 @@ static int mat_in(ld *L, const char *name, int64_t rows, int64_t cols, const cha
     L->m->spine_bytes_per_token += t->nbytes;
     piece(L, t, 0, &w->w, 2);
   }
+  w->id = df_wmat_new_id();
   return 0;
 }
 

@@ -230,6 +230,7 @@ static int bind_mat(const df_qwen3 *m, df_wmat *w, const char *name, int rows, i
   w->cols = cols;
   w->w = t->data;
   w->scale = NULL;
+  w->id = df_wmat_new_id();
   return 0;
 }
 
@@ -308,7 +309,8 @@ static void quantize(df_qwen3 *m, df_wmat *w, float *row) {
   m->owned = df_xrealloc(m->owned, (size_t)(m->nowned + 2) * sizeof *m->owned);
   m->owned[m->nowned++] = q;
   m->owned[m->nowned++] = sc;
-  *w = (df_wmat){.kind = DF_W_I8, .rows = w->rows, .cols = w->cols, .w = q, .scale = sc};
+  *w = (df_wmat){.kind = DF_W_I8, .rows = w->rows, .cols = w->cols, .w = q, .scale = sc,
+                    .id = df_wmat_new_id()};
 }
 
 void df_qwen3_quantize_int8(df_qwen3 *m) {

@@ -487,6 +487,29 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
         value(&b, dm[f][0], lab, jnum(d, dm[f][1]));
       }
   }
+  /* --device cuda: the GPU's counters (engine.h's df_engine_device_json) */
+  const json_t *dev = st ? json_object_get(st, "device") : NULL;
+  if (json_is_object(dev)) {
+    static const char *const gm[][4] = {
+        {"deltafin_gpu_products_total", "counter", "products", "Matrix products run on the GPU."},
+        {"deltafin_gpu_fallbacks_total", "counter", "fallbacks",
+         "Matrix products the GPU could not take, run on the CPU (same results)."},
+        {"deltafin_gpu_tier_hits_total", "counter", "tier_hits",
+         "Weight matrices found in the GPU's weight tier."},
+        {"deltafin_gpu_tier_misses_total", "counter", "tier_misses",
+         "Weight matrices copied to the GPU on use."},
+        {"deltafin_gpu_tier_bytes", "gauge", "tier_bytes", "GPU memory the weight tier holds."},
+        {"deltafin_gpu_h2d_bytes_total", "counter", "h2d_bytes", "Bytes copied to the GPU."},
+        {"deltafin_gpu_weight_h2d_seconds_total", "counter", "weight_h2d_s",
+         "Time copying weights to the GPU."},
+        {"deltafin_gpu_compute_seconds_total", "counter", "compute_s",
+         "Time of the GPU's products (activations in, kernels, results out)."},
+        {"deltafin_gpu_memory_free_bytes", "gauge", "mem_free", "The GPU's free memory."}};
+    for (size_t i = 0; i < sizeof gm / sizeof gm[0]; i++) {
+      metric(&b, gm[i][0], gm[i][1], gm[i][3]);
+      value(&b, gm[i][0], NULL, jnum(dev, gm[i][2]));
+    }
+  }
   json_decref(st);
   if (!b.p) df_sbuf_add(&b, "", 0);
   return b.p;

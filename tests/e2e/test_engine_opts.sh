@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 ALL="--threads 1 --spine bf16 --kernels auto --cache-mb 0 --no-pack --io pread --prefetch gate
  --emulate-drives 2GB/s --split-reads off --gate-input x+shared --pin-mb 1 --queue-depth 4 --heat $tmp/h.heat
- --mem-limit 8G --ctx 256 --fetch-ahead on --device cpu"
+ --mem-limit 8G --ctx 256 --fetch-ahead on --device cpu --gpu-mem 1G"
 
 # every engine option, valid, on each command
 # shellcheck disable=SC2086
@@ -41,7 +41,8 @@ grep -q "config.json" "$tmp/e" || fail "serve did not get to the model: $(cat "$
 # the same bad values, the same messages
 for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-input y" "--spine f16" \
            "--kernels fast" "--queue-depth 0" "--cache-mb -1" "--pin-mb x" "--threads 5000" \
-           "--mem-limit lots" "--ctx 0" "--fetch-ahead maybe" "--device tpu" "--device cuda:x"; do
+           "--mem-limit lots" "--ctx 0" "--fetch-ahead maybe" "--device tpu" "--device cuda:x" \
+           "--gpu-mem lots" "--gpu-mem 512K"; do
   msgs=""
   for cmd in run serve bench chat eval; do
     # shellcheck disable=SC2086
@@ -54,16 +55,24 @@ for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-inpu
   opt=${bad%% *}
   printf '%s' "$msgs" | grep -q -- "$opt" || fail "$bad: message does not name $opt: $msgs"
 done
-# --device cuda: refused with the reason (no CUDA build, no GPU, or no GPU forward yet)
-if "$BIN" run --model "$tmp/m" --prompt-ids 1 --max-new 1 --device cuda >/dev/null 2>"$tmp/e"; then
-  fail "--device cuda accepted"
-fi
+# --device cuda: refused with the reason where there is no CUDA build or no
+# GPU (the GPU machine's tests/cuda/test_device_forward.sh runs it for real)
 if "$BIN" --version | grep -q "^cuda: not built"; then
+  if "$BIN" run --model "$tmp/m" --prompt-ids 1 --max-new 1 --device cuda >/dev/null 2>"$tmp/e"; then
+    fail "--device cuda accepted by a build without CUDA"
+  fi
   grep -q -- "--device: this deltafin was built without CUDA (configure with -DDF_CUDA=ON)" "$tmp/e" ||
     fail "--device cuda without CUDA: $(cat "$tmp/e")"
-else
-  grep -q -- "--device" "$tmp/e" || fail "--device cuda: $(cat "$tmp/e")"
+elif ! "$BIN" run --model "$tmp/m" --prompt-ids 1 --max-new 1 --device cuda >/dev/null 2>"$tmp/e"; then
+  grep -q -- "--device: no CUDA device found" "$tmp/e" || fail "--device cuda: $(cat "$tmp/e")"
 fi
+# DF_DEVICE (the default of --device, for running a suite on the GPU): a bad value is an error
+if DF_DEVICE=tpu "$BIN" run --model "$tmp/m" --prompt-ids 1 --max-new 1 >/dev/null 2>"$tmp/e"; then
+  fail "DF_DEVICE=tpu accepted"
+fi
+grep -q "DF_DEVICE=tpu: 'tpu' is not cpu, cuda or cuda:N" "$tmp/e" || fail "DF_DEVICE=tpu: $(cat "$tmp/e")"
+DF_DEVICE=cpu "$BIN" run --model "$tmp/m" --prompt-ids 1 --max-new 1 >/dev/null 2>"$tmp/e" ||
+  fail "DF_DEVICE=cpu: $(cat "$tmp/e")"
 if "$BIN" run --model "$tmp/m" --io 2>"$tmp/e"; then fail "--io without a value"; fi
 grep -q "needs a value" "$tmp/e" || fail "--io without a value: $(cat "$tmp/e")"
 

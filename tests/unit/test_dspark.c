@@ -232,7 +232,7 @@ static void run_forced(int threads) {
   d = df_draft_new_dspark(en, g_dir, 0, &e);
   if (!d) fail_msg("%s", e.msg);
   forcer f = {.ref = ref, .V = df_engine_config(en)->vocab, .d = d, .tp = &tp,
-              .kc = {df_kern_select(0), NULL, NULL}};
+              .kc = {.k = df_kern_select(0)}};
   df_draft_set_edit(d, force_edit, &f);
   go.no_draft = 0;
   go.draft = d;

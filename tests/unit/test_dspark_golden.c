@@ -92,7 +92,7 @@ static void test_golden(void **st) {
   df_session_set_layer_hook(s, NULL, NULL);
   assert_int_equal(tb.n, np);
 
-  df_kctx kc = {df_kern_select(0), NULL, NULL};
+  df_kctx kc = {.k = df_kern_select(0)};
   float *lg = malloc(sizeof(float) * (size_t)DF_DSPARK_BLOCK_MAX * V);
   double worst_l = 0, worst_c = 0;
   int compared = 0, nblocks = 0, ties = 0;

@@ -309,7 +309,7 @@ static void test_threads(void **st) {
     Y[n - 1] = malloc(sizeof(float) * T * R);
     Ym[n - 1] = malloc(sizeof(float) * T * R);
     df_mm(&kc, &M, X, T, C, Y[n - 1], R);
-    df_mm_mxfp4(&kc, P, S, R, C, X, T, C, Ym[n - 1], R);
+    df_mm_mxfp4(&kc, 0, P, S, R, C, X, T, C, Ym[n - 1], R);
     df_pool_destroy(pool);
   }
   for (int n = 1; n < 3; n++) {
@@ -386,7 +386,7 @@ static void test_scalar64(void **st) {
     df_kctx kc = {.k = df_kern_scalar(), .k64 = k, .pool = pool};
     df_mm64(&kc, &M, X, T, C, Yt, R);
     assert_memory_equal(Yt, Y, sizeof *Y * T * R);
-    df_mm_mxfp4_64(&kc, P, S, R, C, X, T, C, Yt, R);
+    df_mm_mxfp4_64(&kc, 0, P, S, R, C, X, T, C, Yt, R);
     assert_memory_equal(Yt, Ym, sizeof *Ym * T * R);
     df_pool_destroy(pool);
   }

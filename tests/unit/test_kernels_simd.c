@@ -245,7 +245,7 @@ static void test_threaded(void **st) {
       df_mm(&kc, &M, X, t, C, Y, R);
       s->gemm_bf16(W, C, 0, R, X, t, C, Yr, R);
       same_bits(Y, Yr, (size_t)t * R, "df_mm bf16", R, C, t);
-      df_mm_mxfp4(&kc, P, S, R, C, X, t, C, Y, R);
+      df_mm_mxfp4(&kc, 0, P, S, R, C, X, t, C, Y, R);
       s->gemm_mxfp4(P, S, C, 0, R, X, t, C, Yr, R);
       same_bits(Y, Yr, (size_t)t * R, "df_mm_mxfp4", R, C, t);
     }

@@ -1,0 +1,152 @@
+/* The device weight tier's bookkeeping (dtier.h): an open-addressed table
+ * of keys and a doubly linked recency list through it. */
+#include "kernels/dtier.h"
+
+#include <stdlib.h>
+
+#include "base/util.h"
+
+typedef struct ent {
+  uint64_t key;
+  void *p;
+  size_t bytes;
+  int prev, next; /* recency list: prev is more recent; -1 ends */
+  int used;       /* 1 live, 2 a tombstone left by an eviction */
+} ent;
+
+struct df_dtier {
+  df_dtier_mem mem;
+  ent *e;
+  int cap_slots, live, dead;
+  int head, tail; /* most and least recent */
+  df_dtier_stats st;
+};
+
+static uint64_t mix(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  return k;
+}
+
+df_dtier *df_dtier_new(uint64_t cap_bytes, df_dtier_mem mem) {
+  df_dtier *t = df_xcalloc(1, sizeof *t);
+  t->mem = mem;
+  t->cap_slots = 64;
+  t->e = df_xcalloc((size_t)t->cap_slots, sizeof *t->e);
+  t->head = t->tail = -1;
+  t->st.cap = cap_bytes;
+  return t;
+}
+
+void df_dtier_free(df_dtier *t) {
+  if (!t) return;
+  for (int i = 0; i < t->cap_slots; i++)
+    if (t->e[i].used == 1) t->mem.free(t->mem.ud, t->e[i].p);
+  free(t->e);
+  free(t);
+}
+
+static int find(const df_dtier *t, uint64_t key) {
+  int m = t->cap_slots - 1;
+  for (int i = (int)(mix(key) & (uint64_t)m), n = 0; n < t->cap_slots; i = (i + 1) & m, n++) {
+    if (!t->e[i].used) return -1;
+    if (t->e[i].used == 1 && t->e[i].key == key) return i;
+  }
+  return -1;
+}
+
+static void unlink_ent(df_dtier *t, int i) {
+  ent *x = &t->e[i];
+  if (x->prev >= 0) t->e[x->prev].next = x->next;
+  else t->head = x->next;
+  if (x->next >= 0) t->e[x->next].prev = x->prev;
+  else t->tail = x->prev;
+}
+
+static void push_front(df_dtier *t, int i) {
+  t->e[i].prev = -1;
+  t->e[i].next = t->head;
+  if (t->head >= 0) t->e[t->head].prev = i;
+  t->head = i;
+  if (t->tail < 0) t->tail = i;
+}
+
+void *df_dtier_get(df_dtier *t, uint64_t key) {
+  int i = find(t, key);
+  if (i < 0) {
+    t->st.misses++;
+    return NULL;
+  }
+  t->st.hits++;
+  unlink_ent(t, i);
+  push_front(t, i);
+  return t->e[i].p;
+}
+
+static void evict_tail(df_dtier *t) {
+  int i = t->tail;
+  unlink_ent(t, i);
+  t->mem.free(t->mem.ud, t->e[i].p);
+  t->st.bytes -= t->e[i].bytes;
+  t->st.evictions++;
+  t->e[i].used = 2;
+  t->live--;
+  t->dead++;
+}
+
+/* Rebuilt when live + tombstones pass 3/4 of the slots, doubled when live
+ * alone passes half, so probes stay short. */
+static void rehash(df_dtier *t) {
+  int ns = t->cap_slots;
+  while (t->live * 2 >= ns) ns *= 2;
+  ent *old = t->e;
+  int ohead = t->head;
+  t->e = df_xcalloc((size_t)ns, sizeof *t->e);
+  t->cap_slots = ns;
+  t->dead = 0;
+  t->head = t->tail = -1;
+  /* re-insert from least to most recent so each push_front keeps the order */
+  int n = 0, *order = df_xmalloc(sizeof(int) * (size_t)(t->live ? t->live : 1));
+  for (int i = ohead; i >= 0; i = old[i].next) order[n++] = i;
+  for (int k = n - 1; k >= 0; k--) {
+    ent *o = &old[order[k]];
+    int m = ns - 1, j = (int)(mix(o->key) & (uint64_t)m);
+    while (t->e[j].used) j = (j + 1) & m;
+    t->e[j] = *o;
+    t->e[j].used = 1;
+    push_front(t, j);
+  }
+  free(order);
+  free(old);
+}
+
+void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes) {
+  if (bytes > t->st.cap) {
+    t->st.refused++;
+    return NULL;
+  }
+  while (t->head >= 0 && t->st.bytes + bytes > t->st.cap) evict_tail(t);
+  void *p;
+  while (!(p = t->mem.alloc(t->mem.ud, bytes))) {
+    if (t->head < 0) {
+      t->st.refused++;
+      return NULL;
+    }
+    evict_tail(t);
+  }
+  if ((t->live + 1 + t->dead) * 4 >= t->cap_slots * 3) rehash(t);
+  int m = t->cap_slots - 1, j = (int)(mix(key) & (uint64_t)m);
+  while (t->e[j].used == 1) j = (j + 1) & m;
+  if (t->e[j].used == 2) t->dead--;
+  t->e[j] = (ent){.key = key, .p = p, .bytes = bytes, .used = 1};
+  push_front(t, j);
+  t->live++;
+  t->st.bytes += bytes;
+  return p;
+}
+
+void df_dtier_stats_get(const df_dtier *t, df_dtier_stats *st) {
+  *st = t->st;
+  st->entries = t->live;
+}

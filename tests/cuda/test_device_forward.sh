@@ -1,0 +1,129 @@
+#!/bin/sh
+# --device cuda against the CPU path of the same binary (issue 21): the
+# layers' products on the GPU must give the CPU's floats, so
+#  1. `deltafin logits --hidden --routes` files are equal bit for bit
+#     (every position's logits, every layer's hidden states, every router's
+#     scores and choices) on generated checkpoints (tiny, small: 16 layers,
+#     128 experts) and the committed nano-K3, bf16 and row-int8 spines,
+#     prefill in one batch and in chunks of 7;
+#  2. greedy ids are the CPU's across expert-cache sizes, GPU weight-tier
+#     sizes (one so small that it evicts and refuses), memory limits (down to
+#     every spine layer streamed), batch splits and thread counts;
+#  3. speculation (n-gram, the nano-draft, the nano-DSpark) gives the same
+#     ids on both devices.
+# Every GPU run's JSON must show products run on the GPU and none fallen
+# back to the CPU, so a run that silently stayed on the CPU cannot pass.
+# Exits 77 (skipped) in a build without CUDA or on a machine without a GPU.
+set -eu
+BIN=${DF_BIN:?set DF_BIN}
+SRC=${DF_SRC:?set DF_SRC}
+PY=${PYTHON:-python3}
+T=$(mktemp -d "${TMPDIR:-/tmp}/df_gpu_fwd.XXXXXX")
+trap 'rm -rf "$T"' EXIT INT TERM
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+if "$BIN" --version | grep -q "^cuda: not built"; then echo "skip: built without CUDA"; exit 77; fi
+"$BIN" make-model --preset tiny --seed 1 --out "$T/tiny1" -q >/dev/null 2>&1 || fail "make-model tiny 1"
+if ! "$BIN" run --model "$T/tiny1" --prompt-ids 1 --max-new 1 --device cuda >/dev/null 2>"$T/e"; then
+  grep -q "no CUDA device" "$T/e" && { echo "skip: no CUDA device"; exit 77; }
+  fail "--device cuda: $(cat "$T/e")"
+fi
+"$BIN" make-model --preset tiny --seed 2 --out "$T/tiny2" -q >/dev/null 2>&1 || fail "make-model tiny 2"
+"$BIN" make-model --preset small --seed 31 --out "$T/small" -q >/dev/null 2>&1 || fail "make-model small"
+cp -r "$SRC/models/nano-k3" "$T/nano"
+for m in tiny1 tiny2 small nano; do
+  "$BIN" convert-spine --model "$T/$m" >/dev/null 2>&1 || fail "convert-spine $m"
+done
+
+# same_st A B LABEL: every tensor of two safetensors files equal byte for byte
+same_st() {
+  "$PY" - "$1" "$2" "$3" <<'PYEOF' || fail "$3: the files differ"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: d[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if sorted(a) != sorted(b):
+    sys.exit("%s: tensors %s vs %s" % (sys.argv[3], sorted(a), sorted(b)))
+for k in sorted(a):
+    if a[k] != b[k]:
+        x = next(i for i in range(len(a[k])) if a[k][i] != b[k][i])
+        sys.exit("%s: %s differs first at byte %d" % (sys.argv[3], k, x))
+print("ok: %s: %s equal bit for bit" % (sys.argv[3], ", ".join("%s (%d B)" % (k, len(a[k])) for k in sorted(a))))
+PYEOF
+}
+
+# gpu_ok JSON LABEL [min-evictions]: the run's products ran on the GPU, none fell back
+gpu_ok() {
+  "$PY" - "$1" "$2" "${3:-0}" <<'PYEOF' || fail "$2: GPU counters"
+import json, sys
+s = json.load(open(sys.argv[1]))["stats"]
+d = s.get("device")
+if s.get("device_name", "cpu") == "cpu" or not d:
+    sys.exit("%s: ran on %s" % (sys.argv[2], s.get("device_name")))
+if d["products"] <= 0 or d["fallbacks"] != 0 or d["last_error"] is not None:
+    sys.exit("%s: products %d, fallbacks %d, error %s" % (sys.argv[2], d["products"], d["fallbacks"], d["last_error"]))
+if d["tier_evictions"] + d["tier_refused"] < int(sys.argv[3]):
+    sys.exit("%s: expected evictions or refusals: %s" % (sys.argv[2], d))
+PYEOF
+}
+ids() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['output_ids'])" "$1"; }
+
+P=$(seq -s, 100 140) # 41 positions
+echo "== 1. logits, hidden states and routes"
+n=0
+for m in tiny1 tiny2 small nano; do
+  for spine in bf16 int8; do
+    for chunk in 0 7; do
+      a="--model $T/$m --prompt-ids $P --hidden --routes --heat '' --spine $spine --prefill-chunk $chunk --threads 4"
+      eval "\"$BIN\" logits $a --out \"$T/cpu.st\"" 2>"$T/e" || fail "logits cpu $m: $(cat "$T/e")"
+      eval "\"$BIN\" logits $a --out \"$T/gpu.st\" --device cuda" 2>"$T/e" || fail "logits cuda $m: $(cat "$T/e")"
+      same_st "$T/cpu.st" "$T/gpu.st" "$m $spine chunk $chunk"
+      n=$((n + 1))
+    done
+  done
+done
+
+echo "== 2. ids across cache, tier, memory, batch split and threads"
+NEW=16
+for m in tiny2 nano; do
+  for spine in bf16 int8; do
+    base="--model $T/$m --prompt-ids $P --max-new $NEW --json --heat '' --spine $spine"
+    eval "\"$BIN\" run $base --threads 2" >"$T/ref.json" 2>"$T/e" || fail "cpu run $m: $(cat "$T/e")"
+    ref=$(ids "$T/ref.json")
+    # the least memory that runs (every spine layer streamed), from the refusal of 1 byte
+    if eval "\"$BIN\" run $base --ctx 256 --mem-limit 1" >/dev/null 2>"$T/e"; then fail "--mem-limit 1 ran"; fi
+    least=$(sed -n 's/.*at least [0-9.]* MB (\([0-9]*\) bytes).*/\1/p' "$T/e")
+    [ -n "$least" ] || fail "no least memory in: $(cat "$T/e")"
+    for v in "" "--cache-mb 0" "--gpu-mem 1M" "--gpu-mem 2G" "--prefill-chunk 1" "--prefill-chunk 7" \
+             "--threads 1" "--ctx 256 --mem-limit $least" "--ctx 256 --mem-limit $least --gpu-mem 1M" \
+             "--cache-mb 0 --prefill-chunk 5 --threads 3"; do
+      ev=0 # a 1 MiB tier cannot hold these models: it must evict or refuse
+      case "$v" in *"--gpu-mem 1M"*) ev=1 ;; esac
+      eval "\"$BIN\" run $base --device cuda $v" >"$T/g.json" 2>"$T/e" || fail "cuda run $m $spine $v: $(cat "$T/e")"
+      got=$(ids "$T/g.json")
+      [ "$got" = "$ref" ] || fail "$m $spine --device cuda $v: ids $got, the CPU's $ref"
+      gpu_ok "$T/g.json" "$m $spine $v" $ev
+      n=$((n + 1))
+    done
+    echo "ok: $m $spine: 10 GPU variants give the CPU's ids"
+  done
+done
+
+echo "== 3. speculation"
+C="$T/nano"
+for d in ngram "$SRC/models/nano-draft" "dspark:$SRC/models/nano-dspark"; do
+  for dev in cpu cuda; do
+    "$BIN" run --model "$C" --prompt-ids "$P" --max-new 24 --json --heat '' --draft "$d" --device $dev \
+      >"$T/s.$dev.json" 2>"$T/e" || fail "draft $d on $dev: $(cat "$T/e")"
+  done
+  "$BIN" run --model "$C" --prompt-ids "$P" --max-new 24 --json --heat '' >"$T/off.json" 2>"$T/e" || fail "draft off"
+  [ "$(ids "$T/s.cpu.json")" = "$(ids "$T/off.json")" ] || fail "draft $d on the CPU: ids differ from --draft off"
+  [ "$(ids "$T/s.cuda.json")" = "$(ids "$T/s.cpu.json")" ] || fail "draft $d: GPU ids $(ids "$T/s.cuda.json"), CPU $(ids "$T/s.cpu.json")"
+  gpu_ok "$T/s.cuda.json" "draft $d"
+  n=$((n + 1))
+  echo "ok: --draft $d: the same ids on both devices"
+done
+echo "device forward: ok ($n comparisons)"
