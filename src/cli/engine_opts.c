@@ -122,7 +122,7 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
   }
   case K_GPU_MEM:
     if (df_opt_value(&gpu_mem_row, &o->gpu_mem, v)) return -1;
-    if (o->gpu_mem < (1ull << 20)) return df_cli_fail("--gpu-mem: %s is below 1M", v), -1;
+    if (o->gpu_mem < 1000000) return df_cli_fail("--gpu-mem: %s is below 1M", v), -1;
     return 0;
   case K_PRECISION:
     if (!strcmp(v, "f32")) o->f64 = 0;

@@ -1,0 +1,68 @@
+#!/bin/bash
+# Issue 21, --device cuda on the GPU machine: the GPU test of the engine
+# (tests/cuda/test_device_forward.sh), the kernels' test, and decode/prefill
+# on the CPU and the GPU of the same host (nano-K3 and a k3-trunk). Built on
+# the VM with -DDF_CUDA=ON; the binaries travel with their shared libraries:
+#   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_CUDA=ON
+#   cmake --build build-gpu -j2
+#   mkdir -p out/gpu/lib && cp build-gpu/{deltafin,test_cuda_kernels} out/gpu/ &&
+#   ldd build-gpu/deltafin | awk '/=> \//{print $3}' | grep -v -E '/libc.so|/libm.so|/libresolv' |
+#     xargs -I{} cp -L {} out/gpu/lib/ && (cd out/gpu && tar cJf lib.tar.xz lib && rm -rf lib)
+# then `bash tools/device/gpu_forward_gpuhost.sh out/gpu` there with out/gpu
+# carried; results in $OUT/r.tgz (one file: a call brings back only a few). STEPS (default "test kern nano trunk") picks parts;
+# TRUNK_LAYERS (default 4) the k3-trunk's depth.
+set -u
+D=$(cd "${1:-out/gpu}" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+L=$D/lib
+if [ ! -d "$L" ]; then L=/tmp/dfgpu-lib; mkdir -p $L && tar xJf "$D/lib.tar.xz" -C $L --strip-components=1; fi
+export LD_LIBRARY_PATH=$L
+B=$D/deltafin
+R=$OUT/r; mkdir -p "$R"
+STEPS=${STEPS:-test kern nano trunk}
+ts() { echo "[$(date +%T)] $*" | tee -a "$R/log.txt"; }
+{ nvidia-smi; lscpu | grep -E 'Model name|^CPU\(s\)'; free -g; df -h /tmp; } > "$R/machine.txt" 2>&1
+"$B" --version > "$R/version.txt" 2>&1
+for s in $STEPS; do
+  case $s in
+  test)
+    ts "gpu.test_device_forward"
+    { time DF_BIN=$B DF_SRC=$SRC timeout 330 sh "$SRC/tests/cuda/test_device_forward.sh"; echo "rc=$?"; } \
+      > "$R/test_device_forward.txt" 2>&1
+    tail -3 "$R/test_device_forward.txt" ;;
+  kern)
+    ts "gpu.test_cuda_kernels"
+    { time timeout 120 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1
+    tail -3 "$R/test_cuda_kernels.txt" ;;
+  nano)
+    ts "nano-K3 decode and prefill, cpu and cuda"
+    P=$(seq -s, 100 227) # 128 positions
+    for dev in cpu cuda; do
+      for th in 16 4; do
+        "$B" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 64 --json --heat '' \
+          --threads $th --device $dev > "$R/nano_${dev}_t$th.json" 2> "$R/nano_${dev}_t$th.err"
+      done
+    done ;;
+  trunk)
+    W=/tmp/dftrunk; mkdir -p $W
+    N=${TRUNK_LAYERS:-4}
+    ts "make-model k3-trunk --layers $N"
+    [ -d $W/t ] || timeout 200 "$B" make-model --preset k3-trunk --layers "$N" --experts 16 --out $W/t -q \
+      > "$R/trunk_make.txt" 2>&1
+    ts "convert-spine"
+    [ -d $W/t/spine-int8 ] || timeout 120 "$B" convert-spine --model $W/t --threads 16 -q >> "$R/trunk_make.txt" 2>&1
+    for spine in int8 bf16; do
+      for dev in cpu cuda; do
+        ts "trunk $spine $dev decode"
+        timeout 120 "$B" run --model $W/t --spine $spine --prompt-ids 1,2,3 --max-new 6 --json --heat '' \
+          --threads 16 --device $dev > "$R/trunk_${spine}_${dev}_decode.json" 2> "$R/trunk_${spine}_${dev}_decode.err"
+        ts "trunk $spine $dev prefill 64"
+        timeout 120 "$B" run --model $W/t --spine $spine --prompt-ids "$(seq -s, 1 64)" --max-new 1 --json \
+          --heat '' --threads 16 --device $dev > "$R/trunk_${spine}_${dev}_prefill64.json" \
+          2> "$R/trunk_${spine}_${dev}_prefill64.err"
+      done
+    done ;;
+  esac
+done
+ts "done"
+cd "$OUT" && tar czf r.tgz r && rm -rf r
