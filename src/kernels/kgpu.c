@@ -1,7 +1,7 @@
 /* --device cuda's matrix products (kgpu.h). Each product: the weights from
- * the tier (copied in on a miss), the activations copied in, the GPU's GEMV
- * per vector, the results copied out; all on one stream, so the copy out is
- * the only wait. The product's floats are the CPU's (kcuda.h), so where the
+ * the tier (copied in on a miss), the activations copied in, the GPU's GEMM,
+ * the results copied out; all on one stream, so the copy out is the only
+ * wait. The product's floats are the CPU's (kcuda.h), so where the
  * result is computed never shows in the output. */
 #include "kernels/kgpu.h"
 
@@ -16,7 +16,7 @@
 
 #ifdef DF_HAVE_CUDA
 #include "kernels/cuda/kcuda.h"
-#include "kernels/cuda/kcuda_info.h"
+#include "kernels/cuda/kcuda_host.h"
 
 #define ALIGN 256 /* a matrix's second part (scales) starts aligned, as the kernels' vector loads want */
 
@@ -26,9 +26,16 @@ struct df_kgpu {
   pthread_mutex_t mu;
   df_dtier *tier;
   int broken; /* a CUDA error the context may not survive: every later product falls back */
-  void *wbuf, *xbuf, *ybuf; /* per-use weights, activations in, results out */
+  void *wbuf, *xbuf, *ybuf; /* device: per-use weights, activations in, results out */
   size_t wcap, xcap, ycap;
-  float *hy; size_t hycap; /* results gathered here before their strided placement */
+  float *hx, *hy; /* page-locked staging of the activations in and the results out */
+  size_t hxcap, hycap;
+  /* a MoE layer batch's experts (df_kgpu_experts_*) */
+  df_kgpu_xshape xs;
+  int xrows, xcap_rows; /* rows queued in this batch, rows the buffers hold */
+  void *dh1, *dh3;      /* device: one expert's gate and up outputs (n x inter) */
+  size_t hcap;
+  double xt0;
   df_kgpu_stats st;
 };
 
@@ -54,8 +61,8 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen) {
     tier_bytes = fr > keep + (256ull << 20) ? fr - keep : 256ull << 20;
   }
   if (tier_bytes > fr) {
-    snprintf(err, errlen, "--gpu-mem: %.2f GiB asked, cuda:%d has %.2f GiB free", tier_bytes / 1073741824.0,
-             dev, fr / 1073741824.0);
+    snprintf(err, errlen, "--gpu-mem: %.2f GiB asked, cuda:%d has %.2f GiB free",
+             tier_bytes / 1073741824.0, dev, fr / 1073741824.0);
     df_cuda_close(c);
     free(g);
     return NULL;
@@ -69,19 +76,24 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen) {
 
 void df_kgpu_close(df_kgpu *g) {
   if (!g) return;
+  df_cuda_sync(g->c);
   df_dtier_free(g->tier);
   df_cuda_free(g->c, g->wbuf);
   df_cuda_free(g->c, g->xbuf);
   df_cuda_free(g->c, g->ybuf);
+  df_cuda_free(g->c, g->dh1);
+  df_cuda_free(g->c, g->dh3);
+  df_cuda_host_free(g->hx);
+  df_cuda_host_free(g->hy);
   df_cuda_close(g->c);
   pthread_mutex_destroy(&g->mu);
-  free(g->hy);
   free(g);
 }
 
 /* A per-use device buffer of at least n bytes (grown, never shrunk). */
 static void *scratch(df_kgpu *g, void **buf, size_t *cap, size_t n) {
   if (*cap >= n) return *buf;
+  df_cuda_sync(g->c); /* queued work may still read the old one */
   df_cuda_free(g->c, *buf);
   size_t want = n + n / 4;
   *buf = df_cuda_alloc(g->c, want);
@@ -89,11 +101,24 @@ static void *scratch(df_kgpu *g, void **buf, size_t *cap, size_t n) {
   return *buf;
 }
 
+/* The same for the page-locked staging. */
+static float *staging(df_kgpu *g, float **buf, size_t *cap, size_t n) {
+  if (*cap >= n) return *buf;
+  df_cuda_sync(g->c);
+  df_cuda_host_free(*buf);
+  size_t want = n + n / 4;
+  *buf = df_cuda_host_alloc(want);
+  *cap = *buf ? want : 0;
+  if (!*buf) snprintf(g->st.last_error, sizeof g->st.last_error, "no page-locked memory for %zu bytes", want);
+  return *buf;
+}
+
 static size_t up_align(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 /* The device copy of a matrix of two parts (weights, then scales or
  * nothing): from the tier, else copied into it, else into the per-use
- * buffer. NULL on a CUDA error. */
+ * buffer. NULL on a CUDA error (the context is then not used again, so a
+ * tier entry left half-filled is never read). */
 static uint8_t *weights(df_kgpu *g, uint64_t id, const void *a, size_t na, const void *b,
                         size_t nb) {
   size_t n = up_align(na) + nb;
@@ -111,68 +136,82 @@ static uint8_t *weights(df_kgpu *g, uint64_t id, const void *a, size_t na, const
   return d;
 }
 
-typedef int (*gemv_fn)(df_cuda *c, const void *w, const void *s, int rows, int cols,
-                       const float *x, float *y);
+/* The GPU's GEMM over the four weight formats (kcuda.h): T vectors per
+ * weight pass, each (row, vector) exactly the GEMV's, so exactly the CPU's. */
+typedef int (*gemm_fn)(df_cuda *c, const void *w, const void *s, int rows, int cols,
+                       const float *X, int T, size_t ldx, float *Y, size_t ldy);
 
-static int gv_bf16(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *x,
-                   float *y) {
+static int gm_bf16(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *X,
+                   int T, size_t ldx, float *Y, size_t ldy) {
   (void)s;
-  return df_cuda_gemv_bf16(c, w, rows, cols, x, y);
+  return df_cuda_gemm_bf16(c, w, rows, cols, X, T, ldx, Y, ldy);
 }
-static int gv_i8(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *x,
-                 float *y) {
-  return df_cuda_gemv_i8(c, w, s, rows, cols, x, y);
+static int gm_i8(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *X,
+                 int T, size_t ldx, float *Y, size_t ldy) {
+  return df_cuda_gemm_i8(c, w, s, rows, cols, X, T, ldx, Y, ldy);
 }
-static int gv_f32(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *x,
-                  float *y) {
+static int gm_f32(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *X,
+                  int T, size_t ldx, float *Y, size_t ldy) {
   (void)s;
-  return df_cuda_gemv_f32(c, w, rows, cols, x, y);
+  return df_cuda_gemm_f32(c, w, rows, cols, X, T, ldx, Y, ldy);
 }
-static int gv_mxfp4(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *x,
-                    float *y) {
-  return df_cuda_gemv_mxfp4(c, w, s, rows, cols, x, y);
+static int gm_mxfp4(df_cuda *c, const void *w, const void *s, int rows, int cols, const float *X,
+                    int T, size_t ldx, float *Y, size_t ldy) {
+  return df_cuda_gemm_mxfp4(c, w, s, rows, cols, X, T, ldx, Y, ldy);
 }
 
-/* X in, T products of rows [0, rows) of (dw, ds), Y out with stride ldy. */
-static int run(df_kgpu *g, gemv_fn fn, const void *dw, const void *ds, int rows, int cols,
+/* T products of rows [0, rows) of (dw, ds) with the device vectors dx (stride
+ * ldx) into dy (stride rows). */
+static int products(df_kgpu *g, gemm_fn fn, const void *dw, const void *ds, int rows, int cols,
+                    const float *dx, int T, size_t ldx, float *dy) {
+  if (fn(g->c, dw, ds, rows, cols, dx, T, ldx, dy, (size_t)rows)) return -1;
+  g->st.products++;
+  return 0;
+}
+
+/* X in (through the staging), the products, Y out with stride ldy. */
+static int run(df_kgpu *g, gemm_fn fn, const void *dw, const void *ds, int rows, int cols,
                const float *X, int T, size_t ldx, float *Y, size_t ldy) {
   double t0 = df_now();
   size_t nx = ((size_t)(T - 1) * ldx + (size_t)cols) * sizeof(float);
   size_t ny = (size_t)T * (size_t)rows * sizeof(float);
   float *dx = scratch(g, &g->xbuf, &g->xcap, nx), *dy = scratch(g, &g->ybuf, &g->ycap, ny);
-  if (!dx || !dy || df_cuda_put(g->c, dx, X, nx)) return -1;
+  float *hx = staging(g, &g->hx, &g->hxcap, nx), *hy = staging(g, &g->hy, &g->hycap, ny);
+  if (!dx || !dy || !hx || !hy) return -1;
+  memcpy(hx, X, nx);
+  if (df_cuda_put(g->c, dx, hx, nx) || products(g, fn, dw, ds, rows, cols, dx, T, ldx, dy) ||
+      df_cuda_get(g->c, hy, dy, ny))
+    return -1;
   for (int t = 0; t < T; t++)
-    if (fn(g->c, dw, ds, rows, cols, dx + (size_t)t * ldx, dy + (size_t)t * rows)) return -1;
-  float *out = Y;
-  if (ldy != (size_t)rows && T > 1) {
-    if (g->hycap < ny) {
-      free(g->hy);
-      g->hy = df_xmalloc(ny);
-      g->hycap = ny;
-    }
-    out = g->hy;
-  }
-  if (df_cuda_get(g->c, out, dy, T > 1 ? ny : (size_t)rows * sizeof(float))) return -1;
-  if (out != Y)
-    for (int t = 0; t < T; t++)
-      memcpy(Y + (size_t)t * ldy, out + (size_t)t * rows, (size_t)rows * sizeof(float));
+    memcpy(Y + (size_t)t * ldy, hy + (size_t)t * rows, (size_t)rows * sizeof(float));
   g->st.h2d_bytes += nx;
   g->st.d2h_bytes += ny;
-  g->st.products++;
   g->st.compute_s += df_now() - t0;
   return 0;
 }
 
 /* Counts a product the GPU did not take; after a CUDA error the context is
  * not trusted again (a sticky error fails every later call anyway). */
+static void note_error(df_kgpu *g) {
+  if (g->broken) return;
+  if (!g->st.last_error[0] || strcmp(df_cuda_error(g->c), ""))
+    snprintf(g->st.last_error, sizeof g->st.last_error, "%s", df_cuda_error(g->c));
+  df_log_warn("cuda:%d: %s; the layers' products run on the CPU from here on (same results)",
+              g->dev, g->st.last_error);
+  g->broken = 1;
+}
 static int fell_back(df_kgpu *g) {
   g->st.fallbacks++;
-  if (!g->broken) {
-    snprintf(g->st.last_error, sizeof g->st.last_error, "%s", df_cuda_error(g->c));
-    df_log_warn("cuda:%d: %s; the layers' products run on the CPU from here on (same results)",
-                g->dev, g->st.last_error);
-    g->broken = 1;
-  }
+  note_error(g);
+  pthread_mutex_unlock(&g->mu);
+  return -1;
+}
+
+/* Takes the lock; -1 (unlocked, counted) when the context is not usable. */
+static int enter(df_kgpu *g) {
+  pthread_mutex_lock(&g->mu);
+  if (!g->broken) return 0;
+  g->st.fallbacks++;
   pthread_mutex_unlock(&g->mu);
   return -1;
 }
@@ -180,29 +219,24 @@ static int fell_back(df_kgpu *g) {
 int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int T, size_t ldx,
                float *Y, size_t ldy) {
   if (r1 <= r0 || T <= 0) return 0;
-  pthread_mutex_lock(&g->mu);
-  if (g->broken) {
-    g->st.fallbacks++;
-    pthread_mutex_unlock(&g->mu);
-    return -1;
-  }
+  if (enter(g)) return -1;
   size_t rc = (size_t)W->rows * (size_t)W->cols;
   const uint8_t *dw;
   const void *ds = NULL;
-  gemv_fn fn;
+  gemm_fn fn;
   size_t off, soff = 0;
   switch (W->kind) {
   case DF_W_BF16:
     dw = weights(g, W->id, W->w, rc * 2, NULL, 0);
-    fn = gv_bf16, off = (size_t)r0 * W->cols * 2;
+    fn = gm_bf16, off = (size_t)r0 * W->cols * 2;
     break;
   case DF_W_I8:
     dw = weights(g, W->id, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
-    fn = gv_i8, off = (size_t)r0 * W->cols, soff = up_align(rc) + (size_t)r0 * sizeof(float);
+    fn = gm_i8, off = (size_t)r0 * W->cols, soff = up_align(rc) + (size_t)r0 * sizeof(float);
     break;
   default:
     dw = weights(g, W->id, W->w, rc * 4, NULL, 0);
-    fn = gv_f32, off = (size_t)r0 * W->cols * 4;
+    fn = gm_f32, off = (size_t)r0 * W->cols * 4;
     break;
   }
   if (!dw) return fell_back(g);
@@ -215,19 +249,104 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
 int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8_t *scales,
                      int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
   if (rows <= 0 || T <= 0) return 0;
-  pthread_mutex_lock(&g->mu);
-  if (g->broken) {
-    g->st.fallbacks++;
-    pthread_mutex_unlock(&g->mu);
-    return -1;
-  }
+  if (enter(g)) return -1;
   size_t np = (size_t)rows * (size_t)(cols / 2), ns = (size_t)rows * (size_t)(cols / 32);
   const uint8_t *dw = weights(g, id, packed, np, scales, ns);
   if (!dw) return fell_back(g);
-  if (run(g, gv_mxfp4, dw, dw + up_align(np), rows, cols, X, T, ldx, Y, ldy)) return fell_back(g);
+  if (run(g, gm_mxfp4, dw, dw + up_align(np), rows, cols, X, T, ldx, Y, ldy)) return fell_back(g);
   pthread_mutex_unlock(&g->mu);
   return 0;
 }
+
+/* ---- a MoE layer batch's experts ----
+ * Row r of the batch (rows are numbered in the order experts are queued) has
+ * its input at hx[r * latent] and its output at hy[r * latent]; dx/dy mirror
+ * them on the device. Each expert: its rows in, gate and up products, SiTU,
+ * down product, its rows out, all queued; the one wait is in _end. */
+
+int df_kgpu_experts_begin(df_kgpu *g, const df_kgpu_xshape *sh, int max_rows) {
+  if (enter(g)) return -1;
+  g->xs = *sh;
+  g->xrows = 0;
+  size_t n = (size_t)max_rows * (size_t)sh->latent * sizeof(float);
+  size_t nh = (size_t)max_rows * (size_t)sh->inter * sizeof(float);
+  if (!scratch(g, &g->xbuf, &g->xcap, n) || !scratch(g, &g->ybuf, &g->ycap, n) ||
+      !staging(g, &g->hx, &g->hxcap, n) || !staging(g, &g->hy, &g->hycap, n))
+    return fell_back(g);
+  if (g->hcap < nh) {
+    df_cuda_sync(g->c);
+    df_cuda_free(g->c, g->dh1);
+    df_cuda_free(g->c, g->dh3);
+    g->dh1 = df_cuda_alloc(g->c, nh);
+    g->dh3 = df_cuda_alloc(g->c, nh);
+    g->hcap = g->dh1 && g->dh3 ? nh : 0;
+    if (!g->hcap) return fell_back(g);
+  }
+  g->xcap_rows = max_rows;
+  g->xt0 = df_now();
+  pthread_mutex_unlock(&g->mu);
+  return 0;
+}
+
+float *df_kgpu_expert_in(df_kgpu *g, int n) {
+  if (g->broken || g->xrows + n > g->xcap_rows) return NULL;
+  return g->hx + (size_t)g->xrows * (size_t)g->xs.latent;
+}
+
+int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row0) {
+  if (enter(g)) return -1;
+  const df_kgpu_xshape *x = &g->xs;
+  size_t Lt = (size_t)x->latent, Mi = (size_t)x->inter;
+  if (g->xrows + n > g->xcap_rows) {
+    snprintf(g->st.last_error, sizeof g->st.last_error,
+             "expert batch: %d rows queued past the %d planned (internal error)", g->xrows + n,
+             g->xcap_rows);
+    return fell_back(g);
+  }
+  const uint8_t *d = df_dtier_get(g->tier, key);
+  if (!d && (d = df_dtier_put(g->tier, key, x->bytes))) {
+    double t0 = df_now();
+    if (df_cuda_put(g->c, (void *)d, rec, x->bytes)) return fell_back(g);
+    g->st.weight_h2d_s += df_now() - t0;
+    g->st.weight_h2d_bytes += x->bytes;
+    g->st.h2d_bytes += x->bytes;
+  }
+  if (!d) {
+    /* larger than the whole tier: the per-use buffer, after the queued
+     * experts that read it are done */
+    if (!(d = weights(g, 0, rec, x->bytes, NULL, 0))) return fell_back(g);
+  }
+  size_t r0 = (size_t)g->xrows;
+  float *dx = (float *)g->xbuf + r0 * Lt, *dy = (float *)g->ybuf + r0 * Lt;
+  size_t nb = (size_t)n * Lt * sizeof(float);
+  if (df_cuda_put(g->c, dx, g->hx + r0 * Lt, nb) ||
+      products(g, gm_mxfp4, d + x->w1p, d + x->w1s, (int)Mi, (int)Lt, dx, n, Lt, g->dh1) ||
+      products(g, gm_mxfp4, d + x->w3p, d + x->w3s, (int)Mi, (int)Lt, dx, n, Lt, g->dh3) ||
+      df_cuda_situ(g->c, g->dh1, g->dh1, g->dh3, (int)(Mi * (size_t)n), x->beta, x->linear_beta) ||
+      products(g, gm_mxfp4, d + x->w2p, d + x->w2s, (int)Lt, (int)Mi, g->dh1, n, Mi, dy) ||
+      df_cuda_get_async(g->c, g->hy + r0 * Lt, dy, nb))
+    return fell_back(g);
+  g->st.h2d_bytes += nb;
+  g->st.d2h_bytes += nb;
+  *row0 = g->xrows;
+  g->xrows += n;
+  pthread_mutex_unlock(&g->mu);
+  return 0;
+}
+
+const float *df_kgpu_experts_end(df_kgpu *g) {
+  pthread_mutex_lock(&g->mu);
+  const float *out = NULL;
+  if (!g->broken) {
+    if (df_cuda_sync(g->c)) note_error(g);
+    else out = g->hy;
+  }
+  g->st.compute_s += df_now() - g->xt0;
+  pthread_mutex_unlock(&g->mu);
+  return out;
+}
+
+const char *df_kgpu_error(df_kgpu *g) { return g->st.last_error; }
 
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   pthread_mutex_lock(&g->mu);
@@ -264,6 +383,26 @@ int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8
   (void)g, (void)id, (void)packed, (void)scales, (void)rows, (void)cols, (void)X, (void)T;
   (void)ldx, (void)Y, (void)ldy;
   return -1;
+}
+int df_kgpu_experts_begin(df_kgpu *g, const df_kgpu_xshape *sh, int max_rows) {
+  (void)g, (void)sh, (void)max_rows;
+  return -1;
+}
+float *df_kgpu_expert_in(df_kgpu *g, int n) {
+  (void)g, (void)n;
+  return NULL;
+}
+int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row0) {
+  (void)g, (void)key, (void)rec, (void)n, (void)row0;
+  return -1;
+}
+const float *df_kgpu_experts_end(df_kgpu *g) {
+  (void)g;
+  return NULL;
+}
+const char *df_kgpu_error(df_kgpu *g) {
+  (void)g;
+  return "";
 }
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   (void)g;

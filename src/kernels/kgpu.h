@@ -50,6 +50,31 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
 int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8_t *scales,
                      int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);
 
+/* A MoE layer batch's routed experts, queued as the store hands them out so
+ * the GPU computes the ones that are there while the rest arrive; one wait
+ * at the end. The order the experts arrive in changes where their rows sit
+ * in the batch, never a value: each expert's rows are computed alone, and
+ * the caller sums them in its fixed order afterwards.
+ *   begin: the batch's record layout and the rows it will queue at most;
+ *   expert_in: where to put the next expert's n input rows (latent each);
+ *   expert: queues the expert (record rec of key) on those rows; *row0 is
+ *     the batch row of its first output;
+ *   end: waits; the outputs, row r at [r * latent], or NULL after an error
+ *     (the batch's records may be gone: the caller fails the pass).
+ * begin/expert return -1 when the GPU cannot take them (nothing queued by
+ * that call; the caller computes that expert on the CPU). */
+typedef struct df_kgpu_xshape {
+  int inter, latent;
+  uint64_t w1p, w1s, w3p, w3s, w2p, w2s, bytes; /* offsets in a record, its size */
+  float beta, linear_beta;                      /* SiTU's */
+} df_kgpu_xshape;
+int df_kgpu_experts_begin(df_kgpu *g, const df_kgpu_xshape *sh, int max_rows);
+float *df_kgpu_expert_in(df_kgpu *g, int n);
+int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row0);
+const float *df_kgpu_experts_end(df_kgpu *g);
+/* The last CUDA error ("" if none). */
+const char *df_kgpu_error(df_kgpu *g);
+
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st);
 
 #endif

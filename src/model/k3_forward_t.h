@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "kernels/kgpu.h"
 #include "model/k3_forward_int.h"
 #include "model/k3_int.h"
 #include "model/router.h"
@@ -68,6 +69,7 @@ typedef struct N(ws) {
   int *sel;
   R *eZ, *eH1, *eH3, *eY; /* one expert's rows */
   int *ecnt, *eoff, *eent, *uexp, *ecur;
+  int nuexp;              /* experts in uexp (this MoE layer batch's union) */
   R *gx, *gw;             /* gate-ahead: router input rows, one row's weights */
   int *gsel, *glist;          /* gate-ahead: one row's top-k, the union over rows */
   uint8_t *gmark;
@@ -707,13 +709,83 @@ static void gate_ahead(const df_k3_run *r, ST *s, int l, int T, const R *x) {
   df_store_hint(r->store, l + 1, s->w->glist, n);
 }
 
+/* One routed expert on its rows, on the CPU: the rows gathered, gate and up,
+ * SiTU, down, each row's output put in its (row, slot) place. */
+static void expert_cpu(const df_k3_run *r, ST *s, const df_expert_layout *lay, int l, int idx,
+                       const uint8_t *b) {
+  const df_config *c = r->m->cfg;
+  const df_kctx *kc = r->kc;
+  size_t Lt = (size_t)c->latent, Mi = (size_t)c->moe_inter, K = (size_t)c->top_k;
+  int n = s->w->eoff[idx + 1] - s->w->eoff[idx];
+  const int *ent = s->w->eent + s->w->eoff[idx];
+  for (int i = 0; i < n; i++)
+    memcpy(s->w->eZ + (size_t)i * Lt, s->w->z + (size_t)(ent[i] / (int)K) * Lt, sizeof(R) * Lt);
+  uint64_t key = expert_key(l, s->w->uexp[idx]);
+  MMX(kc, key | 0, b + lay->w1p, b + lay->w1s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH1, Mi);
+  MMX(kc, key | 1, b + lay->w3p, b + lay->w3s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH3, Mi);
+  KSEL(kc)->situ(s->w->eH1, s->w->eH1, s->w->eH3, (int)(Mi * (size_t)n), c->situ_beta,
+                 c->situ_linear_beta);
+  MMX(kc, key | 2, b + lay->w2p, b + lay->w2s, (int)Lt, (int)Mi, s->w->eH1, n, Mi, s->w->eY, Lt);
+  for (int i = 0; i < n; i++)
+    memcpy(s->w->ybuf + (size_t)ent[i] * Lt, s->w->eY + (size_t)i * Lt, sizeof(R) * Lt);
+}
+
+#if !R_IS_F64
+/* --device cuda: the batch's experts queued on the GPU as they arrive
+ * (kgpu.h's df_kgpu_experts_*), the whole expert there (the record as one
+ * entry of the weight tier, SiTU included), so the CPU only gathers rows
+ * and, after the one wait, puts each output row in its place; the sum over
+ * a row's experts stays step 6's, in ascending id. ecur[idx] keeps the
+ * expert's first row in the GPU's batch (-1: computed on the CPU). Returns
+ * 1 when the batch is on the GPU. */
+static int experts_gpu_begin(const df_k3_run *r, const df_expert_layout *lay, int T) {
+  df_kgpu *g = r->kc->gpu;
+  if (!g) return 0;
+  const df_config *c = r->m->cfg;
+  df_kgpu_xshape sh = {.inter = c->moe_inter, .latent = c->latent, .w1p = lay->w1p,
+                       .w1s = lay->w1s, .w3p = lay->w3p, .w3s = lay->w3s, .w2p = lay->w2p,
+                       .w2s = lay->w2s, .bytes = lay->total, .beta = c->situ_beta,
+                       .linear_beta = c->situ_linear_beta};
+  return !df_kgpu_experts_begin(g, &sh, T * c->top_k);
+}
+
+static int expert_gpu(const df_k3_run *r, ST *s, int l, int idx, const uint8_t *b) {
+  df_kgpu *g = r->kc->gpu;
+  size_t Lt = (size_t)r->m->cfg->latent, K = (size_t)r->m->cfg->top_k;
+  int n = s->w->eoff[idx + 1] - s->w->eoff[idx];
+  const int *ent = s->w->eent + s->w->eoff[idx];
+  float *in = df_kgpu_expert_in(g, n);
+  if (!in) return -1;
+  for (int i = 0; i < n; i++)
+    memcpy(in + (size_t)i * Lt, s->w->z + (size_t)(ent[i] / (int)K) * Lt, sizeof(R) * Lt);
+  return df_kgpu_expert(g, expert_key(l, s->w->uexp[idx]), b, n, &s->w->ecur[idx]);
+}
+
+static int experts_gpu_end(const df_k3_run *r, ST *s, df_err *e) {
+  const float *out = df_kgpu_experts_end(r->kc->gpu);
+  if (!out)
+    return df_err_set(e, "cuda: the routed experts' batch failed (%s); its records are released, "
+                         "so the pass stops (run again, or with --device cpu)",
+                      df_kgpu_error(r->kc->gpu));
+  size_t Lt = (size_t)r->m->cfg->latent;
+  for (int idx = 0; idx < s->w->nuexp; idx++) {
+    if (s->w->ecur[idx] < 0) continue;
+    const int *ent = s->w->eent + s->w->eoff[idx];
+    for (int i = 0, n = s->w->eoff[idx + 1] - s->w->eoff[idx]; i < n; i++)
+      memcpy(s->w->ybuf + (size_t)ent[i] * Lt, out + (size_t)(s->w->ecur[idx] + i) * Lt,
+             sizeof(R) * Lt);
+  }
+  return 0;
+}
+#endif
+
 static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T,
                      df_err *e) {
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   const KT *k = KSEL(kc);
   size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
-  size_t Lt = (size_t)c->latent, Mi = (size_t)c->moe_inter;
+  size_t Lt = (size_t)c->latent;
 
   /* 1-3: route every row first */
   MM(kc, &y->router, s->w->xn, T, H, s->w->rl, E);
@@ -735,6 +807,7 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
       s->w->eoff[nu + 1] = s->w->eoff[nu] + s->w->ecnt[x];
       s->w->ecnt[x] = nu++; /* now: index in uexp */
     }
+  s->w->nuexp = nu;
   /* place entries with running cursors; rows come in ascending order */
   for (int i = 0; i < nu; i++) s->w->ecur[i] = s->w->eoff[i];
   for (size_t i = 0; i < (size_t)T * K; i++) s->w->eent[s->w->ecur[s->w->ecnt[s->w->sel[i]]]++] = (int)i;
@@ -762,6 +835,9 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   df_expert_layout_of(c, &lay);
   double t_exp = 0, t_wait = 0;
   int n_exp = 0;
+#if !R_IS_F64
+  int on_gpu = experts_gpu_begin(r, &lay, T);
+#endif
   for (;;) {
     int idx;
     const uint8_t *b;
@@ -774,21 +850,26 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
       return df_err_prefix(e, "layer %d: ", l);
     }
     if (got == 0) break;
-    int n = s->w->eoff[idx + 1] - s->w->eoff[idx];
-    const int *ent = s->w->eent + s->w->eoff[idx];
-    for (int i = 0; i < n; i++)
-      memcpy(s->w->eZ + (size_t)i * Lt, s->w->z + (size_t)(ent[i] / (int)K) * Lt, sizeof(R) * Lt);
-    uint64_t key = expert_key(l, s->w->uexp[idx]);
-    MMX(kc, key | 0, b + lay.w1p, b + lay.w1s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH1, Mi);
-    MMX(kc, key | 1, b + lay.w3p, b + lay.w3s, (int)Mi, (int)Lt, s->w->eZ, n, Lt, s->w->eH3, Mi);
-    k->situ(s->w->eH1, s->w->eH1, s->w->eH3, (int)(Mi * (size_t)n), c->situ_beta, c->situ_linear_beta);
-    MMX(kc, key | 2, b + lay.w2p, b + lay.w2s, (int)Lt, (int)Mi, s->w->eH1, n, Mi, s->w->eY, Lt);
-    for (int i = 0; i < n; i++)
-      memcpy(s->w->ybuf + (size_t)ent[i] * Lt, s->w->eY + (size_t)i * Lt, sizeof(R) * Lt);
+#if !R_IS_F64
+    if (on_gpu && !expert_gpu(r, s, l, idx, b)) {
+      t_exp += df_now() - tc;
+      n_exp++;
+      continue;
+    }
+    s->w->ecur[idx] = -1; /* computed here, not in the GPU's batch */
+#endif
+    expert_cpu(r, s, &lay, l, idx, b);
     t_exp += df_now() - tc;
     n_exp++;
   }
   df_store_end(r->store);
+#if !R_IS_F64
+  if (on_gpu) {
+    double tg = df_now();
+    if (experts_gpu_end(r, s, e)) return df_err_prefix(e, "layer %d: ", l);
+    t_exp += df_now() - tg;
+  }
+#endif
   if (T == 1) {
     df_k3_compute *cp = r->m->comp;
     cp->s[DF_K3_T_EXPERTS] += t_exp;

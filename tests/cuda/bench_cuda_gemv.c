@@ -1,6 +1,7 @@
 /* deltafin-cuda-bench: the CUDA GEMV kernels' bandwidth at K3's shapes
  * against the GPU's own memory bandwidth, measured in the same run as a
- * device-to-device copy (bytes read + bytes written per second).
+ * device-to-device copy (bytes read + bytes written per second), then the
+ * GEMMs' time for batches of vectors.
  *
  * Each case cycles through enough copies of its matrix to exceed the L2
  * cache several times over, so every launch reads its weights from HBM;
@@ -48,7 +49,10 @@ static double copy_bw(size_t bytes, int reps) {
 enum { F_BF16, F_I8, F_MXFP4 };
 static const char *fname[] = {"bf16", "int8", "mxfp4"};
 
-static double gemv_bw(int fmt, int rows, int cols, int reps, double *us) {
+/* T == 0: the GEMV, bytes counted as above; T >= 1: the GEMM of T vectors,
+ * the rate returned that of the weights and scales alone (what one pass over
+ * them serving T vectors makes of the memory). */
+static double gemv_bw(int fmt, int rows, int cols, int T, int reps, double *us) {
   size_t n = (size_t)rows * cols;
   size_t wb = fmt == F_BF16 ? n * 2 : fmt == F_I8 ? n : n / 2;
   size_t sb = fmt == F_I8 ? (size_t)rows * 4 : fmt == F_MXFP4 ? n / 32 : 0;
@@ -73,17 +77,25 @@ static double gemv_bw(int fmt, int rows, int cols, int reps, double *us) {
     if (!W[i] || (sb && !S[i])) die("alloc");
     if (i) df_cuda_copy(G, W[i], w0, wb), sb ? df_cuda_copy(G, S[i], s0, sb) : 0;
   }
-  float *hx = malloc((size_t)cols * 4);
-  for (int c = 0; c < cols; c++) hx[c] = (float)((c % 17) - 8) / 8.0f;
-  float *x = df_cuda_alloc(G, (size_t)cols * 4), *y = df_cuda_alloc(G, (size_t)rows * 4);
-  if (!x || !y || df_cuda_put(G, x, hx, (size_t)cols * 4) || df_cuda_sync(G)) die("alloc");
+  int nv = T > 0 ? T : 1;
+  size_t nx = (size_t)nv * cols;
+  float *hx = malloc(nx * 4);
+  for (size_t c = 0; c < nx; c++) hx[c] = (float)((int)(c % 17) - 8) / 8.0f;
+  float *x = df_cuda_alloc(G, nx * 4), *y = df_cuda_alloc(G, (size_t)nv * rows * 4);
+  if (!x || !y || df_cuda_put(G, x, hx, nx * 4) || df_cuda_sync(G)) die("alloc");
   int rc = 0;
   for (int i = -copies; i < reps; i++) {
     if (i == 0) df_cuda_mark(G, 0);
     int k = (i + copies) % copies;
-    rc |= fmt == F_BF16 ? df_cuda_gemv_bf16(G, W[k], rows, cols, x, y)
-          : fmt == F_I8 ? df_cuda_gemv_i8(G, W[k], S[k], rows, cols, x, y)
-                        : df_cuda_gemv_mxfp4(G, W[k], S[k], rows, cols, x, y);
+    size_t ld = (size_t)cols, ly = (size_t)rows;
+    if (T > 0)
+      rc |= fmt == F_BF16 ? df_cuda_gemm_bf16(G, W[k], rows, cols, x, T, ld, y, ly)
+            : fmt == F_I8 ? df_cuda_gemm_i8(G, W[k], S[k], rows, cols, x, T, ld, y, ly)
+                          : df_cuda_gemm_mxfp4(G, W[k], S[k], rows, cols, x, T, ld, y, ly);
+    else
+      rc |= fmt == F_BF16 ? df_cuda_gemv_bf16(G, W[k], rows, cols, x, y)
+            : fmt == F_I8 ? df_cuda_gemv_i8(G, W[k], S[k], rows, cols, x, y)
+                          : df_cuda_gemv_mxfp4(G, W[k], S[k], rows, cols, x, y);
   }
   df_cuda_mark(G, 1);
   if (rc) die(fname[fmt]);
@@ -93,6 +105,7 @@ static double gemv_bw(int fmt, int rows, int cols, int reps, double *us) {
   for (int i = 0; i < copies; i++) df_cuda_free(G, W[i]), sb ? df_cuda_free(G, S[i]) : (void)0;
   df_cuda_free(G, x), df_cuda_free(G, y);
   free(W), free(S), free(hx);
+  if (T > 0) return (double)(wb + sb) * reps / t;
   return (double)(wb + sb + (size_t)cols * 4 + (size_t)rows * 4) * reps / t;
 }
 
@@ -130,13 +143,39 @@ int main(int argc, char **argv) {
   for (int li = 0; li < 3; li++) {
     for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, lanes[li]);
     for (size_t i = 0; i < nc; i++) {
-      double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, reps, &us);
+      double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, 0, reps, &us);
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"lanes_per_thread\": %d, "
              "\"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
              fname[cs[i].fmt], cs[i].what, lanes[li], us, bw / 1e9, bw / copy,
              li < 2 || i + 1 < nc ? "," : "");
       fflush(stdout);
     }
+  }
+  /* GEMM: prefill-sized batches on the stacked experts and the KDA q
+   * projection, each layout; weight_GBps is the weights' bytes over the time
+   * (above copy_GBps means one pass over them served several vectors) */
+  static const struct {
+    int fmt, rows, cols;
+    const char *what;
+  } gs[] = {
+      {F_MXFP4, 32 * 3072, 3584, "16 experts gate+up 98304x3584"},
+      {F_I8, 12288, 7168, "kda q 12288x7168"},
+  };
+  static const int gT[] = {4, 16, 64};
+  size_t ng = sizeof gs / sizeof gs[0], nt = sizeof gT / sizeof gT[0];
+  printf("  ],\n  \"gemm\": [\n");
+  for (int li = 0; li < 3; li++) {
+    for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, lanes[li]);
+    for (size_t i = 0; i < ng; i++)
+      for (size_t t = 0; t < nt; t++) {
+        double us, bw = gemv_bw(gs[i].fmt, gs[i].rows, gs[i].cols, gT[t], reps, &us);
+        printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"T\": %d, "
+               "\"lanes_per_thread\": %d, \"us\": %.2f, \"us_per_vector\": %.2f, "
+               "\"weight_GBps\": %.1f}%s\n",
+               fname[gs[i].fmt], gs[i].what, gT[t], lanes[li], us, us / gT[t], bw / 1e9,
+               li < 2 || i + 1 < ng || t + 1 < nt ? "," : "");
+        fflush(stdout);
+      }
   }
   printf("  ]\n}\n");
   df_cuda_close(G);

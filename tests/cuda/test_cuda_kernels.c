@@ -1,6 +1,7 @@
 /* The CUDA kernels against the scalar reference table, bit for bit (memcmp):
  * random inputs at K3's shapes and at odd ones (columns that leave lanes
- * empty, one row, rows that end mid-block), the vector functions, and the
+ * empty, one row, rows that end mid-block), the GEMMs for T vectors with
+ * padded, unaligned and shifted x and y, the vector functions, and the
  * elementary functions over a strided sweep of all 2^32 float bit patterns.
  * Exit 77 (ctest: skipped) where no CUDA device is found. */
 #include <math.h>
@@ -10,6 +11,7 @@
 
 #include "format/config.h"
 #include "kernels/cuda/kcuda.h"
+#include "base/pool.h"
 #include "kernels/kernels.h"
 #include "model/router.h"
 
@@ -80,12 +82,12 @@ static float *rnd_vec(int n, int lo, int hi) {
 enum { F_BF16, F_I8, F_F32, F_MXFP4 };
 static const char *fname[] = {"bf16", "int8", "f32", "mxfp4"};
 
-static void gemv_case(int fmt, int rows, int cols) {
-  const df_kern *k = df_kern_scalar();
+/* Random weights of format fmt, rows x cols, and their scales (int8: one a
+ * row; MXFP4: one per 32 columns). */
+static void mkweights(int fmt, int rows, int cols, void **W, size_t *wbytes, void **S,
+                      size_t *sbytes) {
   size_t n = (size_t)rows * cols;
-  float *x = rnd_vec(cols, -6, 2), *ycpu = malloc((size_t)rows * 4), *ygpu = malloc((size_t)rows * 4);
-  void *W = NULL, *S = NULL;
-  size_t wbytes = 0, sbytes = 0;
+  *S = NULL, *sbytes = 0;
   if (fmt == F_BF16) {
     uint16_t *w = malloc(n * 2);
     for (size_t i = 0; i < n; i++) {
@@ -94,21 +96,17 @@ static void gemv_case(int fmt, int rows, int cols) {
       memcpy(&u, &f, 4);
       w[i] = (uint16_t)(u >> 16);
     }
-    W = w, wbytes = n * 2;
-    k->gemm_bf16(w, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+    *W = w, *wbytes = n * 2;
   } else if (fmt == F_I8) {
     int8_t *w = malloc(n);
     float *sc = malloc((size_t)rows * 4);
     for (size_t i = 0; i < n; i++) w[i] = (int8_t)rnd();
     for (int r = 0; r < rows; r++) sc[r] = fabsf(rndf(-12, -4));
-    W = w, wbytes = n, S = sc, sbytes = (size_t)rows * 4;
-    k->gemm_i8(w, sc, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+    *W = w, *wbytes = n, *S = sc, *sbytes = (size_t)rows * 4;
   } else if (fmt == F_F32) {
-    float *w = rnd_vec((int)n, -10, 1);
-    W = w, wbytes = n * 4;
-    k->gemm_f32(w, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+    *W = rnd_vec((int)n, -10, 1), *wbytes = n * 4;
   } else {
-    uint8_t *p = malloc(n / 2), *sc = malloc(n / 32);
+    uint8_t *p = malloc(n / 2), *sc = malloc(n / 32 ? n / 32 : 1);
     for (size_t i = 0; i < n / 2; i++) p[i] = (uint8_t)rnd();
     /* scales 2^-127 (subnormal weights) .. 2^13; 255 is rejected before use and
      * 2^127 x 6 overflows, neither is a kernel input */
@@ -116,9 +114,26 @@ static void gemv_case(int fmt, int rows, int cols) {
       uint32_t v = rnd() % 64;
       sc[i] = (uint8_t)(v == 0 ? 0 : v == 1 ? 1 : v == 2 ? 2 : 100 + v % 40);
     }
-    W = p, wbytes = n / 2, S = sc, sbytes = n / 32;
-    k->gemm_mxfp4(p, sc, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+    *W = p, *wbytes = n / 2, *S = sc, *sbytes = n / 32;
   }
+}
+
+/* The scalar reference for rows [r0, r1): Y[t * ldy + (r - r0)]. */
+static void cpu_gemm(int fmt, const void *W, const void *S, int cols, int r0, int r1,
+                     const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  const df_kern *k = df_kern_scalar();
+  if (fmt == F_BF16) k->gemm_bf16(W, cols, r0, r1, X, T, ldx, Y, ldy);
+  else if (fmt == F_I8) k->gemm_i8(W, S, cols, r0, r1, X, T, ldx, Y, ldy);
+  else if (fmt == F_F32) k->gemm_f32(W, cols, r0, r1, X, T, ldx, Y, ldy);
+  else k->gemm_mxfp4(W, S, cols, r0, r1, X, T, ldx, Y, ldy);
+}
+
+static void gemv_case(int fmt, int rows, int cols) {
+  float *x = rnd_vec(cols, -6, 2), *ycpu = malloc((size_t)rows * 4), *ygpu = malloc((size_t)rows * 4);
+  void *W, *S;
+  size_t wbytes, sbytes;
+  mkweights(fmt, rows, cols, &W, &wbytes, &S, &sbytes);
+  cpu_gemm(fmt, W, S, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
   void *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
   float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
   /* every layout (lanes per thread) and the L2 prefetch on and off: they
@@ -126,8 +141,7 @@ static void gemv_case(int fmt, int rows, int cols) {
   static const int lanes[] = {8, 4, 2};
   for (int li = 0; li < 3; li++)
     for (int pf = 0; pf < 2; pf++) {
-      df_cuda_set_gemv_lanes(G, fmt == F_BF16 ? 0 : fmt == F_I8 ? 1 : fmt == F_F32 ? 2 : 3,
-                             lanes[li]);
+      df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
       df_cuda_set_prefetch(G, pf);
       memset(ygpu, 0xff, (size_t)rows * 4);
       ok_or_die(df_cuda_put(G, dy, ygpu, (size_t)rows * 4));
@@ -143,8 +157,94 @@ static void gemv_case(int fmt, int rows, int cols) {
       same(what, ycpu, ygpu, (size_t)rows, 0);
     }
   df_cuda_set_prefetch(G, 0);
+  df_cuda_set_gemv_lanes(G, fmt, 8);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dx), df_cuda_free(G, dy);
   free(W), free(S), free(x), free(ycpu), free(ygpu);
+}
+
+/* The reference GEMM split over the CPUs by rows (K3's shapes at T = 64 are
+ * billions of scalar products). Each task writes its own rows. */
+typedef struct {
+  int fmt, cols, r0, r1, per, T;
+  const void *W, *S;
+  const float *X;
+  size_t ldx, ldy;
+  float *Y;
+} ref_job;
+
+static void ref_task(void *ctx, int task, int thread) {
+  (void)thread;
+  const ref_job *j = ctx;
+  int a = j->r0 + task * j->per, b = a + j->per < j->r1 ? a + j->per : j->r1;
+  if (a < b) cpu_gemm(j->fmt, j->W, j->S, j->cols, a, b, j->X, j->T, j->ldx, j->Y + (a - j->r0), j->ldy);
+}
+
+static df_pool *P;
+
+/* GEMM of T vectors against the reference for rows [r0, rows) of a rows x
+ * cols matrix: the device gets the weights from row r0 on (a row range, as a
+ * caller computing part of a matrix passes it; unaligned when r0's offset
+ * is), x padded to ldx = cols + xpad (xpad % 4 != 0: vectors that are not
+ * 16-byte aligned, read element by element), x shifted by xoff floats, and
+ * y to ldy = (rows - r0) + ypad. The whole of Y is compared, so a write
+ * into the padding (left at a NaN pattern on both sides) fails too. */
+static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, int r0, int xoff) {
+  int n = rows - r0;
+  size_t ldx = (size_t)cols + xpad, ldy = (size_t)n + ypad, nx = (size_t)T * ldx + xoff;
+  size_t ny = (size_t)T * ldy;
+  float *X = rnd_vec((int)nx, -6, 2), *ycpu = malloc(ny * 4 + 4), *ygpu = malloc(ny * 4 + 4);
+  void *W, *S;
+  size_t wbytes, sbytes;
+  mkweights(fmt, rows, cols, &W, &wbytes, &S, &sbytes);
+  memset(ycpu, 0xff, ny * 4);
+  ref_job j = {fmt, cols, r0, rows, 0, T, W, S, X + xoff, ldx, ldy, ycpu};
+  int ntasks = df_pool_size(P) * 4;
+  j.per = (n + ntasks - 1) / ntasks;
+  if (j.per < 1) j.per = 1;
+  df_pool_run(P, (n + j.per - 1) / j.per, ref_task, &j);
+  size_t woff = fmt == F_BF16 ? (size_t)r0 * cols * 2
+                : fmt == F_I8 ? (size_t)r0 * cols
+                : fmt == F_F32 ? (size_t)r0 * cols * 4
+                               : (size_t)r0 * cols / 2;
+  size_t soff = fmt == F_I8 ? (size_t)r0 * 4 : fmt == F_MXFP4 ? (size_t)r0 * cols / 32 : 0;
+  unsigned char *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
+  float *dX = dput(X, nx * 4), *dY = df_cuda_alloc(G, ny * 4 + 4);
+  const void *w = dW + woff, *sc = dS ? dS + soff : NULL;
+  const float *x = dX + xoff;
+  static const int lanes[] = {8, 4, 2};
+  for (int li = 0; li < 3; li++) {
+    df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
+    memset(ygpu, 0xff, ny * 4);
+    ok_or_die(df_cuda_put(G, dY, ygpu, ny * 4));
+    int rc = fmt == F_BF16  ? df_cuda_gemm_bf16(G, w, n, cols, x, T, ldx, dY, ldy)
+             : fmt == F_I8  ? df_cuda_gemm_i8(G, w, sc, n, cols, x, T, ldx, dY, ldy)
+             : fmt == F_F32 ? df_cuda_gemm_f32(G, w, n, cols, x, T, ldx, dY, ldy)
+                            : df_cuda_gemm_mxfp4(G, w, sc, n, cols, x, T, ldx, dY, ldy);
+    ok_or_die(rc);
+    dget(ygpu, dY, ny * 4);
+    char what[160];
+    snprintf(what, sizeof what,
+             "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %d lanes/thread", fname[fmt],
+             rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lanes[li]);
+    same(what, ycpu, ygpu, ny, 0);
+  }
+  df_cuda_set_gemv_lanes(G, fmt, 8);
+  df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dX), df_cuda_free(G, dY);
+  free(W), free(S), free(X), free(ycpu), free(ygpu);
+}
+
+/* A bad shape is an error with a message, not a launch. */
+static void gemm_errors(void) {
+  float *d = df_cuda_alloc(G, 4096);
+  int bad = 0;
+  bad |= df_cuda_gemm_mxfp4(G, (const uint8_t *)d, (const uint8_t *)d, 2, 48, d, 2, 48, d, 2) != -1;
+  bad |= !strstr(df_cuda_error(G), "multiple of 32");
+  bad |= df_cuda_gemm_f32(G, d, 4, 4, d, 2, 4, d + 64, 3) != -1; /* ldy < rows: overlapping */
+  bad |= df_cuda_gemm_f32(G, d, 4, 4, d, -1, 4, d + 64, 4) != -1;
+  bad |= df_cuda_gemm_f32(G, d, 4, 4, d, 0, 4, d + 64, 4) != 0;
+  if (bad) failures++;
+  printf("%s gemm shape errors\n", bad ? "FAIL" : "ok  ");
+  df_cuda_free(G, d);
 }
 
 static void rmsnorm_case(int n, int with_w) {
@@ -285,6 +385,36 @@ int main(void) {
   for (int f = 0; f < 4; f++)
     for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++)
       if (f != F_MXFP4 || odd[s][1] % 32 == 0) gemv_case(f, odd[s][0], odd[s][1]);
+  /* GEMM: K3's shapes, every T; then odd shapes, each T with a different
+   * layout of x and y (padded, unaligned, shifted, a row range). */
+  P = df_pool_create(0);
+  static const int Ts[] = {1, 2, 3, 4, 5, 8, 17, 64};
+  size_t nT = sizeof Ts / sizeof Ts[0];
+  static const struct {
+    int fmt, rows, cols;
+  } k3g[] = {{F_MXFP4, 3072, 3584}, {F_I8, 12288, 7168}, {F_BF16, 12288, 7168}, {F_F32, 3584, 3072}};
+  for (size_t s = 0; s < sizeof k3g / sizeof k3g[0]; s++)
+    for (size_t t = 0; t < nT; t++)
+      gemm_case(k3g[s].fmt, k3g[s].rows, k3g[s].cols, Ts[t], t == 6 ? 4 : 0, t == 6 ? 3 : 0, 0, 0);
+  gemm_case(F_MXFP4, 3072, 3584, 17, 3, 1, 0, 0);
+  gemm_case(F_I8, 12288, 7168, 5, 0, 0, 0, 1);
+  static const int oddg[][2] = {{1, 32}, {5, 64}, {17, 96}, {130, 1000}, {33, 160}, {3, 12345},
+                                {1, 1}, {5, 7}, {31, 100}, {257, 7168}, {64, 4096}};
+  static const int lay[][4] = {/* xpad, ypad, r0, xoff */
+                               {0, 0, 0, 0}, {4, 5, 0, 0}, {3, 0, 0, 0}, {0, 2, 0, 1},
+                               {8, 1, 1, 0}, {1, 7, 0, 0}, {0, 0, 2, 0}};
+  size_t nl = sizeof lay / sizeof lay[0];
+  for (int f = 0; f < 4; f++)
+    for (size_t s = 0; s < sizeof oddg / sizeof oddg[0]; s++) {
+      if (f == F_MXFP4 && oddg[s][1] % 32) continue;
+      for (size_t t = 0; t < nT; t++) {
+        const int *l = lay[(s + t) % nl];
+        int r0 = l[2] < oddg[s][0] ? l[2] : 0;
+        gemm_case(f, oddg[s][0], oddg[s][1], Ts[t], l[0], l[1], r0, l[3]);
+      }
+    }
+  gemm_errors();
+  df_pool_destroy(P);
   static const int vn[] = {7168, 3584, 1, 17, 12345};
   for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) rmsnorm_case(vn[i], 1), rmsnorm_case(vn[i], 0);
   static const int sn[] = {896, 16, 1, 33, 100000};

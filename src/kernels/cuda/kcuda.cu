@@ -124,6 +124,10 @@ extern "C" int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t n) {
   CK(c, "copy to host", cudaStreamSynchronize(c->s));
   return 0;
 }
+extern "C" int df_cuda_get_async(df_cuda *c, void *dst, const void *src, size_t n) {
+  CK(c, "copy to host", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->s));
+  return 0;
+}
 extern "C" int df_cuda_copy(df_cuda *c, void *dst, const void *src, size_t n) {
   CK(c, "device copy", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->s));
   return 0;
@@ -458,6 +462,218 @@ extern "C" int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8
   }
   wargs a = {packed, scales};
   return gemv_launch<fmt_mxfp4>(c, "gemv mxfp4", a, rows, cols, x, y, NULL,
+                                ((uintptr_t)packed & 15) == 0, c->lpt[3]);
+}
+
+/* ---- GEMM: the GEMV's layout, each decoded weight applied to TB vectors ----
+ * A thread holds the GEMV's LPT lanes of one row for TB vectors at once
+ * (TB x LPT chains); each chain is the one the GEMV runs for that (row,
+ * vector), so results equal it bit for bit whatever TB is. One block serves
+ * GEMV_BLOCK / G rows for one block of TB vectors, and the vector block
+ * varies fastest over blockIdx.x: the blocks reading the same rows are
+ * dispatched together, so only the first takes them from HBM and the others
+ * find them in L2.
+ *
+ * Measured on the H200 (ncu), the first version was latency-bound: a
+ * quarter of the issue slots used, warps waiting on loads. Hence the vector
+ * path's loads are pipelined: the next U steps' weights are in flight while
+ * the current ones are used, and a step's x values for all TB vectors are
+ * loaded before its products, with no branch between them. A short last
+ * vector block therefore reads its last vector again in place of the
+ * missing ones (valid memory; those results are not stored).
+ *
+ * U is below the GEMV's F::unroll: two batches of raw weights are live at
+ * once, and with TB vectors each weight feeds TB times the arithmetic, so
+ * fewer bytes in flight keep the units busy; the registers go to the
+ * accumulators instead. */
+template <class F, int TB> struct gemm_unroll {
+  static constexpr int v = TB >= 8 ? (F::unroll >= 8 ? F::unroll / 4 : 2)
+                           : TB >= 4 ? (F::unroll >= 4 ? F::unroll / 2 : 2)
+                                     : F::unroll / 2;
+};
+
+template <int LPT> __device__ static inline void load_x(const float *p, float xv[LPT]) {
+  if (LPT >= 4) {
+#pragma unroll
+    for (int q = 0; q < LPT / 4; q++) {
+      float4 a = __ldg((const float4 *)p + q);
+      xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
+    }
+  } else {
+    float2 a = __ldg((const float2 *)p);
+    xv[0] = a.x, xv[LPT - 1] = a.y;
+  }
+}
+
+/* at most 128 registers a thread (8 blocks of 64 per SM): the accumulators
+ * fit, and enough warps stay resident to cover the loads */
+template <class F, int LPT, bool vec, int TB>
+__global__ void __launch_bounds__(GEMV_BLOCK, 8)
+    gemm_k(F f, int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy,
+           const float *rowscale, int nvb) {
+  constexpr int G = LANES / LPT, U = gemm_unroll<F, TB>::v;
+  int vb = (int)(blockIdx.x % (unsigned)nvb);
+  long gt = (long)(blockIdx.x / (unsigned)nvb) * GEMV_BLOCK + threadIdx.x;
+  int r = (int)(gt / G), g = (int)(gt % G);
+  int t0 = vb * TB, nt = T - t0 < TB ? T - t0 : TB;
+  bool live = r < rows;
+  const float *X0 = X + (size_t)t0 * ldx;
+  float acc[TB][LPT];
+#pragma unroll
+  for (int t = 0; t < TB; t++)
+#pragma unroll
+    for (int j = 0; j < LPT; j++) acc[t][j] = 0.0f;
+  int nsteps = (cols + LANES - 1) / LANES;
+  if (live) {
+    if (vec) {
+      const float *xp[TB];
+#pragma unroll
+      for (int t = 0; t < TB; t++) xp[t] = X0 + (size_t)(t < nt ? t : nt - 1) * ldx + g * LPT;
+      typename F::raw v[U], vn[U];
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        if (u < nsteps) v[u] = f.load((size_t)r, cols, u, g);
+      for (int s0 = 0; s0 < nsteps; s0 += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+          if (s0 + U + u < nsteps) vn[u] = f.load((size_t)r, cols, s0 + U + u, g);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          if (s0 + u >= nsteps) break;
+          int c = (s0 + u) * LANES;
+          float w[LPT], xv[TB][LPT];
+          f.decode(v[u], w);
+#pragma unroll
+          for (int t = 0; t < TB; t++) load_x<LPT>(xp[t] + c, xv[t]);
+#pragma unroll
+          for (int t = 0; t < TB; t++)
+#pragma unroll
+            for (int j = 0; j < LPT; j++)
+              acc[t][j] = __fadd_rn(acc[t][j], __fmul_rn(w[j], xv[t][j]));
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) v[u] = vn[u];
+      }
+    } else {
+      for (int s = 0; s < nsteps; s++)
+#pragma unroll
+        for (int j = 0; j < LPT; j++) {
+          int c = s * LANES + g * LPT + j;
+          if (c >= cols) break; /* the columns past the end: their lanes stay +0 */
+          float w = f.one((size_t)r, cols, c);
+#pragma unroll
+          for (int t = 0; t < TB; t++) {
+            if (t >= nt) break;
+            acc[t][j] = __fadd_rn(acc[t][j], __fmul_rn(w, X0[(size_t)t * ldx + c]));
+          }
+        }
+    }
+  }
+  /* the GEMV's tree for each vector; every thread of the warp takes part in
+   * the shuffles, dead rows and skipped vectors included */
+#pragma unroll
+  for (int t = 0; t < TB; t++) {
+#pragma unroll
+    for (int w = LANES / 2; w >= LPT; w >>= 1)
+#pragma unroll
+      for (int j = 0; j < LPT; j++) {
+        float o = __shfl_down_sync(0xffffffffu, acc[t][j], w / LPT);
+        acc[t][j] = __fadd_rn(acc[t][j], o);
+      }
+#pragma unroll
+    for (int w = LPT / 2; w >= 1; w >>= 1)
+#pragma unroll
+      for (int j = 0; j < w; j++) acc[t][j] = __fadd_rn(acc[t][j], acc[t][j + w]);
+  }
+  if (live && g == 0)
+#pragma unroll
+    for (int t = 0; t < TB; t++) {
+      if (t >= nt) break;
+      Y[(size_t)(t0 + t) * ldy + r] = rowscale ? __fmul_rn(acc[t][0], rowscale[r]) : acc[t][0];
+    }
+}
+
+template <template <int> class F, int LPT, int TB>
+static void gemm_go(df_cuda *c, const wargs &a, int rows, int cols, const float *X, int T,
+                    size_t ldx, float *Y, size_t ldy, const float *rowscale, bool vec,
+                    long rblocks) {
+  F<LPT> f = a.template as<F<LPT>>();
+  int nvb = (T + TB - 1) / TB;
+  unsigned blocks = (unsigned)(rblocks * nvb);
+  if (vec)
+    gemm_k<F<LPT>, LPT, true, TB>
+        <<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy, rowscale, nvb);
+  else
+    gemm_k<F<LPT>, LPT, false, TB>
+        <<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy, rowscale, nvb);
+}
+
+/* The vector block: 32 accumulators a thread at most (8 x 8 spilled). */
+static constexpr int gemm_tb_max(int lpt) { return lpt >= 8 ? 4 : 8; }
+
+template <template <int> class F, int LPT>
+static void gemm_tb(df_cuda *c, const wargs &a, int rows, int cols, const float *X, int T,
+                    size_t ldx, float *Y, size_t ldy, const float *rowscale, bool vec,
+                    long rblocks) {
+  if (T <= 2) gemm_go<F, LPT, 2>(c, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec, rblocks);
+  else if (T <= 4) gemm_go<F, LPT, 4>(c, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec, rblocks);
+  else gemm_go<F, LPT, gemm_tb_max(LPT)>(c, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec,
+                                         rblocks);
+}
+
+/* T == 1 is the GEMV itself. The vector loads of x need every vector
+ * 16-byte aligned, hence ldx % 4 == 0 besides the GEMV's conditions. */
+template <template <int> class F>
+static int gemm_launch(df_cuda *c, const char *what, wargs a, int rows, int cols, const float *X,
+                       int T, size_t ldx, float *Y, size_t ldy, const float *rowscale,
+                       bool vec_ok, int lpt) {
+  if (T < 0 || (T > 1 && ldy < (size_t)(rows > 0 ? rows : 0))) {
+    snprintf(c->err, sizeof c->err, "%s: T %d with ldy %zu for %d rows", what, T, ldy, rows);
+    return -1;
+  }
+  if (rows <= 0 || T == 0) return 0;
+  if (T == 1) return gemv_launch<F>(c, what, a, rows, cols, X, Y, rowscale, vec_ok, lpt);
+  bool vec = vec_ok && cols % LANES == 0 && ((uintptr_t)X & 15) == 0 && ldx % 4 == 0;
+  long rblocks = ((long)(LANES / lpt) * rows + GEMV_BLOCK - 1) / GEMV_BLOCK;
+  int tb = T <= 2 ? 2 : T <= 4 ? 4 : gemm_tb_max(lpt);
+  if (rblocks * ((T + tb - 1) / tb) > 0x7fffffffL) {
+    snprintf(c->err, sizeof c->err, "%s: %d rows x %d vectors is too many blocks", what, rows, T);
+    return -1;
+  }
+  if (lpt == 2) gemm_tb<F, 2>(c, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec, rblocks);
+  else if (lpt == 4) gemm_tb<F, 4>(c, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec, rblocks);
+  else gemm_tb<F, 8>(c, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec, rblocks);
+  LAUNCHED(c, what);
+  return 0;
+}
+
+extern "C" int df_cuda_gemm_bf16(df_cuda *c, const uint16_t *W, int rows, int cols,
+                                 const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  wargs a = {W, NULL};
+  return gemm_launch<fmt_bf16>(c, "gemm bf16", a, rows, cols, X, T, ldx, Y, ldy, NULL,
+                               ((uintptr_t)W & 15) == 0, c->lpt[0]);
+}
+extern "C" int df_cuda_gemm_i8(df_cuda *c, const int8_t *W, const float *scale, int rows, int cols,
+                               const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  wargs a = {W, NULL};
+  return gemm_launch<fmt_i8>(c, "gemm int8", a, rows, cols, X, T, ldx, Y, ldy, scale,
+                             ((uintptr_t)W & 15) == 0, c->lpt[1]);
+}
+extern "C" int df_cuda_gemm_f32(df_cuda *c, const float *W, int rows, int cols, const float *X,
+                                int T, size_t ldx, float *Y, size_t ldy) {
+  wargs a = {W, NULL};
+  return gemm_launch<fmt_f32>(c, "gemm f32", a, rows, cols, X, T, ldx, Y, ldy, NULL,
+                              ((uintptr_t)W & 15) == 0, c->lpt[2]);
+}
+extern "C" int df_cuda_gemm_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales,
+                                  int rows, int cols, const float *X, int T, size_t ldx, float *Y,
+                                  size_t ldy) {
+  if (cols % 32) {
+    snprintf(c->err, sizeof c->err, "gemm mxfp4: cols %d is not a multiple of 32", cols);
+    return -1;
+  }
+  wargs a = {packed, scales};
+  return gemm_launch<fmt_mxfp4>(c, "gemm mxfp4", a, rows, cols, X, T, ldx, Y, ldy, NULL,
                                 ((uintptr_t)packed & 15) == 0, c->lpt[3]);
 }
 

@@ -35,6 +35,9 @@ void *df_cuda_alloc(df_cuda *c, size_t bytes);
 void df_cuda_free(df_cuda *c, void *dptr);
 int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t bytes);
 int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t bytes);
+/* The copy to the host queued, not waited for (dst page-locked, or the copy
+ * is not asynchronous); valid after df_cuda_sync. */
+int df_cuda_get_async(df_cuda *c, void *dst, const void *src, size_t bytes);
 int df_cuda_copy(df_cuda *c, void *dst, const void *src, size_t bytes); /* device to device */
 int df_cuda_sync(df_cuda *c);
 
@@ -52,13 +55,30 @@ int df_cuda_gemv_f32(df_cuda *c, const float *W, int rows, int cols, const float
 int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales, int rows, int cols,
                        const float *x, float *y);
 
+/* Y[t * ldy + r] = dot(W[r], X + t * ldx) for r < rows, t < T: the GEMVs
+ * above for T vectors (df_kern's gemm_* for rows [0, rows)), each (row,
+ * vector) bit for bit the GEMV of that vector, while one pass over the
+ * weights serves a block of vectors. T == 1 is the GEMV (ldx, ldy unused);
+ * otherwise ldy >= rows (the outputs may not overlap). Vector loads need W
+ * and X 16-byte aligned, cols % 16 == 0 and ldx % 4 == 0; otherwise the
+ * loads are element by element (slower, the same bits). Every pointer is
+ * device memory. */
+int df_cuda_gemm_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *X, int T,
+                      size_t ldx, float *Y, size_t ldy);
+int df_cuda_gemm_i8(df_cuda *c, const int8_t *W, const float *scale, int rows, int cols,
+                    const float *X, int T, size_t ldx, float *Y, size_t ldy);
+int df_cuda_gemm_f32(df_cuda *c, const float *W, int rows, int cols, const float *X, int T,
+                     size_t ldx, float *Y, size_t ldy);
+int df_cuda_gemm_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales, int rows,
+                       int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);
+
 /* The GEMVs' L2 prefetch of each row ahead of its loads (the
  * bench measures both; default off: it lost on the large shapes on the H200).
  * Changes speed only, never a result. */
 void df_cuda_set_prefetch(df_cuda *c, int on);
-/* The GEMVs' lanes per thread (8, 4 or 2 of a row's 16 lanes; default 8) for
- * fmt 0 bf16, 1 int8, 2 f32, 3 MXFP4: the bench measures each; results never
- * depend on it (the test runs every one). */
+/* The GEMVs' and GEMMs' lanes per thread (8, 4 or 2 of a row's 16 lanes;
+ * default 8) for fmt 0 bf16, 1 int8, 2 f32, 3 MXFP4: the bench measures
+ * each; results never depend on it (the test runs every one). */
 void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
 
 /* The vector functions of df_kern on n device floats: one block per vector. */

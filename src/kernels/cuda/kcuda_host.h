@@ -1,0 +1,16 @@
+/* Host-side CUDA helpers for kgpu.c, apart from kcuda.h's kernels: device
+ * memory figures for planning the weight tier, and page-locked host memory,
+ * without which a copy to the device waits for the stream's earlier work
+ * (a pageable copy synchronises first) and nothing overlaps. */
+#ifndef DF_KERNELS_CUDA_KCUDA_HOST_H
+#define DF_KERNELS_CUDA_KCUDA_HOST_H
+
+#include <stddef.h>
+
+/* Free and total bytes of device dev's memory; 0, or -1 on a CUDA error. */
+int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b);
+/* Page-locked host memory (NULL on failure) and its release. */
+void *df_cuda_host_alloc(size_t bytes);
+void df_cuda_host_free(void *p);
+
+#endif
