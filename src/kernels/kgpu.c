@@ -39,6 +39,8 @@ struct df_kgpu {
   df_kgpu_stats st;
 };
 
+static void note_error(df_kgpu *g, const char *why);
+
 static void *tier_alloc(void *ud, size_t n) { return df_cuda_alloc(((df_kgpu *)ud)->c, n); }
 static void tier_free(void *ud, void *p) { df_cuda_free(((df_kgpu *)ud)->c, p); }
 
@@ -109,7 +111,11 @@ static float *staging(df_kgpu *g, float **buf, size_t *cap, size_t n) {
   size_t want = n + n / 4;
   *buf = df_cuda_host_alloc(want);
   *cap = *buf ? want : 0;
-  if (!*buf) snprintf(g->st.last_error, sizeof g->st.last_error, "no page-locked memory for %zu bytes", want);
+  if (!*buf) {
+    char why[96];
+    snprintf(why, sizeof why, "no page-locked memory for %zu bytes", want);
+    note_error(g, why);
+  }
   return *buf;
 }
 
@@ -192,17 +198,16 @@ static int run(df_kgpu *g, gemm_fn fn, const void *dw, const void *ds, int rows,
 
 /* Counts a product the GPU did not take; after a CUDA error the context is
  * not trusted again (a sticky error fails every later call anyway). */
-static void note_error(df_kgpu *g) {
+static void note_error(df_kgpu *g, const char *why) {
   if (g->broken) return;
-  if (!g->st.last_error[0] || strcmp(df_cuda_error(g->c), ""))
-    snprintf(g->st.last_error, sizeof g->st.last_error, "%s", df_cuda_error(g->c));
+  snprintf(g->st.last_error, sizeof g->st.last_error, "%s", why ? why : df_cuda_error(g->c));
   df_log_warn("cuda:%d: %s; the layers' products run on the CPU from here on (same results)",
               g->dev, g->st.last_error);
   g->broken = 1;
 }
 static int fell_back(df_kgpu *g) {
   g->st.fallbacks++;
-  note_error(g);
+  note_error(g, NULL);
   pthread_mutex_unlock(&g->mu);
   return -1;
 }
@@ -289,7 +294,18 @@ int df_kgpu_experts_begin(df_kgpu *g, const df_kgpu_xshape *sh, int max_rows) {
 }
 
 float *df_kgpu_expert_in(df_kgpu *g, int n) {
-  if (g->broken || g->xrows + n > g->xcap_rows) return NULL;
+  if (g->broken) return NULL;
+  if (g->xrows + n > g->xcap_rows) {
+    /* the staging is the batch's: a CPU fallback's own products must not
+     * reuse it, so the context is given up rather than left half-used */
+    char why[128];
+    snprintf(why, sizeof why, "expert batch: %d rows past the %d planned (internal error)",
+             g->xrows + n, g->xcap_rows);
+    pthread_mutex_lock(&g->mu);
+    note_error(g, why);
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+  }
   return g->hx + (size_t)g->xrows * (size_t)g->xs.latent;
 }
 
@@ -297,12 +313,6 @@ int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row
   if (enter(g)) return -1;
   const df_kgpu_xshape *x = &g->xs;
   size_t Lt = (size_t)x->latent, Mi = (size_t)x->inter;
-  if (g->xrows + n > g->xcap_rows) {
-    snprintf(g->st.last_error, sizeof g->st.last_error,
-             "expert batch: %d rows queued past the %d planned (internal error)", g->xrows + n,
-             g->xcap_rows);
-    return fell_back(g);
-  }
   const uint8_t *d = df_dtier_get(g->tier, key);
   if (!d && (d = df_dtier_put(g->tier, key, x->bytes))) {
     double t0 = df_now();
@@ -338,7 +348,7 @@ const float *df_kgpu_experts_end(df_kgpu *g) {
   pthread_mutex_lock(&g->mu);
   const float *out = NULL;
   if (!g->broken) {
-    if (df_cuda_sync(g->c)) note_error(g);
+    if (df_cuda_sync(g->c)) note_error(g, NULL);
     else out = g->hy;
   }
   g->st.compute_s += df_now() - g->xt0;
