@@ -5,11 +5,12 @@
 # the VM with -DDF_CUDA=ON; the binaries travel with their shared libraries:
 #   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_CUDA=ON
 #   cmake --build build-gpu -j2
-#   mkdir -p out/gpu/lib && cp build-gpu/{deltafin,test_cuda_kernels} out/gpu/ &&
+#   mkdir -p out/gpu/lib && cp build-gpu/{deltafin,test_cuda_kernels,deltafin-cuda-bench} out/gpu/ &&
 #   ldd build-gpu/deltafin | awk '/=> \//{print $3}' | grep -v -E '/libc.so|/libm.so|/libresolv' |
 #     xargs -I{} cp -L {} out/gpu/lib/ && (cd out/gpu && tar cJf lib.tar.xz lib && rm -rf lib)
 # then `bash tools/device/gpu_forward_gpuhost.sh out/gpu` there with out/gpu
-# carried; results in $OUT/r.tgz (one file: a call brings back only a few). STEPS (default "test kern nano trunk") picks parts;
+# carried; results in $OUT/r.tgz (one file: a call brings back only a few).
+# STEPS (default "test kern gbench nano trunk") picks parts;
 # TRUNK_LAYERS (default 4) the k3-trunk's depth.
 set -u
 D=$(cd "${1:-out/gpu}" && pwd)
@@ -19,7 +20,7 @@ if [ ! -d "$L" ]; then L=/tmp/dfgpu-lib; mkdir -p $L && tar xJf "$D/lib.tar.xz" 
 export LD_LIBRARY_PATH=$L
 B=$D/deltafin
 R=$OUT/r; mkdir -p "$R"
-STEPS=${STEPS:-test kern nano trunk}
+STEPS=${STEPS:-test kern gbench nano trunk}
 ts() { echo "[$(date +%T)] $*" | tee -a "$R/log.txt"; }
 { nvidia-smi; lscpu | grep -E 'Model name|^CPU\(s\)'; free -g; df -h /tmp; } > "$R/machine.txt" 2>&1
 "$B" --version > "$R/version.txt" 2>&1
@@ -34,6 +35,9 @@ for s in $STEPS; do
     ts "gpu.test_cuda_kernels"
     { time timeout 120 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1
     tail -3 "$R/test_cuda_kernels.txt" ;;
+  gbench)
+    ts "deltafin-cuda-bench (GEMV and GEMM bandwidth)"
+    timeout 150 "$D/deltafin-cuda-bench" 200 > "$R/cuda_bench.json" 2> "$R/cuda_bench.err" ;;
   nano)
     ts "nano-K3 decode and prefill, cpu and cuda"
     P=$(seq -s, 100 227) # 128 positions
@@ -51,15 +55,17 @@ for s in $STEPS; do
       > "$R/trunk_make.txt" 2>&1
     ts "convert-spine"
     [ -d $W/t/spine-int8 ] || timeout 120 "$B" convert-spine --model $W/t --threads 16 -q >> "$R/trunk_make.txt" 2>&1
-    for spine in int8 bf16; do
+    for spine in ${TRUNK_SPINES:-int8 bf16}; do
       for dev in cpu cuda; do
         ts "trunk $spine $dev decode"
         timeout 120 "$B" run --model $W/t --spine $spine --prompt-ids 1,2,3 --max-new 6 --json --heat '' \
           --threads 16 --device $dev > "$R/trunk_${spine}_${dev}_decode.json" 2> "$R/trunk_${spine}_${dev}_decode.err"
-        ts "trunk $spine $dev prefill 64"
-        timeout 120 "$B" run --model $W/t --spine $spine --prompt-ids "$(seq -s, 1 64)" --max-new 1 --json \
-          --heat '' --threads 16 --device $dev > "$R/trunk_${spine}_${dev}_prefill64.json" \
-          2> "$R/trunk_${spine}_${dev}_prefill64.err"
+        for np in 64 512; do
+          ts "trunk $spine $dev prefill $np"
+          timeout 120 "$B" run --model $W/t --spine $spine --prompt-ids "$(seq -s, 1 $np)" --max-new 1 \
+            --json --heat '' --threads 16 --device $dev > "$R/trunk_${spine}_${dev}_prefill$np.json" \
+            2> "$R/trunk_${spine}_${dev}_prefill$np.err"
+        done
       done
     done ;;
   esac
