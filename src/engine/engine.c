@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,21 +210,29 @@ static json_t *device_json(df_engine *en) {
   json_t *o = json_object();
   json_object_set_new(o, "device", json_string(en->device));
   json_object_set_new(o, "name", json_string(g.device));
-  json_object_set_new(o, "mem_total", json_integer((json_int_t)g.mem_total));
-  json_object_set_new(o, "mem_free", json_integer((json_int_t)g.mem_free));
-  json_object_set_new(o, "tier_cap", json_integer((json_int_t)g.tier_cap));
-  json_object_set_new(o, "tier_bytes", json_integer((json_int_t)g.tier_bytes));
+  static const struct {
+    const char *key;
+    size_t off;
+  } u64[] = {{"mem_total", offsetof(df_kgpu_stats, mem_total)},
+             {"mem_free", offsetof(df_kgpu_stats, mem_free)},
+             {"tier_cap", offsetof(df_kgpu_stats, tier_cap)},
+             {"tier_bytes", offsetof(df_kgpu_stats, tier_bytes)},
+             {"tier_hits", offsetof(df_kgpu_stats, hits)},
+             {"tier_misses", offsetof(df_kgpu_stats, misses)},
+             {"tier_evictions", offsetof(df_kgpu_stats, evictions)},
+             {"tier_refused", offsetof(df_kgpu_stats, refused)},
+             {"products", offsetof(df_kgpu_stats, products)},
+             {"fallbacks", offsetof(df_kgpu_stats, fallbacks)},
+             {"h2d_bytes", offsetof(df_kgpu_stats, h2d_bytes)},
+             {"weight_h2d_bytes", offsetof(df_kgpu_stats, weight_h2d_bytes)},
+             {"d2h_bytes", offsetof(df_kgpu_stats, d2h_bytes)}};
+  for (size_t i = 0; i < sizeof u64 / sizeof u64[0]; i++) {
+    uint64_t v;
+    memcpy(&v, (const char *)&g + u64[i].off, sizeof v);
+    json_object_set_new(o, u64[i].key, json_integer((json_int_t)v));
+  }
   json_object_set_new(o, "tier_entries", json_integer(g.tier_entries));
-  json_object_set_new(o, "tier_hits", json_integer((json_int_t)g.hits));
-  json_object_set_new(o, "tier_misses", json_integer((json_int_t)g.misses));
-  json_object_set_new(o, "tier_evictions", json_integer((json_int_t)g.evictions));
-  json_object_set_new(o, "tier_refused", json_integer((json_int_t)g.refused));
-  json_object_set_new(o, "products", json_integer((json_int_t)g.products));
-  json_object_set_new(o, "fallbacks", json_integer((json_int_t)g.fallbacks));
-  json_object_set_new(o, "h2d_bytes", json_integer((json_int_t)g.h2d_bytes));
-  json_object_set_new(o, "weight_h2d_bytes", json_integer((json_int_t)g.weight_h2d_bytes));
   json_object_set_new(o, "weight_h2d_s", json_real(g.weight_h2d_s));
-  json_object_set_new(o, "d2h_bytes", json_integer((json_int_t)g.d2h_bytes));
   json_object_set_new(o, "compute_s", json_real(g.compute_s));
   json_object_set_new(o, "last_error", g.last_error[0] ? json_string(g.last_error) : json_null());
   return o;
