@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/util.h"
 #include "cli/cli.h"
 #include "dspark/dspark_make.h"
 #include "synth/synth.h"
@@ -41,6 +42,14 @@ void df_cmd_make_model_help(void) {
       "  --layers N        k3-trunk: layers (default 4); dspark: draft layers (default 2)\n"
       "  --target DIR      dspark: the target model whose dimensions the draft takes\n"
       "  --taps LIST       dspark: comma-separated 0-based target layers to tap\n"
+      "  --spine bf16|int8 bf16 (default): the spine as the release stores it; int8: the spine\n"
+      "                    matrices only as their row-int8 copy (the bytes convert-spine would\n"
+      "                    write) in DIR/spine-int8, their bf16 ranges left as holes (sparse:\n"
+      "                    no disk), every other tensor written; run it with --spine int8.\n"
+      "                    For a trunk whose bf16 spine does not fit (93 layers: 113 GB vs 56)\n"
+      "  --spine-dir DIR2  --spine int8: write the int8 copy to DIR2 (another file system);\n"
+      "                    run with --spine int8 --spine-dir DIR2\n"
+      "  --threads N       generating threads (default: all cores; the bytes do not depend on it)\n"
       "  --force           replace a model already in DIR\n"
       "  --dry-run         print the size and config, write nothing\n"
       "  -q, --quiet       no progress bar\n");
@@ -110,6 +119,17 @@ int df_cmd_make_model(int argc, char **argv) {
       if (df_cli_int(a, val, 1, 65536, &v)) return 1;
       o.experts = (int)v;
       i++;
+    } else if (!strcmp(a, "--spine") && val) {
+      if (strcmp(val, "bf16") && strcmp(val, "int8")) return df_cli_fail("--spine: '%s' is not bf16 or int8", val);
+      o.spine_int8 = !strcmp(val, "int8");
+      i++;
+    } else if (!strcmp(a, "--spine-dir") && val) {
+      o.spine_dir = val;
+      i++;
+    } else if (!strcmp(a, "--threads") && val) {
+      if (df_cli_int(a, val, 1, 4096, &v)) return 1;
+      o.threads = (int)v;
+      i++;
     } else if (!strcmp(a, "--target") && val) {
       target = val;
       i++;
@@ -126,30 +146,45 @@ int df_cmd_make_model(int argc, char **argv) {
     } else if (!strncmp(a, "--", 2) && !val &&
                (!strcmp(a, "--preset") || !strcmp(a, "--seed") || !strcmp(a, "--out") ||
                 !strcmp(a, "--moe-layers") || !strcmp(a, "--experts") || !strcmp(a, "--layers") ||
-                !strcmp(a, "--target") || !strcmp(a, "--taps"))) {
+                !strcmp(a, "--target") || !strcmp(a, "--taps") || !strcmp(a, "--spine") ||
+                !strcmp(a, "--spine-dir") || !strcmp(a, "--threads"))) {
       return df_cli_fail("%s needs a value", a);
     } else {
       return df_cli_fail("make-model: unknown argument '%s' (see deltafin make-model --help)", a);
     }
   }
   if (!o.preset) return df_cli_fail("make-model: --preset is required (tiny, small, k3-shaped, k3-trunk)");
-  if (!strcmp(o.preset, "dspark")) return make_dspark(&o, target, taps, ntaps, quiet);
+  if (o.spine_dir && !o.spine_int8) return df_cli_fail("make-model: --spine-dir goes with --spine int8");
+  if (!strcmp(o.preset, "dspark")) {
+    if (o.spine_int8) return df_cli_fail("make-model: --spine int8 applies to K3 presets, not dspark");
+    return make_dspark(&o, target, taps, ntaps, quiet);
+  }
   if (!o.out_dir && !dry) return df_cli_fail("make-model: --out DIR is required");
   df_err e = {{0}};
-  uint64_t bytes;
+  uint64_t model_bytes, int8_bytes;
   df_config c;
-  if (df_synth_config(&o, &c, &e) || df_synth_size(&o, &bytes, &e)) return df_cli_fail("%s", e.msg);
+  if (df_synth_config(&o, &c, &e) || df_synth_sizes(&o, &model_bytes, &int8_bytes, &e))
+    return df_cli_fail("%s", e.msg);
+  uint64_t bytes = model_bytes + int8_bytes;
   if (dry) {
     printf("preset %s seed %" PRIu64 ": %d layers (%d KDA, %d MLA), hidden %d, vocab %d, "
-           "%d experts top-%d per MoE layer, %.3f GB\n",
+           "%d experts top-%d per MoE layer, %.3f GB",
            o.preset, o.seed, c.n_layers, c.n_kda, c.n_mla, c.hidden, c.vocab, c.n_experts, c.top_k,
            (double)bytes / 1e9);
+    if (o.spine_int8)
+      printf(" (shards %.3f GB on disk, bf16 spine as holes; int8 spine %.3f GB)",
+             (double)model_bytes / 1e9, (double)int8_bytes / 1e9);
+    printf("\n");
     return 0;
   }
   if (bytes < (64ull << 20)) o.progress = 0; /* a bar for big presets only */
+  double t0 = df_now();
   if (df_synth_make_model(&o, &e)) return df_cli_fail("%s", e.msg);
+  double dt = df_now() - t0;
   if (!quiet)
-    fprintf(stderr, "deltafin: wrote %s (preset %s, seed %" PRIu64 ", %.3f GB)\n", o.out_dir, o.preset,
-          o.seed, (double)bytes / 1e9);
+    fprintf(stderr, "deltafin: wrote %s (preset %s, seed %" PRIu64 ", %.3f GB%s; %.1f s, %.2f GB/s)\n",
+            o.out_dir, o.preset, o.seed, (double)bytes / 1e9,
+            o.spine_int8 ? ", spine as row-int8 only, its bf16 ranges holes" : "", dt,
+            dt > 0 ? (double)bytes / 1e9 / dt : 0.0);
   return 0;
 }

@@ -59,7 +59,9 @@ static int spine_open(spine_src *ss, const char *model, const char *kind, const 
   memset(ss, 0, sizeof *ss);
   int rc = df_config_load_dir(&ss->cfg, model, e);
   if (rc || df_st_set_open(&ss->set, model, e)) return -1;
-  if (df_k3_load_from(&ss->m, &ss->set, &ss->cfg, !strcmp(kind, "int8"), model, dir, e)) return -1;
+  int int8 = !strcmp(kind, "int8");
+  if (df_k3_load_from(&ss->m, &ss->set, &ss->cfg, int8, model, dir, e))
+    return df_err_prefix(e, "pack --spine %s: ", kind);
   if (df_k3_spine_layout(ss->m, &ss->sp) < 1)
     return df_err_set(e, "pack --spine: %s has no spine unit that can stream", model);
   return 0;

@@ -80,6 +80,7 @@ typedef struct df_st_set {
   int ntensors;
   char **skipped; /* index shards absent from dir that hold only vision tensors */
   int nskipped;
+  char *index_metadata_json; /* the index's "metadata" object serialised, or NULL */
 } df_st_set;
 
 /* Opens dir/model.safetensors.index.json (weight_map: name -> shard) and every
@@ -122,5 +123,20 @@ int df_st_writer_write(df_st_writer *w, const void *data, size_t n, df_err *e);
 int df_st_writer_finish(df_st_writer *w, df_err *e);
 /* Abandons the write and removes the temporary file (also on error). */
 void df_st_writer_free(df_st_writer *w);
+
+/* Positional writing, for producers that fill one file from several threads
+ * (make-model): after begin, instead of df_st_writer_write, any thread may
+ * write any byte range of the tensor declared `tensor`-th (0-based), and a
+ * whole tensor may be left unwritten as a hole (it reads as zeros and takes
+ * no disk where the file system has sparse files; what may read it is the
+ * caller's to say, see make-model --spine int8). df_st_writer_finish then
+ * requires the bytes written plus the holes to equal the declared bytes,
+ * gives the file its full length (trailing holes included), fsyncs and
+ * renames as usual. A writer is written either this way or sequentially. */
+int df_st_writer_pwrite(df_st_writer *w, int tensor, uint64_t off, const void *data, size_t n,
+                        df_err *e);
+int df_st_writer_hole(df_st_writer *w, int tensor, df_err *e);
+/* After begin: the size the finished file will have. */
+uint64_t df_st_writer_file_size(const df_st_writer *w);
 
 #endif

@@ -131,6 +131,8 @@ int df_st_set_open(df_st_set *s, const char *dir, df_err *e) {
       goto fail;
     }
     if (set_index_files(s, wm, ipath, e) != 0) goto fail;
+    const json_t *meta = json_object_get(root, "metadata");
+    if (json_is_object(meta)) s->index_metadata_json = json_dumps(meta, JSON_COMPACT);
     /* Every index entry must be in the shard it names... */
     const char *key;
     json_t *v;
@@ -206,6 +208,7 @@ void df_st_set_close(df_st_set *s) {
   for (int i = 0; i < s->nfiles; i++) df_st_close(&s->files[i]);
   for (int i = 0; i < s->nskipped; i++) free(s->skipped[i]);
   free(s->skipped);
+  free(s->index_metadata_json);
   free(s->files);
   free(s->all);
   free(s->dir);

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,11 @@ struct df_st_writer {
   int cur;       /* tensor being written */
   uint64_t pos;  /* bytes of the data region written so far (incl. padding) */
   uint64_t data_end;
+  uint64_t data_start; /* file offset of the data region (8 + padded header) */
+  /* positional mode: threads write concurrently, so only these change */
+  atomic_int positional;
+  atomic_int pfailed;
+  _Atomic uint64_t pbytes; /* bytes written by pwrite plus the holes' */
 };
 
 df_st_writer *df_st_writer_new(const char *path) {
@@ -177,6 +183,7 @@ int df_st_writer_begin(df_st_writer *w, df_err *e) {
   }
   uint8_t lenb[8];
   for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)(padded >> (8 * i));
+  w->data_start = 8 + padded;
 
   w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd < 0) {
@@ -218,6 +225,8 @@ static int advance(df_st_writer *w) {
 int df_st_writer_write(df_st_writer *w, const void *data, size_t n, df_err *e) {
   if (w->state != WR_WRITING)
     return df_err_set(e, "%s: write outside begin/finish", w->path);
+  if (atomic_load(&w->positional))
+    return df_err_set(e, "%s: sequential write to a positionally written file", w->path);
   const uint8_t *p = data;
   while (n) {
     if (advance(w) != 0) {
@@ -242,20 +251,42 @@ int df_st_writer_write(df_st_writer *w, const void *data, size_t n, df_err *e) {
   return 0;
 }
 
+/* The positional counterpart of the checks below: the count cannot see an
+ * overlap, but a producer that forgot a tensor (or wrote one twice) is off. */
+static int finish_positional(df_st_writer *w, df_err *e) {
+  uint64_t want = 0;
+  for (int i = 0; i < w->n; i++) want += w->t[i].nbytes;
+  uint64_t got = atomic_load(&w->pbytes);
+  if (atomic_load(&w->pfailed) || got != want) {
+    w->state = WR_FAILED;
+    return df_err_set(e, "%s: %" PRIu64 " of %" PRIu64 " declared bytes written or left as holes",
+                      w->path, got, want);
+  }
+  /* the length makes every unwritten range (holes, padding) read as zeros */
+  if (ftruncate(w->fd, (off_t)(w->data_start + w->data_end)) != 0) {
+    w->state = WR_FAILED;
+    return df_err_errno(e, "setting the length of %s", w->tmp);
+  }
+  return 0;
+}
+
 int df_st_writer_finish(df_st_writer *w, df_err *e) {
   if (w->state != WR_WRITING) return df_err_set(e, "%s: finish without a successful begin", w->path);
-  if (advance(w) != 0) {
+  if (atomic_load(&w->positional)) {
+    if (finish_positional(w, e)) return -1;
+  } else if (advance(w) != 0) {
     w->state = WR_FAILED;
     return df_err_errno(e, "writing %s", w->tmp);
   }
-  if (w->cur < w->n) {
+  if (!atomic_load(&w->positional) && w->cur < w->n) {
     const wr_tensor *t = &w->t[w->cur];
     w->state = WR_FAILED;
     return df_err_set(e, "%s: tensor '%s' has %" PRIu64 " of %" PRIu64 " bytes written", w->path,
                       t->name, w->pos - t->begin, t->nbytes);
   }
   /* Trailing empty tensors may sit past the last byte written. */
-  if (w->pos < w->data_end && write_zeros(w->fd, w->data_end - w->pos) != 0) {
+  if (!atomic_load(&w->positional) && w->pos < w->data_end &&
+      write_zeros(w->fd, w->data_end - w->pos) != 0) {
     w->state = WR_FAILED;
     return df_err_errno(e, "writing %s", w->tmp);
   }
@@ -298,3 +329,53 @@ void df_st_writer_free(df_st_writer *w) {
   free(w->path);
   free(w);
 }
+
+/* ------------------------------------------------------- positional writes */
+
+static int positional_ok(df_st_writer *w, int tensor, df_err *e) {
+  if (w->state != WR_WRITING || w->pos > 0) {
+    atomic_store(&w->pfailed, 1);
+    return df_err_set(e, "%s: positional write outside begin/finish or after sequential writes",
+                      w->path);
+  }
+  if (tensor < 0 || tensor >= w->n) {
+    atomic_store(&w->pfailed, 1);
+    return df_err_set(e, "%s: no tensor #%d (%d declared)", w->path, tensor, w->n);
+  }
+  atomic_store(&w->positional, 1);
+  return 0;
+}
+
+int df_st_writer_pwrite(df_st_writer *w, int tensor, uint64_t off, const void *data, size_t n,
+                        df_err *e) {
+  if (positional_ok(w, tensor, e)) return -1;
+  const wr_tensor *t = &w->t[tensor];
+  if (off > t->nbytes || n > t->nbytes - off) {
+    atomic_store(&w->pfailed, 1);
+    return df_err_set(e, "%s: bytes [%" PRIu64 ", %" PRIu64 ") outside tensor '%s' (%" PRIu64
+                      " bytes)", w->path, off, off + n, t->name, t->nbytes);
+  }
+  const uint8_t *p = data;
+  uint64_t at = w->data_start + t->begin + off;
+  for (size_t left = n; left;) {
+    ssize_t r = pwrite(w->fd, p, left, (off_t)at);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      atomic_store(&w->pfailed, 1);
+      return df_err_errno(e, "writing %s (tensor '%s')", w->tmp, t->name);
+    }
+    p += r;
+    at += (uint64_t)r;
+    left -= (size_t)r;
+  }
+  atomic_fetch_add(&w->pbytes, (uint64_t)n);
+  return 0;
+}
+
+int df_st_writer_hole(df_st_writer *w, int tensor, df_err *e) {
+  if (positional_ok(w, tensor, e)) return -1;
+  atomic_fetch_add(&w->pbytes, w->t[tensor].nbytes);
+  return 0;
+}
+
+uint64_t df_st_writer_file_size(const df_st_writer *w) { return w->data_start + w->data_end; }

@@ -14,6 +14,7 @@
 #include "format/codec.h"
 #include "format/roster.h"
 #include "model/k3_int.h"
+#include "model/spine_int8.h"
 
 #define PFX "language_model.model."
 
@@ -382,6 +383,9 @@ int df_k3_load(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
 
 int df_k3_load_from(df_k3 **out, const df_st_set *set, const df_config *c, int int8,
                     const char *model_dir, const char *int8_dir, df_err *e) {
+  /* a model whose bf16 spine is holes (make-model --spine int8) is read
+   * only through its int8 copy: here, so no loader path can take its zeros */
+  if (df_k3_spine_holes_check(set, int8, "reading the bf16 spine", e)) return -1;
   df_k3 *m = df_xcalloc(1, sizeof *m);
   m->cfg = c;
   m->int8 = int8;

@@ -6,7 +6,9 @@
  * file is written through the safetensors writer (temporary name, rename),
  * so a file that exists is complete; its metadata records the source shard's
  * size so a changed source is converted again. The index is written last:
- * the engine loads the int8 spine only when the index exists. */
+ * the engine loads the int8 spine only when the index exists. The layout and
+ * the index are also make-model --spine int8's (spine_int8.h), which writes
+ * the same files straight from the generator. */
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include "base/util.h"
 #include "format/codec.h"
 #include "model/k3.h"
+#include "model/spine_int8.h"
 
 #define ROWS_PER_STEP 256
 
@@ -91,9 +94,8 @@ static void drop_pages(int fd, const df_tensor *t, uint64_t off, uint64_t len) {
   posix_fadvise(fd, (off_t)(t->offset + off), (off_t)len, POSIX_FADV_DONTNEED);
 }
 
-static int write_shard(const char *out, const char *src_name, uint64_t src_size, int src_fd,
-                       const df_tensor **ts, int n, df_pool *pool, df_progress *pr,
-                       uint64_t *done, df_err *e) {
+df_st_writer *df_k3_int8_file_new(const char *out, const char *src_name, uint64_t src_size,
+                                  const df_tensor *const *ts, int n, df_err *e) {
   df_st_writer *w = df_st_writer_new(out);
   df_st_writer_set_align(w, 64);
   char sz[32];
@@ -105,9 +107,66 @@ static int write_shard(const char *out, const char *src_name, uint64_t src_size,
   for (int i = 0; i < n; i++) {
     snprintf(sname, sizeof sname, "%s.scale", ts[i]->name);
     if (df_st_writer_declare(w, ts[i]->name, DF_DT_I8, 2, ts[i]->shape, e) ||
-        df_st_writer_declare(w, sname, DF_DT_F32, 1, ts[i]->shape, e))
-      goto fail;
+        df_st_writer_declare(w, sname, DF_DT_F32, 1, ts[i]->shape, e)) {
+      df_st_writer_free(w);
+      return NULL;
+    }
   }
+  return w;
+}
+
+void df_k3_int8_index_add(json_t *wm, const char *bn, const df_tensor *const *ts, int n) {
+  char sname[512];
+  for (int i = 0; i < n; i++) {
+    json_object_set_new(wm, ts[i]->name, json_string(bn));
+    snprintf(sname, sizeof sname, "%s.scale", ts[i]->name);
+    json_object_set_new(wm, sname, json_string(bn));
+  }
+}
+
+int df_k3_int8_index_write(const char *dir, json_t *wm, df_err *e) {
+  char *idx = df_path_join(dir, "model.safetensors.index.json");
+  json_t *root = json_object();
+  json_t *meta = json_object();
+  json_object_set_new(meta, "format", json_string("deltafin-spine-int8"));
+  json_object_set_new(root, "metadata", meta);
+  json_object_set(root, "weight_map", wm);
+  char *text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
+  json_decref(root);
+  int rc = df_file_write_atomic(idx, text, strlen(text), e);
+  free(text);
+  free(idx);
+  return rc;
+}
+
+int df_k3_spine_is_holes(const df_st_set *set) {
+  if (!set->index_metadata_json) return 0;
+  json_t *m = json_loads(set->index_metadata_json, 0, NULL);
+  const char *v = json_string_value(json_object_get(m, DF_K3_HOLES_KEY));
+  int holes = v && !strcmp(v, DF_K3_HOLES_VALUE);
+  json_decref(m);
+  return holes;
+}
+
+int df_k3_spine_holes_check(const df_st_set *set, int int8, const char *what, df_err *e) {
+  if (int8 || !df_k3_spine_is_holes(set)) return 0;
+  json_t *m = json_loads(set->index_metadata_json, 0, NULL);
+  const char *dir = json_string_value(json_object_get(m, DF_K3_HOLES_DIR_KEY));
+  df_err_set(e,
+             "%s: %s was written by `make-model --spine int8`: its bf16 spine matrices are "
+             "holes (no data, they read as zeros), only the row-int8 copy%s%s holds them; run "
+             "it with --spine int8%s%s",
+             what, set->dir, dir ? " in " : "", dir ? dir : "", dir ? " --spine-dir " : "",
+             dir ? dir : "");
+  json_decref(m);
+  return -1;
+}
+
+static int write_shard(const char *out, const char *src_name, uint64_t src_size, int src_fd,
+                       const df_tensor **ts, int n, df_pool *pool, df_progress *pr,
+                       uint64_t *done, df_err *e) {
+  df_st_writer *w = df_k3_int8_file_new(out, src_name, src_size, ts, n, e);
+  if (!w) return df_err_prefix(e, "%s: ", out);
   if (df_st_writer_begin(w, e)) goto fail;
   int nth = df_pool_size(pool);
   for (int i = 0; i < n; i++) {
@@ -145,6 +204,10 @@ int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threa
                            int progress, df_err *e) {
   df_st_set set;
   if (df_st_set_open(&set, model_dir, e)) return -1;
+  if (df_k3_spine_holes_check(&set, 0, "convert-spine", e)) {
+    df_st_set_close(&set);
+    return -1;
+  }
   char *dir = out_dir ? df_xstrdup(out_dir) : df_path_join(model_dir, DF_SPINE_INT8_DIR);
   char *idx = df_path_join(dir, "model.safetensors.index.json");
   int rc = -1;
@@ -175,12 +238,7 @@ int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threa
     if (!n) continue;
     const char *bn = base_name(sf->path);
     char *out = df_path_join(dir, bn);
-    for (int i = 0; i < n; i++) json_object_set_new(wm, ts[i]->name, json_string(bn));
-    char sname[512];
-    for (int i = 0; i < n; i++) {
-      snprintf(sname, sizeof sname, "%s.scale", ts[i]->name);
-      json_object_set_new(wm, sname, json_string(bn));
-    }
+    df_k3_int8_index_add(wm, bn, ts, n);
     if (!force && output_ok(out, sf->size, ts, n)) {
       df_log_debug("%s: up to date", out);
       done += bytes;
@@ -206,18 +264,7 @@ int df_k3_convert_spine_to(const char *model_dir, const char *out_dir, int threa
     }
   }
   if (pr) df_progress_end(pr);
-  {
-    json_t *root = json_object();
-    json_t *meta = json_object();
-    json_object_set_new(meta, "format", json_string("deltafin-spine-int8"));
-    json_object_set_new(root, "metadata", meta);
-    json_object_set(root, "weight_map", wm);
-    char *text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
-    json_decref(root);
-    int w = df_file_write_atomic(idx, text, strlen(text), e);
-    free(text);
-    if (w) goto out;
-  }
+  if (df_k3_int8_index_write(dir, wm, e)) goto out;
   rc = 0;
 out:
   json_decref(wm);

@@ -1,5 +1,6 @@
-/* Checkpoint generator: presets, the tensor plan, weight values and the
- * sharded safetensors output (see synth.h for the layout). */
+/* Checkpoint generator: presets, the tensor plan and the model directory
+ * (see synth.h for the layout); the weights' values and their parallel
+ * output are synth_gen.c's. */
 #include "synth/synth.h"
 
 #include <dirent.h>
@@ -10,13 +11,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "base/log.h"
 #include "base/util.h"
-#include "format/codec.h"
 #include "format/safetensors.h"
+#include "model/k3.h"
+#include "model/spine_int8.h"
+#include "synth/synth_int.h"
 
 /* ---------------- presets ---------------- */
 
@@ -117,36 +120,6 @@ int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e) {
 }
 
 /* ---------------- the tensor plan ---------------- */
-
-typedef enum gen_kind {
-  G_UNIFORM,   /* off + U(-a, a) */
-  G_ALOG,      /* first `used` entries off + U(-a, a), the rest zero */
-  G_MX_PACKED, /* a [rows, cols] matrix U(-a, a) quantised to MXFP4: the packed codes */
-  G_MX_SCALE,  /* ... and its scales (produced with the packed tensor just before) */
-  G_CODES,     /* random E2M1 code bytes */
-  G_SCALES,    /* random E8M0 scales in [118, 121] */
-} gen_kind;
-
-typedef struct tspec {
-  char name[160];
-  df_dtype dt;
-  int ndim;
-  int64_t shape[3];
-  gen_kind kind;
-  double a, off;
-  int used;
-  int group; /* tensors of one group stay in one shard, consecutively */
-  int shard;
-  uint64_t nelem, nbytes;
-} tspec;
-
-typedef struct plan {
-  tspec *t;
-  int n, cap;
-  int ngroups;
-  int nshards;
-  uint64_t total;
-} plan;
 
 #define P_LM "language_model."
 #define P_M "language_model.model."
@@ -310,127 +283,55 @@ static void plan_build(plan *p, const df_config *c, const preset *pr) {
   p->nshards = shard + 1;
 }
 
-static void shard_name(char *buf, size_t cap, int i, int n) {
-  snprintf(buf, cap, "model-%05d-of-%06d.safetensors", i + 1, n);
+/* --spine int8: the spine matrices the int8 copy replaces (the loader's
+ * rule, so a hole is exactly what a run with --spine int8 never reads). */
+static void mark_holes(plan *p) {
+  for (int i = 0; i < p->n; i++) {
+    tspec *t = &p->t[i];
+    df_tensor d = {.name = t->name, .dtype = t->dt, .ndim = t->ndim,
+                   .shape = {t->shape[0], t->shape[1], t->shape[2]}};
+    t->hole = df_k3_int8_eligible(&d);
+  }
 }
 
-int df_synth_size(const df_synth_opts *o, uint64_t *bytes, df_err *e) {
+static int plan_for(const df_synth_opts *o, df_config *c, plan *p, df_err *e) {
+  if (o->spine_int8 && !strcmp(o->preset ? o->preset : "", "dspark"))
+    return df_err_set(e, "--spine int8 applies to K3 presets, not dspark");
+  if (df_synth_config(o, c, e)) return -1;
+  plan_build(p, c, find_preset(o->preset));
+  if (o->spine_int8) mark_holes(p);
+  return 0;
+}
+
+/* headers: ~ name + 80 bytes of JSON per tensor; small files: < 1 MiB */
+static void plan_sizes(const plan *p, uint64_t *model, uint64_t *int8) {
+  *model = 1u << 20;
+  *int8 = 0;
+  for (int i = 0; i < p->n; i++) {
+    const tspec *t = &p->t[i];
+    uint64_t hdr = strlen(t->name) * 2 + 160;
+    *model += hdr + (t->hole ? 0 : t->nbytes);
+    /* I8 rows, F32 scales, each 64-byte aligned, both in the header */
+    if (t->hole) *int8 += 2 * hdr + t->nelem + 4 * (uint64_t)t->shape[0] + 128;
+  }
+  if (*int8) *int8 += 1u << 20; /* the index */
+}
+
+int df_synth_sizes(const df_synth_opts *o, uint64_t *model, uint64_t *int8, df_err *e) {
   df_config c;
-  if (df_synth_config(o, &c, e)) return -1;
   plan p;
-  plan_build(&p, &c, find_preset(o->preset));
-  /* headers: ~ name + 80 bytes of JSON per tensor; small files: < 1 MiB */
-  uint64_t hdr = 0;
-  for (int i = 0; i < p.n; i++) hdr += strlen(p.t[i].name) * 2 + 160;
-  *bytes = p.total + hdr + (1u << 20);
+  if (plan_for(o, &c, &p, e)) return -1;
+  plan_sizes(&p, model, int8);
   free(p.t);
   return 0;
 }
 
-/* ---------------- values ---------------- */
-
-#define CHUNK 65536
-
-typedef struct gen_ctx {
-  uint64_t seed;
-  uint8_t *pending_scales; /* produced by G_MX_PACKED for the next G_MX_SCALE */
-  uint64_t pending_n;
-  df_progress *prog;
-  uint64_t done;
-  df_st_writer *w;
-} gen_ctx;
-
-static int emit(gen_ctx *g, const void *buf, size_t n, df_err *e) {
-  if (df_st_writer_write(g->w, buf, n, e)) return -1;
-  g->done += n;
-  if (g->prog) df_progress_update(g->prog, g->done);
+int df_synth_size(const df_synth_opts *o, uint64_t *bytes, df_err *e) {
+  uint64_t m, i;
+  if (df_synth_sizes(o, &m, &i, e)) return -1;
+  *bytes = m + i;
   return 0;
 }
-
-static int gen_tensor(gen_ctx *g, const tspec *t, df_err *e) {
-  df_rng r;
-  df_rng_seed_named(&r, g->seed, t->name);
-  switch (t->kind) {
-    case G_UNIFORM:
-    case G_ALOG: {
-      const size_t es = df_dtype_size(t->dt);
-      uint8_t *buf = df_xmalloc(CHUNK * 4);
-      for (uint64_t i = 0; i < t->nelem;) {
-        size_t m = t->nelem - i < CHUNK ? (size_t)(t->nelem - i) : CHUNK;
-        for (size_t k = 0; k < m; k++) {
-          double v = t->off + df_rng_uniform(&r, t->a);
-          if (t->kind == G_ALOG && i + k >= (uint64_t)t->used) v = 0.0;
-          float f = (float)v;
-          if (t->dt == DF_DT_BF16) {
-            uint16_t h = df_f32_to_bf16(f);
-            memcpy(buf + 2 * k, &h, 2); /* little-endian hosts only (as the loader) */
-          } else {
-            memcpy(buf + 4 * k, &f, 4);
-          }
-        }
-        if (emit(g, buf, m * es, e)) {
-          free(buf);
-          return -1;
-        }
-        i += m;
-      }
-      free(buf);
-      return 0;
-    }
-    case G_MX_PACKED: {
-      const int rows = (int)t->shape[0], cols = (int)t->shape[1] * 2;
-      float *x = df_xmalloc((size_t)cols * sizeof *x);
-      uint8_t *pk = df_xmalloc((size_t)cols / 2);
-      free(g->pending_scales);
-      g->pending_n = (uint64_t)rows * (uint64_t)(cols / DF_MXFP4_GROUP);
-      g->pending_scales = df_xmalloc(g->pending_n);
-      int rc = 0;
-      for (int i = 0; i < rows && !rc; i++) {
-        for (int k = 0; k < cols; k++) x[k] = (float)df_rng_uniform(&r, t->a);
-        df_mxfp4_quant_row(x, cols, pk, g->pending_scales + (size_t)i * (size_t)(cols / DF_MXFP4_GROUP));
-        rc = emit(g, pk, (size_t)cols / 2, e);
-      }
-      free(x);
-      free(pk);
-      return rc;
-    }
-    case G_MX_SCALE: {
-      if (!g->pending_scales || g->pending_n != t->nbytes)
-        return df_err_set(e, "%s: internal error: scales do not follow their codes", t->name);
-      if (df_mxfp4_check_scales(g->pending_scales, g->pending_n, t->name, e)) return -1;
-      int rc = emit(g, g->pending_scales, g->pending_n, e);
-      free(g->pending_scales);
-      g->pending_scales = NULL;
-      return rc;
-    }
-    case G_CODES:
-    case G_SCALES: {
-      uint8_t *buf = df_xmalloc(CHUNK * 8);
-      for (uint64_t i = 0; i < t->nbytes;) {
-        size_t m = t->nbytes - i < CHUNK * 8 ? (size_t)(t->nbytes - i) : CHUNK * 8;
-        for (size_t k = 0; k < m; k += 8) {
-          uint64_t v = df_rng_next(&r);
-          for (size_t b = 0; b < 8 && k + b < m; b++) {
-            uint8_t byte = (uint8_t)(v >> (8 * b));
-            /* scales 2^-9 .. 2^-6: with K3's fan-ins (3072, 3584) the rows of
-             * w x have O(1) spread, as a trained expert's would */
-            buf[k + b] = t->kind == G_CODES ? byte : (uint8_t)(118 + (byte & 3));
-          }
-        }
-        if (emit(g, buf, m, e)) {
-          free(buf);
-          return -1;
-        }
-        i += m;
-      }
-      free(buf);
-      return 0;
-    }
-  }
-  return df_err_set(e, "%s: internal error: unknown generator", t->name);
-}
-
-/* ---------------- directory output ---------------- */
 
 static int write_json(const char *dir, const char *name, json_t *j, size_t flags, df_err *e) {
   char *s = json_dumps(j, flags | JSON_INDENT(2));
@@ -446,6 +347,9 @@ static int write_json(const char *dir, const char *name, json_t *j, size_t flags
   return rc;
 }
 
+/* Removes a previous model's files (completion markers first, so an
+ * interrupted rewrite never looks complete), and the completion marker of
+ * an int8 copy inside it, which would no longer match the new weights. */
 static int clear_old(const char *dir, int force, df_err *e) {
   char *cfg = df_path_join(dir, "config.json");
   char *idx = df_path_join(dir, "model.safetensors.index.json");
@@ -455,12 +359,14 @@ static int clear_old(const char *dir, int force, df_err *e) {
     free(idx);
     return df_err_set(e, "%s already holds a model (pass --force to replace it)", dir);
   }
-  /* the completion markers go first, so an interrupted rewrite never looks complete */
   unlink(cfg);
   unlink(idx);
   free(cfg);
   free(idx);
   if (!exists) return 0;
+  char *i8 = df_path_join(dir, DF_SPINE_INT8_DIR "/model.safetensors.index.json");
+  unlink(i8);
+  free(i8);
   DIR *d = opendir(dir);
   if (!d) return df_err_errno(e, "%s", dir);
   struct dirent *de;
@@ -476,119 +382,132 @@ static int clear_old(const char *dir, int force, df_err *e) {
   return 0;
 }
 
-int df_synth_make_model(const df_synth_opts *o, df_err *e) {
-  df_config c;
-  if (df_synth_config(o, &c, e)) return -1;
-  const preset *pr = find_preset(o->preset);
-  if (!o->out_dir || !*o->out_dir) return df_err_set(e, "no output directory (--out DIR)");
-  plan p;
-  plan_build(&p, &c, pr);
-  uint64_t need;
-  if (df_synth_size(o, &need, e)) {
-    free(p.t);
-    return -1;
-  }
-  /* Check space on the nearest existing ancestor, so a refusal leaves no empty folder. */
-  char *probe = df_xstrdup(o->out_dir);
-  struct statvfs vs;
-  int have_vs;
-  while ((have_vs = statvfs(probe, &vs) == 0) == 0) {
+/* The nearest existing ancestor of path (so a refusal leaves no empty folder). */
+static int probe_fs(const char *path, struct statvfs *vs, struct stat *st) {
+  char *probe = df_xstrdup(path);
+  int ok;
+  while (!(ok = statvfs(probe, vs) == 0 && stat(probe, st) == 0)) {
     char *slash = strrchr(probe, '/');
     if (!slash) {
       strcpy(probe, ".");
-      have_vs = statvfs(probe, &vs) == 0;
+      ok = statvfs(probe, vs) == 0 && stat(probe, st) == 0;
       break;
     }
     if (slash == probe) slash[1] = 0;
     else *slash = 0;
   }
   free(probe);
-  if (have_vs) {
-    uint64_t avail = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
-    uint64_t margin = 64ull << 20;
-    if (avail < need + margin) {
-      free(p.t);
-      /* MB below a GB: a tiny preset refused on a full or pseudo file system
-       * (/proc) must not read "needs 0.00 GB ... 0.00 GB free" */
-      double unit = need + margin < 1000000000ull ? 1e6 : 1e9;
-      const char *un = unit == 1e6 ? "MB" : "GB";
-      return df_err_set(e,
-                        "%s: preset %s needs %.2f %s but the file system has %.2f %s free; "
-                        "choose another --out or fewer --experts/--moe-layers",
-                        o->out_dir, pr->name, (double)need / unit, un, (double)avail / unit, un);
-    }
-  }
+  return ok;
+}
 
-  if (df_mkdir_p(o->out_dir, e) || clear_old(o->out_dir, o->force, e)) {
-    free(p.t);
-    return -1;
-  }
+static int space_refusal(const char *dir, const char *what, uint64_t need, uint64_t avail,
+                         const char *preset, df_err *e) {
+  /* MB below a GB: a tiny preset refused on a full or pseudo file system
+   * (/proc) must not read "needs 0.00 GB ... 0.00 GB free" */
+  double unit = need < 1000000000ull ? 1e6 : 1e9;
+  const char *un = unit == 1e6 ? "MB" : "GB";
+  return df_err_set(e,
+                    "%s: preset %s needs %.2f %s%s but the file system has %.2f %s free; "
+                    "choose another --out%s or fewer --experts/--moe-layers",
+                    dir, preset, (double)need / unit, un, what, (double)avail / unit, un,
+                    *what ? " / --spine-dir" : "");
+}
 
+/* Refuses when the model (and the int8 copy, on the same or another file
+ * system) would not fit. Holes take no space. */
+static int check_space(const df_synth_opts *o, const char *spine_dir, uint64_t model,
+                       uint64_t int8, df_err *e) {
+  const uint64_t margin = 64ull << 20;
+  struct statvfs vm, vi;
+  struct stat sm, si;
+  if (!probe_fs(o->out_dir, &vm, &sm)) return 0;
+  uint64_t am = (uint64_t)vm.f_bavail * (uint64_t)vm.f_frsize;
+  if (spine_dir && probe_fs(spine_dir, &vi, &si) && si.st_dev != sm.st_dev) {
+    uint64_t ai = (uint64_t)vi.f_bavail * (uint64_t)vi.f_frsize;
+    if (ai < int8 + margin)
+      return space_refusal(spine_dir, " for the int8 spine", int8 + margin, ai, o->preset, e);
+    int8 = 0;
+  }
+  if (am < model + int8 + margin)
+    return space_refusal(o->out_dir, spine_dir ? " with the int8 spine" : "",
+                         model + int8 + margin, am, o->preset, e);
+  return 0;
+}
+
+/* The index: the release's shape, plus, for --spine int8, the marker that
+ * keeps the holes from ever being read as weights (model/spine_int8.h). */
+static int write_index(const df_synth_opts *o, const char *spine_dir, const plan *p, json_t *wmap,
+                       df_err *e) {
+  json_t *idx = json_object();
+  json_t *meta = json_object();
+  json_object_set_new(meta, "total_size", json_integer((json_int_t)p->total));
+  if (spine_dir) {
+    json_object_set_new(meta, DF_K3_HOLES_KEY, json_string(DF_K3_HOLES_VALUE));
+    char *abs = o->spine_dir ? realpath(spine_dir, NULL) : NULL;
+    if (abs) json_object_set_new(meta, DF_K3_HOLES_DIR_KEY, json_string(abs));
+    free(abs);
+  }
+  json_object_set_new(idx, "metadata", meta);
+  json_object_set_new(idx, "weight_map", wmap);
+  return write_json(o->out_dir, "model.safetensors.index.json", idx, JSON_SORT_KEYS, e);
+}
+
+/* The int8 copy's folder: a previous copy there is replaced only with
+ * --force (checked before anything is created), its index (the completion
+ * marker) removed first. */
+static int spine_dir_step(const char *dir, int force, int create, df_err *e) {
+  char *idx = df_path_join(dir, "model.safetensors.index.json");
+  int exists = df_file_exists(idx);
+  int rc = 0;
+  if (exists && !force)
+    rc = df_err_set(e, "%s already holds an int8 spine (pass --force to replace it)", dir);
+  else if (create && exists && unlink(idx))
+    rc = df_err_errno(e, "%s", idx);
+  free(idx);
+  return rc || !create ? rc : df_mkdir_p(dir, e);
+}
+
+static int write_small_files(const df_synth_opts *o, const df_config *c, df_err *e) {
   df_synth_vocab voc;
   df_synth_vocab_build(&voc);
   int rc = df_synth_write_tokenizer(o->out_dir, &voc, e);
   df_synth_vocab_free(&voc);
-  if (rc) {
-    free(p.t);
-    return -1;
-  }
-
-  df_progress prog;
-  gen_ctx g = {.seed = o->seed, .prog = o->progress ? &prog : NULL};
-  if (o->progress) df_progress_begin(&prog, "make-model", p.total);
-  json_t *wmap = json_object();
-  char fname[64];
-  int i = 0;
-  for (int s = 0; s < p.nshards && !rc; s++) {
-    shard_name(fname, sizeof fname, s, p.nshards);
-    char *path = df_path_join(o->out_dir, fname);
-    g.w = df_st_writer_new(path);
-    free(path);
-    df_st_writer_set_metadata(g.w, "format", "pt");
-    int j = i;
-    while (j < p.n && p.t[j].shard == s) {
-      const tspec *t = &p.t[j];
-      if (df_st_writer_declare(g.w, t->name, t->dt, t->ndim, t->shape, e)) {
-        rc = -1;
-        break;
-      }
-      json_object_set_new(wmap, t->name, json_string(fname));
-      j++;
-    }
-    if (!rc) rc = df_st_writer_begin(g.w, e);
-    for (int k = i; k < j && !rc; k++) rc = gen_tensor(&g, &p.t[k], e);
-    if (!rc) rc = df_st_writer_finish(g.w, e);
-    if (rc) df_err_prefix(e, "writing %s: ", fname);
-    df_st_writer_free(g.w);
-    g.w = NULL;
-    i = j;
-  }
-  free(g.pending_scales);
-  if (o->progress) df_progress_end(&prog);
-  if (rc) {
-    json_decref(wmap);
-    free(p.t);
-    return -1;
-  }
-
+  if (rc) return -1;
   json_t *gen = json_object();
-  json_object_set_new(gen, "bos_token_id", json_integer(c.bos_id));
-  json_object_set_new(gen, "eos_token_id", json_integer(c.eos_id));
-  json_object_set_new(gen, "pad_token_id", json_integer(c.pad_id));
-  if (write_json(o->out_dir, "generation_config.json", gen, 0, e)) {
-    json_decref(wmap);
-    free(p.t);
-    return -1;
+  json_object_set_new(gen, "bos_token_id", json_integer(c->bos_id));
+  json_object_set_new(gen, "eos_token_id", json_integer(c->eos_id));
+  json_object_set_new(gen, "pad_token_id", json_integer(c->pad_id));
+  return write_json(o->out_dir, "generation_config.json", gen, 0, e);
+}
+
+int df_synth_make_model(const df_synth_opts *o, df_err *e) {
+  if (!o->out_dir || !*o->out_dir) return df_err_set(e, "no output directory (--out DIR)");
+  df_config c;
+  plan p;
+  if (plan_for(o, &c, &p, e)) return -1;
+  char *spine_dir = NULL;
+  if (o->spine_int8)
+    spine_dir = o->spine_dir ? df_xstrdup(o->spine_dir) : df_path_join(o->out_dir, DF_SPINE_INT8_DIR);
+  uint64_t need_model, need_int8;
+  plan_sizes(&p, &need_model, &need_int8);
+  int rc = check_space(o, spine_dir, need_model, need_int8, e);
+  if (!rc && spine_dir) rc = spine_dir_step(spine_dir, o->force, 0, e);
+  if (!rc) rc = df_mkdir_p(o->out_dir, e);
+  if (!rc) rc = clear_old(o->out_dir, o->force, e);
+  if (!rc && spine_dir) rc = spine_dir_step(spine_dir, o->force, 1, e);
+  if (!rc) rc = write_small_files(o, &c, e);
+  json_t *wmap = json_object();
+  if (!rc) {
+    synth_out so = {.out_dir = o->out_dir, .spine_dir = spine_dir, .seed = o->seed,
+                    .threads = o->threads, .progress = o->progress};
+    rc = synth_write_weights(&so, &p, wmap, e);
   }
-
-  json_t *idx = json_object();
-  json_t *meta = json_object();
-  json_object_set_new(meta, "total_size", json_integer((json_int_t)p.total));
-  json_object_set_new(idx, "metadata", meta);
-  json_object_set_new(idx, "weight_map", wmap);
+  /* config.json last: only a complete directory has one */
+  if (!rc) rc = write_index(o, spine_dir, &p, json_incref(wmap), e);
+  json_decref(wmap);
   free(p.t);
-  if (write_json(o->out_dir, "model.safetensors.index.json", idx, JSON_SORT_KEYS, e)) return -1;
-
+  free(spine_dir);
+  if (rc) return -1;
   char *cj = df_config_to_json(&c);
   if (!cj) return df_err_set(e, "config.json: could not serialise the config");
   char *path = df_path_join(o->out_dir, "config.json");

@@ -56,6 +56,16 @@ typedef struct df_synth_opts {
   int layers;          /* k3-trunk: layers (0 = default 4) */
   int force;           /* overwrite a directory that already holds a model */
   int progress;        /* draw a progress bar */
+  int threads;         /* generating threads (0 = every online CPU); the bytes never depend on it */
+  /* --spine int8: the spine matrices (model/k3.h's df_k3_int8_eligible) are
+   * written only as their row-int8 copy, byte for byte what convert-spine
+   * would make of the bf16 ones, into spine_dir (NULL = DIR/spine-int8); the
+   * bf16 shards keep their headers and every other tensor, the spine
+   * matrices left as holes, and the index marks the model so that nothing
+   * reads them (model/spine_int8.h). For a full-depth trunk whose bf16 spine
+   * (113 GB) does not fit where its int8 copy (56 GB) does. */
+  int spine_int8;
+  const char *spine_dir;
 } df_synth_opts;
 
 /* k3-trunk (synth_trunk.c): applies --layers/--experts and K3's vocabulary. */
@@ -68,8 +78,12 @@ extern const char *const df_synth_presets[];
  * tokenizer). */
 int df_synth_config(const df_synth_opts *o, df_config *c, df_err *e);
 
-/* Total bytes the model directory will take (tensor data + headers + small files). */
+/* Total bytes the model directory will take (tensor data + headers + small
+ * files; with spine_int8, the int8 copy included and the holes not). */
 int df_synth_size(const df_synth_opts *o, uint64_t *bytes, df_err *e);
+/* The same split: the model directory's files and the int8 copy (0 without
+ * spine_int8). */
+int df_synth_sizes(const df_synth_opts *o, uint64_t *model, uint64_t *int8, df_err *e);
 
 /* Writes the whole directory; every file via a temporary name + rename, and
  * config.json last, so a half-written directory never looks complete. Refuses

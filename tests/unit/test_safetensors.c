@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -253,6 +254,119 @@ static void test_writer_failures_leave_nothing(void **st) {
   assert_int_equal(count_entries(".tmp."), 0);
   assert_true(df_file_exists(p));
   unlink(p);
+  free(p);
+}
+
+/* ---- positional writes (make-model's parallel generator) ---- */
+
+typedef struct pw_arg {
+  df_st_writer *w;
+  const spec *s;
+  int tensor, part, parts;
+} pw_arg;
+
+/* One thread writes part `part` of `parts` of a tensor, last part first. */
+static void *pw_thread(void *arg) {
+  const pw_arg *a = arg;
+  uint64_t n = spec_bytes(a->s), b = n * (uint64_t)a->part / (uint64_t)a->parts,
+           end = n * (uint64_t)(a->part + 1) / (uint64_t)a->parts;
+  uint8_t *buf = df_xmalloc(end - b + 1);
+  for (uint64_t i = b; i < end; i++) buf[i - b] = pattern(a->s->name, i);
+  df_err e = {{0}};
+  int rc = df_st_writer_pwrite(a->w, a->tensor, b, buf, (size_t)(end - b), &e);
+  free(buf);
+  return rc ? (void *)1 : NULL;
+}
+
+static const spec pw_specs[] = {
+    {"a.w", DF_DT_BF16, 2, {300, 70}}, {"b.hole", DF_DT_BF16, 2, {4096, 8}},
+    {"c.f32", DF_DT_F32, 1, {1000}},  {"d.empty", DF_DT_U8, 1, {0}},
+    {"e.tail_hole", DF_DT_U8, 1, {20000}},
+};
+
+/* Declares pw_specs, begins, and returns the writer. */
+static df_st_writer *pw_begin(const char *p, uint64_t align) {
+  df_err e = {{0}};
+  df_st_writer *w = df_st_writer_new(p);
+  df_st_writer_set_align(w, align);
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(df_st_writer_declare(w, pw_specs[i].name, pw_specs[i].dt, pw_specs[i].ndim,
+                                          pw_specs[i].shape, &e), 0);
+  assert_int_equal(df_st_writer_begin(w, &e), 0);
+  return w;
+}
+
+static void test_writer_positional(void **st) {
+  (void)st;
+  char *p = path_in("pw.safetensors");
+  df_err e = {{0}};
+  for (uint64_t align = 1; align <= 64; align *= 64) {
+    df_st_writer *w = pw_begin(p, align);
+    /* a.w in 7 parts and c.f32 in 3, all at once from 10 threads */
+    pthread_t th[10];
+    pw_arg args[10];
+    for (int i = 0; i < 10; i++) {
+      int a = i < 7;
+      args[i] = (pw_arg){w, &pw_specs[a ? 0 : 2], a ? 0 : 2, a ? 6 - i : 9 - i, a ? 7 : 3};
+      assert_int_equal(pthread_create(&th[i], NULL, pw_thread, &args[i]), 0);
+    }
+    for (int i = 0; i < 10; i++) {
+      void *r;
+      pthread_join(th[i], &r);
+      assert_null(r);
+    }
+    assert_int_equal(df_st_writer_hole(w, 1, &e), 0);
+    assert_int_equal(df_st_writer_hole(w, 3, &e), 0);
+    assert_int_equal(df_st_writer_hole(w, 4, &e), 0);
+    uint8_t x = 0;
+    assert_int_equal(df_st_writer_write(w, &x, 1, &e), -1); /* never both ways */
+    uint64_t size = df_st_writer_file_size(w);
+    assert_int_equal(df_st_writer_finish(w, &e), 0);
+    df_st_writer_free(w);
+    assert_int_equal(count_entries(".tmp."), 0);
+
+    df_st_file f;
+    assert_int_equal(df_st_open(&f, p, &e), 0);
+    assert_int_equal(f.size, size); /* the trailing hole is part of the file */
+    for (int i = 0; i < 5; i++) {
+      const df_tensor *t = df_st_file_find(&f, pw_specs[i].name);
+      assert_non_null(t);
+      assert_int_equal(t->nbytes, spec_bytes(&pw_specs[i]));
+      const uint8_t *d = t->data;
+      int hole = i == 1 || i == 4;
+      for (uint64_t j = 0; j < t->nbytes; j++)
+        assert_int_equal(d[j], hole ? 0 : pattern(pw_specs[i].name, j));
+    }
+    df_st_close(&f);
+    unlink(p);
+  }
+
+  /* half of a.w never written: finish says how many bytes are in, no file is left */
+  df_st_writer *w = pw_begin(p, 1);
+  pw_arg half = {w, &pw_specs[0], 0, 0, 2};
+  assert_null(pw_thread(&half));
+  pw_arg c = {w, &pw_specs[2], 2, 0, 1};
+  assert_null(pw_thread(&c));
+  static const int holes[] = {1, 3, 4};
+  for (int i = 0; i < 3; i++) assert_int_equal(df_st_writer_hole(w, holes[i], &e), 0);
+  assert_int_equal(df_st_writer_finish(w, &e), -1);
+  assert_non_null(strstr(e.msg, "declared bytes"));
+  df_st_writer_free(w);
+  assert_int_equal(count_entries(".tmp."), 0);
+  assert_false(df_file_exists(p));
+
+  /* ranges outside a tensor, tensors never declared: refused, and the file fails */
+  w = pw_begin(p, 1);
+  uint8_t buf[64] = {0};
+  assert_int_equal(df_st_writer_pwrite(w, 2, 3990, buf, 11, &e), -1); /* past c.f32's end */
+  assert_non_null(strstr(e.msg, "c.f32"));
+  assert_int_equal(df_st_writer_pwrite(w, 5, 0, buf, 1, &e), -1);
+  assert_non_null(strstr(e.msg, "#5"));
+  assert_int_equal(df_st_writer_hole(w, -1, &e), -1);
+  assert_int_equal(df_st_writer_finish(w, &e), -1);
+  df_st_writer_free(w);
+  assert_int_equal(count_entries(".tmp."), 0);
+  assert_false(df_file_exists(p));
   free(p);
 }
 
@@ -649,6 +763,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_roundtrip_every_dtype, setup, teardown),
       cmocka_unit_test_setup_teardown(test_find_many, setup, teardown),
       cmocka_unit_test_setup_teardown(test_writer_failures_leave_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_writer_positional, setup, teardown),
       cmocka_unit_test(test_reject_lengths),
       cmocka_unit_test(test_reject_json),
       cmocka_unit_test(test_reject_entries),

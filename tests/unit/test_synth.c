@@ -2,7 +2,8 @@
  * expert record size for k3-shaped), option errors, and a generated tiny
  * directory read back through the project's own readers: safetensors set,
  * config parser, expert store contiguity, tokenizer (specials placed right
- * after the ranks, ordinary text round-trips). Byte-level determinism and the
+ * after the ranks, ordinary text round-trips), and the --spine int8 variant
+ * against it (the tensors kept byte-equal, the holes marked). Byte-level determinism and the
  * value recipe are checked independently in tools/reference/selfcheck.py. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,8 @@
 #include "format/codec.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "model/k3.h"
+#include "model/spine_int8.h"
 #include "store/store.h"
 #include "synth/synth.h"
 #include "tokenizer/tokenizer.h"
@@ -178,12 +181,59 @@ static void test_tokenizer(void **st) {
   df_tok_free(t);
 }
 
+/* --spine int8 (tiny, the setup's seed): every tensor the int8 copy does not
+ * replace has the normal model's bytes, every one it replaces reads as zeros
+ * and the index marks them so no bf16 reader takes them; the int8 copy's
+ * index lists exactly the replaced ones. */
+static void test_spine_int8(void **st) {
+  (void)st;
+  char *out = df_path_join(dir, "i8");
+  df_synth_opts o = {.preset = "tiny", .seed = 7, .out_dir = out, .spine_int8 = 1, .threads = 3};
+  df_err e = {{0}};
+  assert_int_equal(df_synth_make_model(&o, &e), 0);
+  df_st_set a, b, q;
+  assert_int_equal(df_st_set_open(&a, dir, &e), 0);
+  assert_int_equal(df_st_set_open(&b, out, &e), 0);
+  char *qdir = df_path_join(out, DF_SPINE_INT8_DIR);
+  assert_int_equal(df_st_set_open(&q, qdir, &e), 0);
+  assert_int_equal(a.ntensors, b.ntensors);
+  int holes = 0;
+  for (int i = 0; i < a.ntensors; i++) {
+    const df_tensor *x = a.all[i], *y = b.all[i];
+    assert_string_equal(x->name, y->name);
+    assert_int_equal(x->offset, y->offset);
+    assert_int_equal(x->nbytes, y->nbytes);
+    if (df_k3_int8_eligible(x)) {
+      holes++;
+      for (uint64_t k = 0; k < y->nbytes; k++) assert_int_equal(((const uint8_t *)y->data)[k], 0);
+      assert_non_null(df_st_set_find(&q, x->name));
+    } else {
+      assert_memory_equal(x->data, y->data, x->nbytes);
+      assert_null(df_st_set_find(&q, x->name));
+    }
+  }
+  assert_true(holes > 0);
+  assert_int_equal(q.ntensors, 2 * holes); /* each with its scales */
+  assert_false(df_k3_spine_is_holes(&a));
+  assert_true(df_k3_spine_is_holes(&b));
+  assert_int_equal(df_k3_spine_holes_check(&a, 0, "t", &e), 0);
+  assert_int_equal(df_k3_spine_holes_check(&b, 1, "t", &e), 0);
+  assert_int_equal(df_k3_spine_holes_check(&b, 0, "t", &e), -1);
+  assert_non_null(strstr(e.msg, "--spine int8"));
+  df_st_set_close(&a);
+  df_st_set_close(&b);
+  df_st_set_close(&q);
+  free(qdir);
+  free(out);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prng_known_answers),
       cmocka_unit_test(test_presets),
       cmocka_unit_test(test_reads_back),
       cmocka_unit_test(test_tokenizer),
+      cmocka_unit_test(test_spine_int8),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -63,7 +63,13 @@ class Checkpoint:
         idx = os.path.join(d, "model.safetensors.index.json")
         if os.path.exists(idx):
             with open(idx) as f:
-                files = sorted(set(json.load(f)["weight_map"].values()))
+                index = json.load(f)
+            # make-model --spine int8 leaves the bf16 spine as holes (zeros):
+            # the reference reads bf16, so it must never take such a model
+            if (index.get("metadata") or {}).get("deltafin_bf16_spine") == "holes":
+                raise ValueError(f"{d}: written by `make-model --spine int8`: its bf16 spine "
+                                 "matrices are holes, not weights; the reference needs the bf16 model")
+            files = sorted(set(index["weight_map"].values()))
         else:
             files = ["model.safetensors"]
         for fn in files:

@@ -1,0 +1,193 @@
+#!/bin/bash
+# Issue 21's first full-depth measurement on the GPU machine: a 93-layer
+# k3-trunk (every real dimension, 16 real-shape experts per MoE layer, the
+# row-int8 spine written directly by `make-model --spine int8`) generated
+# there, then decode (3 prompt ids, 4 new) and a 512-token prefill (1 new) on
+# its 16 CPU cores and with --device cuda, the ids compared across devices,
+# the model deleted. Every step is timestamped; the whole stays under
+# BUDGET seconds (default 530: 9 minutes less room to clean up).
+#
+# Where it goes: the int8 spine is 56.2 GB and the shards 25.9 GB (the routed
+# experts, 92 x 16 x 17.5 MB, plus routers and norms; the bf16 spine is holes,
+# no disk): 82 GB, more than the machine's 64 GiB disk. The shards go to the
+# disk (MODEL_DIR), so the experts are read from it as from a drive; the int8
+# spine to a tmpfs (SPINE_DIR: /dev/shm when it has room, else a tmpfs
+# mounted here, else the disk if it holds both): RAM that a run keeps the
+# spine resident in anyway (the plan holds every unit; --mem-limit). The
+# script checks the free space first and refuses with the numbers.
+#
+# Built on the VM with -DDF_CUDA=ON; the binary travels with its shared
+# libraries (as gpu_forward_gpuhost.sh):
+#   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_CUDA=ON
+#   cmake --build build-gpu -j2 --target deltafin
+#   mkdir -p out/fd/lib && cp build-gpu/deltafin out/fd/ &&
+#   ldd build-gpu/deltafin | awk '/=> \//{print $3}' | grep -v -E '/libc.so|/libm.so|/libresolv' |
+#     xargs -I{} cp -L {} out/fd/lib/ && (cd out/fd && tar cJf lib.tar.xz lib && rm -rf lib)
+# then `bash tools/device/fulldepth_gpuhost.sh out/fd` there with out/fd
+# carried. The prefill runs take the prompt as one chunk (--prefill-chunk
+# PREFILL), so each expert is read once for it. Results:
+# $OUT/{cpu,cuda}_{decode,prefill}.json (each run's --json), $OUT/summary.txt
+# (timings, ids, the comparison), $OUT/r.tgz (stderr of every step,
+# make-model's log, machine, df, meminfo). MODEL_DIR and the int8 dir must not
+# exist yet: the script deletes only what it made.
+# Knobs: LAYERS (93), EXPERTS (16), PREFILL (512), THREADS (nproc),
+# CACHE_MB (0: every pass reads its experts from the disk), MEM_LIMIT (100G),
+# MODEL_DIR ($HOME/dffull), SPINE_DIR, DROP_CACHES (1), STEPS (default
+# "gen cpu_decode cuda_decode cpu_prefill cuda_prefill"), KEEP=1 keeps the model.
+# Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
+# First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
+# 82.1 GB generated in 71 s; decode ids equal on both devices; the CUDA
+# prefill of 512 ran past its 283 s and the CPU prefill had no time left
+# (hence the equal shares below, added after it).
+set -u
+T0=$(date +%s)
+D=$(cd "${1:-out/fd}" && pwd)
+L=$D/lib
+if [ ! -d "$L" ]; then L=/tmp/dffd-lib; mkdir -p $L && tar xJf "$D/lib.tar.xz" -C $L --strip-components=1; fi
+export LD_LIBRARY_PATH=$L
+B=$D/deltafin
+OUT=${OUT:?OUT must name the results folder}
+R=$OUT/r; mkdir -p "$R"
+BUDGET=${BUDGET:-530}
+LAYERS=${LAYERS:-93}; EXPERTS=${EXPERTS:-16}; PREFILL=${PREFILL:-512}
+THREADS=${THREADS:-$(nproc)}; CACHE_MB=${CACHE_MB:-0}; MEM_LIMIT=${MEM_LIMIT:-100G}
+M=${MODEL_DIR:-$HOME/dffull}
+STEPS=${STEPS:-gen cpu_decode cuda_decode cpu_prefill cuda_prefill}
+S=""; MOUNTED=""
+ts() { echo "[$(date +%T) +$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log.txt"; }
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+avail() { # free bytes of the file system holding $1 (or its nearest existing parent)
+  local p=$1; while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+  df -B1 --output=avail "$p" | tail -1 | tr -d ' '; }
+fsid() { local p=$1; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; stat -f -c %i "$p"; df --output=target "$p" | tail -1; }
+OURS="" # what this script made, the only things it deletes
+cleanup() {
+  if [ "${KEEP:-0}" != 1 ]; then
+    [ -n "$OURS" ] && rm -rf $OURS && ts "model deleted ($OURS)"
+    [ -n "$MOUNTED" ] && umount "$MOUNTED" && rmdir "$MOUNTED"
+  fi
+  df -h / /dev/shm > "$R/df_end.txt" 2>&1
+  cp "$R/log.txt" "$OUT/summary.txt" 2>/dev/null
+  (cd "$OUT" && tar czf r.tgz r && rm -rf r)
+}
+trap cleanup EXIT
+
+{ nvidia-smi; lscpu | grep -E 'Model name|^CPU\(s\)|L3'; free -g; grep -E 'MemTotal|MemAvailable|Shmem' /proc/meminfo
+  df -hT / /tmp /dev/shm "$HOME"; mount | grep -E ' / | /dev/shm | /tmp '; uname -r; } > "$R/machine.txt" 2>&1
+"$B" --version > "$R/version.txt" 2>&1
+ts "budget ${BUDGET}s; $(grep MemAvailable /proc/meminfo | tr -s ' '); disk free $(( $(avail "$M") / 1000000000 )) GB," \
+   "/dev/shm free $(( $(avail /dev/shm) / 1000000000 )) GB"
+
+# ---- sizes and places (when generating; without gen, an earlier KEEP=1 model) ----
+place() {
+  "$B" make-model --preset k3-trunk --layers "$LAYERS" --experts "$EXPERTS" --spine int8 --dry-run > "$R/dry.txt" 2>&1 ||
+    { ts "make-model --dry-run failed: $(cat "$R/dry.txt")"; exit 1; }
+  NEED_M=$(sed -n 's/.*(shards \([0-9.]*\) GB.*/\1/p' "$R/dry.txt" | awk '{printf "%.0f", $1 * 1e9 + 1e9}')
+  NEED_S=$(sed -n 's/.*int8 spine \([0-9.]*\) GB).*/\1/p' "$R/dry.txt" | awk '{printf "%.0f", $1 * 1e9 + 1e9}')
+  [ -n "$NEED_M" ] && [ -n "$NEED_S" ] || { ts "cannot read the sizes from: $(cat "$R/dry.txt")"; exit 1; }
+  ts "$(cat "$R/dry.txt")"
+  if [ "$(avail "$M")" -lt "$NEED_M" ]; then
+    ts "REFUSED: the shards need $((NEED_M / 1000000000)) GB, $M has $(( $(avail "$M") / 1000000000 )) GB free"; exit 1
+  fi
+  # a tmpfs only where RAM holds the spine and leaves 16 GB to the runs
+  MEM=$(awk '/MemAvailable/{printf "%.0f", $2 * 1024}' /proc/meminfo)
+  RAM_OK=$([ "$MEM" -ge $((NEED_S + 16000000000)) ] && echo 1 || echo 0)
+  if [ -n "${SPINE_DIR:-}" ]; then S=$SPINE_DIR
+  elif [ "$RAM_OK" = 1 ] && [ "$(avail /dev/shm)" -ge "$NEED_S" ]; then S=/dev/shm/dffull-i8
+  elif [ "$RAM_OK" = 1 ] && [ "$(id -u)" = 0 ] && mkdir -p /mnt/dffull &&
+       mount -t tmpfs -o size=$(( NEED_S / 1000000000 + 2 ))G dffull /mnt/dffull; then
+    MOUNTED=/mnt/dffull; S=/mnt/dffull/i8
+  else S=$M-i8
+  fi
+  if [ "$(fsid "$S")" = "$(fsid "$M")" ]; then need=$((NEED_M + NEED_S)); else need=$NEED_S; fi
+  if [ "$(avail "$S")" -lt "$need" ]; then
+    ts "REFUSED: the int8 spine needs $((NEED_S / 1000000000)) GB in $S (with the shards when on one file system:" \
+       "$((need / 1000000000)) GB), it has $(( $(avail "$S") / 1000000000 )) GB free; set SPINE_DIR or MODEL_DIR"
+    S=""; exit 1
+  fi
+  for d in "$M" "$S"; do
+    [ ! -e "$d" ] || { ts "REFUSED: $d exists (remove it or set MODEL_DIR / SPINE_DIR)"; exit 1; }
+  done
+  ts "shards in $M ($(df --output=fstype "$(dirname "$M")" | tail -1)), int8 spine in $S ($(df --output=fstype "$(dirname "$S")" | tail -1))"
+}
+case " $STEPS " in
+*" gen "*) place ;;
+*) S=${SPINE_DIR:-/dev/shm/dffull-i8}
+   [ -e "$M/config.json" ] && [ -e "$S/model.safetensors.index.json" ] ||
+     { ts "REFUSED: no gen step and no model in $M with its int8 spine in $S (KEEP=1 keeps one)"; exit 1; }
+   ts "reusing $M, int8 spine in $S" ;;
+esac
+
+# ---- the runs ----
+# Each run gets an equal share of what is left, so one slow run (a prefill
+# on a path still being made fast) cannot starve the ones after it.
+RUNS_LEFT=$(echo "$STEPS" | tr ' ' '\n' | grep -c -E '_(decode|prefill)$')
+run() { # name device prompt-ids max-new [options]
+  local name=$1 dev=$2 ids=$3 n=$4 t=$(( ($(left) - 20) / RUNS_LEFT ))
+  RUNS_LEFT=$((RUNS_LEFT - 1))
+  shift 4
+  if [ "$t" -lt 30 ]; then ts "SKIPPED $name: ${t}s left"; return; fi
+  ts "$name: --device $dev, $(echo "$ids" | tr ',' '\n' | wc -l) prompt ids, --max-new $n $* (timeout ${t}s)"
+  timeout "$t" "$B" run --model "$M" --spine int8 --spine-dir "$S" --threads "$THREADS" --heat '' \
+    --cache-mb "$CACHE_MB" --mem-limit "$MEM_LIMIT" --prompt-ids "$ids" --max-new "$n" --json --stats \
+    --device "$dev" "$@" > "$OUT/$name.json" 2> "$R/$name.err"
+  local rc=$?
+  ts "$name: rc=$rc $(summarize "$OUT/$name.json" 2>/dev/null || tail -2 "$R/$name.err" | tr '\n' ' ')"
+}
+summarize() { # one run's figures on one line
+  python3 - "$1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d.get("stats", {})
+out = ["ids %s" % d.get("output_ids")]
+for k in ("prefill_s", "decode_s", "prefill_tok_s", "decode_tok_s", "spine_bytes_per_token",
+          "expert_bytes_read"):
+    if k in s:
+        out.append("%s=%.4g" % (k, s[k]))
+for dr in (s.get("store") or {}).get("drives") or []:
+    out.append("drive %s: %.0f MB in %d reads, %.0f MB/s busy" % (
+        dr.get("path"), dr.get("bytes", 0) / 1e6, dr.get("reads", 0), dr.get("mb_per_s_busy", 0)))
+parts = s.get("decode_compute")
+if isinstance(parts, dict):
+    out.append("decode ms per layer-token: " + " ".join(
+        "%s=%.3g" % (k, v.get("ms_each", 0)) for k, v in parts.items() if isinstance(v, dict)))
+if s.get("device"):
+    out.append("device " + json.dumps(s["device"], separators=(",", ":")))
+print("; ".join(out))
+EOF
+}
+ids_of() { sed -n 's/.*"output_ids": *\[\([^]]*\)\].*/\1/p' "$OUT/$1.json" 2>/dev/null | tr -d ' \n'; }
+P=$(seq -s, 1 "$PREFILL")
+for step in $STEPS; do
+  case $step in
+  gen)
+    ts "make-model --preset k3-trunk --layers $LAYERS --experts $EXPERTS --spine int8 --threads $THREADS"
+    OURS="$M $S"
+    timeout $(( $(left) - 60 )) "$B" make-model --preset k3-trunk --layers "$LAYERS" --experts "$EXPERTS" \
+      --spine int8 --spine-dir "$S" --out "$M" --threads "$THREADS" > "$R/make_model.txt" 2>&1
+    rc=$?
+    ts "make-model rc=$rc: $(tail -1 "$R/make_model.txt")"
+    du -sh "$M" "$S" > "$R/du.txt" 2>&1; du -sh --apparent-size "$M" >> "$R/du.txt" 2>&1
+    ts "on disk: $(tr '\t\n' '  ' < "$R/du.txt")"
+    [ "$rc" = 0 ] || exit 1
+    # frees the shards' 26 GB of page cache (the runs read experts with O_DIRECT anyway)
+    [ "${DROP_CACHES:-1}" = 1 ] && sync && echo 1 > /proc/sys/vm/drop_caches 2>/dev/null
+    ;;
+  cpu_decode) run cpu_decode cpu 1,2,3 4 ;;
+  cuda_decode) run cuda_decode cuda 1,2,3 4 ;;
+  cpu_prefill) run cpu_prefill cpu "$P" 1 --prefill-chunk "$PREFILL" ;;
+  cuda_prefill) run cuda_prefill cuda "$P" 1 --prefill-chunk "$PREFILL" ;;
+  esac
+done
+
+# exit 0: every pair equal; 1: a pair differs; 2: a pair could not be compared
+status=0
+for k in decode prefill; do
+  a=$(ids_of cpu_$k); b=$(ids_of cuda_$k)
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then ts "ids $k: EQUAL cpu = cuda = [$a]"
+  elif [ -n "$a" ] && [ -n "$b" ]; then ts "ids $k: DIFFER cpu [$a] cuda [$b]"; status=1
+  else ts "ids $k: not compared (cpu [$a], cuda [$b])"; [ "$status" = 1 ] || status=2
+  fi
+done
+ts "done"
+exit $status
