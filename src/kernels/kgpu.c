@@ -78,6 +78,7 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen) {
 
 void df_kgpu_close(df_kgpu *g) {
   if (!g) return;
+  df_cuda_use(g->dev);
   df_cuda_sync(g->c);
   df_dtier_free(g->tier);
   df_cuda_free(g->c, g->wbuf);
@@ -215,6 +216,8 @@ static int fell_back(df_kgpu *g) {
 /* Takes the lock; -1 (unlocked, counted) when the context is not usable. */
 static int enter(df_kgpu *g) {
   pthread_mutex_lock(&g->mu);
+  if (!g->broken && df_cuda_use(g->dev))
+    note_error(g, "cannot make the device current on this thread");
   if (!g->broken) return 0;
   g->st.fallbacks++;
   pthread_mutex_unlock(&g->mu);

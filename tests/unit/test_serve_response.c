@@ -293,13 +293,40 @@ static void test_metrics_histograms(void **st) {
   free(t);
 }
 
+/* --device cuda: the engine's "device" counters become deltafin_gpu_*
+ * series; on the CPU (device null) there are none. */
+static void test_metrics_gpu(void **st) {
+  (void)st;
+  df_serve_metrics m;
+  memset(&m, 0, sizeof m);
+  const char *js = "{\"expert_bytes_read\":5,\"store\":{},\"device\":{\"products\":1234,"
+                   "\"fallbacks\":0,\"tier_hits\":77,\"tier_misses\":3,\"tier_bytes\":4096,"
+                   "\"h2d_bytes\":9000,\"weight_h2d_s\":0.5,\"compute_s\":1.25,"
+                   "\"mem_free\":1000000}}";
+  char *t = df_serve_metrics_text(&m, js);
+  assert_non_null(strstr(t, "# TYPE deltafin_gpu_products_total counter\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_products_total 1234\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_fallbacks_total 0\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_tier_hits_total 77\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_tier_misses_total 3\n"));
+  assert_non_null(strstr(t, "# TYPE deltafin_gpu_tier_bytes gauge\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_tier_bytes 4096\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_compute_seconds_total 1.25"));
+  assert_non_null(strstr(t, "deltafin_gpu_memory_free_bytes 1000000\n"));
+  assert_non_null(strstr(t, "deltafin_expert_bytes_read_total 5\n"));
+  free(t);
+  t = df_serve_metrics_text(&m, "{\"store\":{},\"device\":null}");
+  assert_null(strstr(t, "deltafin_gpu_"));
+  free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_error_shape),       cmocka_unit_test(test_ids),
       cmocka_unit_test(test_chat_response),     cmocka_unit_test(test_text_response),
       cmocka_unit_test(test_chat_stream),       cmocka_unit_test(test_text_stream_and_error_frame),
       cmocka_unit_test(test_invalid_utf8_is_repaired), cmocka_unit_test(test_models_and_health),
-      cmocka_unit_test(test_metrics_histograms),
+      cmocka_unit_test(test_metrics_histograms), cmocka_unit_test(test_metrics_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,14 @@ extern "C" int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
   return 0;
 }
 
+extern "C" int df_cuda_use(int dev) {
+  if (cudaSetDevice(dev) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return 0;
+}
+
 extern "C" void *df_cuda_host_alloc(size_t bytes) {
   void *p = NULL;
   if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {

@@ -9,6 +9,10 @@
 
 /* Free and total bytes of device dev's memory; 0, or -1 on a CUDA error. */
 int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b);
+/* Makes dev the calling thread's current device (the runtime keeps one per
+ * thread: a server's generation thread is not the one that opened it);
+ * 0, or -1 on a CUDA error. */
+int df_cuda_use(int dev);
 /* Page-locked host memory (NULL on failure) and its release. */
 void *df_cuda_host_alloc(size_t bytes);
 void df_cuda_host_free(void *p);
