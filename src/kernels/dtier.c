@@ -1,5 +1,5 @@
 /* The device weight tier's bookkeeping (dtier.h): an open-addressed table
- * of keys and a doubly linked recency list through it. */
+ * of keys and a doubly linked recency list per class through it. */
 #include "kernels/dtier.h"
 
 #include <stdlib.h>
@@ -10,15 +10,16 @@ typedef struct ent {
   uint64_t key;
   void *p;
   size_t bytes;
-  int prev, next; /* recency list: prev is more recent; -1 ends */
+  int prev, next; /* its class's recency list: prev is more recent; -1 ends */
   int used;       /* 1 live, 2 a tombstone left by an eviction */
+  int cls;        /* df_dtier_class */
 } ent;
 
 struct df_dtier {
   df_dtier_mem mem;
   ent *e;
   int cap_slots, live, dead;
-  int head, tail; /* most and least recent */
+  int head[2], tail[2]; /* per class: most and least recent */
   df_dtier_stats st;
 };
 
@@ -34,7 +35,7 @@ df_dtier *df_dtier_new(uint64_t cap_bytes, df_dtier_mem mem) {
   t->mem = mem;
   t->cap_slots = 64;
   t->e = df_xcalloc((size_t)t->cap_slots, sizeof *t->e);
-  t->head = t->tail = -1;
+  t->head[0] = t->head[1] = t->tail[0] = t->tail[1] = -1;
   t->st.cap = cap_bytes;
   return t;
 }
@@ -59,17 +60,18 @@ static int find(const df_dtier *t, uint64_t key) {
 static void unlink_ent(df_dtier *t, int i) {
   ent *x = &t->e[i];
   if (x->prev >= 0) t->e[x->prev].next = x->next;
-  else t->head = x->next;
+  else t->head[x->cls] = x->next;
   if (x->next >= 0) t->e[x->next].prev = x->prev;
-  else t->tail = x->prev;
+  else t->tail[x->cls] = x->prev;
 }
 
 static void push_front(df_dtier *t, int i) {
+  int c = t->e[i].cls;
   t->e[i].prev = -1;
-  t->e[i].next = t->head;
-  if (t->head >= 0) t->e[t->head].prev = i;
-  t->head = i;
-  if (t->tail < 0) t->tail = i;
+  t->e[i].next = t->head[c];
+  if (t->head[c] >= 0) t->e[t->head[c]].prev = i;
+  t->head[c] = i;
+  if (t->tail[c] < 0) t->tail[c] = i;
 }
 
 void *df_dtier_get(df_dtier *t, uint64_t key) {
@@ -84,8 +86,9 @@ void *df_dtier_get(df_dtier *t, uint64_t key) {
   return t->e[i].p;
 }
 
+/* The least recent LRU entry out (KEEP entries never leave). */
 static void evict_tail(df_dtier *t) {
-  int i = t->tail;
+  int i = t->tail[DF_DTIER_LRU];
   unlink_ent(t, i);
   t->mem.free(t->mem.ud, t->e[i].p);
   t->st.bytes -= t->e[i].bytes;
@@ -101,35 +104,39 @@ static void rehash(df_dtier *t) {
   int ns = t->cap_slots;
   while (t->live * 2 >= ns) ns *= 2;
   ent *old = t->e;
-  int ohead = t->head;
+  int ohead[2] = {t->head[0], t->head[1]};
   t->e = df_xcalloc((size_t)ns, sizeof *t->e);
   t->cap_slots = ns;
   t->dead = 0;
-  t->head = t->tail = -1;
+  t->head[0] = t->head[1] = t->tail[0] = t->tail[1] = -1;
   /* re-insert from least to most recent so each push_front keeps the order */
-  int n = 0, *order = df_xmalloc(sizeof(int) * (size_t)(t->live ? t->live : 1));
-  for (int i = ohead; i >= 0; i = old[i].next) order[n++] = i;
-  for (int k = n - 1; k >= 0; k--) {
-    ent *o = &old[order[k]];
-    int m = ns - 1, j = (int)(mix(o->key) & (uint64_t)m);
-    while (t->e[j].used) j = (j + 1) & m;
-    t->e[j] = *o;
-    t->e[j].used = 1;
-    push_front(t, j);
+  int *order = df_xmalloc(sizeof(int) * (size_t)(t->live ? t->live : 1));
+  for (int c = 0; c < 2; c++) {
+    int n = 0;
+    for (int i = ohead[c]; i >= 0; i = old[i].next) order[n++] = i;
+    for (int k = n - 1; k >= 0; k--) {
+      ent *o = &old[order[k]];
+      int m = ns - 1, j = (int)(mix(o->key) & (uint64_t)m);
+      while (t->e[j].used) j = (j + 1) & m;
+      t->e[j] = *o;
+      t->e[j].used = 1;
+      push_front(t, j);
+    }
   }
   free(order);
   free(old);
 }
 
-void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes) {
-  if (bytes > t->st.cap) {
+void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls) {
+  /* what the KEEP entries leave is all an entry can ever have */
+  if (bytes > t->st.cap - t->st.keep_bytes) {
     t->st.refused++;
     return NULL;
   }
-  while (t->head >= 0 && t->st.bytes + bytes > t->st.cap) evict_tail(t);
+  while (t->st.bytes + bytes > t->st.cap && t->tail[DF_DTIER_LRU] >= 0) evict_tail(t);
   void *p;
   while (!(p = t->mem.alloc(t->mem.ud, bytes))) {
-    if (t->head < 0) {
+    if (t->tail[DF_DTIER_LRU] < 0) {
       t->st.refused++;
       return NULL;
     }
@@ -139,10 +146,11 @@ void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes) {
   int m = t->cap_slots - 1, j = (int)(mix(key) & (uint64_t)m);
   while (t->e[j].used == 1) j = (j + 1) & m;
   if (t->e[j].used == 2) t->dead--;
-  t->e[j] = (ent){.key = key, .p = p, .bytes = bytes, .used = 1};
+  t->e[j] = (ent){.key = key, .p = p, .bytes = bytes, .used = 1, .cls = cls};
   push_front(t, j);
   t->live++;
   t->st.bytes += bytes;
+  if (cls == DF_DTIER_KEEP) t->st.keep_bytes += bytes;
   return p;
 }
 

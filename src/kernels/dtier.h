@@ -1,15 +1,24 @@
 /* A device's weight tier: copies of weight matrices in device memory, keyed
  * by the matrix's identity (df_wmat.id, or an expert's key), within a byte
- * budget, least recently used first out.
+ * budget.
  *
  * Plain C over an allocator given by the caller, so the policy is tested on
  * the CPU (tests/unit/test_dtier.c) and used on the GPU (kgpu.c) unchanged.
  *
- * Policy (pinned by its test): a hit makes the entry the most recent; a new
- * entry evicts the least recent ones until it fits the budget; an entry
- * larger than the whole budget is refused (the caller then uses the bytes
- * without keeping them); an allocation that fails while entries remain
- * evicts the least recent one and is tried again. */
+ * Two classes, because a decode pass touches its matrices in the same cycle
+ * every token: the spine's (all of them, every token) and the routed
+ * experts' (a few of many). Under a plain LRU a cycle larger than the budget
+ * evicts each matrix just before it is needed again and nothing ever hits;
+ * so the spine's are KEEP entries, never evicted: once they fill the budget
+ * the rest of the spine is used without being kept, and the kept part hits
+ * every token. The experts' are LRU entries, evicted least recent first.
+ *
+ * Policy (pinned by its test): a hit makes the entry the most recent of its
+ * class; a new entry of either class evicts LRU entries, least recent first,
+ * until it fits, and is refused (the caller uses the bytes without keeping
+ * them) when it cannot fit without evicting a KEEP entry, or is larger than
+ * the budget; an allocation that fails evicts the least recent LRU entry
+ * and is tried again, and is refused when there is none. */
 #ifndef DF_KERNELS_DTIER_H
 #define DF_KERNELS_DTIER_H
 
@@ -17,6 +26,8 @@
 #include <stdint.h>
 
 typedef struct df_dtier df_dtier;
+
+typedef enum { DF_DTIER_KEEP = 0, DF_DTIER_LRU = 1 } df_dtier_class;
 
 typedef struct df_dtier_mem {
   void *(*alloc)(void *ud, size_t bytes); /* NULL when out of memory */
@@ -26,18 +37,19 @@ typedef struct df_dtier_mem {
 
 typedef struct df_dtier_stats {
   uint64_t hits, misses, evictions, refused;
-  uint64_t bytes, cap;
+  uint64_t bytes, cap, keep_bytes;
   int entries;
 } df_dtier_stats;
 
 df_dtier *df_dtier_new(uint64_t cap_bytes, df_dtier_mem mem);
 /* Frees every entry through the allocator. */
 void df_dtier_free(df_dtier *t);
-/* The entry's memory (a hit: now the most recent), or NULL (a miss). */
+/* The entry's memory (a hit: now the most recent of its class), or NULL (a
+ * miss). */
 void *df_dtier_get(df_dtier *t, uint64_t key);
 /* A new entry of `bytes` for key (which must not be present); its memory,
- * for the caller to fill, or NULL (larger than the budget, or no memory). */
-void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes);
+ * for the caller to fill, or NULL (refused: see the policy above). */
+void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls);
 void df_dtier_stats_get(const df_dtier *t, df_dtier_stats *st);
 
 #endif

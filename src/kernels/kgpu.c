@@ -123,15 +123,16 @@ static float *staging(df_kgpu *g, float **buf, size_t *cap, size_t n) {
 static size_t up_align(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 /* The device copy of a matrix of two parts (weights, then scales or
- * nothing): from the tier, else copied into it, else into the per-use
- * buffer. NULL on a CUDA error (the context is then not used again, so a
- * tier entry left half-filled is never read). */
-static uint8_t *weights(df_kgpu *g, uint64_t id, const void *a, size_t na, const void *b,
-                        size_t nb) {
+ * nothing): from the tier, else copied into it (as cls: the spine's KEEP,
+ * the experts' LRU, dtier.h), else into the per-use buffer. NULL on a CUDA
+ * error (the context is then not used again, so a tier entry left
+ * half-filled is never read). */
+static uint8_t *weights(df_kgpu *g, uint64_t id, df_dtier_class cls, const void *a, size_t na,
+                        const void *b, size_t nb) {
   size_t n = up_align(na) + nb;
   uint8_t *d = id ? df_dtier_get(g->tier, id) : NULL;
   if (d) return d;
-  d = id ? df_dtier_put(g->tier, id, n) : NULL;
+  d = id ? df_dtier_put(g->tier, id, n, cls) : NULL;
   if (!d) d = scratch(g, &g->wbuf, &g->wcap, n);
   if (!d) return NULL;
   double t0 = df_now();
@@ -235,15 +236,15 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
   size_t off, soff = 0;
   switch (W->kind) {
   case DF_W_BF16:
-    dw = weights(g, W->id, W->w, rc * 2, NULL, 0);
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 2, NULL, 0);
     fn = gm_bf16, off = (size_t)r0 * W->cols * 2;
     break;
   case DF_W_I8:
-    dw = weights(g, W->id, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
     fn = gm_i8, off = (size_t)r0 * W->cols, soff = up_align(rc) + (size_t)r0 * sizeof(float);
     break;
   default:
-    dw = weights(g, W->id, W->w, rc * 4, NULL, 0);
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 4, NULL, 0);
     fn = gm_f32, off = (size_t)r0 * W->cols * 4;
     break;
   }
@@ -259,7 +260,7 @@ int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8
   if (rows <= 0 || T <= 0) return 0;
   if (enter(g)) return -1;
   size_t np = (size_t)rows * (size_t)(cols / 2), ns = (size_t)rows * (size_t)(cols / 32);
-  const uint8_t *dw = weights(g, id, packed, np, scales, ns);
+  const uint8_t *dw = weights(g, id, DF_DTIER_LRU, packed, np, scales, ns);
   if (!dw) return fell_back(g);
   if (run(g, gm_mxfp4, dw, dw + up_align(np), rows, cols, X, T, ldx, Y, ldy)) return fell_back(g);
   pthread_mutex_unlock(&g->mu);
@@ -316,19 +317,11 @@ int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row
   if (enter(g)) return -1;
   const df_kgpu_xshape *x = &g->xs;
   size_t Lt = (size_t)x->latent, Mi = (size_t)x->inter;
-  const uint8_t *d = df_dtier_get(g->tier, key);
-  if (!d && (d = df_dtier_put(g->tier, key, x->bytes))) {
-    double t0 = df_now();
-    if (df_cuda_put(g->c, (void *)d, rec, x->bytes)) return fell_back(g);
-    g->st.weight_h2d_s += df_now() - t0;
-    g->st.weight_h2d_bytes += x->bytes;
-    g->st.h2d_bytes += x->bytes;
-  }
-  if (!d) {
-    /* larger than the whole tier: the per-use buffer, after the queued
-     * experts that read it are done */
-    if (!(d = weights(g, 0, rec, x->bytes, NULL, 0))) return fell_back(g);
-  }
+  /* the record as one entry; refused by the tier, it goes through the
+   * per-use buffer, which the stream's order keeps from being overwritten
+   * before the experts queued on it have read it */
+  const uint8_t *d = weights(g, key, DF_DTIER_LRU, rec, x->bytes, NULL, 0);
+  if (!d) return fell_back(g);
   size_t r0 = (size_t)g->xrows;
   float *dx = (float *)g->xbuf + r0 * Lt, *dy = (float *)g->ybuf + r0 * Lt;
   size_t nb = (size_t)n * Lt * sizeof(float);
@@ -367,6 +360,7 @@ void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   df_dtier_stats_get(g->tier, &ts);
   g->st.tier_cap = ts.cap;
   g->st.tier_bytes = ts.bytes;
+  g->st.tier_keep_bytes = ts.keep_bytes;
   g->st.tier_entries = ts.entries;
   g->st.hits = ts.hits;
   g->st.misses = ts.misses;

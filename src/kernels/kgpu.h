@@ -1,7 +1,8 @@
 /* --device cuda: the matrix products of the fp32 drivers (df_mm*, kernels.h)
  * on a CUDA device, with the weights kept in device memory between passes
- * (the weight tier, dtier.h: spine matrices by df_wmat.id, routed experts by
- * their key, above the RAM cache).
+ * (the weight tier, dtier.h: spine matrices by df_wmat.id, kept; routed
+ * experts by their key, least recent out: an expert tier above the RAM
+ * cache).
  *
  * Exactness: the GPU kernels compute the scalar reference's bits
  * (kcuda.h), so a product gives the same floats on either side, and a
@@ -25,7 +26,7 @@ typedef struct df_kgpu df_kgpu;
 typedef struct df_kgpu_stats {
   char device[160];         /* "NVIDIA H200 (sm_90, 139.8 GiB)" */
   uint64_t mem_total, mem_free; /* the device's, when last read */
-  uint64_t tier_cap, tier_bytes;
+  uint64_t tier_cap, tier_bytes, tier_keep_bytes; /* keep: the spine's, never evicted (dtier.h) */
   int tier_entries;
   uint64_t hits, misses, evictions, refused; /* the weight tier's */
   uint64_t products;        /* matrix products run on the GPU */

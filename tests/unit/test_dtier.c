@@ -1,10 +1,12 @@
 /* The device weight tier's policy (kernels/dtier.c), on a host allocator
  * that counts and can be told to fail: least recently used out first, a hit
  * refreshes, an entry over the budget is refused, a failed allocation
- * evicts and retries; and, against a reference model (a plain array kept in
- * recency order) over a long random sequence, the same entries present
- * after every step, so a change of the policy or a hash-table slip (lost
- * key, stale tombstone) shows. */
+ * evicts and retries; KEEP entries are never evicted, so a cycle of spine
+ * matrices larger than the budget keeps hitting on its kept part where an
+ * LRU would never hit; and, against a reference model (plain arrays kept
+ * in recency order) over a long random sequence of both classes, the same
+ * entries present after every step, so a change of the policy or a
+ * hash-table slip (lost key, stale tombstone) shows. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,17 +46,17 @@ static void test_lru_order(void **st) {
   (void)st;
   heap h;
   df_dtier *t = mk(&h, 300);
-  assert_non_null(df_dtier_put(t, 1, 100));
-  assert_non_null(df_dtier_put(t, 2, 100));
-  assert_non_null(df_dtier_put(t, 3, 100));
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 3, 100, DF_DTIER_LRU));
   assert_non_null(df_dtier_get(t, 1)); /* 1 is now the most recent: 2 goes first */
-  assert_non_null(df_dtier_put(t, 4, 100));
+  assert_non_null(df_dtier_put(t, 4, 100, DF_DTIER_LRU));
   assert_null(df_dtier_get(t, 2));
   assert_non_null(df_dtier_get(t, 1));
   assert_non_null(df_dtier_get(t, 3));
   assert_non_null(df_dtier_get(t, 4));
   /* a 200-byte entry needs two evictions: 1 (least recent now), then 3 */
-  assert_non_null(df_dtier_put(t, 5, 200));
+  assert_non_null(df_dtier_put(t, 5, 200, DF_DTIER_LRU));
   assert_null(df_dtier_get(t, 1));
   assert_null(df_dtier_get(t, 3));
   assert_non_null(df_dtier_get(t, 4));
@@ -74,17 +76,17 @@ static void test_refuse_and_alloc_failure(void **st) {
   (void)st;
   heap h;
   df_dtier *t = mk(&h, 300);
-  assert_null(df_dtier_put(t, 9, 301)); /* over the whole budget: refused, nothing evicted */
-  assert_non_null(df_dtier_put(t, 1, 100));
-  assert_non_null(df_dtier_put(t, 2, 100));
+  assert_null(df_dtier_put(t, 9, 301, DF_DTIER_LRU)); /* over the whole budget: refused, nothing evicted */
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_LRU));
   h.fail_after = 0; /* the device is out of memory although the budget is not */
-  assert_null(df_dtier_put(t, 3, 50));
+  assert_null(df_dtier_put(t, 3, 50, DF_DTIER_LRU));
   assert_null(df_dtier_get(t, 1)); /* both evicted trying */
   assert_null(df_dtier_get(t, 2));
   h.fail_after = 1;                /* one more succeeds, then memory runs out */
-  assert_non_null(df_dtier_put(t, 4, 10));
+  assert_non_null(df_dtier_put(t, 4, 10, DF_DTIER_LRU));
   /* fails with 4 present: 4 is evicted, the retry fails too: refused */
-  assert_null(df_dtier_put(t, 5, 10));
+  assert_null(df_dtier_put(t, 5, 10, DF_DTIER_LRU));
   df_dtier_stats s;
   df_dtier_stats_get(t, &s);
   assert_int_equal(s.refused, 3);
@@ -93,12 +95,58 @@ static void test_refuse_and_alloc_failure(void **st) {
   df_dtier_free(t);
 }
 
-/* The reference: keys in recency order (most recent first) with sizes. */
+/* KEEP: never evicted; an entry that would need a KEEP entry's room is
+ * refused; LRU entries make room for KEEP ones. A cyclic pass over 10
+ * spine matrices with room for 4: the first 4 kept and hit on every later
+ * pass (a plain LRU would miss all 10 every time). */
+static void test_keep(void **st) {
+  (void)st;
+  heap h;
+  df_dtier *t = mk(&h, 400);
+  assert_non_null(df_dtier_put(t, 100, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 101, 100, DF_DTIER_LRU));
+  for (int pass = 0; pass < 3; pass++)
+    for (uint64_t k = 1; k <= 10; k++) {
+      void *p = df_dtier_get(t, k);
+      if (pass > 0) assert_true((p != NULL) == (k <= 4));
+      if (!p) {
+        void *q = df_dtier_put(t, k, 100, DF_DTIER_KEEP);
+        assert_true((q != NULL) == (pass == 0 && k <= 4));
+      }
+    }
+  assert_null(df_dtier_get(t, 100)); /* the LRU entries made room for KEEP ones */
+  assert_null(df_dtier_get(t, 101));
+  assert_null(df_dtier_put(t, 102, 1, DF_DTIER_LRU)); /* the KEEP entries fill it */
+  df_dtier_stats s;
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.keep_bytes, 400);
+  assert_int_equal(s.bytes, 400);
+  assert_int_equal(s.evictions, 2);
+  assert_int_equal(s.hits, 8);
+  assert_int_equal(h.live, 4);
+  df_dtier_free(t);
+  assert_int_equal(h.live, 0);
+
+  /* a failed allocation evicts LRU entries only, then refuses */
+  t = mk(&h, 1000);
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_KEEP));
+  assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_LRU));
+  h.fail_after = 0;
+  assert_null(df_dtier_put(t, 3, 100, DF_DTIER_KEEP));
+  assert_null(df_dtier_get(t, 2));
+  assert_non_null(df_dtier_get(t, 1));
+  df_dtier_free(t);
+  assert_int_equal(h.live, 0);
+}
+
+/* The reference: keys in recency order (most recent first) with sizes and
+ * classes; eviction takes the last LRU one. */
 typedef struct ref {
   uint64_t key[4096];
   size_t sz[4096];
+  int cls[4096];
   int n;
-  uint64_t bytes, cap;
+  uint64_t bytes, cap, keep;
 } ref;
 
 static int ref_find(const ref *r, uint64_t k) {
@@ -106,21 +154,39 @@ static int ref_find(const ref *r, uint64_t k) {
     if (r->key[i] == k) return i;
   return -1;
 }
+static void ref_insert(ref *r, int at, uint64_t k, size_t z, int c) {
+  memmove(r->key + at + 1, r->key + at, sizeof r->key[0] * (size_t)(r->n - at));
+  memmove(r->sz + at + 1, r->sz + at, sizeof r->sz[0] * (size_t)(r->n - at));
+  memmove(r->cls + at + 1, r->cls + at, sizeof r->cls[0] * (size_t)(r->n - at));
+  r->key[at] = k, r->sz[at] = z, r->cls[at] = c;
+  r->n++;
+}
+static void ref_remove(ref *r, int i) {
+  memmove(r->key + i, r->key + i + 1, sizeof r->key[0] * (size_t)(r->n - i - 1));
+  memmove(r->sz + i, r->sz + i + 1, sizeof r->sz[0] * (size_t)(r->n - i - 1));
+  memmove(r->cls + i, r->cls + i + 1, sizeof r->cls[0] * (size_t)(r->n - i - 1));
+  r->n--;
+}
 static void ref_front(ref *r, int i) {
   uint64_t k = r->key[i];
   size_t z = r->sz[i];
-  memmove(r->key + 1, r->key, sizeof r->key[0] * (size_t)i);
-  memmove(r->sz + 1, r->sz, sizeof r->sz[0] * (size_t)i);
-  r->key[0] = k, r->sz[0] = z;
+  int c = r->cls[i];
+  ref_remove(r, i);
+  ref_insert(r, 0, k, z, c);
 }
-static void ref_put(ref *r, uint64_t k, size_t z) {
-  if (z > r->cap) return;
-  while (r->n && r->bytes + z > r->cap) r->bytes -= r->sz[--r->n];
-  memmove(r->key + 1, r->key, sizeof r->key[0] * (size_t)r->n);
-  memmove(r->sz + 1, r->sz, sizeof r->sz[0] * (size_t)r->n);
-  r->key[0] = k, r->sz[0] = z;
-  r->n++;
+/* 1 when kept */
+static int ref_put(ref *r, uint64_t k, size_t z, int c) {
+  if (z > r->cap - r->keep) return 0;
+  while (r->bytes + z > r->cap) {
+    int i = r->n - 1;
+    while (r->cls[i] != DF_DTIER_LRU) i--;
+    r->bytes -= r->sz[i];
+    ref_remove(r, i);
+  }
+  ref_insert(r, 0, k, z, c);
   r->bytes += z;
+  if (c == DF_DTIER_KEEP) r->keep += z;
+  return 1;
 }
 
 static void test_against_reference(void **st) {
@@ -145,15 +211,18 @@ static void test_against_reference(void **st) {
     } else {
       size_t z = 8 + (size_t)((x >> 20) % 400);
       if ((x >> 50) % 97 == 0) z = 30000; /* now and then one over the budget */
-      uint64_t *q = df_dtier_put(t, k, z);
-      ref_put(&r, k, z);
-      assert_true((q != NULL) == (z <= r.cap));
+      /* the spine's: 15 small ids, kept once they get in (a few KB of the 20) */
+      int c = k < 30 ? DF_DTIER_KEEP : DF_DTIER_LRU;
+      uint64_t *q = df_dtier_put(t, k, z, (df_dtier_class)c);
+      int kept = ref_put(&r, k, z, c);
+      assert_true((q != NULL) == kept);
       if (q) *q = k;
     }
     df_dtier_stats s;
     df_dtier_stats_get(t, &s);
     assert_int_equal(s.entries, r.n);
     assert_int_equal(s.bytes, r.bytes);
+    assert_int_equal(s.keep_bytes, r.keep);
   }
   assert_int_equal(h.live, r.n);
   df_dtier_free(t);
@@ -164,6 +233,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lru_order),
       cmocka_unit_test(test_refuse_and_alloc_failure),
+      cmocka_unit_test(test_keep),
       cmocka_unit_test(test_against_reference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
