@@ -10,7 +10,9 @@
 #endif
 
 const char *df_kern_cuda_build(void) {
-#ifdef DF_HAVE_CUDA
+#if defined(DF_MOCK_CUDA)
+  return "MOCK: a stand-in in host memory with the scalar kernels (tests only, -DDF_MOCKGPU=ON)";
+#elif defined(DF_HAVE_CUDA)
   return "CUDA kernels (sm_90, static runtime)";
 #else
   return NULL;

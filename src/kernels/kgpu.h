@@ -61,7 +61,8 @@ int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8
  *   expert: queues the expert (record rec of key) on those rows; *row0 is
  *     the batch row of its first output;
  *   end: waits; the outputs, row r at [r * latent], or NULL after an error
- *     (the batch's records may be gone: the caller fails the pass).
+ *     (df_kgpu_error says which; the store may have released the records,
+ *     so the caller reads them again to compute the batch on the CPU).
  * begin/expert return -1 when the GPU cannot take them (nothing queued by
  * that call; the caller computes that expert on the CPU). */
 typedef struct df_kgpu_xshape {

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/util.h"
 #include "kernels/kgpu.h"
 #include "model/k3_forward_int.h"
@@ -738,7 +739,7 @@ static void expert_cpu(const df_k3_run *r, ST *s, const df_expert_layout *lay, i
  * a row's experts stays step 6's, in ascending id. ecur[idx] keeps the
  * expert's first row in the GPU's batch (-1: computed on the CPU). Returns
  * 1 when the batch is on the GPU. */
-static int experts_gpu_begin(const df_k3_run *r, const df_expert_layout *lay, int T) {
+static int experts_gpu_begin(const df_k3_run *r, const df_expert_layout *lay, int rows) {
   df_kgpu *g = r->kc->gpu;
   if (!g) return 0;
   const df_config *c = r->m->cfg;
@@ -746,7 +747,7 @@ static int experts_gpu_begin(const df_k3_run *r, const df_expert_layout *lay, in
                        .w1s = lay->w1s, .w3p = lay->w3p, .w3s = lay->w3s, .w2p = lay->w2p,
                        .w2s = lay->w2s, .bytes = lay->total, .beta = c->situ_beta,
                        .linear_beta = c->situ_linear_beta};
-  return !df_kgpu_experts_begin(g, &sh, T * c->top_k);
+  return !df_kgpu_experts_begin(g, &sh, rows);
 }
 
 static int expert_gpu(const df_k3_run *r, ST *s, int l, int idx, const uint8_t *b) {
@@ -763,10 +764,7 @@ static int expert_gpu(const df_k3_run *r, ST *s, int l, int idx, const uint8_t *
 
 static int experts_gpu_end(const df_k3_run *r, ST *s, df_err *e) {
   const float *out = df_kgpu_experts_end(r->kc->gpu);
-  if (!out)
-    return df_err_set(e, "cuda: the routed experts' batch failed (%s); its records are released, "
-                         "so the pass stops (run again, or with --device cpu)",
-                      df_kgpu_error(r->kc->gpu));
+  if (!out) return df_err_set(e, "%s", df_kgpu_error(r->kc->gpu));
   size_t Lt = (size_t)r->m->cfg->latent;
   for (int idx = 0; idx < s->w->nuexp; idx++) {
     if (s->w->ecur[idx] < 0) continue;
@@ -778,6 +776,55 @@ static int experts_gpu_end(const df_k3_run *r, ST *s, df_err *e) {
   return 0;
 }
 #endif
+
+/* Step 5 of a MoE layer: the batch's experts as the store hands them out
+ * (df_store_begin done), each on its rows, on the GPU's batch when gpu and
+ * a device are there, else here. 0; -1 on an error; 1 when the GPU's batch
+ * failed at its end (e says why): its records are released, the caller
+ * reads them again. */
+static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp, double *t_wait,
+                       int *n_exp, df_err *e) {
+  df_expert_layout lay;
+  df_expert_layout_of(r->m->cfg, &lay);
+#if !R_IS_F64
+  int on_gpu = gpu && experts_gpu_begin(r, &lay, s->w->eoff[s->w->nuexp]);
+#else
+  (void)gpu;
+#endif
+  for (;;) {
+    int idx;
+    const uint8_t *b;
+    double tw = df_now();
+    int got = df_store_next(r->store, &idx, &b, e);
+    double tc = df_now();
+    *t_wait += tc - tw;
+    if (got < 0) {
+      df_store_end(r->store);
+      return df_err_prefix(e, "layer %d: ", l);
+    }
+    if (got == 0) break;
+#if !R_IS_F64
+    if (on_gpu && !expert_gpu(r, s, l, idx, b)) {
+      *t_exp += df_now() - tc;
+      (*n_exp)++;
+      continue;
+    }
+    s->w->ecur[idx] = -1; /* computed here, not in the GPU's batch */
+#endif
+    expert_cpu(r, s, &lay, l, idx, b);
+    *t_exp += df_now() - tc;
+    (*n_exp)++;
+  }
+  df_store_end(r->store);
+#if !R_IS_F64
+  if (on_gpu) {
+    double tg = df_now();
+    if (experts_gpu_end(r, s, e)) return 1;
+    *t_exp += df_now() - tg;
+  }
+#endif
+  return 0;
+}
 
 static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T,
                      df_err *e) {
@@ -831,45 +878,18 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   MM(kc, &y->lat_down, s->w->xn, T, H, s->w->z, Lt);
 
   /* 5: experts as the store hands them out */
-  df_expert_layout lay;
-  df_expert_layout_of(c, &lay);
   double t_exp = 0, t_wait = 0;
   int n_exp = 0;
-#if !R_IS_F64
-  int on_gpu = experts_gpu_begin(r, &lay, T);
-#endif
-  for (;;) {
-    int idx;
-    const uint8_t *b;
-    double tw = df_now();
-    int got = df_store_next(r->store, &idx, &b, e);
-    double tc = df_now();
-    t_wait += tc - tw;
-    if (got < 0) {
-      df_store_end(r->store);
-      return df_err_prefix(e, "layer %d: ", l);
-    }
-    if (got == 0) break;
-#if !R_IS_F64
-    if (on_gpu && !expert_gpu(r, s, l, idx, b)) {
-      t_exp += df_now() - tc;
-      n_exp++;
-      continue;
-    }
-    s->w->ecur[idx] = -1; /* computed here, not in the GPU's batch */
-#endif
-    expert_cpu(r, s, &lay, l, idx, b);
-    t_exp += df_now() - tc;
-    n_exp++;
+  int rc = experts_run(r, s, l, 1, &t_exp, &t_wait, &n_exp, e);
+  if (rc == 1) {
+    /* the GPU's batch failed after the store released its records: read
+     * them again and compute the batch here (the same values) */
+    df_log_warn("layer %d: the GPU's expert batch failed (%s); its experts are read again and "
+                "computed on the CPU", l, e->msg);
+    rc = df_store_begin(r->store, l, s->w->uexp, nu, T, e) ? -1
+         : experts_run(r, s, l, 0, &t_exp, &t_wait, &n_exp, e);
   }
-  df_store_end(r->store);
-#if !R_IS_F64
-  if (on_gpu) {
-    double tg = df_now();
-    if (experts_gpu_end(r, s, e)) return df_err_prefix(e, "layer %d: ", l);
-    t_exp += df_now() - tg;
-  }
-#endif
+  if (rc) return -1;
   if (T == 1) {
     df_k3_compute *cp = r->m->comp;
     cp->s[DF_K3_T_EXPERTS] += t_exp;

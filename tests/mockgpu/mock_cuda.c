@@ -1,0 +1,123 @@
+/* A stand-in for the CUDA kernels (kcuda.h, kcuda_host.h) in host memory,
+ * for testing what drives them (kgpu.c: the weight tier, the staging, the
+ * expert batch and its row bookkeeping, the fallbacks) on machines without
+ * a GPU. A -DDF_MOCKGPU=ON build links it in place of the CUDA library;
+ * it is never part of a real build.
+ *
+ * "Device" memory is host memory, copies are memcpy, every call completes
+ * before it returns (so nothing is ever out of order), and the products are
+ * the scalar reference table's, which the real kernels equal bit for bit:
+ * so a mock run must give the CPU's results exactly, and any difference is
+ * the driving code's.
+ *
+ * DF_MOCK_CUDA_FAIL=KIND:N makes the N-th call (1-based) of KIND fail as a
+ * CUDA error would: alloc (device allocations), put (copies to the device),
+ * gemm (products), sync (waits, which report errors of queued work). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/kcuda.h"
+#include "kernels/cuda/kcuda_host.h"
+#include "kernels/kernels.h"
+
+struct df_cuda {
+  int dev;
+  char err[256];
+};
+
+enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_N };
+static const char *const fail_kind[F_N] = {"alloc", "put", "gemm", "sync"};
+static long calls[F_N];
+
+/* 1 when this call of kind k is the one DF_MOCK_CUDA_FAIL names */
+static int inject(df_cuda *c, int k) {
+  calls[k]++;
+  const char *f = getenv("DF_MOCK_CUDA_FAIL");
+  size_t n = strlen(fail_kind[k]);
+  if (!f || strncmp(f, fail_kind[k], n) || f[n] != ':' || atol(f + n + 1) != calls[k]) return 0;
+  if (c) snprintf(c->err, sizeof c->err, "mock %s #%ld: injected failure", fail_kind[k], calls[k]);
+  return 1;
+}
+
+int df_cuda_device_count(void) { return 1; }
+
+df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
+  if (dev != 0) {
+    snprintf(err, errlen, "no CUDA device %d (1 found)", dev);
+    return NULL;
+  }
+  df_cuda *c = calloc(1, sizeof *c);
+  if (!c) snprintf(err, errlen, "out of memory");
+  return c;
+}
+void df_cuda_close(df_cuda *c) { free(c); }
+const char *df_cuda_describe(const df_cuda *c) {
+  (void)c;
+  return "mock device (host memory, the scalar kernels)";
+}
+const char *df_cuda_error(const df_cuda *c) { return c->err; }
+
+void *df_cuda_alloc(df_cuda *c, size_t bytes) {
+  if (inject(c, F_ALLOC)) return NULL;
+  return malloc(bytes ? bytes : 1);
+}
+void df_cuda_free(df_cuda *c, void *p) {
+  (void)c;
+  free(p);
+}
+int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t bytes) {
+  if (inject(c, F_PUT)) return -1;
+  memcpy(dst, src, bytes);
+  return 0;
+}
+int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t bytes) {
+  (void)c;
+  memcpy(dst, src, bytes);
+  return 0;
+}
+int df_cuda_get_async(df_cuda *c, void *dst, const void *src, size_t bytes) {
+  return df_cuda_get(c, dst, src, bytes);
+}
+int df_cuda_sync(df_cuda *c) { return inject(c, F_SYNC) ? -1 : 0; }
+
+int df_cuda_gemm_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *X, int T,
+                      size_t ldx, float *Y, size_t ldy) {
+  if (inject(c, F_GEMM)) return -1;
+  df_kern_scalar()->gemm_bf16(W, cols, 0, rows, X, T, ldx, Y, ldy);
+  return 0;
+}
+int df_cuda_gemm_i8(df_cuda *c, const int8_t *W, const float *scale, int rows, int cols,
+                    const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  if (inject(c, F_GEMM)) return -1;
+  df_kern_scalar()->gemm_i8(W, scale, cols, 0, rows, X, T, ldx, Y, ldy);
+  return 0;
+}
+int df_cuda_gemm_f32(df_cuda *c, const float *W, int rows, int cols, const float *X, int T,
+                     size_t ldx, float *Y, size_t ldy) {
+  if (inject(c, F_GEMM)) return -1;
+  df_kern_scalar()->gemm_f32(W, cols, 0, rows, X, T, ldx, Y, ldy);
+  return 0;
+}
+int df_cuda_gemm_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales, int rows,
+                       int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+  if (inject(c, F_GEMM)) return -1;
+  df_kern_scalar()->gemm_mxfp4(packed, scales, cols, 0, rows, X, T, ldx, Y, ldy);
+  return 0;
+}
+int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n, float bg,
+                 float bu) {
+  (void)c;
+  df_kern_scalar()->situ(out, g, u, n, bg, bu);
+  return 0;
+}
+
+int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
+  (void)dev;
+  *free_b = *total_b = (size_t)8 << 30;
+  return 0;
+}
+int df_cuda_use(int dev) { return dev == 0 ? 0 : -1; }
+void *df_cuda_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
+void df_cuda_host_free(void *p) { free(p); }

@@ -1,0 +1,51 @@
+#!/bin/sh
+# --device cuda when the GPU fails (the stand-in of tests/mockgpu, which can
+# fail its N-th allocation, copy in, product or wait): every run finishes
+# with the CPU's ids exactly. A failed product and every later one are
+# computed on the CPU, counted as fallbacks, the error named once on stderr
+# and in the stats; a routed-experts batch that fails at its end (its
+# records already released) is read again and computed on the CPU, said on
+# stderr. Swept over the first calls of each kind on two models, so both
+# paths are reached (checked).
+set -eu
+BIN=${DF_BIN:?set DF_BIN}
+SRC=${DF_SRC:?set DF_SRC}
+PY=${PYTHON:-python3}
+T=$(mktemp -d "${TMPDIR:-/tmp}/df_mockfault.XXXXXX")
+trap 'rm -rf "$T"' EXIT INT TERM
+fail() { echo "FAIL: $*" >&2; exit 1; }
+"$BIN" --version | grep -q "^cuda: MOCK" || { echo "skip: not a -DDF_MOCKGPU=ON build"; exit 77; }
+
+"$BIN" make-model --preset tiny --seed 3 --out "$T/tiny" -q >/dev/null 2>&1 || fail "make-model"
+P=$(seq -s, 100 120)
+field() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+exact=0 again=0 clean=0
+for m in "$T/tiny" "$SRC/models/nano-k3"; do
+  "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' >"$T/cpu.json" 2>"$T/e" ||
+    fail "cpu run: $(cat "$T/e")"
+  ref=$(field "$T/cpu.json" "d['output_ids']")
+  for kind in alloc put gemm sync; do
+    for n in 1 3 8 21 55 144; do
+      DF_MOCK_CUDA_FAIL=$kind:$n "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json \
+        --heat '' --device cuda >"$T/g.json" 2>"$T/e" || fail "$kind:$n on $m: $(cat "$T/e")"
+      got=$(field "$T/g.json" "d['output_ids']")
+      [ "$got" = "$ref" ] || fail "$kind:$n on $m: ids $got, the CPU's $ref"
+      fb=$(field "$T/g.json" "d['stats']['device']['fallbacks']")
+      if grep -q "the GPU's expert batch failed (mock $kind #$n: injected failure); its experts are read again" "$T/e"; then
+        again=$((again + 1))
+      elif [ "$fb" -gt 0 ]; then
+        exact=$((exact + 1))
+      else
+        clean=$((clean + 1)) # absorbed (a refused tier entry goes per use) or never reached
+        continue
+      fi
+      field "$T/g.json" "d['stats']['device']['last_error']" | grep -q "mock $kind #$n: injected" ||
+        fail "$kind:$n: the stats do not name the error: $(cat "$T/g.json")"
+      [ "$(grep -c "run on the CPU from here on" "$T/e")" = 1 ] ||
+        fail "$kind:$n: not one warning: $(cat "$T/e")"
+    done
+  done
+done
+echo "faults: the CPU's ids in every run: $exact products taken over by the CPU, $again expert batches read again, $clean absorbed"
+[ "$exact" -gt 0 ] || fail "no injected failure was taken over by the CPU"
+[ "$again" -gt 0 ] || fail "no injected failure hit an expert batch"
