@@ -10,7 +10,8 @@
 #     xargs -I{} cp -L {} out/gpu/lib/ && (cd out/gpu && tar cJf lib.tar.xz lib && rm -rf lib)
 # then `bash tools/device/gpu_forward_gpuhost.sh out/gpu` there with out/gpu
 # carried; results in $OUT/r.tgz (one file: a call brings back only a few).
-# STEPS (default "test kern gbench nano trunk") picks parts;
+# STEPS (default "test kern gbench nano trunk"; also "suite": CPU e2e suites
+# with DF_DEVICE=cuda, where jq and curl are there) picks parts;
 # TRUNK_LAYERS (default 4) the k3-trunk's depth.
 set -u
 D=$(cd "${1:-out/gpu}" && pwd)
@@ -35,6 +36,15 @@ for s in $STEPS; do
     ts "gpu.test_cuda_kernels"
     { time timeout 120 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1
     tail -3 "$R/test_cuda_kernels.txt" ;;
+  suite)
+    for n in test_golden test_run test_chat_piped test_serve_api test_serve_metrics test_serve_reuse \
+             test_spine_stream; do
+      command -v jq >/dev/null && command -v curl >/dev/null || { ts "suite: no jq/curl here"; break; }
+      ts "DF_DEVICE=cuda $n"
+      { DF_DEVICE=cuda DF_BIN=$B DF_SRC=$SRC timeout 300 sh "$SRC/tests/e2e/$n.sh"; echo "rc=$?"; } \
+        > "$R/suite_$n.txt" 2>&1
+      tail -1 "$R/suite_$n.txt"
+    done ;;
   gbench)
     ts "deltafin-cuda-bench (GEMV and GEMM bandwidth)"
     timeout 150 "$D/deltafin-cuda-bench" 200 > "$R/cuda_bench.json" 2> "$R/cuda_bench.err" ;;
