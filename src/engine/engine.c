@@ -128,6 +128,8 @@ static int open_device(df_engine *en, const df_engine_opts *o, df_err *e) {
   if (!en->gpu) return df_err_set(e, "--device cuda:%d: %s", dev, err);
   en->kc.gpu = en->gpu;
   snprintf(en->device, sizeof en->device, "cuda:%d", dev);
+  /* records go to the GPU straight from the store's buffers */
+  df_store_on_buffers(en->store, df_kgpu_pin, df_kgpu_unpin, en->gpu);
   return 0;
 }
 
@@ -226,7 +228,9 @@ static json_t *device_json(df_engine *en) {
              {"fallbacks", offsetof(df_kgpu_stats, fallbacks)},
              {"h2d_bytes", offsetof(df_kgpu_stats, h2d_bytes)},
              {"weight_h2d_bytes", offsetof(df_kgpu_stats, weight_h2d_bytes)},
-             {"d2h_bytes", offsetof(df_kgpu_stats, d2h_bytes)}};
+             {"d2h_bytes", offsetof(df_kgpu_stats, d2h_bytes)},
+             {"pinned_bytes", offsetof(df_kgpu_stats, pinned_bytes)},
+             {"pin_failures", offsetof(df_kgpu_stats, pin_failures)}};
   for (size_t i = 0; i < sizeof u64 / sizeof u64[0]; i++) {
     uint64_t v;
     memcpy(&v, (const char *)&g + u64[i].off, sizeof v);

@@ -36,6 +36,11 @@ struct df_kgpu {
   void *dh1, *dh3;      /* device: one expert's gate and up outputs (n x inter) */
   size_t hcap;
   double xt0;
+  struct pin {
+    const uint8_t *p;
+    size_t n;
+  } *pins; /* ranges df_kgpu_pin locked, to undo only those */
+  int npins, cappins;
   df_kgpu_stats st;
 };
 
@@ -90,6 +95,7 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_host_free(g->hy);
   df_cuda_close(g->c);
   pthread_mutex_destroy(&g->mu);
+  free(g->pins);
   free(g);
 }
 
@@ -122,6 +128,14 @@ static float *staging(df_kgpu *g, float **buf, size_t *cap, size_t n) {
 
 static size_t up_align(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
+/* 1 when a is in a range df_kgpu_pin locked. */
+static int is_pinned(const df_kgpu *g, const void *a) {
+  const uint8_t *x = a;
+  for (int i = 0; i < g->npins; i++)
+    if (x >= g->pins[i].p && x < g->pins[i].p + g->pins[i].n) return 1;
+  return 0;
+}
+
 /* The device copy of a matrix of two parts (weights, then scales or
  * nothing): from the tier, else copied into it (as cls: the spine's KEEP,
  * the experts' LRU, dtier.h), else into the per-use buffer. NULL on a CUDA
@@ -138,6 +152,10 @@ static uint8_t *weights(df_kgpu *g, uint64_t id, df_dtier_class cls, const void 
   double t0 = df_now();
   if (df_cuda_put(g->c, d, a, na) || (nb && df_cuda_put(g->c, d + up_align(na), b, nb)))
     return NULL;
+  /* from page-locked memory the copy is a DMA that runs later, and the
+   * store may hand that buffer to the next read as soon as it is given
+   * back: wait for it here (a pageable copy was staged before returning) */
+  if (is_pinned(g, a) && df_cuda_sync(g->c)) return NULL;
   g->st.weight_h2d_s += df_now() - t0;
   g->st.weight_h2d_bytes += na + nb;
   g->st.h2d_bytes += na + nb;
@@ -354,6 +372,40 @@ const float *df_kgpu_experts_end(df_kgpu *g) {
 
 const char *df_kgpu_error(df_kgpu *g) { return g->st.last_error; }
 
+/* Called by the store with its lock held, from whichever thread grows its
+ * buffers: the device is made current here, and the lock order is always
+ * store, then this context's. */
+void df_kgpu_pin(void *ud, void *p, size_t n) {
+  df_kgpu *g = ud;
+  pthread_mutex_lock(&g->mu);
+  if (!df_cuda_use(g->dev) && !df_cuda_host_register(p, n)) {
+    if (g->npins == g->cappins) {
+      g->cappins = g->cappins ? 2 * g->cappins : 16;
+      g->pins = df_xrealloc(g->pins, sizeof *g->pins * (size_t)g->cappins);
+    }
+    g->pins[g->npins++] = (struct pin){p, n};
+    g->st.pinned_bytes += n;
+  } else {
+    g->st.pin_failures++;
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
+void df_kgpu_unpin(void *ud, void *p, size_t n) {
+  df_kgpu *g = ud;
+  pthread_mutex_lock(&g->mu);
+  for (int i = 0; i < g->npins; i++)
+    if (g->pins[i].p == p) {
+      df_cuda_use(g->dev);
+      df_cuda_sync(g->c); /* a queued copy may still read it */
+      df_cuda_host_unregister(p);
+      g->pins[i] = g->pins[--g->npins];
+      g->st.pinned_bytes -= n;
+      break;
+    }
+  pthread_mutex_unlock(&g->mu);
+}
+
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   pthread_mutex_lock(&g->mu);
   df_dtier_stats ts;
@@ -411,6 +463,8 @@ const char *df_kgpu_error(df_kgpu *g) {
   (void)g;
   return "";
 }
+void df_kgpu_pin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
+void df_kgpu_unpin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   (void)g;
   memset(st, 0, sizeof *st);

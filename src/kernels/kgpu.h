@@ -32,6 +32,7 @@ typedef struct df_kgpu_stats {
   uint64_t products;        /* matrix products run on the GPU */
   uint64_t fallbacks;       /* products the GPU could not take (run on the CPU) */
   uint64_t h2d_bytes, d2h_bytes, weight_h2d_bytes;
+  uint64_t pinned_bytes, pin_failures; /* host memory page-locked by df_kgpu_pin, ranges that failed */
   double weight_h2d_s;      /* weight copies into the tier (or the per-use buffer) */
   double compute_s;         /* activations in, kernels, results out */
   char last_error[256];     /* the last CUDA error behind a fallback, "" if none */
@@ -76,6 +77,12 @@ int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row
 const float *df_kgpu_experts_end(df_kgpu *g);
 /* The last CUDA error ("" if none). */
 const char *df_kgpu_error(df_kgpu *g);
+
+/* Page-locks host memory the weights are copied from (the store's record
+ * buffers: store.h's df_store_on_buffers), and undoes it before that memory
+ * is freed. A range that cannot be locked stays pageable (slower, counted). */
+void df_kgpu_pin(void *g, void *p, size_t n);
+void df_kgpu_unpin(void *g, void *p, size_t n);
 
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st);
 

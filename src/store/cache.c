@@ -21,6 +21,7 @@ static slot slot_get(df_store *s) {
     int bidx = s->sch.io ? df_io_register(s->sch.io, base, bytes) : -1;
     s->cache.slot_chunks = df_xrealloc(s->cache.slot_chunks, (size_t)(s->cache.n_chunks + 1) * sizeof *s->cache.slot_chunks);
     s->cache.slot_chunks[s->cache.n_chunks++] = base;
+    if (s->cache.buf_fn) s->cache.buf_fn(s->cache.buf_ud, base, bytes);
     if (s->cache.cap_free < s->cache.n_free + s->cache.slots_per_chunk) {
       s->cache.cap_free = s->cache.n_free + s->cache.slots_per_chunk + s->cache.cap_free;
       s->cache.free_slots = df_xrealloc(s->cache.free_slots, (size_t)s->cache.cap_free * sizeof *s->cache.free_slots);
@@ -219,7 +220,11 @@ void df_cache_free_all(df_store *s) {
     s->cache.n_unref++;
     df_cache_entry_free(s, s->cache.resident_head);
   }
-  for (int i = 0; i < s->cache.n_chunks; i++) free(s->cache.slot_chunks[i]);
+  size_t bytes = (size_t)s->cache.slots_per_chunk * s->slot_bytes;
+  for (int i = 0; i < s->cache.n_chunks; i++) {
+    if (s->cache.buf_unfn) s->cache.buf_unfn(s->cache.buf_ud, s->cache.slot_chunks[i], bytes);
+    free(s->cache.slot_chunks[i]);
+  }
   free(s->cache.slot_chunks);
   free(s->cache.free_slots);
 }

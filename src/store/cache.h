@@ -59,6 +59,10 @@ typedef struct df_store_cache {
   int slots_per_chunk;  /* slots allocated (and registered) together */
   int n_chunks;
   uint8_t **slot_chunks;
+  /* df_store_on_buffers: told of each chunk after it is allocated and
+   * before it is freed (--device cuda page-locks them) */
+  void (*buf_fn)(void *ud, void *p, size_t n), (*buf_unfn)(void *ud, void *p, size_t n);
+  void *buf_ud;
   long n_resident;      /* entries in by_key[] */
   long n_unref;         /* of which no batch holds (eviction candidates) */
   long n_protected;

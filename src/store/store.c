@@ -165,6 +165,17 @@ void df_store_trace_draft(df_store *s, int K, double tpp, const char *why) {
   if (s && s->trace) df_trace_draft(s->trace, df_store_now_rel(s), K, tpp, why);
 }
 
+void df_store_on_buffers(df_store *s, void (*fn)(void *ud, void *p, size_t n),
+                         void (*unfn)(void *ud, void *p, size_t n), void *ud) {
+  pthread_mutex_lock(&s->mu);
+  s->cache.buf_fn = fn;
+  s->cache.buf_unfn = unfn;
+  s->cache.buf_ud = ud;
+  size_t bytes = (size_t)s->cache.slots_per_chunk * s->slot_bytes;
+  for (int i = 0; fn && i < s->cache.n_chunks; i++) fn(ud, s->cache.slot_chunks[i], bytes);
+  pthread_mutex_unlock(&s->mu);
+}
+
 void df_store_close(df_store *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);

@@ -60,6 +60,14 @@ void df_store_hint(df_store *s, int layer, const int *experts, int n);
  * skip computing them otherwise. */
 int df_store_wants_hint(const df_store *s);
 
+/* The buffers records are read into (O_DIRECT, by the chunk of slots):
+ * fn is called for every chunk allocated so far and for each later one,
+ * unfn before one is freed (at close). --device cuda page-locks them, so a
+ * record goes to the GPU by DMA from where the drive put it, without a
+ * staging copy, and the copy can overlap the next read. */
+void df_store_on_buffers(df_store *s, void (*fn)(void *ud, void *p, size_t n),
+                         void (*unfn)(void *ud, void *p, size_t n), void *ud);
+
 /* ---- where records live, and what the store read ----
  * The one answer to "where is this record and how would you read it", for
  * tools that replay or check the store's reads (the bench's storage

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_host.h"
@@ -119,5 +120,33 @@ int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
   return 0;
 }
 int df_cuda_use(int dev) { return dev == 0 ? 0 : -1; }
+/* Registered ranges must be unregistered before they are freed: the mock
+ * keeps them and the exit check (DF_MOCK_CUDA_CHECK_PINS) fails a run that
+ * left one behind or unregistered what it never registered. */
+#define MAXPIN 4096
+static void *pins[MAXPIN];
+static int npins, pin_errors;
+static void pins_at_exit(void) {
+  if (npins || pin_errors) {
+    fprintf(stderr, "mock: %d host ranges still registered, %d bad unregisters\n", npins, pin_errors);
+    _exit(3);
+  }
+}
+int df_cuda_host_register(void *p, size_t bytes) {
+  (void)bytes;
+  static int hooked;
+  if (!hooked && getenv("DF_MOCK_CUDA_CHECK_PINS")) atexit(pins_at_exit), hooked = 1;
+  if (npins == MAXPIN) return -1;
+  pins[npins++] = p;
+  return 0;
+}
+void df_cuda_host_unregister(void *p) {
+  for (int i = 0; i < npins; i++)
+    if (pins[i] == p) {
+      pins[i] = pins[--npins];
+      return;
+    }
+  pin_errors++;
+}
 void *df_cuda_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
 void df_cuda_host_free(void *p) { free(p); }

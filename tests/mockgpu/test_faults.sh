@@ -19,6 +19,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" make-model --preset tiny --seed 3 --out "$T/tiny" -q >/dev/null 2>&1 || fail "make-model"
 P=$(seq -s, 100 120)
 field() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+# the store's record buffers page-locked for the copies, and every range
+# unlocked before it is freed (the stand-in checks at exit)
+"$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 --json --heat '' \
+  >"$T/cpu.json" 2>"$T/e" || fail "cpu run: $(cat "$T/e")"
+DF_MOCK_CUDA_CHECK_PINS=1 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 \
+  --json --heat '' --device cuda --cache-mb 0 >"$T/g.json" 2>"$T/e" || fail "pinned run: $(cat "$T/e")"
+[ "$(field "$T/g.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids']")" ] ||
+  fail "pinned run: ids differ"
+[ "$(field "$T/g.json" "d['stats']['device']['pinned_bytes'] > 0")" = True ] ||
+  fail "no record buffer page-locked: $(cat "$T/g.json")"
+echo "ok   the store's record buffers page-locked, and unlocked before they are freed"
+
 exact=0 again=0 clean=0
 for m in "$T/tiny" "$SRC/models/nano-k3"; do
   "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' >"$T/cpu.json" 2>"$T/e" ||

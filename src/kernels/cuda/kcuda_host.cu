@@ -21,6 +21,18 @@ extern "C" int df_cuda_use(int dev) {
   return 0;
 }
 
+extern "C" int df_cuda_host_register(void *p, size_t bytes) {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return 0;
+}
+
+extern "C" void df_cuda_host_unregister(void *p) {
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 extern "C" void *df_cuda_host_alloc(size_t bytes) {
   void *p = NULL;
   if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {

@@ -13,6 +13,10 @@ int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b);
  * thread: a server's generation thread is not the one that opened it);
  * 0, or -1 on a CUDA error. */
 int df_cuda_use(int dev);
+/* Page-locks existing host memory for the device's copies (and undoes it
+ * before that memory is freed); 0, or -1 on a CUDA error. */
+int df_cuda_host_register(void *p, size_t bytes);
+void df_cuda_host_unregister(void *p);
 /* Page-locked host memory (NULL on failure) and its release. */
 void *df_cuda_host_alloc(size_t bytes);
 void df_cuda_host_free(void *p);
