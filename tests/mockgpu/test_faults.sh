@@ -30,6 +30,15 @@ DF_MOCK_CUDA_CHECK_PINS=1 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids 
 [ "$(field "$T/g.json" "d['stats']['device']['pinned_bytes'] > 0")" = True ] ||
   fail "no record buffer page-locked: $(cat "$T/g.json")"
 echo "ok   the store's record buffers page-locked, and unlocked before they are freed"
+# a tier larger than the device's free memory (the stand-in has 8 GiB): refused, saying both
+if "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids 1 --max-new 1 --device cuda --gpu-mem 9G \
+    >/dev/null 2>"$T/e"; then fail "--gpu-mem 9G on an 8 GiB device ran"; fi
+grep -q -- "--device cuda:0: --gpu-mem: 8.38 GiB asked, cuda:0 has 8.00 GiB free" "$T/e" ||
+  fail "--gpu-mem 9G: $(cat "$T/e")"
+DF_DEVICE=cuda:1 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids 1 --max-new 1 >/dev/null 2>"$T/e" &&
+  fail "DF_DEVICE=cuda:1 ran on a one-device machine"
+grep -q "DF_DEVICE=cuda:1: no CUDA device 1 (1 found: cuda:0 .. cuda:0)" "$T/e" || fail "cuda:1: $(cat "$T/e")"
+echo "ok   a tier larger than the device and a device that is not there are refused with the reason"
 
 exact=0 again=0 clean=0
 for m in "$T/tiny" "$SRC/models/nano-k3"; do
