@@ -31,7 +31,8 @@ static const opt_def defs[] = {
      "bf16 as stored (default), or the row-int8 copy from `deltafin convert-spine`"},
     {"--kernels", "auto|scalar", K_KERNELS, "kernel table (default auto: the fastest this CPU runs; scalar = the reference kernels)"},
     {"--device", "cpu|cuda[:N]", K_DEVICE,
-     "where the layers' matrix products run: cpu (default), or CUDA device N (a -DDF_CUDA=ON "
+     "where the layers' matrix products run: cpu (default; the environment's DF_DEVICE, if set, "
+     "is the default instead), or CUDA device N (a -DDF_CUDA=ON "
      "build): the weights kept in GPU memory, the same results bit for bit; attention, the KDA "
      "recurrence and the norms stay on the CPU"},
     {"--gpu-mem", "SIZE", K_GPU_MEM,
