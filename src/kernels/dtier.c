@@ -86,9 +86,10 @@ void *df_dtier_get(df_dtier *t, uint64_t key) {
   return t->e[i].p;
 }
 
-/* The least recent LRU entry out (KEEP entries never leave). */
-static void evict_tail(df_dtier *t) {
-  int i = t->tail[DF_DTIER_LRU];
+/* The least recent entry of class c out. */
+static void evict_from(df_dtier *t, int c) {
+  int i = t->tail[c];
+  if (c == DF_DTIER_KEEP) t->st.keep_bytes -= t->e[i].bytes;
   unlink_ent(t, i);
   t->mem.free(t->mem.ud, t->e[i].p);
   t->st.bytes -= t->e[i].bytes;
@@ -96,6 +97,16 @@ static void evict_tail(df_dtier *t) {
   t->e[i].used = 2;
   t->live--;
   t->dead++;
+}
+
+/* The least recent LRU entry out (KEEP entries leave only by a shrink). */
+static void evict_tail(df_dtier *t) { evict_from(t, DF_DTIER_LRU); }
+
+void df_dtier_shrink(df_dtier *t, uint64_t bytes) {
+  uint64_t held = t->st.bytes < t->st.cap ? t->st.bytes : t->st.cap;
+  t->st.cap = bytes < held ? held - bytes : 0;
+  for (int c = DF_DTIER_LRU; c >= DF_DTIER_KEEP; c--)
+    while (t->st.bytes > t->st.cap && t->tail[c] >= 0) evict_from(t, c);
 }
 
 /* Rebuilt when live + tombstones pass 3/4 of the slots, doubled when live

@@ -50,6 +50,10 @@ void *df_dtier_get(df_dtier *t, uint64_t key);
 /* A new entry of `bytes` for key (which must not be present); its memory,
  * for the caller to fill, or NULL (refused: see the policy above). */
 void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls);
+/* Gives bytes of device memory back (wanted elsewhere: the per-use
+ * buffers): the budget becomes what the entries hold now less bytes, and
+ * LRU entries, then KEEP ones, least recent first, are evicted to fit it. */
+void df_dtier_shrink(df_dtier *t, uint64_t bytes);
 void df_dtier_stats_get(const df_dtier *t, df_dtier_stats *st);
 
 #endif

@@ -34,7 +34,7 @@ struct df_kgpu {
   df_kgpu_xshape xs;
   int xrows, xcap_rows; /* rows queued in this batch, rows the buffers hold */
   void *dh1, *dh3;      /* device: one expert's gate and up outputs (n x inter) */
-  size_t hcap;
+  size_t h1cap, h3cap;
   double xt0;
   struct pin {
     const uint8_t *p;
@@ -47,7 +47,13 @@ struct df_kgpu {
 static void note_error(df_kgpu *g, const char *why);
 
 static void *tier_alloc(void *ud, size_t n) { return df_cuda_alloc(((df_kgpu *)ud)->c, n); }
-static void tier_free(void *ud, void *p) { df_cuda_free(((df_kgpu *)ud)->c, p); }
+/* An evicted entry may still be read by queued work (an expert batch):
+ * the stream is drained before its memory goes. */
+static void tier_free(void *ud, void *p) {
+  df_kgpu *g = ud;
+  df_cuda_sync(g->c);
+  df_cuda_free(g->c, p);
+}
 
 df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen) {
   df_cuda *c = df_cuda_open(dev, err, errlen);
@@ -99,13 +105,20 @@ void df_kgpu_close(df_kgpu *g) {
   free(g);
 }
 
-/* A per-use device buffer of at least n bytes (grown, never shrunk). */
+/* A per-use device buffer of at least n bytes (grown, never shrunk). When
+ * the device has no room for it, the weight tier gives its budget up for it
+ * (dtier.h's shrink), once: a per-use buffer is needed every pass, a kept
+ * matrix only saves a copy. */
 static void *scratch(df_kgpu *g, void **buf, size_t *cap, size_t n) {
   if (*cap >= n) return *buf;
   df_cuda_sync(g->c); /* queued work may still read the old one */
   df_cuda_free(g->c, *buf);
   size_t want = n + n / 4;
   *buf = df_cuda_alloc(g->c, want);
+  if (!*buf) {
+    df_dtier_shrink(g->tier, want);
+    *buf = df_cuda_alloc(g->c, want);
+  }
   *cap = *buf ? want : 0;
   return *buf;
 }
@@ -195,15 +208,25 @@ static int products(df_kgpu *g, gemm_fn fn, const void *dw, const void *ds, int 
   return 0;
 }
 
-/* X in (through the staging), the products, Y out with stride ldy. */
+/* The buffers a product of T vectors (cols in, rows out) goes through,
+ * allocated before its weights are taken from the tier: growing one may
+ * make the tier give memory back, which must not be the entry about to be
+ * used. */
+static int buffers(df_kgpu *g, int rows, int cols, int T, size_t ldx, size_t *nx, size_t *ny) {
+  *nx = ((size_t)(T - 1) * ldx + (size_t)cols) * sizeof(float);
+  *ny = (size_t)T * (size_t)rows * sizeof(float);
+  return scratch(g, &g->xbuf, &g->xcap, *nx) && scratch(g, &g->ybuf, &g->ycap, *ny) &&
+                 staging(g, &g->hx, &g->hxcap, *nx) && staging(g, &g->hy, &g->hycap, *ny)
+             ? 0
+             : -1;
+}
+
+/* X in (through the staging), the products, Y out with stride ldy; the
+ * buffers() of these sizes are there. */
 static int run(df_kgpu *g, gemm_fn fn, const void *dw, const void *ds, int rows, int cols,
-               const float *X, int T, size_t ldx, float *Y, size_t ldy) {
+               const float *X, int T, size_t ldx, float *Y, size_t ldy, size_t nx, size_t ny) {
   double t0 = df_now();
-  size_t nx = ((size_t)(T - 1) * ldx + (size_t)cols) * sizeof(float);
-  size_t ny = (size_t)T * (size_t)rows * sizeof(float);
-  float *dx = scratch(g, &g->xbuf, &g->xcap, nx), *dy = scratch(g, &g->ybuf, &g->ycap, ny);
-  float *hx = staging(g, &g->hx, &g->hxcap, nx), *hy = staging(g, &g->hy, &g->hycap, ny);
-  if (!dx || !dy || !hx || !hy) return -1;
+  float *dx = g->xbuf, *dy = g->ybuf, *hx = g->hx, *hy = g->hy;
   memcpy(hx, X, nx);
   if (df_cuda_put(g->c, dx, hx, nx) || products(g, fn, dw, ds, rows, cols, dx, T, ldx, dy) ||
       df_cuda_get(g->c, hy, dy, ny))
@@ -247,7 +270,8 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
                float *Y, size_t ldy) {
   if (r1 <= r0 || T <= 0) return 0;
   if (enter(g)) return -1;
-  size_t rc = (size_t)W->rows * (size_t)W->cols;
+  size_t rc = (size_t)W->rows * (size_t)W->cols, nx, ny;
+  if (buffers(g, r1 - r0, W->cols, T, ldx, &nx, &ny)) return fell_back(g);
   const uint8_t *dw;
   const void *ds = NULL;
   gemm_fn fn;
@@ -268,7 +292,7 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
   }
   if (!dw) return fell_back(g);
   if (W->kind == DF_W_I8) ds = dw + soff;
-  if (run(g, fn, dw + off, ds, r1 - r0, W->cols, X, T, ldx, Y, ldy)) return fell_back(g);
+  if (run(g, fn, dw + off, ds, r1 - r0, W->cols, X, T, ldx, Y, ldy, nx, ny)) return fell_back(g);
   pthread_mutex_unlock(&g->mu);
   return 0;
 }
@@ -277,10 +301,12 @@ int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8
                      int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy) {
   if (rows <= 0 || T <= 0) return 0;
   if (enter(g)) return -1;
-  size_t np = (size_t)rows * (size_t)(cols / 2), ns = (size_t)rows * (size_t)(cols / 32);
+  size_t np = (size_t)rows * (size_t)(cols / 2), ns = (size_t)rows * (size_t)(cols / 32), nx, ny;
+  if (buffers(g, rows, cols, T, ldx, &nx, &ny)) return fell_back(g);
   const uint8_t *dw = weights(g, id, DF_DTIER_LRU, packed, np, scales, ns);
   if (!dw) return fell_back(g);
-  if (run(g, gm_mxfp4, dw, dw + up_align(np), rows, cols, X, T, ldx, Y, ldy)) return fell_back(g);
+  if (run(g, gm_mxfp4, dw, dw + up_align(np), rows, cols, X, T, ldx, Y, ldy, nx, ny))
+    return fell_back(g);
   pthread_mutex_unlock(&g->mu);
   return 0;
 }
@@ -300,15 +326,8 @@ int df_kgpu_experts_begin(df_kgpu *g, const df_kgpu_xshape *sh, int max_rows) {
   if (!scratch(g, &g->xbuf, &g->xcap, n) || !scratch(g, &g->ybuf, &g->ycap, n) ||
       !staging(g, &g->hx, &g->hxcap, n) || !staging(g, &g->hy, &g->hycap, n))
     return fell_back(g);
-  if (g->hcap < nh) {
-    df_cuda_sync(g->c);
-    df_cuda_free(g->c, g->dh1);
-    df_cuda_free(g->c, g->dh3);
-    g->dh1 = df_cuda_alloc(g->c, nh);
-    g->dh3 = df_cuda_alloc(g->c, nh);
-    g->hcap = g->dh1 && g->dh3 ? nh : 0;
-    if (!g->hcap) return fell_back(g);
-  }
+  if (!scratch(g, &g->dh1, &g->h1cap, nh) || !scratch(g, &g->dh3, &g->h3cap, nh))
+    return fell_back(g);
   g->xcap_rows = max_rows;
   g->xt0 = df_now();
   pthread_mutex_unlock(&g->mu);

@@ -12,7 +12,9 @@
  *
  * DF_MOCK_CUDA_FAIL=KIND:N makes the N-th call (1-based) of KIND fail as a
  * CUDA error would: alloc (device allocations), put (copies to the device),
- * gemm (products), sync (waits, which report errors of queued work). */
+ * gemm (products), sync (waits, which report errors of queued work).
+ * DF_MOCK_CUDA_MEM=BYTES is the device's memory: an allocation that would
+ * take the live total past it fails, as cudaMalloc does when full. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,13 +62,29 @@ const char *df_cuda_describe(const df_cuda *c) {
 }
 const char *df_cuda_error(const df_cuda *c) { return c->err; }
 
+/* each allocation carries its size in front, for the live total */
+#define HDR 64
+static size_t live_bytes;
 void *df_cuda_alloc(df_cuda *c, size_t bytes) {
   if (inject(c, F_ALLOC)) return NULL;
-  return malloc(bytes ? bytes : 1);
+  const char *m = getenv("DF_MOCK_CUDA_MEM");
+  if (m && live_bytes + bytes > (size_t)atoll(m)) {
+    snprintf(c->err, sizeof c->err, "mock alloc: out of memory");
+    return NULL;
+  }
+  uint8_t *p = malloc(HDR + bytes);
+  if (!p) return NULL;
+  memcpy(p, &bytes, sizeof bytes);
+  live_bytes += bytes;
+  return p + HDR;
 }
 void df_cuda_free(df_cuda *c, void *p) {
   (void)c;
-  free(p);
+  if (!p) return;
+  size_t bytes;
+  memcpy(&bytes, (uint8_t *)p - HDR, sizeof bytes);
+  live_bytes -= bytes;
+  free((uint8_t *)p - HDR);
 }
 int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t bytes) {
   if (inject(c, F_PUT)) return -1;

@@ -39,6 +39,16 @@ DF_DEVICE=cuda:1 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids 1 --max-n
   fail "DF_DEVICE=cuda:1 ran on a one-device machine"
 grep -q "DF_DEVICE=cuda:1: no CUDA device 1 (1 found: cuda:0 .. cuda:0)" "$T/e" || fail "cuda:1: $(cat "$T/e")"
 echo "ok   a tier larger than the device and a device that is not there are refused with the reason"
+# a device just large enough for the weights: the per-use buffers take their
+# room from the tier's budget instead of failing products over to the CPU
+# (7 MB: nano-K3's 12 MB of weights do not fit; the spine's kept part fills it)
+DF_MOCK_CUDA_MEM=7000000 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 \
+  --json --heat '' --device cuda --gpu-mem 6950000 >"$T/g.json" 2>"$T/e" || fail "tight device: $(cat "$T/e")"
+[ "$(field "$T/g.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids']")" ] ||
+  fail "tight device: ids differ"
+[ "$(field "$T/g.json" "(d['stats']['device']['fallbacks'], d['stats']['device']['tier_cap'] < 6950000)")" = "(0, True)" ] ||
+  fail "tight device: $(field "$T/g.json" "d['stats']['device']")"
+echo "ok   a device full of kept weights gives the per-use buffers their room"
 
 exact=0 again=0 clean=0
 for m in "$T/tiny" "$SRC/models/nano-k3"; do

@@ -139,6 +139,37 @@ static void test_keep(void **st) {
   assert_int_equal(h.live, 0);
 }
 
+/* shrink: the budget becomes what the entries hold less the bytes given
+ * back; LRU entries go first, then KEEP ones, least recent first. */
+static void test_shrink(void **st) {
+  (void)st;
+  heap h;
+  df_dtier *t = mk(&h, 1000);
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_KEEP));
+  assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_KEEP));
+  assert_non_null(df_dtier_put(t, 3, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 4, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_get(t, 1)); /* 2 is now the least recent KEEP entry */
+  df_dtier_shrink(t, 250);             /* 400 held -> budget 150: both LRU entries, then 2 */
+  df_dtier_stats s;
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 150);
+  assert_int_equal(s.bytes, 100);
+  assert_int_equal(s.keep_bytes, 100);
+  assert_non_null(df_dtier_get(t, 1));
+  assert_null(df_dtier_get(t, 2));
+  assert_null(df_dtier_get(t, 3));
+  assert_null(df_dtier_get(t, 4));
+  assert_null(df_dtier_put(t, 5, 51, DF_DTIER_LRU)); /* the lower budget holds */
+  assert_non_null(df_dtier_put(t, 6, 50, DF_DTIER_LRU));
+  df_dtier_shrink(t, 5000);
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 0);
+  assert_int_equal(s.entries, 0);
+  assert_int_equal(h.live, 0);
+  df_dtier_free(t);
+}
+
 /* The reference: keys in recency order (most recent first) with sizes and
  * classes; eviction takes the last LRU one. */
 typedef struct ref {
@@ -234,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_lru_order),
       cmocka_unit_test(test_refuse_and_alloc_failure),
       cmocka_unit_test(test_keep),
+      cmocka_unit_test(test_shrink),
       cmocka_unit_test(test_against_reference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
