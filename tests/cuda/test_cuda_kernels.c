@@ -136,26 +136,32 @@ static void gemv_case(int fmt, int rows, int cols) {
   cpu_gemm(fmt, W, S, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
   void *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
   float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
-  /* every layout (lanes per thread) and the L2 prefetch on and off: they
-   * change which thread holds a lane and when bytes arrive, never a result */
+  /* the row-tile kernel (the default; not for f32), then every lanes layout
+   * (lanes per thread) with the L2 prefetch on and off: they change which
+   * thread holds a lane and when bytes arrive, never a result */
   static const int lanes[] = {8, 4, 2};
-  for (int li = 0; li < 3; li++)
-    for (int pf = 0; pf < 2; pf++) {
-      df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
-      df_cuda_set_prefetch(G, pf);
-      memset(ygpu, 0xff, (size_t)rows * 4);
-      ok_or_die(df_cuda_put(G, dy, ygpu, (size_t)rows * 4));
-      int rc = fmt == F_BF16  ? df_cuda_gemv_bf16(G, dW, rows, cols, dx, dy)
-               : fmt == F_I8  ? df_cuda_gemv_i8(G, dW, dS, rows, cols, dx, dy)
-               : fmt == F_F32 ? df_cuda_gemv_f32(G, dW, rows, cols, dx, dy)
-                              : df_cuda_gemv_mxfp4(G, dW, dS, rows, cols, dx, dy);
-      ok_or_die(rc);
-      dget(ygpu, dy, (size_t)rows * 4);
-      char what[96];
-      snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt], rows,
-               cols, lanes[li], pf ? "on" : "off");
-      same(what, ycpu, ygpu, (size_t)rows, 0);
-    }
+  for (int v = fmt == F_F32 ? 1 : 0; v < 7; v++) {
+    int li = v ? (v - 1) / 2 : 0, pf = v ? (v - 1) % 2 : 0;
+    df_cuda_set_gemv_tiled(G, fmt, v == 0);
+    df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
+    df_cuda_set_prefetch(G, pf);
+    memset(ygpu, 0xff, (size_t)rows * 4);
+    ok_or_die(df_cuda_put(G, dy, ygpu, (size_t)rows * 4));
+    int rc = fmt == F_BF16  ? df_cuda_gemv_bf16(G, dW, rows, cols, dx, dy)
+             : fmt == F_I8  ? df_cuda_gemv_i8(G, dW, dS, rows, cols, dx, dy)
+             : fmt == F_F32 ? df_cuda_gemv_f32(G, dW, rows, cols, dx, dy)
+                            : df_cuda_gemv_mxfp4(G, dW, dS, rows, cols, dx, dy);
+    ok_or_die(rc);
+    dget(ygpu, dy, (size_t)rows * 4);
+    char what[96];
+    if (v == 0)
+      snprintf(what, sizeof what, "gemv %s %d x %d, row tiles", fname[fmt], rows, cols);
+    else
+      snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt],
+               rows, cols, lanes[li], pf ? "on" : "off");
+    same(what, ycpu, ygpu, (size_t)rows, 0);
+  }
+  df_cuda_set_gemv_tiled(G, fmt, 1);
   df_cuda_set_prefetch(G, 0);
   df_cuda_set_gemv_lanes(G, fmt, 8);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dx), df_cuda_free(G, dy);
@@ -212,8 +218,10 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const void *w = dW + woff, *sc = dS ? dS + soff : NULL;
   const float *x = dX + xoff;
   static const int lanes[] = {8, 4, 2};
-  for (int li = 0; li < 3; li++) {
-    df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
+  /* T == 1 is the GEMV: the row tiles (not for f32) as a fourth layout */
+  for (int li = 0; li < (T == 1 && fmt != F_F32 ? 4 : 3); li++) {
+    df_cuda_set_gemv_tiled(G, fmt, li == 3);
+    df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
     memset(ygpu, 0xff, ny * 4);
     ok_or_die(df_cuda_put(G, dY, ygpu, ny * 4));
     int rc = fmt == F_BF16  ? df_cuda_gemm_bf16(G, w, n, cols, x, T, ldx, dY, ldy)
@@ -224,10 +232,12 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
     dget(ygpu, dY, ny * 4);
     char what[160];
     snprintf(what, sizeof what,
-             "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %d lanes/thread", fname[fmt],
-             rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lanes[li]);
+             "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %d lanes/thread%s",
+             fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lanes[li % 3],
+             li == 3 ? " (row tiles)" : "");
     same(what, ycpu, ygpu, ny, 0);
   }
+  df_cuda_set_gemv_tiled(G, fmt, 1);
   df_cuda_set_gemv_lanes(G, fmt, 8);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dX), df_cuda_free(G, dY);
   free(W), free(S), free(X), free(ycpu), free(ygpu);
@@ -380,8 +390,21 @@ int main(void) {
   static const int k3[][2] = {{3072, 3584}, {3584, 3072}, {12288, 7168}, {7168, 12288}};
   for (int f = 0; f < 4; f++)
     for (size_t s = 0; s < sizeof k3 / sizeof k3[0]; s++) gemv_case(f, k3[s][0], k3[s][1]);
-  static const int odd[][2] = {{1, 32}, {3, 96}, {33, 160}, {257, 7168}, {1, 1}, {5, 7},
-                               {17, 17}, {31, 100}, {130, 1000}, {3, 12345}};
+  /* the shapes a layer issues at once, where the row tiles must reach the
+   * bandwidth: 16 experts' gate+up and down stacked, the KDA q+k+v fused */
+  gemv_case(F_MXFP4, 32 * 3072, 3584);
+  gemv_case(F_MXFP4, 16 * 3584, 3072);
+  gemv_case(F_I8, 36864, 7168);
+  gemv_case(F_BF16, 36864, 7168);
+  /* odd shapes: rows that leave the last 32-row tile short (33, 257, 1000),
+   * columns that leave a last partial step (7, 17, 100, 200, 12345), a
+   * short last chunk with whole 16-byte rows (4000, 7184; MXFP4 288: its
+   * scale rows not a multiple of 8 bytes), and rows that are not a
+   * multiple of 16 bytes (staged element by element) */
+  static const int odd[][2] = {{1, 32},   {3, 96},    {33, 160},   {257, 7168}, {1, 1},
+                               {5, 7},    {17, 17},   {31, 100},   {130, 1000}, {3, 12345},
+                               {45, 200}, {33, 288},  {100, 4000}, {65, 7184},  {1000, 3584},
+                               {2, 16},   {40, 7180}, {31, 256}};
   for (int f = 0; f < 4; f++)
     for (size_t s = 0; s < sizeof odd / sizeof odd[0]; s++)
       if (f != F_MXFP4 || odd[s][1] % 32 == 0) gemv_case(f, odd[s][0], odd[s][1]);

@@ -34,6 +34,7 @@ struct df_cuda {
   cudaEvent_t ev[2];
   int prefetch;
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
+  int tiled[4]; /* GEMV kernel: the row tiles (1) or the lanes layout (0), same formats */
   char desc[320];
   char err[256];
 };
@@ -71,7 +72,7 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   }
   c->dev = dev;
   c->prefetch = 0; /* measured slower on the large shapes (docs/PERFORMANCE.md) */
-  for (int i = 0; i < 4; i++) c->lpt[i] = 8;
+  for (int i = 0; i < 4; i++) c->lpt[i] = 8, c->tiled[i] = i != 2;
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -420,10 +421,308 @@ struct wargs {
   }
 };
 
+/* ---- GEMV, row tiles: the default for bf16, int8 and MXFP4 ----
+ * The lanes layout above keeps each thread's loads inside its own row, so
+ * one warp request touches 16 to 32 rows' sectors and only a few hundred
+ * bytes per SM are in flight: 12-50% of the device copy's bandwidth on the
+ * H200 whatever the lanes per thread or the prefetch (docs/PERFORMANCE.md).
+ *
+ * Here a block is one warp owning TROWS consecutive rows, one row per
+ * thread, all 16 lanes of the row in that thread. The rows' column chunks
+ * (TF::RB bytes of each row) are staged in shared memory by cp.async in
+ * 16-byte pieces, so a warp instruction copies whole 128-byte row segments,
+ * with TSTAGES chunks in flight per warp and many warps per SM; x's chunk
+ * (and MXFP4's scales) ride along. The thread then reads its row from shared
+ * memory (rows padded by 16 bytes: 8 consecutive rows' 16-byte loads fall in
+ * distinct banks) and x by broadcast. Small blocks keep the tail of the grid
+ * short: 12288 rows are 384 blocks.
+ *
+ * The order is the scalar reference's: lane j is acc[j] of the row's thread
+ * and takes columns j, j + 16, ... in ascending order (step by step within a
+ * chunk, chunk after chunk), each product rounded before its add; then the
+ * 8-4-2-1 tree in that thread, then the int8 row scale. Only where the bytes
+ * wait and who copies them differ from the lanes layout.
+ *
+ * Misaligned or odd-sized operands (a row not a multiple of 16 bytes, x not
+ * 16-byte aligned, MXFP4 scale rows not a multiple of 8 bytes) are staged
+ * element by element instead: slower, the same products in the same order.
+ * A last chunk shorter than TF::CK runs its whole steps, then the last
+ * partial step's lanes one by one (the lanes past the end stay untouched, as
+ * in the scalar loop's short last block). */
+#define TROWS 32
+#define TSTAGES 3
+#define TILE_WVEC 1
+#define TILE_XVEC 2
+#define TILE_SVEC 4
+
+__device__ static inline void cp_async16(void *sdst, const void *gsrc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(sdst)),
+               "l"(__cvta_generic_to_global(gsrc))
+               : "memory");
+#else
+  *(uint4 *)sdst = *(const uint4 *)gsrc;
+#endif
+}
+__device__ static inline void cp_async8(void *sdst, const void *gsrc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(sdst)),
+               "l"(__cvta_generic_to_global(gsrc))
+               : "memory");
+#else
+  *(uint2 *)sdst = *(const uint2 *)gsrc;
+#endif
+}
+__device__ static inline void cp_async_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ static inline void cp_async_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* 16 floats of x from shared memory (one address for the whole warp) */
+__device__ __forceinline__ static void tile_x16(const float *x, float xv[16]) {
+#pragma unroll
+  for (int q = 0; q < 4; q++) {
+    float4 a = ((const float4 *)x)[q];
+    xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
+  }
+}
+
+/* A format for the tiles: CK columns per chunk, RB bytes of a row per chunk,
+ * UC columns per unit (what one call of unit() takes, in step order). */
+struct tf_bf16 {
+  static constexpr int fmt = 0, CK = 128, RB = 256, UC = 16, scaled = 0;
+  __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols * 2; }
+  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
+                                              float acc[16]) {
+    uint4 a = ((const uint4 *)w)[2 * u], b = ((const uint4 *)w)[2 * u + 1];
+    uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float xv[16];
+    tile_x16(x + u * 16, xv);
+#pragma unroll
+    for (int m = 0; m < 8; m++) {
+      acc[2 * m] = __fadd_rn(acc[2 * m], __fmul_rn(__uint_as_float(v[m] << 16), xv[2 * m]));
+      acc[2 * m + 1] =
+          __fadd_rn(acc[2 * m + 1], __fmul_rn(__uint_as_float(v[m] & 0xffff0000u), xv[2 * m + 1]));
+    }
+  }
+  __device__ static float one(const uint8_t *w, int c) {
+    return __uint_as_float((uint32_t)((const uint16_t *)w)[c] << 16);
+  }
+};
+
+struct tf_i8 {
+  static constexpr int fmt = 1, CK = 128, RB = 128, UC = 16, scaled = 0;
+  __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols; }
+  /* (float)q exactly as in fmt_i8: 2^23 + (q + 128) as bits, less 2^23 + 128 */
+  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
+                                              float acc[16]) {
+    uint4 a = ((const uint4 *)w)[u];
+    uint32_t v[4] = {a.x ^ 0x80808080u, a.y ^ 0x80808080u, a.z ^ 0x80808080u, a.w ^ 0x80808080u};
+    float xv[16];
+    tile_x16(x + u * 16, xv);
+#pragma unroll
+    for (int m = 0; m < 16; m++) {
+      float wf = __fsub_rn(__uint_as_float(__byte_perm(v[m >> 2], 0x4B000000u, 0x7540u + (m & 3))),
+                           8388736.0f);
+      acc[m] = __fadd_rn(acc[m], __fmul_rn(wf, xv[m]));
+    }
+  }
+  __device__ static float one(const uint8_t *w, int c) { return (float)((const int8_t *)w)[c]; }
+};
+
+/* MXFP4: a unit is one 32-column group, 16 bytes (two steps of 16 lanes) and
+ * one scale s. The weight is the scalar reference's e2m1 * 2^(s-127), exact
+ * (two significant bits; never below 2^-149), built in two operations:
+ * the code's bits placed as a float's sign, exponent bits 1..0 and top
+ * mantissa bit are e2m1 * 2^-126 exactly (code 1, 0.5, becomes the
+ * subnormal 2^-127), and one exact multiply by 2^(s-1) scales it, for
+ * s <= 128. Above that 2^(s-1) is not a float, so the product is
+ * e2m1 * 2^(s-127) itself, formed as the reference forms it (the exact
+ * e2m1 first): the same rounding, overflow to inf included. */
+__device__ static inline uint32_t e2m1_bits(uint32_t q, int e) {
+  return (uint32_t)((int32_t)(q << (28 - 4 * e)) >> 6) & 0x81C00000u;
+}
+struct tf_mxfp4 {
+  static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1; /* 8 scales a chunk */
+  __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols / 2; }
+  template <bool big>
+  __device__ __forceinline__ static void group(const uint32_t q[4], uint32_t s, const float *x,
+                                               float acc[16]) {
+    float sc = big ? __uint_as_float(s << 23) : __uint_as_float((s + 126u) << 23);
+#pragma unroll
+    for (int st = 0; st < 2; st++) {
+      float xv[16];
+      tile_x16(x + st * 16, xv);
+#pragma unroll
+      for (int j = 0; j < 16; j++) {
+        float f = __uint_as_float(e2m1_bits(q[2 * st + (j >> 3)], j & 7));
+        float wf = big ? __fmul_rn(__fmul_rn(f, 0x1p126f), sc) : __fmul_rn(f, sc);
+        acc[j] = __fadd_rn(acc[j], __fmul_rn(wf, xv[j]));
+      }
+    }
+  }
+  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
+                                              float acc[16]) {
+    uint4 a = ((const uint4 *)w)[u];
+    uint32_t q[4] = {a.x, a.y, a.z, a.w};
+    if (s <= 128u) group<false>(q, s, x + u * 32, acc);
+    else group<true>(q, s, x + u * 32, acc);
+  }
+};
+
+template <class TF>
+__global__ void __launch_bounds__(TROWS, 12)
+    tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
+           const float *rowscale, int flags) {
+  constexpr int PPR = TF::RB / 16, NG = TF::CK / 32;
+  __shared__ __align__(16) uint8_t wt[TSTAGES][TROWS][TF::RB + 16];
+  __shared__ __align__(16) float xt[TSTAGES][TF::CK];
+  __shared__ __align__(16) uint8_t st[TSTAGES][TROWS][TF::scaled ? NG : 8];
+  const int lane = threadIdx.x;
+  const long r0 = (long)blockIdx.x * TROWS;
+  const int nr = rows - r0 < TROWS ? (int)(rows - r0) : TROWS;
+  const bool live = lane < nr;
+  const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
+  const int nch = (cols + TF::CK - 1) / TF::CK;
+
+  /* chunk k of every live row into stage buf */
+  auto stage = [&](int k, int buf) {
+    size_t off = (size_t)k * TF::RB;
+    int rbk = rb - off < (size_t)TF::RB ? (int)(rb - off) : TF::RB;
+    const uint8_t *wb = W + (size_t)r0 * rb + off;
+    if (flags & TILE_WVEC) {
+      int np = rbk >> 4;
+#pragma unroll
+      for (int it = 0; it < PPR; it++) {
+        int i = lane + it * TROWS, rr = i / PPR, p = i % PPR;
+        if (rr < nr && p < np) cp_async16(&wt[buf][rr][p * 16], wb + (size_t)rr * rb + p * 16);
+      }
+    } else {
+      for (int i = lane; i < nr * rbk; i += TROWS) {
+        int rr = i / rbk, b = i % rbk;
+        wt[buf][rr][b] = wb[(size_t)rr * rb + b];
+      }
+    }
+    int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
+    if (flags & TILE_XVEC) {
+      for (int i = lane; i < nx / 4; i += TROWS) cp_async16(&xt[buf][4 * i], x + c0 + 4 * i);
+    } else {
+      for (int i = lane; i < nx; i += TROWS) xt[buf][i] = x[c0 + i];
+    }
+    if constexpr (TF::scaled != 0) {
+      const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
+      if (flags & TILE_SVEC) {
+        if (live) cp_async8(&st[buf][lane][0], sbase + (size_t)lane * sb);
+      } else {
+        int ng = nx / 32;
+        for (int i = lane; i < nr * ng; i += TROWS) {
+          int rr = i / ng, g = i % ng;
+          st[buf][rr][g] = sbase[(size_t)rr * sb + g];
+        }
+      }
+    }
+  };
+
+  float acc[LANES];
+#pragma unroll
+  for (int j = 0; j < LANES; j++) acc[j] = 0.0f;
+
+#pragma unroll
+  for (int k = 0; k < TSTAGES - 1; k++) {
+    if (k < nch) stage(k, k);
+    cp_async_commit();
+  }
+  for (int k = 0; k < nch; k++) {
+    cp_async_wait<TSTAGES - 2>();
+    __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % TSTAGES is read */
+    if (k + TSTAGES - 1 < nch) stage(k + TSTAGES - 1, (k + TSTAGES - 1) % TSTAGES);
+    cp_async_commit();
+    if (!live) continue;
+    int buf = k % TSTAGES, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
+    const uint8_t *w = wt[buf][lane];
+    const float *xs = xt[buf];
+    uint2 sv = make_uint2(0, 0);
+    if constexpr (TF::scaled != 0) sv = *(const uint2 *)st[buf][lane];
+    if (n == TF::CK) {
+#pragma unroll
+      for (int u = 0; u < TF::CK / TF::UC; u++)
+        TF::unit(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs, acc);
+    } else {
+      int nu = n / TF::UC, c = nu * TF::UC;
+      for (int u = 0; u < nu; u++)
+        TF::unit(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs, acc);
+      if constexpr (TF::scaled == 0) { /* MXFP4's columns are whole groups */
+#pragma unroll
+        for (int j = 0; j < LANES; j++)
+          if (c + j < n) acc[j] = __fadd_rn(acc[j], __fmul_rn(TF::one(w, c + j), xs[c + j]));
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (!live) return;
+#pragma unroll
+  for (int l = 0; l < 4; l++) {
+    const int w = (LANES / 2) >> l;
+#pragma unroll
+    for (int j = 0; j < w; j++) acc[j] = __fadd_rn(acc[j], acc[j + w]);
+  }
+  long r = r0 + lane;
+  y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
+}
+
+template <class TF>
+static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
+                       int cols, const float *x, float *y, const float *rowscale) {
+  int flags = 0;
+  if (((uintptr_t)W & 15) == 0 && TF::rowbytes(cols) % 16 == 0) flags |= TILE_WVEC;
+  if (((uintptr_t)x & 15) == 0 && cols % 4 == 0) flags |= TILE_XVEC;
+  if (TF::scaled && ((uintptr_t)S & 7) == 0 && (cols / 32) % (TF::CK / 32) == 0) flags |= TILE_SVEC;
+  long blocks = ((long)rows + TROWS - 1) / TROWS;
+  tile_k<TF><<<(unsigned)blocks, TROWS, 0, c->s>>>((const uint8_t *)W, (const uint8_t *)S, rows,
+                                                   cols, x, y, rowscale, flags);
+  LAUNCHED(c, what);
+  return 0;
+}
+
+/* which tile format serves a lanes-layout format (void: none, f32) */
+template <template <int> class F> struct tile_of {
+  typedef void type;
+};
+template <> struct tile_of<fmt_bf16> {
+  typedef tf_bf16 type;
+};
+template <> struct tile_of<fmt_i8> {
+  typedef tf_i8 type;
+};
+template <> struct tile_of<fmt_mxfp4> {
+  typedef tf_mxfp4 type;
+};
+template <class TF>
+static int tile_try(df_cuda *c, const char *what, const wargs &a, int rows, int cols,
+                    const float *x, float *y, const float *rowscale) {
+  if (!c->tiled[TF::fmt]) return 1;
+  return tile_launch<TF>(c, what, a.a, a.b, rows, cols, x, y, rowscale);
+}
+template <>
+int tile_try<void>(df_cuda *, const char *, const wargs &, int, int, const float *, float *,
+                   const float *) {
+  return 1;
+}
+
 template <template <int> class F>
 static int gemv_launch(df_cuda *c, const char *what, wargs a, int rows, int cols, const float *x,
                        float *y, const float *rowscale, bool vec_ok, int lpt) {
   if (rows <= 0) return 0;
+  int rc = tile_try<typename tile_of<F>::type>(c, what, a, rows, cols, x, y, rowscale);
+  if (rc <= 0) return rc;
   bool vec = vec_ok && cols % LANES == 0 && ((uintptr_t)x & 15) == 0;
   if (lpt == 2) gemv_go<F, 2>(c, a, rows, cols, x, y, rowscale, vec);
   else if (lpt == 4) gemv_go<F, 4>(c, a, rows, cols, x, y, rowscale, vec);
@@ -434,6 +733,9 @@ static int gemv_launch(df_cuda *c, const char *what, wargs a, int rows, int cols
 
 extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
   if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;
+}
+extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int on) {
+  if (fmt >= 0 && fmt < 4 && fmt != 2) c->tiled[fmt] = on != 0;
 }
 
 extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,
