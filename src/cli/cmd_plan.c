@@ -12,9 +12,11 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/engine_opts.h"
 #include "cli/opt_table.h"
 #include "format/config.h"
 #include "format/safetensors.h"
+#include "kernels/kgpu.h"
 #include "model/k3.h"
 #include "model/model.h"
 #include "plan/plan.h"
@@ -23,11 +25,14 @@
 #include "store/store.h"
 #include "synth/synth.h"
 
+#define PLAN_GPU_ROWS 64 /* the engine's default largest batch (engine.h's max_rows) */
+
 void df_cmd_plan_help(void) {
   printf(
       "usage: deltafin plan [--mem SIZE] [--drives SPEC] [--model DIR] [--spine bf16|int8]\n"
       "                     [--ctx N] [--compute FILE] [--expert-hit F] [--reuse-mb N]\n"
-      "                     [--spine-from pack|shards] [--json]\n"
+      "                     [--spine-from pack|shards] [--device cuda[:N]] [--gpu-mem SIZE]\n"
+      "                     [--json]\n"
       "\n"
       "Prints what the memory planner keeps resident and what streams for a machine\n"
       "with SIZE of memory for deltafin, and a PROJECTION of one decode token: the\n"
@@ -51,7 +56,13 @@ void df_cmd_plan_help(void) {
       "                    balanced across the drives with the experts; shards: from the\n"
       "                    checkpoint's shards on one drive (default: pack for full K3; for\n"
       "                    --model, pack when its pack has a spine section of this kind)\n"
-      "  --json            one JSON object\n");
+      "  --device cuda[:N] also plan GPU memory (needs no GPU with --gpu-mem): which spine\n"
+      "                    units the weight tier keeps, the routed experts' share of it (in\n"
+      "                    records) and the per-use buffers of a %d-row batch, as `run\n"
+      "                    --device cuda` plans them (its --stats and stats.plan.gpu)\n"
+      "  --gpu-mem SIZE    the weight tier's size, as run's --gpu-mem (default: the device's\n"
+      "                    free memory less 2 GiB, which needs the device)\n"
+      "  --json            one JSON object\n", PLAN_GPU_ROWS);
 }
 
 static int parse_drives(const char *s, int *n, double *total) {
@@ -94,6 +105,7 @@ typedef struct plan_args {
   int as_json, ctx;
   uint64_t mem, reuse;
   double hit;     /* -1: the cache's share */
+  df_engine_opts eo; /* --device and --gpu-mem, parsed by the engine's table */
 } plan_args;
 
 #define PA(f) offsetof(plan_args, f)
@@ -113,9 +125,12 @@ static const df_opt plan_rows[] = {
 /* 0, or 1 after printing why. */
 static int plan_parse(plan_args *a, int argc, char **argv) {
   *a = (plan_args){.drives = "1x7GB/s", .spine_from = -1, .int8 = 1, .hit = -1};
+  df_engine_opts_default(&a->eo);
   for (int i = 1; i < argc; i++) {
-    int r = df_opt_take(plan_rows, sizeof plan_rows / sizeof plan_rows[0], a, "plan", argc, argv,
-                        &i);
+    int r = !strcmp(argv[i], "--device") || !strcmp(argv[i], "--gpu-mem")
+                ? df_cli_engine_opt(&a->eo, "plan", argc, argv, &i)
+                : df_opt_take(plan_rows, sizeof plan_rows / sizeof plan_rows[0], a, "plan", argc,
+                              argv, &i);
     if (r < 0) return 1;
     if (!r) return df_cli_fail("plan: unknown option '%s' (see deltafin plan --help)", argv[i]);
   }
@@ -158,7 +173,68 @@ typedef struct projection {
   uint64_t rec_bytes;
 } projection;
 
-static void plan_print_json(const df_plan *p, const projection *q, const df_config *cfg) {
+/* The GPU's part of the plan (plan.h's df_plan_gpu): with --device cuda,
+ * or --gpu-mem alone. */
+typedef struct gpu_section {
+  int want, made;
+  char src[96];  /* where the budget came from */
+  char why[400]; /* why there is none */
+  df_plan_gpu g;
+} gpu_section;
+
+typedef struct gpu_open_ctx {
+  gpu_section *gs;
+  df_plan_gpu_in *in;
+} gpu_open_ctx;
+
+/* Planned by df_kgpu_open as `run` plans it: the tier it would make, the
+ * device's free memory beyond it. */
+static uint64_t plan_gpu_at_open(void *ud, uint64_t tier_bytes, uint64_t free_bytes) {
+  gpu_open_ctx *x = ud;
+  x->in->budget = tier_bytes;
+  x->in->outside = free_bytes > tier_bytes ? free_bytes - tier_bytes : 0;
+  df_plan_gpu_make(&x->gs->g, x->in);
+  x->gs->made = 1;
+  return x->gs->g.keep_cap;
+}
+
+static void plan_gpu(gpu_section *gs, const df_engine_opts *eo, const df_config *cfg, int int8,
+                     uint64_t record) {
+  int dev = eo->device;
+  gs->want = dev >= 0 || (dev == DF_DEVICE_UNSET && eo->gpu_mem);
+  if (!gs->want) return;
+  if (dev < 0) dev = 0;
+  int nu = cfg->n_layers + 1;
+  uint64_t *ub = df_xcalloc((size_t)nu, sizeof *ub), *ul = df_xcalloc((size_t)nu, sizeof *ul);
+  df_plan_gpu_units(cfg, int8, ub, ul);
+  df_plan_gpu_in in = {.cfg = cfg, .nunits = nu, .unit_bytes = ub, .unit_largest = ul,
+                       .expert_record_bytes = record,
+                       .expert_total_bytes = record * (uint64_t)cfg->n_experts *
+                                             (uint64_t)(cfg->n_layers - cfg->first_k_dense),
+                       .budget = eo->gpu_mem, .outside = DF_PLAN_GPU_UNKNOWN,
+                       .max_rows = PLAN_GPU_ROWS};
+  if (eo->gpu_mem) {
+    df_plan_gpu_make(&gs->g, &in);
+    gs->made = 1;
+    snprintf(gs->src, sizeof gs->src, "--gpu-mem");
+  } else {
+    char err[256];
+    gpu_open_ctx x = {gs, &in};
+    df_kgpu *k = df_kgpu_open(dev, 0, plan_gpu_at_open, &x, err, sizeof err);
+    if (k) {
+      df_kgpu_close(k);
+      snprintf(gs->src, sizeof gs->src, "cuda:%d's free memory less 2 GiB", dev);
+    } else {
+      snprintf(gs->why, sizeof gs->why,
+               "the GPU section needs --gpu-mem SIZE or a device (cuda:%d: %s)", dev, err);
+    }
+  }
+  free(ub);
+  free(ul);
+}
+
+static void plan_print_json(const df_plan *p, const projection *q, const df_config *cfg,
+                            const gpu_section *gs) {
   char *pj = df_plan_json(p);
   json_t *o = json_object();
   json_object_set_new(o, "model", json_string(q->what));
@@ -170,6 +246,17 @@ static void plan_print_json(const df_plan *p, const projection *q, const df_conf
   json_t *sv = json_loads(sj, 0, NULL);
   free(sj);
   if (sv) json_object_set_new(o, "sequence_state", sv);
+  if (gs->made) {
+    char *gj = df_plan_gpu_json(&gs->g);
+    json_t *gv = json_loads(gj, 0, NULL);
+    free(gj);
+    if (gv) {
+      json_object_set_new(gv, "budget_source", json_string(gs->src));
+      json_object_set_new(o, "gpu", gv);
+    }
+  } else if (gs->want) {
+    json_object_set_new(o, "gpu", json_pack("{s:s}", "error", gs->why));
+  }
   json_t *pr = json_object();
   json_object_set_new(pr, "label", json_string("PROJECTION"));
   json_object_set_new(pr, "drives", json_integer(q->ndrives));
@@ -191,7 +278,8 @@ static void plan_print_json(const df_plan *p, const projection *q, const df_conf
   json_decref(o);
 }
 
-static void plan_print_text(const df_plan *p, const projection *q, const df_config *cfg) {
+static void plan_print_text(const df_plan *p, const projection *q, const df_config *cfg,
+                            const gpu_section *gs) {
   int ndrives = q->ndrives;
   double bw = q->bw, io_s = q->io_s, comp_s = q->comp_s;
   const double *parts = q->parts;
@@ -202,6 +290,14 @@ static void plan_print_text(const df_plan *p, const projection *q, const df_conf
   t = df_plan_state_text(cfg, 0);
   fputs(t, stdout);
   free(t);
+  if (gs->made) {
+    t = df_plan_gpu_text(&gs->g);
+    printf("gpu      budget %.1f MB from %s\n", gs->g.budget / 1e6, gs->src);
+    fputs(t, stdout);
+    free(t);
+  } else if (gs->want) {
+    printf("gpu      %s\n", gs->why);
+  }
   printf("PROJECTION (not a measurement) of one decode token on %d drive%s, %.1f GB/s together:\n",
          ndrives, ndrives == 1 ? "" : "s", bw / 1e9);
   printf("  spine streamed   %8.2f GB (non-resident layers, one embedding row), %s\n", q->spine_b / 1e9,
@@ -330,8 +426,11 @@ int df_cmd_plan(int argc, char **argv) {
                nmoe * (parts[DF_K3_T_MOE_TRUNK] + cfg.top_k * parts[DF_K3_T_EXPERTS]) +
                parts[DF_K3_T_HEAD];
   }
-  if (pa.as_json) plan_print_json(&p, &q, &cfg);
-  else plan_print_text(&p, &q, &cfg);
+  gpu_section gs = {0};
+  plan_gpu(&gs, &pa.eo, &cfg, int8, lay.total);
+  if (pa.as_json) plan_print_json(&p, &q, &cfg, &gs);
+  else plan_print_text(&p, &q, &cfg, &gs);
+  df_plan_gpu_free(&gs.g);
   rc = 0;
 out:
   df_plan_free(&p);

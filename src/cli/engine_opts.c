@@ -95,7 +95,7 @@ static int has_config(const char *dir) {
   return ok;
 }
 
-static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
+static int set(df_engine_opts *o, const char *cmd, opt_key k, const char *a, const char *v) {
   long n;
   switch (k) {
   case K_MODEL: o->model_dir = v; return 0;
@@ -115,8 +115,10 @@ static int set(df_engine_opts *o, opt_key k, const char *a, const char *v) {
     return 0;
   case K_DEVICE: {
     char err[256];
-    int dev;
-    if (df_kern_device_parse(v, &dev, err, sizeof err))
+    int dev = DF_DEVICE_UNSET;
+    /* plan only plans for the device: a machine without it (or a build
+     * without CUDA) can still plan for it, from --gpu-mem */
+    if (df_kern_device_parse(v, &dev, err, sizeof err) && (strcmp(cmd, "plan") || dev < 0))
       return df_cli_fail("--device: %s", err), -1;
     o->device = dev;
     return 0;
@@ -208,7 +210,7 @@ int df_cli_engine_opt(df_engine_opts *o, const char *cmd, int argc, char **argv,
       if (*i + 1 >= argc) return df_cli_fail("%s needs a value (see deltafin %s --help)", a, cmd), -1;
       v = argv[++*i];
     }
-    return set(o, defs[d].key, a, v) ? -1 : 1;
+    return set(o, cmd, defs[d].key, a, v) ? -1 : 1;
   }
   return 0;
 }

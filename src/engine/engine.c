@@ -38,6 +38,7 @@ void df_engine_close(df_engine *en) {
   df_model_free(en->model); /* first: its spine stream reads through the store */
   df_store_close(en->store);
   df_plan_free(&en->plan);
+  df_plan_gpu_free(&en->gplan);
   if (en->set_open) df_st_set_close(&en->set);
   if (en->tok) df_tok_free(en->tok);
   df_pool_destroy(en->pool);
@@ -106,6 +107,37 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df
   return df_model_apply_plan(en->model, &en->plan, e);
 }
 
+/* The GPU's plan (plan.h's df_plan_gpu) once df_kgpu_open knows the
+ * tier's size and the device's free memory; its cap on the kept matrices
+ * goes to the tier. */
+typedef struct gpu_plan_ctx {
+  df_engine *en;
+  int max_rows;
+} gpu_plan_ctx;
+
+static uint64_t plan_gpu(void *ud, uint64_t tier_bytes, uint64_t free_bytes) {
+  gpu_plan_ctx *x = ud;
+  df_engine *en = x->en;
+  const df_config *c = &en->cfg;
+  int nu = c->n_layers + 1;
+  uint64_t *ub = df_xcalloc((size_t)nu, sizeof *ub), *ul = df_xcalloc((size_t)nu, sizeof *ul);
+  df_plan_gpu_units(c, en->spine == DF_SPINE_INT8, ub, ul);
+  df_expert_layout lay;
+  df_expert_layout_of(c, &lay);
+  df_plan_gpu_in in = {.cfg = c, .nunits = nu, .unit_bytes = ub, .unit_largest = ul,
+                       .expert_record_bytes = lay.total,
+                       .expert_total_bytes = lay.total * (uint64_t)c->n_experts *
+                                             (uint64_t)(c->n_layers - c->first_k_dense),
+                       .budget = tier_bytes,
+                       .outside = free_bytes > tier_bytes ? free_bytes - tier_bytes : 0,
+                       .max_rows = x->max_rows};
+  df_plan_gpu_make(&en->gplan, &in);
+  en->gplan_made = 1;
+  free(ub);
+  free(ul);
+  return en->gplan.keep_cap;
+}
+
 /* --device cuda: the products of every pass (the model's and a draft's,
  * which share en->kc) on the GPU. fp32 only: --precision f64 is the CPU's
  * scalar float64 reference, with no GPU counterpart. */
@@ -124,7 +156,8 @@ static int open_device(df_engine *en, const df_engine_opts *o, df_err *e) {
   if (o->f64)
     return df_err_set(e, "--device cuda:%d with --precision f64: the float64 path runs only on "
                          "the CPU's scalar kernels (drop one of the two)", dev);
-  en->gpu = df_kgpu_open(dev, o->gpu_mem, err, sizeof err);
+  gpu_plan_ctx px = {en, o->max_rows > 0 ? o->max_rows : 64 /* as plan_memory's */};
+  en->gpu = df_kgpu_open(dev, o->gpu_mem, plan_gpu, &px, err, sizeof err);
   if (!en->gpu) return df_err_set(e, "--device cuda:%d: %s", dev, err);
   en->kc.gpu = en->gpu;
   snprintf(en->device, sizeof en->device, "cuda:%d", dev);
@@ -391,6 +424,12 @@ char *df_engine_plan_text(const df_engine *en) {
   else
     snprintf(o + k, n - (size_t)k, "spine    all resident; memory from %s\n", en->mem_src);
   free(t);
+  if (en->gpu && en->gplan_made) {
+    char *g = df_plan_gpu_text(&en->gplan);
+    o = df_xrealloc(o, strlen(o) + strlen(g) + 1);
+    strcat(o, g);
+    free(g);
+  }
   return o;
 }
 
@@ -416,6 +455,12 @@ char *df_engine_plan_json(const df_engine *en) {
   json_object_set_new(st, "source", ss.units ? json_string(ss.source) : json_null());
   json_object_set_new(st, "drives", json_integer(ss.units ? ss.drives : 0));
   json_object_set_new(o, "spine_stream", st);
+  if (en->gpu && en->gplan_made) {
+    char *g = df_plan_gpu_json(&en->gplan);
+    json_t *gv = json_loads(g, 0, NULL);
+    free(g);
+    if (gv) json_object_set_new(o, "gpu", gv);
+  }
   char *r = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   return r;

@@ -25,6 +25,10 @@ struct df_engine {
   df_kgpu *gpu;        /* --device cuda (NULL: the CPU); kc.gpu points here */
   char device[16];     /* "cpu" / "cuda:N" */
   df_plan plan;
+  /* --device cuda: the GPU's plan, made when the device opens (its budget
+   * is known only then) and fed to the tier (df_kgpu_open's plan) */
+  df_plan_gpu gplan;
+  int gplan_made;
   uint64_t cache_cap; /* min(store default cache, every expert) */
   char mem_src[128];
   df_draft *draft;      /* --draft: the engine's draft source (NULL: off) */

@@ -37,6 +37,7 @@ df_dtier *df_dtier_new(uint64_t cap_bytes, df_dtier_mem mem) {
   t->e = df_xcalloc((size_t)t->cap_slots, sizeof *t->e);
   t->head[0] = t->head[1] = t->tail[0] = t->tail[1] = -1;
   t->st.cap = cap_bytes;
+  t->st.keep_cap = UINT64_MAX;
   return t;
 }
 
@@ -109,6 +110,8 @@ void df_dtier_shrink(df_dtier *t, uint64_t bytes) {
     while (t->st.bytes > t->st.cap && t->tail[c] >= 0) evict_from(t, c);
 }
 
+void df_dtier_keep_cap(df_dtier *t, uint64_t bytes) { t->st.keep_cap = bytes; }
+
 /* Rebuilt when live + tombstones pass 3/4 of the slots, doubled when live
  * alone passes half, so probes stay short. */
 static void rehash(df_dtier *t) {
@@ -141,6 +144,12 @@ static void rehash(df_dtier *t) {
 void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls) {
   /* what the KEEP entries leave is all an entry can ever have */
   if (bytes > t->st.cap - t->st.keep_bytes) {
+    t->st.refused++;
+    return NULL;
+  }
+  /* a cap set below what is kept already leaves no room, not a wrap-around */
+  uint64_t kept = t->st.keep_bytes < t->st.keep_cap ? t->st.keep_bytes : t->st.keep_cap;
+  if (cls == DF_DTIER_KEEP && bytes > t->st.keep_cap - kept) {
     t->st.refused++;
     return NULL;
   }

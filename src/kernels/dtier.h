@@ -18,7 +18,10 @@
  * until it fits, and is refused (the caller uses the bytes without keeping
  * them) when it cannot fit without evicting a KEEP entry, or is larger than
  * the budget; an allocation that fails evicts the least recent LRU entry
- * and is tried again, and is refused when there is none. */
+ * and is tried again, and is refused when there is none. A KEEP entry is
+ * also refused when the KEEP entries would pass their cap
+ * (df_dtier_keep_cap; none by default), which leaves the LRU class the rest
+ * of the budget. */
 #ifndef DF_KERNELS_DTIER_H
 #define DF_KERNELS_DTIER_H
 
@@ -38,6 +41,7 @@ typedef struct df_dtier_mem {
 typedef struct df_dtier_stats {
   uint64_t hits, misses, evictions, refused;
   uint64_t bytes, cap, keep_bytes;
+  uint64_t keep_cap; /* UINT64_MAX: no cap */
   int entries;
 } df_dtier_stats;
 
@@ -54,6 +58,11 @@ void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls);
  * buffers): the budget becomes what the entries hold now less bytes, and
  * LRU entries, then KEEP ones, least recent first, are evicted to fit it. */
 void df_dtier_shrink(df_dtier *t, uint64_t bytes);
+/* The most the KEEP entries may hold together (the memory plan's spine on
+ * the GPU, plan.h's df_plan_gpu), so the routed experts keep the share the
+ * plan gave them instead of a spine larger than the budget taking it all.
+ * Entries already kept stay. */
+void df_dtier_keep_cap(df_dtier *t, uint64_t bytes);
 void df_dtier_stats_get(const df_dtier *t, df_dtier_stats *st);
 
 #endif

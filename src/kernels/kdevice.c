@@ -60,6 +60,7 @@ int df_kern_device_parse(const char *s, int *cuda_dev, char *err, size_t errlen)
     snprintf(err, errlen, "'%s' is not cpu, cuda or cuda:N", s);
     return -1;
   }
+  *cuda_dev = (int)dev; /* the spelling's, even when the device is not here */
   if (!df_kern_cuda_build()) {
     snprintf(err, errlen, "this deltafin was built without CUDA (configure with -DDF_CUDA=ON)");
     return -1;
@@ -73,6 +74,5 @@ int df_kern_device_parse(const char *s, int *cuda_dev, char *err, size_t errlen)
     snprintf(err, errlen, "no CUDA device %ld (%d found: cuda:0 .. cuda:%d)", dev, n, n - 1);
     return -1;
   }
-  *cuda_dev = (int)dev;
   return 0;
 }

@@ -8,7 +8,9 @@
 
 /* "cpu" -> *cuda_dev = -1; "cuda" or "cuda:N" -> N (0 for "cuda"), checked
  * against the build and the devices found. Returns 0, or -1 with the reason
- * in err (not a CUDA build, no device, no device N, bad spelling). */
+ * in err (not a CUDA build, no device, no device N, bad spelling). A
+ * well-spelled device that is not here still sets *cuda_dev (deltafin plan
+ * plans for a device the machine need not have); a bad spelling leaves it. */
 int df_kern_device_parse(const char *s, int *cuda_dev, char *err, size_t errlen);
 
 /* The CUDA build, e.g. "CUDA 13.0 kernels (sm_90)"; NULL without DF_CUDA. */

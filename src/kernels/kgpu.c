@@ -55,7 +55,8 @@ static void tier_free(void *ud, void *p) {
   df_cuda_free(g->c, p);
 }
 
-df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen) {
+df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *plan_ud,
+                      char *err, size_t errlen) {
   df_cuda *c = df_cuda_open(dev, err, errlen);
   if (!c) return NULL;
   df_kgpu *g = df_xcalloc(1, sizeof *g);
@@ -81,6 +82,7 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen) {
     return NULL;
   }
   g->tier = df_dtier_new(tier_bytes, (df_dtier_mem){tier_alloc, tier_free, g});
+  if (plan) df_dtier_keep_cap(g->tier, plan(plan_ud, tier_bytes, fr));
   snprintf(g->st.device, sizeof g->st.device, "%s", df_cuda_describe(c));
   g->st.mem_total = tot;
   g->st.mem_free = fr;
@@ -445,8 +447,9 @@ void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
 
 #else /* no CUDA in this build */
 
-df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen) {
-  (void)dev, (void)tier_bytes;
+df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *plan_ud,
+                      char *err, size_t errlen) {
+  (void)dev, (void)tier_bytes, (void)plan, (void)plan_ud;
   snprintf(err, errlen, "this deltafin was built without CUDA (configure with -DDF_CUDA=ON)");
   return NULL;
 }

@@ -38,10 +38,18 @@ typedef struct df_kgpu_stats {
   char last_error[256];     /* the last CUDA error behind a fallback, "" if none */
 } df_kgpu_stats;
 
+/* The memory plan's say in the tier (plan.h's df_plan_gpu): called once the
+ * tier's size and the device's free memory are known, it returns the most
+ * the kept (spine) matrices may take (UINT64_MAX: no cap), which dtier.h's
+ * df_dtier_keep_cap enforces. */
+typedef uint64_t (*df_kgpu_plan_fn)(void *ud, uint64_t tier_bytes, uint64_t free_bytes);
+
 /* Opens CUDA device dev with a weight tier of tier_bytes (0: the device's
  * free memory less 2 GiB for activations and per-use buffers, at least
- * 256 MiB). NULL with the reason in err. */
-df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, char *err, size_t errlen);
+ * 256 MiB), planned by plan (NULL: no cap on the kept matrices). NULL with
+ * the reason in err. */
+df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *plan_ud,
+                      char *err, size_t errlen);
 void df_kgpu_close(df_kgpu *g);
 
 /* Y[t][r - r0] = W X[t] for rows [r0, r1) on the device. 0 when done there;

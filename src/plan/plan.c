@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "plan/plan_int.h"
 
 #define CTX_DEFAULT 32768
 #define CTX_MIN 1024        /* an automatic context is never shrunk below this */
@@ -289,32 +290,35 @@ int df_plan_make(df_plan *p, const df_plan_in *in, df_err *e) {
   return 0;
 }
 
-static const char *unit_name(const df_plan *p, int u, char *buf, size_t n) {
-  if (u == p->nunits - 1) snprintf(buf, n, "head");
+static const char *unit_name(int nunits, int u, char *buf, size_t n) {
+  if (u == nunits - 1) snprintf(buf, n, "head");
   else snprintf(buf, n, "%d", u);
   return buf;
 }
 
-/* "0-3,5,head" */
-static void unit_list(const df_plan *p, int want, char *out, size_t n) {
+void df_plan_unit_list(const uint8_t *flags, int nunits, int want, char *out, size_t n) {
   size_t o = 0;
   out[0] = 0;
-  for (int u = 0; u < p->nunits && o + 32 < n;) {
-    if (p->resident[u] != want) {
+  for (int u = 0; u < nunits && o + 32 < n;) {
+    if (flags[u] != want) {
       u++;
       continue;
     }
     int v = u;
-    while (v + 1 < p->nunits - 1 && p->resident[v + 1] == want) v++;
+    while (v + 1 < nunits - 1 && flags[v + 1] == want) v++;
     char a[16], b[16];
     if (v > u)
-      o += (size_t)snprintf(out + o, n - o, "%s%s-%s", o ? "," : "", unit_name(p, u, a, sizeof a),
-                            unit_name(p, v, b, sizeof b));
+      o += (size_t)snprintf(out + o, n - o, "%s%s-%s", o ? "," : "", unit_name(nunits, u, a, sizeof a),
+                            unit_name(nunits, v, b, sizeof b));
     else
-      o += (size_t)snprintf(out + o, n - o, "%s%s", o ? "," : "", unit_name(p, u, a, sizeof a));
+      o += (size_t)snprintf(out + o, n - o, "%s%s", o ? "," : "", unit_name(nunits, u, a, sizeof a));
     u = v + 1;
   }
   if (!o) snprintf(out, n, "none");
+}
+
+static void unit_list(const df_plan *p, int want, char *out, size_t n) {
+  df_plan_unit_list(p->resident, p->nunits, want, out, n);
 }
 
 char *df_plan_text(const df_plan *p) {

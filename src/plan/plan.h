@@ -113,6 +113,69 @@ int df_plan_mem_detect(uint64_t *bytes, char *why, size_t whylen, df_err *e);
 void df_plan_k3_units(const df_config *c, int int8, uint64_t *bytes, uint64_t *read,
                       uint64_t *fixed, uint64_t *embed_row);
 
+/* ---- GPU memory (--device cuda) ----
+ * The device's weight tier (kernels/dtier.h) holds two classes: the
+ * spine's matrices, kept, and the routed experts', least recent out; the
+ * per-use buffers (activations in and out, a MoE batch's expert rows, a
+ * matrix the tier does not keep) are taken from the device's memory beyond
+ * the tier, and where that is too small the tier gives the difference back
+ * (df_dtier_shrink). The same argument as for RAM holds here: a spine byte
+ * on the GPU saves one host-to-device copy every token, an expert byte only
+ * when its expert is picked again. So the experts get one token's batch of
+ * a layer (top_k records: the batch then never waits on an eviction of its
+ * own), the spine gets what is left (all of it when it fits; else units
+ * largest first, ties to the lower index, as df_plan_make), and the experts
+ * get the remainder. The tier enforces the bytes, not the unit list: its
+ * KEEP class is capped at the chosen units' bytes (df_dtier_keep_cap) and
+ * keeps matrices in the order a pass first uses them, so which matrices
+ * stay may differ from the units named here, never how many bytes. */
+#define DF_PLAN_GPU_RESERVE (2ull << 30) /* kgpu's default: free memory less this */
+#define DF_PLAN_GPU_UNKNOWN UINT64_MAX   /* df_plan_gpu_in.outside: not known */
+
+typedef struct df_plan_gpu_in {
+  const df_config *cfg;
+  int nunits;                   /* n_layers + 1, as df_plan_in */
+  const uint64_t *unit_bytes;   /* the matrices a unit's products use, as the tier holds them */
+  const uint64_t *unit_largest; /* a unit's largest such matrix (the per-use weight buffer) */
+  uint64_t expert_record_bytes; /* one routed expert's record (the tier aligns it to 256) */
+  uint64_t expert_total_bytes;  /* every routed expert */
+  uint64_t budget;              /* the tier: --gpu-mem, or free memory less DF_PLAN_GPU_RESERVE */
+  uint64_t outside;             /* device memory beyond the tier for the per-use buffers;
+                                 * DF_PLAN_GPU_UNKNOWN: assumed enough (no device to ask) */
+  int max_rows;                 /* largest batch (prefill chunk) */
+} df_plan_gpu_in;
+
+typedef struct df_plan_gpu {
+  uint64_t budget, outside;
+  /* per-use buffers at max_rows, as kgpu.c sizes them (a quarter over, as
+   * it grows them): activations in and out (the head's logits included),
+   * the expert batch's gate and up rows, the weight buffer for the largest
+   * matrix not kept (0 when every unit is) */
+  uint64_t peruse_act, peruse_experts, peruse_weights, peruse_bytes;
+  uint64_t given_back;          /* per-use bytes past `outside`: the tier gives them up */
+  uint64_t usable;              /* budget - given_back */
+  uint64_t spine_total, spine_bytes; /* the spine's products' matrices; those on the GPU */
+  uint64_t keep_cap;            /* for df_dtier_keep_cap: UINT64_MAX when all of the spine fits */
+  uint64_t expert_min_bytes;    /* one token's experts of a layer */
+  uint64_t expert_bytes;        /* the experts' share of the tier */
+  uint64_t expert_records, expert_records_all;
+  int nunits, n_gpu, max_rows;
+  uint8_t *on_gpu;              /* per unit */
+} df_plan_gpu;
+
+/* Fills g (never fails: a budget too small for anything leaves every unit
+ * per-use, which kgpu handles, slower). */
+void df_plan_gpu_make(df_plan_gpu *g, const df_plan_gpu_in *in);
+void df_plan_gpu_free(df_plan_gpu *g);
+/* "gpu      ..." lines, and a JSON object text; caller frees. */
+char *df_plan_gpu_text(const df_plan_gpu *g);
+char *df_plan_gpu_json(const df_plan_gpu *g);
+/* The GPU's units from a K3 config (plan_gpu.c): per unit (n_layers + 1)
+ * the matrices its products send to the device (the MoE router included,
+ * MLA's kv_b not: it is applied on the CPU) as kgpu.c stores them, int8
+ * (with its scales, 256-byte aligned) or bf16, and the largest of them. */
+void df_plan_gpu_units(const df_config *c, int int8, uint64_t *bytes, uint64_t *largest);
+
 /* Parses a size such as 64G, 512M, 1.5GiB, 100000 (bytes). */
 int df_plan_parse_size(const char *s, uint64_t *out);
 

@@ -141,6 +141,48 @@ static void test_keep(void **st) {
 
 /* shrink: the budget becomes what the entries hold less the bytes given
  * back; LRU entries go first, then KEEP ones, least recent first. */
+/* The KEEP cap (the memory plan's spine on the GPU): kept entries stop at
+ * the cap and are refused past it, LRU entries still get the rest of the
+ * budget, and a cap below what is kept refuses every KEEP entry without
+ * evicting one. */
+static void test_keep_cap(void **st) {
+  (void)st;
+  heap h;
+  df_dtier *t = mk(&h, 500);
+  df_dtier_keep_cap(t, 250);
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_KEEP));
+  assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_KEEP));
+  assert_null(df_dtier_put(t, 3, 100, DF_DTIER_KEEP)); /* 300 > 250 */
+  assert_non_null(df_dtier_put(t, 4, 50, DF_DTIER_KEEP)); /* exactly the cap */
+  assert_null(df_dtier_put(t, 5, 1, DF_DTIER_KEEP));
+  /* the experts' share: 500 - 250, evicted among themselves */
+  assert_non_null(df_dtier_put(t, 10, 125, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 11, 125, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 12, 125, DF_DTIER_LRU));
+  assert_null(df_dtier_get(t, 10));
+  df_dtier_stats s;
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.keep_bytes, 250);
+  assert_int_equal(s.keep_cap, 250);
+  assert_int_equal(s.refused, 2);
+  assert_int_equal(s.bytes, 500);
+  /* lowered below what is kept: nothing more kept, nothing evicted */
+  df_dtier_keep_cap(t, 100);
+  assert_null(df_dtier_put(t, 6, 1, DF_DTIER_KEEP));
+  assert_non_null(df_dtier_get(t, 1));
+  assert_non_null(df_dtier_get(t, 4));
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.keep_bytes, 250);
+  df_dtier_free(t);
+  assert_int_equal(h.live, 0);
+  /* no cap by default: KEEP fills the whole budget */
+  t = mk(&h, 300);
+  df_dtier_stats_get(t, &s);
+  assert_true(s.keep_cap == UINT64_MAX);
+  for (uint64_t k = 1; k <= 3; k++) assert_non_null(df_dtier_put(t, k, 100, DF_DTIER_KEEP));
+  df_dtier_free(t);
+}
+
 static void test_shrink(void **st) {
   (void)st;
   heap h;
@@ -265,6 +307,7 @@ int main(void) {
       cmocka_unit_test(test_lru_order),
       cmocka_unit_test(test_refuse_and_alloc_failure),
       cmocka_unit_test(test_keep),
+      cmocka_unit_test(test_keep_cap),
       cmocka_unit_test(test_shrink),
       cmocka_unit_test(test_against_reference),
   };
