@@ -138,39 +138,47 @@ int main(int argc, char **argv) {
       {F_BF16, 36864, 7168, "kda qkv 36864x7168"},
   };
   size_t nc = sizeof cs / sizeof cs[0];
-  /* each kernel: the row tiles (the default), then the lanes layout with 8,
-   * 4 or 2 of a row's 16 lanes per thread (the prefetch off, its default;
-   * run 2 of 2026-12-01 measured it on and off) */
+  /* each kernel: the row tiles with the stages chosen by the shape (the
+   * default), forced to 2, 3 and deep; then the lanes layout with 8, 4 or 2
+   * of a row's 16 lanes per thread (the prefetch off, its default; run 2 of
+   * 2026-12-01 measured it on and off) */
   static const int lanes[] = {8, 4, 2};
-  double res_bw[4][16], res_us[4][16];
-  for (int li = 0; li < 4; li++) {
+  static const char *kname[] = {"tiled", "tiled_2stages", "tiled_3stages", "tiled_deep",
+                                "lanes", "lanes", "lanes"};
+  enum { NK = 7 };
+  double res_bw[NK][16], res_us[NK][16];
+  for (int li = 0; li < NK; li++) {
     for (int f = 0; f < 4; f++) {
-      df_cuda_set_gemv_tiled(G, f, li == 0);
-      if (li) df_cuda_set_gemv_lanes(G, f, lanes[li - 1]);
+      df_cuda_set_gemv_tiled(G, f, li < 4 ? li + 1 : 0);
+      if (li >= 4) df_cuda_set_gemv_lanes(G, f, lanes[li - 4]);
     }
     for (size_t i = 0; i < nc; i++) {
       double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, 0, reps, &us);
       res_bw[li][i] = bw, res_us[li][i] = us;
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
              "\"lanes_per_thread\": %d, \"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
-             fname[cs[i].fmt], cs[i].what, li ? "lanes" : "tiled", li ? lanes[li - 1] : 16, us,
-             bw / 1e9, bw / copy, li < 3 || i + 1 < nc ? "," : "");
+             fname[cs[i].fmt], cs[i].what, kname[li], li >= 4 ? lanes[li - 4] : 16, us, bw / 1e9,
+             bw / copy, li < NK - 1 || i + 1 < nc ? "," : "");
       fflush(stdout);
     }
   }
   for (int f = 0; f < 4; f++) df_cuda_set_gemv_tiled(G, f, 1), df_cuda_set_gemv_lanes(G, f, 8);
-  /* per shape: the tiled kernel against the best lanes layout */
+  /* per shape: the default (row tiles, stages by shape) against the best
+   * forced stage count and the best lanes layout */
   printf("  ],\n  \"gemv_compare\": [\n");
   for (size_t i = 0; i < nc; i++) {
-    int best = 1;
+    int bt = 1, bl = 4;
     for (int li = 2; li < 4; li++)
-      if (res_bw[li][i] > res_bw[best][i]) best = li;
+      if (res_bw[li][i] > res_bw[bt][i]) bt = li;
+    for (int li = 5; li < NK; li++)
+      if (res_bw[li][i] > res_bw[bl][i]) bl = li;
     printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"tiled_us\": %.2f, "
-           "\"tiled_of_copy\": %.3f, \"lanes_best_us\": %.2f, \"lanes_best_of_copy\": %.3f, "
+           "\"tiled_of_copy\": %.3f, \"tiled_best_forced\": \"%s\", \"tiled_best_forced_of_copy\": "
+           "%.3f, \"lanes_best_us\": %.2f, \"lanes_best_of_copy\": %.3f, "
            "\"lanes_best_lanes_per_thread\": %d, \"speedup\": %.2f}%s\n",
-           fname[cs[i].fmt], cs[i].what, res_us[0][i], res_bw[0][i] / copy, res_us[best][i],
-           res_bw[best][i] / copy, lanes[best - 1], res_us[best][i] / res_us[0][i],
-           i + 1 < nc ? "," : "");
+           fname[cs[i].fmt], cs[i].what, res_us[0][i], res_bw[0][i] / copy, kname[bt],
+           res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, lanes[bl - 4],
+           res_us[bl][i] / res_us[0][i], i + 1 < nc ? "," : "");
   }
   /* GEMM: prefill-sized batches on the stacked experts and the KDA q
    * projection, each layout; weight_GBps is the weights' bytes over the time

@@ -136,13 +136,16 @@ static void gemv_case(int fmt, int rows, int cols) {
   cpu_gemm(fmt, W, S, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
   void *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
   float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
-  /* the row-tile kernel (the default; not for f32), then every lanes layout
+  /* the row-tile kernel (not for f32) with its stages chosen by the shape
+   * (the default), then forced to 2, 3 and deep; then every lanes layout
    * (lanes per thread) with the L2 prefetch on and off: they change which
    * thread holds a lane and when bytes arrive, never a result */
   static const int lanes[] = {8, 4, 2};
-  for (int v = fmt == F_F32 ? 1 : 0; v < 7; v++) {
-    int li = v ? (v - 1) / 2 : 0, pf = v ? (v - 1) % 2 : 0;
-    df_cuda_set_gemv_tiled(G, fmt, v == 0);
+  static const char *tiles[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
+                                "row tiles, deep"};
+  for (int v = fmt == F_F32 ? 4 : 0; v < 10; v++) {
+    int li = v >= 4 ? (v - 4) / 2 : 0, pf = v >= 4 ? (v - 4) % 2 : 0;
+    df_cuda_set_gemv_tiled(G, fmt, v < 4 ? v + 1 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
     df_cuda_set_prefetch(G, pf);
     memset(ygpu, 0xff, (size_t)rows * 4);
@@ -154,8 +157,8 @@ static void gemv_case(int fmt, int rows, int cols) {
     ok_or_die(rc);
     dget(ygpu, dy, (size_t)rows * 4);
     char what[96];
-    if (v == 0)
-      snprintf(what, sizeof what, "gemv %s %d x %d, row tiles", fname[fmt], rows, cols);
+    if (v < 4)
+      snprintf(what, sizeof what, "gemv %s %d x %d, %s", fname[fmt], rows, cols, tiles[v]);
     else
       snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt],
                rows, cols, lanes[li], pf ? "on" : "off");
@@ -218,9 +221,10 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const void *w = dW + woff, *sc = dS ? dS + soff : NULL;
   const float *x = dX + xoff;
   static const int lanes[] = {8, 4, 2};
-  /* T == 1 is the GEMV: the row tiles (not for f32) as a fourth layout */
-  for (int li = 0; li < (T == 1 && fmt != F_F32 ? 4 : 3); li++) {
-    df_cuda_set_gemv_tiled(G, fmt, li == 3);
+  /* T == 1 is the GEMV: the row tiles (not for f32), by shape and with 2,
+   * 3 and deep stages, as layouts 3 to 6 */
+  for (int li = 0; li < (T == 1 && fmt != F_F32 ? 7 : 3); li++) {
+    df_cuda_set_gemv_tiled(G, fmt, li >= 3 ? li - 2 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
     memset(ygpu, 0xff, ny * 4);
     ok_or_die(df_cuda_put(G, dY, ygpu, ny * 4));
@@ -230,11 +234,14 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
                             : df_cuda_gemm_mxfp4(G, w, sc, n, cols, x, T, ldx, dY, ldy);
     ok_or_die(rc);
     dget(ygpu, dY, ny * 4);
-    char what[160];
-    snprintf(what, sizeof what,
-             "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %d lanes/thread%s",
-             fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lanes[li % 3],
-             li == 3 ? " (row tiles)" : "");
+    char what[224];
+    static const char *tl[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
+                               "row tiles, deep"};
+    char lay[32];
+    if (li < 3) snprintf(lay, sizeof lay, "%d lanes/thread", lanes[li]);
+    else snprintf(lay, sizeof lay, "%s", tl[li - 3]);
+    snprintf(what, sizeof what, "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %s",
+             fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lay);
     same(what, ycpu, ygpu, ny, 0);
   }
   df_cuda_set_gemv_tiled(G, fmt, 1);

@@ -34,7 +34,9 @@ struct df_cuda {
   cudaEvent_t ev[2];
   int prefetch;
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
-  int tiled[4]; /* GEMV kernel: the row tiles (1) or the lanes layout (0), same formats */
+  int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (stages by shape), 2-4 forced */
+  int sms;      /* multiprocessors */
+  int occ[4][3]; /* resident tile blocks per SM by format and stage variant (0: not yet asked) */
   char desc[320];
   char err[256];
 };
@@ -76,6 +78,7 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
+  if (e == cudaSuccess) c->sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreate(&c->ev[0]);
   if (e == cudaSuccess) e = cudaEventCreate(&c->ev[1]);
@@ -431,11 +434,19 @@ struct wargs {
  * thread, all 16 lanes of the row in that thread. The rows' column chunks
  * (TF::RB bytes of each row) are staged in shared memory by cp.async in
  * 16-byte pieces, so a warp instruction copies whole 128-byte row segments,
- * with TSTAGES chunks in flight per warp and many warps per SM; x's chunk
+ * with NS - 1 chunks in flight per warp and many warps per SM; x's chunk
  * (and MXFP4's scales) ride along. The thread then reads its row from shared
  * memory (rows padded by 16 bytes: 8 consecutive rows' 16-byte loads fall in
  * distinct banks) and x by broadcast. Small blocks keep the tail of the grid
  * short: 12288 rows are 384 blocks.
+ *
+ * Stages NS: every block does the same work, so the grid runs in rounds of
+ * (resident blocks per SM) x SMs, and a last round that is nearly empty
+ * costs nearly a full one (57344 rows at 12 blocks an SM: 1.13 rounds).
+ * Three variants trade shared memory and registers for blocks per SM:
+ * 2 stages (most blocks), 3, and a deep one (5-6 stages: few blocks, each
+ * with more bytes in flight); tile_pick chooses by the shape (the bench
+ * measures each, df_cuda_set_gemv_tiled).
  *
  * The order is the scalar reference's: lane j is acc[j] of the row's thread
  * and takes columns j, j + 16, ... in ascending order (step by step within a
@@ -450,7 +461,6 @@ struct wargs {
  * partial step's lanes one by one (the lanes past the end stay untouched, as
  * in the scalar loop's short last block). */
 #define TROWS 32
-#define TSTAGES 3
 #define TILE_WVEC 1
 #define TILE_XVEC 2
 #define TILE_SVEC 4
@@ -498,8 +508,9 @@ __device__ __forceinline__ static void tile_x16(const float *x, float xv[16]) {
 /* A format for the tiles: CK columns per chunk, RB bytes of a row per chunk,
  * UC columns per unit (what one call of unit() takes, in step order). */
 struct tf_bf16 {
-  static constexpr int fmt = 0, CK = 128, RB = 256, UC = 16, scaled = 0;
+  static constexpr int fmt = 0, CK = 128, RB = 256, UC = 16, scaled = 0, deep = 5;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols * 2; }
+  template <bool = false>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
                                               float acc[16]) {
     uint4 a = ((const uint4 *)w)[2 * u], b = ((const uint4 *)w)[2 * u + 1];
@@ -519,9 +530,10 @@ struct tf_bf16 {
 };
 
 struct tf_i8 {
-  static constexpr int fmt = 1, CK = 128, RB = 128, UC = 16, scaled = 0;
+  static constexpr int fmt = 1, CK = 128, RB = 128, UC = 16, scaled = 0, deep = 6;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols; }
   /* (float)q exactly as in fmt_i8: 2^23 + (q + 128) as bits, less 2^23 + 128 */
+  template <bool = false>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
                                               float acc[16]) {
     uint4 a = ((const uint4 *)w)[u];
@@ -551,7 +563,7 @@ __device__ static inline uint32_t e2m1_bits(uint32_t q, int e) {
   return (uint32_t)((int32_t)(q << (28 - 4 * e)) >> 6) & 0x81C00000u;
 }
 struct tf_mxfp4 {
-  static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1; /* 8 scales a chunk */
+  static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1, deep = 6; /* 8 scales a chunk */
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols / 2; }
   template <bool big>
   __device__ __forceinline__ static void group(const uint32_t q[4], uint32_t s, const float *x,
@@ -569,23 +581,30 @@ struct tf_mxfp4 {
       }
     }
   }
+  /* small: s < 128 known for the whole chunk (one test a chunk instead of a
+   * branch a group, so the chunk's groups are one straight run of code) */
+  template <bool small = false>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
                                               float acc[16]) {
     uint4 a = ((const uint4 *)w)[u];
     uint32_t q[4] = {a.x, a.y, a.z, a.w};
-    if (s <= 128u) group<false>(q, s, x + u * 32, acc);
+    if (small || s <= 128u) group<false>(q, s, x + u * 32, acc);
     else group<true>(q, s, x + u * 32, acc);
   }
 };
 
-template <class TF>
-__global__ void __launch_bounds__(TROWS, 12)
+/* blocks per SM the register bound leaves room for, by stages (the shared
+ * memory then decides: about 11, 17 and 35 KB a block for MXFP4) */
+static constexpr int tile_minb(int ns) { return ns <= 2 ? 16 : ns == 3 ? 12 : 4; }
+
+template <class TF, int NS>
+__global__ void __launch_bounds__(TROWS, tile_minb(NS))
     tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
            const float *rowscale, int flags) {
   constexpr int PPR = TF::RB / 16, NG = TF::CK / 32;
-  __shared__ __align__(16) uint8_t wt[TSTAGES][TROWS][TF::RB + 16];
-  __shared__ __align__(16) float xt[TSTAGES][TF::CK];
-  __shared__ __align__(16) uint8_t st[TSTAGES][TROWS][TF::scaled ? NG : 8];
+  __shared__ __align__(16) uint8_t wt[NS][TROWS][TF::RB + 16];
+  __shared__ __align__(16) float xt[NS][TF::CK];
+  __shared__ __align__(16) uint8_t st[NS][TROWS][TF::scaled ? NG : 8];
   const int lane = threadIdx.x;
   const long r0 = (long)blockIdx.x * TROWS;
   const int nr = rows - r0 < TROWS ? (int)(rows - r0) : TROWS;
@@ -636,22 +655,26 @@ __global__ void __launch_bounds__(TROWS, 12)
   for (int j = 0; j < LANES; j++) acc[j] = 0.0f;
 
 #pragma unroll
-  for (int k = 0; k < TSTAGES - 1; k++) {
+  for (int k = 0; k < NS - 1; k++) {
     if (k < nch) stage(k, k);
     cp_async_commit();
   }
   for (int k = 0; k < nch; k++) {
-    cp_async_wait<TSTAGES - 2>();
-    __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % TSTAGES is read */
-    if (k + TSTAGES - 1 < nch) stage(k + TSTAGES - 1, (k + TSTAGES - 1) % TSTAGES);
+    cp_async_wait<NS - 2>();
+    __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % NS is read */
+    if (k + NS - 1 < nch) stage(k + NS - 1, (k + NS - 1) % NS);
     cp_async_commit();
     if (!live) continue;
-    int buf = k % TSTAGES, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
+    int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
     const uint8_t *w = wt[buf][lane];
     const float *xs = xt[buf];
     uint2 sv = make_uint2(0, 0);
     if constexpr (TF::scaled != 0) sv = *(const uint2 *)st[buf][lane];
-    if (n == TF::CK) {
+    if (n == TF::CK && TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
+#pragma unroll
+      for (int u = 0; u < TF::CK / TF::UC; u++)
+        TF::template unit<true>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs, acc);
+    } else if (n == TF::CK) {
 #pragma unroll
       for (int u = 0; u < TF::CK / TF::UC; u++)
         TF::unit(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs, acc);
@@ -668,14 +691,50 @@ __global__ void __launch_bounds__(TROWS, 12)
   }
   cp_async_wait<0>();
   if (!live) return;
+  /* the tree, its levels written out: kept in registers */
 #pragma unroll
-  for (int l = 0; l < 4; l++) {
-    const int w = (LANES / 2) >> l;
+  for (int j = 0; j < 8; j++) acc[j] = __fadd_rn(acc[j], acc[j + 8]);
 #pragma unroll
-    for (int j = 0; j < w; j++) acc[j] = __fadd_rn(acc[j], acc[j + w]);
-  }
+  for (int j = 0; j < 4; j++) acc[j] = __fadd_rn(acc[j], acc[j + 4]);
+#pragma unroll
+  for (int j = 0; j < 2; j++) acc[j] = __fadd_rn(acc[j], acc[j + 2]);
+  acc[0] = __fadd_rn(acc[0], acc[1]);
   long r = r0 + lane;
   y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
+}
+
+/* Once per format: shared memory preferred over L1 for the tile kernels
+ * (only the element-by-element staging reads through L1), then how many
+ * blocks of each variant an SM holds. */
+template <class TF, int NS> static int tile_occ1(void) {
+  int n = 0;
+  if (cudaFuncSetAttribute(tile_k<TF, NS>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    cudaGetLastError(); /* a hint: the default split still runs */
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, tile_k<TF, NS>, TROWS, 0) != cudaSuccess)
+    cudaGetLastError();
+  return n > 0 ? n : 1;
+}
+template <class TF> static int tile_occ(df_cuda *c, int v) {
+  int *o = c->occ[TF::fmt];
+  if (!o[0]) o[0] = tile_occ1<TF, 2>(), o[1] = tile_occ1<TF, 3>(), o[2] = tile_occ1<TF, TF::deep>();
+  return o[v];
+}
+
+/* The stage variant (0: 2 stages, 1: 3, 2: deep) for `blocks` blocks.
+ * Within one round of 3-stage blocks, the deep one where the SMs would
+ * otherwise hold under 64 KB in flight (few rows: KDA q's 12288 are 3
+ * blocks an SM); beyond one round, 2 stages where their rounds are
+ * clearly fuller (the last round's share of a full one). */
+template <class TF> static int tile_pick(df_cuda *c, long blocks) {
+  long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), k2 = tile_occ<TF>(c, 0), sms = c->sms;
+  if (blocks <= k3 * sms) {
+    long w = (blocks + sms - 1) / sms;
+    return w * 2 * TROWS * TF::RB < 64 * 1024 && kd >= w ? 2 : 1;
+  }
+  double r3 = (double)blocks / (double)(k3 * sms), r2 = (double)blocks / (double)(k2 * sms);
+  double e3 = r3 / ceil(r3), e2 = r2 / ceil(r2);
+  return e2 > e3 + 0.05 ? 0 : 1;
 }
 
 template <class TF>
@@ -686,8 +745,16 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
   if (((uintptr_t)x & 15) == 0 && cols % 4 == 0) flags |= TILE_XVEC;
   if (TF::scaled && ((uintptr_t)S & 7) == 0 && (cols / 32) % (TF::CK / 32) == 0) flags |= TILE_SVEC;
   long blocks = ((long)rows + TROWS - 1) / TROWS;
-  tile_k<TF><<<(unsigned)blocks, TROWS, 0, c->s>>>((const uint8_t *)W, (const uint8_t *)S, rows,
-                                                   cols, x, y, rowscale, flags);
+  tile_occ<TF>(c, 0);
+  int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2 : tile_pick<TF>(c, blocks);
+  const uint8_t *w8 = (const uint8_t *)W, *s8 = (const uint8_t *)S;
+  if (v == 0)
+    tile_k<TF, 2><<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
+  else if (v == 1)
+    tile_k<TF, 3><<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
+  else
+    tile_k<TF, TF::deep>
+        <<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
   LAUNCHED(c, what);
   return 0;
 }
@@ -734,8 +801,8 @@ static int gemv_launch(df_cuda *c, const char *what, wargs a, int rows, int cols
 extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
   if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;
 }
-extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int on) {
-  if (fmt >= 0 && fmt < 4 && fmt != 2) c->tiled[fmt] = on != 0;
+extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how) {
+  if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 4) c->tiled[fmt] = how;
 }
 
 extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,
