@@ -138,26 +138,27 @@ int main(int argc, char **argv) {
       {F_BF16, 36864, 7168, "kda qkv 36864x7168"},
   };
   size_t nc = sizeof cs / sizeof cs[0];
-  /* each kernel: the row tiles with the stages chosen by the shape (the
-   * default), forced to 2, 3 and deep; then the lanes layout with 8, 4 or 2
+  /* each kernel: the row tiles with the variant chosen by the shape (the
+   * default), forced to 2, 3, deep stages and deep with two threads a row;
+   * then the lanes layout with 8, 4 or 2
    * of a row's 16 lanes per thread (the prefetch off, its default; run 2 of
    * 2026-12-01 measured it on and off) */
   static const int lanes[] = {8, 4, 2};
-  static const char *kname[] = {"tiled", "tiled_2stages", "tiled_3stages", "tiled_deep",
-                                "lanes", "lanes", "lanes"};
-  enum { NK = 7 };
+  static const char *kname[] = {"tiled",      "tiled_2stages", "tiled_3stages", "tiled_deep",
+                                "tiled_deep_2threads", "lanes",   "lanes",         "lanes"};
+  enum { NK = 8, NT = 5 }; /* NT tiled kinds first */
   double res_bw[NK][16], res_us[NK][16];
   for (int li = 0; li < NK; li++) {
     for (int f = 0; f < 4; f++) {
-      df_cuda_set_gemv_tiled(G, f, li < 4 ? li + 1 : 0);
-      if (li >= 4) df_cuda_set_gemv_lanes(G, f, lanes[li - 4]);
+      df_cuda_set_gemv_tiled(G, f, li < NT ? li + 1 : 0);
+      if (li >= NT) df_cuda_set_gemv_lanes(G, f, lanes[li - NT]);
     }
     for (size_t i = 0; i < nc; i++) {
       double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, 0, reps, &us);
       res_bw[li][i] = bw, res_us[li][i] = us;
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
              "\"lanes_per_thread\": %d, \"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
-             fname[cs[i].fmt], cs[i].what, kname[li], li >= 4 ? lanes[li - 4] : 16, us, bw / 1e9,
+             fname[cs[i].fmt], cs[i].what, kname[li], li >= NT ? lanes[li - NT] : 16, us, bw / 1e9,
              bw / copy, li < NK - 1 || i + 1 < nc ? "," : "");
       fflush(stdout);
     }
@@ -167,17 +168,17 @@ int main(int argc, char **argv) {
    * forced stage count and the best lanes layout */
   printf("  ],\n  \"gemv_compare\": [\n");
   for (size_t i = 0; i < nc; i++) {
-    int bt = 1, bl = 4;
-    for (int li = 2; li < 4; li++)
+    int bt = 1, bl = NT;
+    for (int li = 2; li < NT; li++)
       if (res_bw[li][i] > res_bw[bt][i]) bt = li;
-    for (int li = 5; li < NK; li++)
+    for (int li = NT + 1; li < NK; li++)
       if (res_bw[li][i] > res_bw[bl][i]) bl = li;
     printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"tiled_us\": %.2f, "
            "\"tiled_of_copy\": %.3f, \"tiled_best_forced\": \"%s\", \"tiled_best_forced_of_copy\": "
            "%.3f, \"lanes_best_us\": %.2f, \"lanes_best_of_copy\": %.3f, "
            "\"lanes_best_lanes_per_thread\": %d, \"speedup\": %.2f}%s\n",
            fname[cs[i].fmt], cs[i].what, res_us[0][i], res_bw[0][i] / copy, kname[bt],
-           res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, lanes[bl - 4],
+           res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, lanes[bl - NT],
            res_us[bl][i] / res_us[0][i], i + 1 < nc ? "," : "");
   }
   /* GEMM: prefill-sized batches on the stacked experts and the KDA q

@@ -136,16 +136,17 @@ static void gemv_case(int fmt, int rows, int cols) {
   cpu_gemm(fmt, W, S, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
   void *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
   float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
-  /* the row-tile kernel (not for f32) with its stages chosen by the shape
-   * (the default), then forced to 2, 3 and deep; then every lanes layout
+  /* the row-tile kernel (not for f32) with its variant chosen by the shape
+   * (the default), then forced to 2, 3 and deep stages and deep with two
+   * threads a row; then every lanes layout
    * (lanes per thread) with the L2 prefetch on and off: they change which
    * thread holds a lane and when bytes arrive, never a result */
   static const int lanes[] = {8, 4, 2};
   static const char *tiles[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
-                                "row tiles, deep"};
-  for (int v = fmt == F_F32 ? 4 : 0; v < 10; v++) {
-    int li = v >= 4 ? (v - 4) / 2 : 0, pf = v >= 4 ? (v - 4) % 2 : 0;
-    df_cuda_set_gemv_tiled(G, fmt, v < 4 ? v + 1 : 0);
+                                "row tiles, deep", "row tiles, deep, 2 threads a row"};
+  for (int v = fmt == F_F32 ? 5 : 0; v < 11; v++) {
+    int li = v >= 5 ? (v - 5) / 2 : 0, pf = v >= 5 ? (v - 5) % 2 : 0;
+    df_cuda_set_gemv_tiled(G, fmt, v < 5 ? v + 1 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
     df_cuda_set_prefetch(G, pf);
     memset(ygpu, 0xff, (size_t)rows * 4);
@@ -157,7 +158,7 @@ static void gemv_case(int fmt, int rows, int cols) {
     ok_or_die(rc);
     dget(ygpu, dy, (size_t)rows * 4);
     char what[96];
-    if (v < 4)
+    if (v < 5)
       snprintf(what, sizeof what, "gemv %s %d x %d, %s", fname[fmt], rows, cols, tiles[v]);
     else
       snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt],
@@ -221,9 +222,9 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const void *w = dW + woff, *sc = dS ? dS + soff : NULL;
   const float *x = dX + xoff;
   static const int lanes[] = {8, 4, 2};
-  /* T == 1 is the GEMV: the row tiles (not for f32), by shape and with 2,
-   * 3 and deep stages, as layouts 3 to 6 */
-  for (int li = 0; li < (T == 1 && fmt != F_F32 ? 7 : 3); li++) {
+  /* T == 1 is the GEMV: the row tiles (not for f32), by shape and each
+   * variant forced, as layouts 3 to 7 */
+  for (int li = 0; li < (T == 1 && fmt != F_F32 ? 8 : 3); li++) {
     df_cuda_set_gemv_tiled(G, fmt, li >= 3 ? li - 2 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
     memset(ygpu, 0xff, ny * 4);
@@ -236,7 +237,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
     dget(ygpu, dY, ny * 4);
     char what[224];
     static const char *tl[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
-                               "row tiles, deep"};
+                               "row tiles, deep", "row tiles, deep, 2 threads a row"};
     char lay[32];
     if (li < 3) snprintf(lay, sizeof lay, "%d lanes/thread", lanes[li]);
     else snprintf(lay, sizeof lay, "%s", tl[li - 3]);

@@ -34,9 +34,9 @@ struct df_cuda {
   cudaEvent_t ev[2];
   int prefetch;
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
-  int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (stages by shape), 2-4 forced */
+  int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-5 forced */
   int sms;      /* multiprocessors */
-  int occ[4][3]; /* resident tile blocks per SM by format and stage variant (0: not yet asked) */
+  int occ[4][4]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char desc[320];
   char err[256];
 };
@@ -443,10 +443,12 @@ struct wargs {
  * Stages NS: every block does the same work, so the grid runs in rounds of
  * (resident blocks per SM) x SMs, and a last round that is nearly empty
  * costs nearly a full one (57344 rows at 12 blocks an SM: 1.13 rounds).
- * Three variants trade shared memory and registers for blocks per SM:
+ * The variants trade shared memory and registers for blocks per SM:
  * 2 stages (most blocks), 3, and a deep one (5-6 stages: few blocks, each
- * with more bytes in flight); tile_pick chooses by the shape (the bench
- * measures each, df_cuda_set_gemv_tiled).
+ * with more bytes in flight), also with two threads a row (16-row blocks,
+ * each thread 8 of the 16 lanes, the tree's first level a shuffle) for
+ * shapes with few rows; tile_pick chooses by the shape (the bench measures
+ * each, df_cuda_set_gemv_tiled).
  *
  * The order is the scalar reference's: lane j is acc[j] of the row's thread
  * and takes columns j, j + 16, ... in ascending order (step by step within a
@@ -496,29 +498,36 @@ template <int N> __device__ static inline void cp_async_wait(void) {
 #endif
 }
 
-/* 16 floats of x from shared memory (one address for the whole warp) */
-__device__ __forceinline__ static void tile_x16(const float *x, float xv[16]) {
+/* N floats of x from shared memory (one address per row half of the warp) */
+template <int N> __device__ __forceinline__ static void tile_xn(const float *x, float xv[N]) {
 #pragma unroll
-  for (int q = 0; q < 4; q++) {
+  for (int q = 0; q < N / 4; q++) {
     float4 a = ((const float4 *)x)[q];
     xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
   }
 }
 
 /* A format for the tiles: CK columns per chunk, RB bytes of a row per chunk,
- * UC columns per unit (what one call of unit() takes, in step order). */
+ * UC columns per unit (what one call of unit() takes, in step order). A
+ * unit runs the LPT lanes g * LPT .. g * LPT + LPT - 1 of its row: all 16
+ * (g = 0) where a thread owns the row, 8 where two threads share it. */
 struct tf_bf16 {
   static constexpr int fmt = 0, CK = 128, RB = 256, UC = 16, scaled = 0, deep = 5;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols * 2; }
-  template <bool = false>
+  template <bool = false, int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
-                                              float acc[16]) {
-    uint4 a = ((const uint4 *)w)[2 * u], b = ((const uint4 *)w)[2 * u + 1];
-    uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    float xv[16];
-    tile_x16(x + u * 16, xv);
+                                              float acc[LPT], int g) {
+    const uint4 *p = (const uint4 *)(w + u * 32 + g * LPT * 2);
+    uint32_t v[LPT / 2];
 #pragma unroll
-    for (int m = 0; m < 8; m++) {
+    for (int i = 0; i < LPT / 8; i++) {
+      uint4 a = p[i];
+      v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+    }
+    float xv[LPT];
+    tile_xn<LPT>(x + u * 16 + g * LPT, xv);
+#pragma unroll
+    for (int m = 0; m < LPT / 2; m++) {
       acc[2 * m] = __fadd_rn(acc[2 * m], __fmul_rn(__uint_as_float(v[m] << 16), xv[2 * m]));
       acc[2 * m + 1] =
           __fadd_rn(acc[2 * m + 1], __fmul_rn(__uint_as_float(v[m] & 0xffff0000u), xv[2 * m + 1]));
@@ -533,15 +542,23 @@ struct tf_i8 {
   static constexpr int fmt = 1, CK = 128, RB = 128, UC = 16, scaled = 0, deep = 6;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols; }
   /* (float)q exactly as in fmt_i8: 2^23 + (q + 128) as bits, less 2^23 + 128 */
-  template <bool = false>
+  template <bool = false, int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
-                                              float acc[16]) {
-    uint4 a = ((const uint4 *)w)[u];
-    uint32_t v[4] = {a.x ^ 0x80808080u, a.y ^ 0x80808080u, a.z ^ 0x80808080u, a.w ^ 0x80808080u};
-    float xv[16];
-    tile_x16(x + u * 16, xv);
+                                              float acc[LPT], int g) {
+    uint32_t v[LPT / 4];
+    if constexpr (LPT == 16) {
+      uint4 a = ((const uint4 *)w)[u];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    } else {
+      uint2 a = ((const uint2 *)w)[2 * u + g];
+      v[0] = a.x, v[1] = a.y;
+    }
 #pragma unroll
-    for (int m = 0; m < 16; m++) {
+    for (int i = 0; i < LPT / 4; i++) v[i] ^= 0x80808080u;
+    float xv[LPT];
+    tile_xn<LPT>(x + u * 16 + g * LPT, xv);
+#pragma unroll
+    for (int m = 0; m < LPT; m++) {
       float wf = __fsub_rn(__uint_as_float(__byte_perm(v[m >> 2], 0x4B000000u, 0x7540u + (m & 3))),
                            8388736.0f);
       acc[m] = __fadd_rn(acc[m], __fmul_rn(wf, xv[m]));
@@ -563,19 +580,21 @@ __device__ static inline uint32_t e2m1_bits(uint32_t q, int e) {
   return (uint32_t)((int32_t)(q << (28 - 4 * e)) >> 6) & 0x81C00000u;
 }
 struct tf_mxfp4 {
-  static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1, deep = 6; /* 8 scales a chunk */
+  /* CK / 32 = 8 scales a chunk */
+  static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1, deep = 6;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols / 2; }
-  template <bool big>
-  __device__ __forceinline__ static void group(const uint32_t q[4], uint32_t s, const float *x,
-                                               float acc[16]) {
+  /* q: the thread's code words of the group, LPT / 8 a step, step 0 first */
+  template <bool big, int LPT>
+  __device__ __forceinline__ static void group(const uint32_t q[LPT / 4], uint32_t s,
+                                               const float *x, float acc[LPT]) {
     float sc = big ? __uint_as_float(s << 23) : __uint_as_float((s + 126u) << 23);
 #pragma unroll
     for (int st = 0; st < 2; st++) {
-      float xv[16];
-      tile_x16(x + st * 16, xv);
+      float xv[LPT];
+      tile_xn<LPT>(x + st * 16, xv);
 #pragma unroll
-      for (int j = 0; j < 16; j++) {
-        float f = __uint_as_float(e2m1_bits(q[2 * st + (j >> 3)], j & 7));
+      for (int j = 0; j < LPT; j++) {
+        float f = __uint_as_float(e2m1_bits(q[st * (LPT / 8) + (j >> 3)], j & 7));
         float wf = big ? __fmul_rn(__fmul_rn(f, 0x1p126f), sc) : __fmul_rn(f, sc);
         acc[j] = __fadd_rn(acc[j], __fmul_rn(wf, xv[j]));
       }
@@ -583,32 +602,41 @@ struct tf_mxfp4 {
   }
   /* small: s < 128 known for the whole chunk (one test a chunk instead of a
    * branch a group, so the chunk's groups are one straight run of code) */
-  template <bool small = false>
+  template <bool small = false, int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
-                                              float acc[16]) {
-    uint4 a = ((const uint4 *)w)[u];
-    uint32_t q[4] = {a.x, a.y, a.z, a.w};
-    if (small || s <= 128u) group<false>(q, s, x + u * 32, acc);
-    else group<true>(q, s, x + u * 32, acc);
+                                              float acc[LPT], int g) {
+    uint32_t q[LPT / 4];
+    if constexpr (LPT == 16) {
+      uint4 a = ((const uint4 *)w)[u];
+      q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
+    } else {
+      q[0] = ((const uint32_t *)w)[4 * u + g], q[1] = ((const uint32_t *)w)[4 * u + 2 + g];
+    }
+    if (small || s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
+    else group<true, LPT>(q, s, x + u * 32 + g * LPT, acc);
   }
 };
 
 /* blocks per SM the register bound leaves room for, by stages (the shared
  * memory then decides: about 11, 17 and 35 KB a block for MXFP4) */
-static constexpr int tile_minb(int ns) { return ns <= 2 ? 16 : ns == 3 ? 12 : 4; }
+static constexpr int tile_minb(int ns, int g) {
+  return g == 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4;
+}
 
-template <class TF, int NS>
-__global__ void __launch_bounds__(TROWS, tile_minb(NS))
+/* G threads a row (1 or 2): TR = 32 / G rows a block; thread lane owns row
+ * lane % TR and its lanes g * LPT ..., g = lane / TR, LPT = 16 / G. */
+template <class TF, int NS, int G = 1>
+__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
     tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
            const float *rowscale, int flags) {
-  constexpr int PPR = TF::RB / 16, NG = TF::CK / 32;
-  __shared__ __align__(16) uint8_t wt[NS][TROWS][TF::RB + 16];
+  constexpr int PPR = TF::RB / 16, NG = TF::CK / 32, TR = TROWS / G, LPT = LANES / G;
+  __shared__ __align__(16) uint8_t wt[NS][TR][TF::RB + 16];
   __shared__ __align__(16) float xt[NS][TF::CK];
-  __shared__ __align__(16) uint8_t st[NS][TROWS][TF::scaled ? NG : 8];
-  const int lane = threadIdx.x;
-  const long r0 = (long)blockIdx.x * TROWS;
-  const int nr = rows - r0 < TROWS ? (int)(rows - r0) : TROWS;
-  const bool live = lane < nr;
+  __shared__ __align__(16) uint8_t st[NS][TR][TF::scaled ? NG : 8];
+  const int lane = threadIdx.x, row = lane % TR, g = lane / TR;
+  const long r0 = (long)blockIdx.x * TR;
+  const int nr = rows - r0 < TR ? (int)(rows - r0) : TR;
+  const bool live = row < nr;
   const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
   const int nch = (cols + TF::CK - 1) / TF::CK;
 
@@ -620,7 +648,7 @@ __global__ void __launch_bounds__(TROWS, tile_minb(NS))
     if (flags & TILE_WVEC) {
       int np = rbk >> 4;
 #pragma unroll
-      for (int it = 0; it < PPR; it++) {
+      for (int it = 0; it < TR * PPR / TROWS; it++) {
         int i = lane + it * TROWS, rr = i / PPR, p = i % PPR;
         if (rr < nr && p < np) cp_async16(&wt[buf][rr][p * 16], wb + (size_t)rr * rb + p * 16);
       }
@@ -639,7 +667,7 @@ __global__ void __launch_bounds__(TROWS, tile_minb(NS))
     if constexpr (TF::scaled != 0) {
       const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
       if (flags & TILE_SVEC) {
-        if (live) cp_async8(&st[buf][lane][0], sbase + (size_t)lane * sb);
+        if (lane < nr) cp_async8(&st[buf][lane][0], sbase + (size_t)lane * sb);
       } else {
         int ng = nx / 32;
         for (int i = lane; i < nr * ng; i += TROWS) {
@@ -650,9 +678,9 @@ __global__ void __launch_bounds__(TROWS, tile_minb(NS))
     }
   };
 
-  float acc[LANES];
+  float acc[LPT];
 #pragma unroll
-  for (int j = 0; j < LANES; j++) acc[j] = 0.0f;
+  for (int j = 0; j < LPT; j++) acc[j] = 0.0f;
 
 #pragma unroll
   for (int k = 0; k < NS - 1; k++) {
@@ -666,71 +694,90 @@ __global__ void __launch_bounds__(TROWS, tile_minb(NS))
     cp_async_commit();
     if (!live) continue;
     int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
-    const uint8_t *w = wt[buf][lane];
+    const uint8_t *w = wt[buf][row];
     const float *xs = xt[buf];
     uint2 sv = make_uint2(0, 0);
-    if constexpr (TF::scaled != 0) sv = *(const uint2 *)st[buf][lane];
+    if constexpr (TF::scaled != 0) sv = *(const uint2 *)st[buf][row];
     if (n == TF::CK && TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
 #pragma unroll
       for (int u = 0; u < TF::CK / TF::UC; u++)
-        TF::template unit<true>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs, acc);
+        TF::template unit<true, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
+                                     acc, g);
     } else if (n == TF::CK) {
 #pragma unroll
       for (int u = 0; u < TF::CK / TF::UC; u++)
-        TF::unit(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs, acc);
+        TF::template unit<false, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
+                                      acc, g);
     } else {
-      int nu = n / TF::UC, c = nu * TF::UC;
+      int nu = n / TF::UC, c = nu * TF::UC + g * LPT;
       for (int u = 0; u < nu; u++)
-        TF::unit(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs, acc);
+        TF::template unit<false, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
+                                      acc, g);
       if constexpr (TF::scaled == 0) { /* MXFP4's columns are whole groups */
 #pragma unroll
-        for (int j = 0; j < LANES; j++)
+        for (int j = 0; j < LPT; j++)
           if (c + j < n) acc[j] = __fadd_rn(acc[j], __fmul_rn(TF::one(w, c + j), xs[c + j]));
       }
     }
   }
   cp_async_wait<0>();
-  if (!live) return;
-  /* the tree, its levels written out: kept in registers */
+  /* the tree, its levels written out: kept in registers. With two threads a
+   * row, lane j + 8 is the partner's acc[j] (lane + 16): every thread takes
+   * part in the shuffle, dead rows included. */
+  if constexpr (G == 2) {
 #pragma unroll
-  for (int j = 0; j < 8; j++) acc[j] = __fadd_rn(acc[j], acc[j + 8]);
+    for (int j = 0; j < 8; j++)
+      acc[j] = __fadd_rn(acc[j], __shfl_down_sync(0xffffffffu, acc[j], 16));
+  }
+  if (!live || g) return;
+  if constexpr (G == 1) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[j] = __fadd_rn(acc[j], acc[LPT / 2 + j]);
+  }
 #pragma unroll
   for (int j = 0; j < 4; j++) acc[j] = __fadd_rn(acc[j], acc[j + 4]);
 #pragma unroll
   for (int j = 0; j < 2; j++) acc[j] = __fadd_rn(acc[j], acc[j + 2]);
   acc[0] = __fadd_rn(acc[0], acc[1]);
-  long r = r0 + lane;
+  long r = r0 + row;
   y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
 }
 
 /* Once per format: shared memory preferred over L1 for the tile kernels
  * (only the element-by-element staging reads through L1), then how many
  * blocks of each variant an SM holds. */
-template <class TF, int NS> static int tile_occ1(void) {
+template <class TF, int NS, int G> static int tile_occ1(void) {
   int n = 0;
-  if (cudaFuncSetAttribute(tile_k<TF, NS>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  if (cudaFuncSetAttribute(tile_k<TF, NS, G>, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared) != cudaSuccess)
     cudaGetLastError(); /* a hint: the default split still runs */
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, tile_k<TF, NS>, TROWS, 0) != cudaSuccess)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, tile_k<TF, NS, G>, TROWS, 0) !=
+      cudaSuccess)
     cudaGetLastError();
   return n > 0 ? n : 1;
 }
+/* the variants: 0 2 stages, 1 3 stages, 2 deep, 3 deep with two threads a row */
 template <class TF> static int tile_occ(df_cuda *c, int v) {
   int *o = c->occ[TF::fmt];
-  if (!o[0]) o[0] = tile_occ1<TF, 2>(), o[1] = tile_occ1<TF, 3>(), o[2] = tile_occ1<TF, TF::deep>();
+  if (!o[0])
+    o[0] = tile_occ1<TF, 2, 1>(), o[1] = tile_occ1<TF, 3, 1>(),
+    o[2] = tile_occ1<TF, TF::deep, 1>(), o[3] = tile_occ1<TF, TF::deep, 2>();
   return o[v];
 }
 
-/* The stage variant (0: 2 stages, 1: 3, 2: deep) for `blocks` blocks.
- * Within one round of 3-stage blocks, the deep one where the SMs would
- * otherwise hold under 64 KB in flight (few rows: KDA q's 12288 are 3
- * blocks an SM); beyond one round, 2 stages where their rounds are
+/* The variant for `blocks` 32-row blocks. Within one round of 3-stage
+ * blocks, a deep one where the SMs would otherwise hold under 64 KB in
+ * flight (few rows: KDA q's 12288 are 3 blocks an SM), with two threads a
+ * row where the SMs hold twice the blocks (twice the threads for the
+ * arithmetic too); beyond one round, 2 stages where their rounds are
  * clearly fuller (the last round's share of a full one). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
-  long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), k2 = tile_occ<TF>(c, 0), sms = c->sms;
+  long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
+  long k2 = tile_occ<TF>(c, 0), sms = c->sms;
   if (blocks <= k3 * sms) {
     long w = (blocks + sms - 1) / sms;
-    return w * 2 * TROWS * TF::RB < 64 * 1024 && kd >= w ? 2 : 1;
+    if (w * 2 * TROWS * TF::RB >= 64 * 1024) return 1;
+    return kd2 >= 2 * w ? 3 : kd >= w ? 2 : 1;
   }
   double r3 = (double)blocks / (double)(k3 * sms), r2 = (double)blocks / (double)(k2 * sms);
   double e3 = r3 / ceil(r3), e2 = r2 / ceil(r2);
@@ -752,9 +799,12 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
     tile_k<TF, 2><<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
   else if (v == 1)
     tile_k<TF, 3><<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
-  else
+  else if (v == 2)
     tile_k<TF, TF::deep>
         <<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
+  else
+    tile_k<TF, TF::deep, 2><<<(unsigned)(((long)rows + TROWS / 2 - 1) / (TROWS / 2)), TROWS, 0,
+                              c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
   LAUNCHED(c, what);
   return 0;
 }
@@ -802,7 +852,7 @@ extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
   if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;
 }
 extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how) {
-  if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 4) c->tiled[fmt] = how;
+  if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 5) c->tiled[fmt] = how;
 }
 
 extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,

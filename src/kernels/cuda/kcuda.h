@@ -82,10 +82,11 @@ void df_cuda_set_prefetch(df_cuda *c, int on);
 void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
 /* The GEMVs' kernel for fmt 0 bf16, 1 int8, 3 MXFP4 (f32 has only the
  * lanes layout): 1 (default) the row tiles staged in shared memory, their
- * stage count chosen by the shape; 2, 3, 4 the row tiles with 2 stages, 3,
- * or the deep variant; 0 the lanes layout above (df_cuda_set_gemv_lanes,
- * df_cuda_set_prefetch). The bench measures each; results never depend on
- * it (the test runs each). The GEMMs for T > 1 use the lanes layout. */
+ * variant chosen by the shape; 2, 3, 4, 5 the row tiles with 2 stages, 3,
+ * deep, deep with two threads a row; 0 the lanes layout above
+ * (df_cuda_set_gemv_lanes, df_cuda_set_prefetch). The bench measures each;
+ * results never depend on it (the test runs each). The GEMMs for T > 1 use
+ * the lanes layout. */
 void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 
 /* The vector functions of df_kern on n device floats: one block per vector. */
