@@ -671,8 +671,8 @@ __global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
       } else {
         int ng = nx / 32;
         for (int i = lane; i < nr * ng; i += TROWS) {
-          int rr = i / ng, g = i % ng;
-          st[buf][rr][g] = sbase[(size_t)rr * sb + g];
+          int rr = i / ng, gi = i % ng;
+          st[buf][rr][gi] = sbase[(size_t)rr * sb + gi];
         }
       }
     }
