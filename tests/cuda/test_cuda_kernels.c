@@ -1,7 +1,8 @@
 /* The CUDA kernels against the scalar reference table, bit for bit (memcmp):
  * random inputs at K3's shapes and at odd ones (columns that leave lanes
  * empty, one row, rows that end mid-block), the GEMMs for T vectors with
- * padded, unaligned and shifted x and y, the vector functions, and the
+ * padded, unaligned and shifted x and y (T = 1: the GEMVs, row tiles in
+ * each variant and every lanes layout), the vector functions, and the
  * elementary functions over a strided sweep of all 2^32 float bit patterns.
  * Exit 77 (ctest: skipped) where no CUDA device is found. */
 #include <math.h>
