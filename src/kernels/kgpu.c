@@ -17,6 +17,7 @@
 #ifdef DF_HAVE_CUDA
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_host.h"
+#include "kernels/cuda/kcuda_seq.h"
 
 #define ALIGN 256 /* a matrix's second part (scales) starts aligned, as the kernels' vector loads want */
 
@@ -427,6 +428,92 @@ void df_kgpu_unpin(void *ud, void *p, size_t n) {
   pthread_mutex_unlock(&g->mu);
 }
 
+/* ---- a KDA layer's sequence part ----
+ * One device region (xbuf) and its page-locked mirror (hx), in the order
+ * S, conv state, o, q, k, v, g, f, b: one copy in of all of it, the
+ * kernels, one copy out of the first three. The caller's buffers are
+ * written only after that copy out succeeded, so a failure leaves them for
+ * the CPU as they were. */
+
+#define KDA_KEY_BIT (1ull << 62) /* apart from df_wmat ids (< 2^40) and expert keys (bit 63) */
+
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* The layer's conv weights, A_log, dt_bias and o_norm as one device block
+ * (offsets in floats in off[0..3]): from the tier, else copied in (kept
+ * there, or into the per-use buffer when it refuses). */
+static float *kda_weights(df_kgpu *g, const df_kgpu_kda_args *a, size_t off[4]) {
+  size_t P = (size_t)a->heads * (size_t)a->D, nc = P * (size_t)a->K;
+  off[0] = 0;
+  off[1] = up64(3 * nc);
+  off[2] = off[1] + up64((size_t)a->heads);
+  off[3] = off[2] + up64(P);
+  size_t bytes = (off[3] + (size_t)a->D) * sizeof(float);
+  uint64_t key = a->id ? KDA_KEY_BIT | a->id : 0;
+  float *d = key ? df_dtier_get(g->tier, key) : NULL;
+  if (d) return d;
+  d = key ? df_dtier_put(g->tier, key, bytes, DF_DTIER_KEEP) : NULL;
+  if (!d) d = scratch(g, &g->wbuf, &g->wcap, bytes);
+  if (!d) return NULL;
+  double t0 = df_now();
+  for (int i = 0; i < 3; i++)
+    if (df_cuda_put(g->c, d + (size_t)i * nc, a->conv_w[i], nc * sizeof(float))) return NULL;
+  if (df_cuda_put(g->c, d + off[1], a->A_log, (size_t)a->heads * sizeof(float)) ||
+      df_cuda_put(g->c, d + off[2], a->dt_bias, P * sizeof(float)) ||
+      df_cuda_put(g->c, d + off[3], a->o_norm, (size_t)a->D * sizeof(float)))
+    return NULL;
+  g->st.weight_h2d_s += df_now() - t0;
+  g->st.weight_h2d_bytes += bytes;
+  g->st.h2d_bytes += bytes;
+  return d;
+}
+
+static int seq_failed(df_kgpu *g) {
+  g->st.fallbacks++;
+  note_error(g, df_cuda_kda_error()[0] ? df_cuda_kda_error() : NULL);
+  pthread_mutex_unlock(&g->mu);
+  return -1;
+}
+
+int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
+  if (a->T <= 0 || a->heads <= 0 || a->D <= 0) return 0;
+  if (a->K < 1) return -1;
+  if (enter(g)) return -1;
+  double t0 = df_now();
+  size_t P = (size_t)a->heads * (size_t)a->D, T = (size_t)a->T;
+  size_t n[9] = {P * (size_t)a->D, 3 * (size_t)(a->K - 1) * P, T * P, T * P, T * P,
+                 T * P, T * P, T * P, T * (size_t)a->heads};
+  const float *src[9] = {a->S, a->conv_st, NULL, a->q, a->k, a->v, a->g, a->f, a->b};
+  size_t off[10] = {0};
+  for (int i = 0; i < 9; i++) off[i + 1] = off[i] + up64(n[i]);
+  size_t nin = off[9] * sizeof(float), nout = off[3] * sizeof(float);
+  size_t woff[4];
+  if (!scratch(g, &g->xbuf, &g->xcap, nin) || !staging(g, &g->hx, &g->hxcap, nin))
+    return fell_back(g);
+  float *dw = kda_weights(g, a, woff);
+  if (!dw) return fell_back(g);
+  float *d = g->xbuf, *h = g->hx;
+  for (int i = 0; i < 9; i++)
+    if (src[i]) memcpy(h + off[i], src[i], n[i] * sizeof(float));
+  df_cuda_kda_args k = {.T = a->T, .heads = a->heads, .D = a->D, .K = a->K, .lb = a->lb,
+                        .eps = a->eps, .S = d + off[0], .conv_st = d + off[1], .o = d + off[2],
+                        .q = d + off[3], .k = d + off[4], .v = d + off[5], .g = d + off[6],
+                        .f = d + off[7], .b = d + off[8], .conv_w = dw + woff[0],
+                        .A_log = dw + woff[1], .dt_bias = dw + woff[2], .o_norm = dw + woff[3]};
+  if (df_cuda_put(g->c, d, h, nin)) return fell_back(g);
+  if (df_cuda_kda(g->c, &k)) return seq_failed(g);
+  if (df_cuda_get(g->c, h, d, nout)) return fell_back(g);
+  memcpy(a->S, h + off[0], n[0] * sizeof(float));
+  memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
+  memcpy(a->o, h + off[2], n[2] * sizeof(float));
+  g->st.seq_calls++;
+  g->st.h2d_bytes += nin;
+  g->st.d2h_bytes += nout;
+  g->st.compute_s += df_now() - t0;
+  pthread_mutex_unlock(&g->mu);
+  return 0;
+}
+
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   pthread_mutex_lock(&g->mu);
   df_dtier_stats ts;
@@ -487,6 +574,10 @@ const char *df_kgpu_error(df_kgpu *g) {
 }
 void df_kgpu_pin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
 void df_kgpu_unpin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
+int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
+  (void)g, (void)a;
+  return -1;
+}
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   (void)g;
   memset(st, 0, sizeof *st);

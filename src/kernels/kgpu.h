@@ -31,10 +31,11 @@ typedef struct df_kgpu_stats {
   uint64_t hits, misses, evictions, refused; /* the weight tier's */
   uint64_t products;        /* matrix products run on the GPU */
   uint64_t fallbacks;       /* products the GPU could not take (run on the CPU) */
+  uint64_t seq_calls;       /* KDA layers' sequence parts run on the GPU (df_kgpu_kda) */
   uint64_t h2d_bytes, d2h_bytes, weight_h2d_bytes;
   uint64_t pinned_bytes, pin_failures; /* host memory page-locked by df_kgpu_pin, ranges that failed */
   double weight_h2d_s;      /* weight copies into the tier (or the per-use buffer) */
-  double compute_s;         /* activations in, kernels, results out */
+  double compute_s;         /* activations in, kernels, results out (products and df_kgpu_kda) */
   char last_error[256];     /* the last CUDA error behind a fallback, "" if none */
 } df_kgpu_stats;
 
@@ -59,6 +60,29 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
 /* The MXFP4 product of kernels.h's df_mm_mxfp4; id keys the tier (0: none). */
 int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8_t *scales,
                      int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);
+
+/* The sequence part of a KDA layer (model/k3_forward_t.h's conv_task and
+ * kda_head_task, kernels/cuda/kcuda_seq.h) on the device for T rows: the
+ * inputs and the state copied in, the kernels, the output and the state
+ * copied back. 0 when done there: o holds the output, S and conv_st the
+ * state after the T rows (what the CPU's loops leave; q, k, v, g, f are
+ * only read). -1 when not: nothing the caller passed has been written, so
+ * it runs its own loops on the same buffers. The layer's small weights are
+ * kept in the tier under id (the identity of one of the layer's matrices:
+ * df_wmat.id), or copied every call when id is 0. */
+typedef struct df_kgpu_kda_args {
+  int T, heads, D, K;       /* rows, heads, head dim, conv width */
+  float lb, eps;            /* the gate's lower bound, o_norm's epsilon */
+  const float *q, *k, *v, *g, *f; /* T x (heads x D): the products */
+  const float *b;           /* T x heads */
+  float *o;                 /* T x (heads x D) */
+  float *S;                 /* heads x D x D */
+  float *conv_st;           /* 3 x (K-1) x (heads x D) */
+  const float *conv_w[3];   /* q's, k's, v's: (heads x D) x K */
+  const float *A_log, *dt_bias, *o_norm; /* heads, heads x D, D */
+  uint64_t id;
+} df_kgpu_kda_args;
+int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a);
 
 /* A MoE layer batch's routed experts, queued as the store hands them out so
  * the GPU computes the ones that are there while the rest arrive; one wait

@@ -578,6 +578,25 @@ static void kda_head_task(void *ctx, int h, int thread) {
   }
 }
 
+#if !R_IS_F64
+/* --device cuda: the conv and the per-head recurrence on the GPU
+ * (kgpu.h's df_kgpu_kda), which computes these loops' floats; 0 when it
+ * did. Speculation's per-row boundary states are copied out of the loops
+ * row by row, so a pass that keeps them stays here. */
+static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
+  df_kgpu *g = r->kc->gpu;
+  if (!g || s->nrowmk > 0) return -1;
+  const df_config *c = r->m->cfg;
+  df_kgpu_kda_args a = {.T = T, .heads = c->kda_heads, .D = c->kda_head_dim, .K = c->kda_conv,
+                        .lb = c->kda_gate_lower_bound, .eps = (R)c->eps, .q = s->w->kq,
+                        .k = s->w->kk, .v = s->w->kv, .g = s->w->kg, .f = s->w->kf, .b = s->w->kb,
+                        .o = s->w->ko, .S = s->q.kda_S[l], .conv_st = s->q.kda_conv[l],
+                        .conv_w = {y->conv[0], y->conv[1], y->conv[2]}, .A_log = y->A_log,
+                        .dt_bias = y->dt_bias, .o_norm = y->o_norm, .id = y->q.id};
+  return df_kgpu_kda(g, &a);
+}
+#endif
+
 static void kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
@@ -589,6 +608,12 @@ static void kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   MM(kc, &y->fa, s->w->xn, T, H, s->w->kfa, (size_t)c->kda_head_dim);
   MM(kc, &y->fb, s->w->kfa, T, (size_t)c->kda_head_dim, s->w->kf, P);
   MM(kc, &y->b, s->w->xn, T, H, s->w->kb, (size_t)c->kda_heads);
+#if !R_IS_F64
+  if (!kda_gpu(r, s, y, l, T)) {
+    MM(kc, &y->o, s->w->ko, T, P, s->w->a, H);
+    return;
+  }
+#endif
   conv_job cj = {.k = KSEL(kc), .y = y, .X = {s->w->kq, s->w->kk, s->w->kv}, .st = s->q.kda_conv[l], .T = T,
                  .P = (int)P, .K = c->kda_conv, .per = 512, .rowmk = s->rowmk,
                  .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};

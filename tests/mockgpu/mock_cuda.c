@@ -12,7 +12,8 @@
  *
  * DF_MOCK_CUDA_FAIL=KIND:N makes the N-th call (1-based) of KIND fail as a
  * CUDA error would: alloc (device allocations), put (copies to the device),
- * gemm (products), sync (waits, which report errors of queued work).
+ * gemm (products), sync (waits, which report errors of queued work), kda
+ * (a KDA layer's sequence part, kcuda_seq.h).
  * DF_MOCK_CUDA_MEM=BYTES is the device's memory: an allocation that would
  * take the live total past it fails, as cudaMalloc does when full. */
 #include <stdint.h>
@@ -23,6 +24,8 @@
 
 #include "kernels/cuda/kcuda.h"
 #include "kernels/cuda/kcuda_host.h"
+#include "kernels/cuda/kcuda_seq.h"
+#include "kernels/cuda/kcuda_seq_ref.h"
 #include "kernels/kernels.h"
 
 struct df_cuda {
@@ -30,8 +33,8 @@ struct df_cuda {
   char err[256];
 };
 
-enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_N };
-static const char *const fail_kind[F_N] = {"alloc", "put", "gemm", "sync"};
+enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_KDA, F_N };
+static const char *const fail_kind[F_N] = {"alloc", "put", "gemm", "sync", "kda"};
 static long calls[F_N];
 
 /* 1 when this call of kind k is the one DF_MOCK_CUDA_FAIL names */
@@ -131,6 +134,20 @@ int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n, 
   df_kern_scalar()->situ(out, g, u, n, bg, bu);
   return 0;
 }
+
+/* The real call waits for the queued work first: a wait's failure can
+ * show there too. */
+static char kda_err[sizeof "kda: " + 256];
+int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
+  kda_err[0] = 0;
+  if (df_cuda_sync(c) || inject(c, F_KDA)) {
+    snprintf(kda_err, sizeof kda_err, "kda: %s", c->err);
+    return -1;
+  }
+  df_kda_ref(a);
+  return 0;
+}
+const char *df_cuda_kda_error(void) { return kda_err; }
 
 int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
   (void)dev;

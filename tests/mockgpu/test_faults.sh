@@ -1,12 +1,13 @@
 #!/bin/sh
 # --device cuda when the GPU fails (the stand-in of tests/mockgpu, which can
-# fail its N-th allocation, copy in, product or wait): every run finishes
-# with the CPU's ids exactly. A failed product and every later one are
-# computed on the CPU, counted as fallbacks, the error named once on stderr
-# and in the stats; a routed-experts batch that fails at its end (its
-# records already released) is read again and computed on the CPU, said on
-# stderr. Swept over the first calls of each kind on two models, so both
-# paths are reached (checked).
+# fail its N-th allocation, copy in, product, KDA sequence part or wait):
+# every run finishes with the CPU's ids exactly. A failed product (or KDA
+# sequence part, df_kgpu_kda) and every later one are computed on the CPU,
+# counted as fallbacks, the error named once on stderr and in the stats; a
+# routed-experts batch that fails at its end (its records already released)
+# is read again and computed on the CPU, said on stderr. Swept over the
+# first calls of each kind on two models, so both paths are reached
+# (checked).
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
 SRC=${DF_SRC:?set DF_SRC}
@@ -50,12 +51,40 @@ DF_MOCK_CUDA_MEM=7000000 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "
   fail "tight device: $(field "$T/g.json" "d['stats']['device']")"
 echo "ok   a device full of kept weights gives the per-use buffers their room"
 
+# a KDA layer's sequence part (df_kgpu_kda) that fails on the GPU, in the
+# prefill's second KDA layer: that layer and the rest computed on the CPU
+# from the buffers the failed call left untouched, every position's logits
+# and hidden states the CPU's bit for bit (the sweep below also fails it in
+# decode passes)
+Q=$(seq -s, 100 140)
+"$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' --out "$T/cpu.st" >/dev/null 2>"$T/e" ||
+  fail "logits cpu: $(cat "$T/e")"
+DF_MOCK_CUDA_FAIL=kda:2 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' \
+  --device cuda --out "$T/kda.st" >/dev/null 2>"$T/e" || fail "logits kda:2: $(cat "$T/e")"
+grep -q "mock kda #2: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
+  fail "kda:2: no warning: $(cat "$T/e")"
+"$PY" - "$T/cpu.st" "$T/kda.st" <<'PYEOF' || fail "kda:2: the logits or hidden states differ from the CPU's"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: d[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+sys.exit(0 if sorted(a) == sorted(b) and all(a[k] == b[k] for k in a) else 1)
+PYEOF
+DF_MOCK_CUDA_FAIL=kda:2 "$BIN" run --model "$T/tiny" --prompt-ids "$Q" --max-new 4 --json --heat '' \
+  --device cuda >"$T/g.json" 2>"$T/e" || fail "run kda:2: $(cat "$T/e")"
+[ "$(field "$T/g.json" "(d['stats']['device']['seq_calls'], d['stats']['device']['fallbacks'] > 0)")" = "(1, True)" ] ||
+  fail "kda:2: $(field "$T/g.json" "d['stats']['device']")"
+echo "ok   a failed KDA sequence part is computed on the CPU with the same floats"
+
 exact=0 again=0 clean=0
 for m in "$T/tiny" "$SRC/models/nano-k3"; do
   "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' >"$T/cpu.json" 2>"$T/e" ||
     fail "cpu run: $(cat "$T/e")"
   ref=$(field "$T/cpu.json" "d['output_ids']")
-  for kind in alloc put gemm sync; do
+  for kind in alloc put gemm sync kda; do
     for n in 1 3 8 21 55 144; do
       DF_MOCK_CUDA_FAIL=$kind:$n "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json \
         --heat '' --device cuda >"$T/g.json" 2>"$T/e" || fail "$kind:$n on $m: $(cat "$T/e")"

@@ -1,0 +1,162 @@
+/* The KDA layer's sequence part (kcuda_seq.h) on the GPU. Compiled with
+ * kcuda.cu's flags (-fmad=false, IEEE division and square root, no flush to
+ * zero), and every operation is written with the _rn intrinsics besides, so
+ * each float is the one the scalar loops of kcuda_seq_ref.h round to.
+ *
+ * The recurrence is sequential in the rows, so the parallel axes are the
+ * channels (the conv) and the heads (one block per head, its threads over
+ * the head's D values); the rows run in order inside each thread or block. */
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+
+extern "C" {
+#include "kernels/cuda/kcuda_seq.h"
+}
+#include "kernels/cuda/kmath.h"
+
+#define SEQ_LANES 16
+
+static thread_local char seq_err[256];
+
+extern "C" const char *df_cuda_kda_error(void) { return seq_err; }
+
+static int seq_fail(const char *what, const char *why) {
+  snprintf(seq_err, sizeof seq_err, "%s: %s", what, why);
+  return -1;
+}
+
+/* One thread per (input, channel): the window's sum over the stored inputs
+ * then the new one, ascending, as conv_task's. */
+__global__ void kda_conv_k(float *q, float *k, float *v, float *st0, const float *w0, int T,
+                           int P, int K) {
+  long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= 3L * P) return;
+  int s = (int)(idx / P), c = (int)(idx % P);
+  float *x = s == 0 ? q : s == 1 ? k : v;
+  float *st = st0 + (size_t)s * (size_t)(K - 1) * P;
+  const float *w = w0 + ((size_t)s * P + c) * (size_t)K;
+  for (int t = 0; t < T; t++) {
+    float in = x[(size_t)t * P + c], acc = 0.0f;
+    for (int i = 0; i < K - 1; i++) acc = __fadd_rn(acc, __fmul_rn(st[(size_t)i * P + c], w[i]));
+    acc = __fadd_rn(acc, __fmul_rn(in, w[K - 1]));
+    for (int i = 0; i + 1 < K - 1; i++) st[(size_t)i * P + c] = st[(size_t)(i + 1) * P + c];
+    if (K > 1) st[(size_t)(K - 2) * P + c] = in;
+    x[(size_t)t * P + c] = acc;
+  }
+}
+
+__device__ static inline float seq_sigm(float v) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
+}
+
+/* dot(x, x) of n shared floats in the scalar dot's order: lane j sums
+ * x[j], x[j + 16], ... ascending, then the 8, 4, 2, 1 tree. Every thread
+ * of the block calls it (it holds barriers) and gets the sum. */
+__device__ static float seq_sumsq(const float *x, int n, float *lane) {
+  if (threadIdx.x < SEQ_LANES) {
+    float a = 0.0f;
+    for (int i = threadIdx.x; i < n; i += SEQ_LANES) a = __fadd_rn(a, __fmul_rn(x[i], x[i]));
+    lane[threadIdx.x] = a;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = SEQ_LANES / 2; w >= 1; w >>= 1)
+      for (int j = 0; j < w; j++) lane[j] = __fadd_rn(lane[j], lane[j + w]);
+  __syncthreads();
+  float r = lane[0];
+  __syncthreads();
+  return r;
+}
+
+/* One block per head; per row: the elementwise part with the head's q, k,
+ * v and alpha kept in shared memory, the two L2 norms, then the KDA step
+ * with thread j owning column j of S (each of the step's sums runs over the
+ * key index for a fixed column, so a column is one thread's ascending
+ * loops, as in the scalar step), then o's norm and gate. */
+__global__ void kda_heads_k(df_cuda_kda_args a) {
+  extern __shared__ float sm[];
+  int D = a.D, h = blockIdx.x;
+  float *sq = sm, *sk = sq + D, *sv = sk + D, *sa = sv + D, *so = sa + D, *lane = so + D;
+  size_t P = (size_t)a.heads * D, off = (size_t)h * D;
+  float *S = a.S + off * D;
+  const float *dtb = a.dt_bias + off;
+  float expA = df_km_expf(a.A_log[h]);
+  float qscale = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
+  for (int t = 0; t < a.T; t++) {
+    size_t r = (size_t)t * P + off;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      float x = a.q[r + d];
+      sq[d] = __fmul_rn(x, seq_sigm(x));
+      x = a.k[r + d];
+      sk[d] = __fmul_rn(x, seq_sigm(x));
+      x = a.v[r + d];
+      sv[d] = __fmul_rn(x, seq_sigm(x));
+      float y = __fmul_rn(expA, __fadd_rn(a.f[r + d], dtb[d]));
+      sa[d] = df_km_expf(__fmul_rn(a.lb, seq_sigm(y)));
+    }
+    __syncthreads();
+    float invq = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(seq_sumsq(sq, D, lane), 1e-6f)));
+    float invk = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(seq_sumsq(sk, D, lane), 1e-6f)));
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      sq[d] = __fmul_rn(__fmul_rn(sq[d], invq), qscale);
+      sk[d] = __fmul_rn(sk[d], invk);
+      a.q[r + d] = sq[d];
+      a.k[r + d] = sk[d];
+      a.v[r + d] = sv[d];
+      a.f[r + d] = sa[d];
+    }
+    __syncthreads();
+    float beta = seq_sigm(a.b[(size_t)t * a.heads + h]);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+      float u = 0.0f;
+      for (int i = 0; i < D; i++) {
+        float *cell = S + (size_t)i * D + j;
+        float sv_ = __fmul_rn(*cell, sa[i]);
+        *cell = sv_;
+        u = __fadd_rn(u, __fmul_rn(sv_, sk[i]));
+      }
+      u = __fmul_rn(beta, __fsub_rn(sv[j], u));
+      float acc = 0.0f;
+      for (int i = 0; i < D; i++) {
+        float *cell = S + (size_t)i * D + j;
+        float sv_ = __fadd_rn(*cell, __fmul_rn(sk[i], u));
+        *cell = sv_;
+        acc = __fadd_rn(acc, __fmul_rn(sv_, sq[i]));
+      }
+      so[j] = acc;
+    }
+    __syncthreads();
+    float ss = seq_sumsq(so, D, lane);
+    float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), a.eps)));
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      float g = seq_sigm(a.g[r + d]);
+      a.g[r + d] = g;
+      a.o[r + d] = __fmul_rn(__fmul_rn(__fmul_rn(so[d], inv), a.o_norm[d]), g);
+    }
+    __syncthreads(); /* the next row overwrites the shared vectors */
+  }
+}
+
+extern "C" int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
+  int P = a->heads * a->D;
+  if (a->T <= 0 || a->heads <= 0 || a->D <= 0) return 0;
+  if (a->K < 1) return seq_fail("kda", "conv width below 1");
+  int nt = (a->D + 31) / 32 * 32;
+  if (nt > 256) nt = 256;
+  size_t smem = sizeof(float) * (5 * (size_t)a->D + SEQ_LANES);
+  if (smem > 48 * 1024) return seq_fail("kda", "head dimension too large for shared memory");
+  /* the copies in were queued on the context's stream */
+  if (df_cuda_sync(c)) return seq_fail("kda", df_cuda_error(c));
+  cudaStream_t s = cudaStreamPerThread;
+  kda_conv_k<<<(unsigned)((3L * P + 255) / 256), 256, 0, s>>>(a->q, a->k, a->v, a->conv_st,
+                                                               a->conv_w, a->T, P, a->K);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return seq_fail("kda conv", cudaGetErrorString(e));
+  kda_heads_k<<<a->heads, nt, smem, s>>>(*a);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return seq_fail("kda heads", cudaGetErrorString(e));
+  e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess) return seq_fail("kda", cudaGetErrorString(e));
+  return 0;
+}

@@ -1,0 +1,47 @@
+/* The sequence part of a KDA layer on the GPU (issue 21): what
+ * model/k3_forward_t.h's conv_task and kda_head_task compute after the
+ * layer's products, on device memory, bit for bit (kcuda.h's rules: the
+ * lane-16 dot, rounded products, IEEE division and square root, kmath.h's
+ * expf). kcuda_seq_ref.h holds the scalar reference both the stand-in of
+ * tests/mockgpu and the GPU test compare against.
+ *
+ * Layouts are the forward pass's: P = heads x D channels, row t of q, k, v,
+ * g, f and o at [t * P], beta's at [t * heads]. Every pointer is device
+ * memory. */
+#ifndef DF_KERNELS_CUDA_KCUDA_SEQ_H
+#define DF_KERNELS_CUDA_KCUDA_SEQ_H
+
+#include "kernels/cuda/kcuda.h"
+
+typedef struct df_cuda_kda_args {
+  int T, heads, D, K; /* rows, heads, head dim, conv width (>= 1) */
+  float lb, eps;      /* the gate's lower bound, o_norm's epsilon */
+  float *q, *k, *v;   /* T x P: conv in place, then SiLU, L2 norm (q also scaled) */
+  float *g;           /* T x P: the output gate, sigmoid in place */
+  float *f;           /* T x P: the gate's input, alpha in its place */
+  const float *b;     /* T x heads: beta before its sigmoid */
+  float *o;           /* T x P: the output */
+  float *S;           /* heads x D x D: the state, updated */
+  float *conv_st;     /* 3 x (K-1) x P: the last K-1 inputs of q, k, v, oldest first */
+  const float *conv_w; /* 3 x P x K: q's, k's and v's conv weights */
+  const float *A_log;  /* heads */
+  const float *dt_bias; /* P */
+  const float *o_norm;  /* D */
+} df_cuda_kda_args;
+
+/* conv_task then kda_head_task for every head over the T rows in order:
+ * the causal depthwise conv of q, k and v (the window the K-1 stored inputs
+ * then the new one; conv_st moves on T rows), then per row SiLU of q, k, v,
+ * L2 norm of q and k, q scaled by 1/sqrt(D), alpha from f, beta's sigmoid,
+ * the KDA step on S, o's RMS norm with o_norm, times sigmoid(g). q, k, v, f
+ * and g are left as the CPU's loops leave them.
+ *
+ * Unlike kcuda.h's calls this one is synchronous: it waits for the work
+ * queued on the context (the copies in), runs, and returns when its kernels
+ * are done, so the copies out may follow on the context's stream. (Its
+ * kernels run on the calling thread's own stream: kcuda.cu keeps the
+ * context's to itself.) On -1, df_cuda_kda_error says why. */
+int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a);
+const char *df_cuda_kda_error(void);
+
+#endif

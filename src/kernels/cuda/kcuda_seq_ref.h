@@ -1,0 +1,98 @@
+/* The scalar reference of kcuda_seq.h's kernels on host memory: the
+ * forward pass's conv_task and kda_head_task (model/k3_forward_t.h, fp32)
+ * written over df_cuda_kda_args' layout, with the scalar table and libm's expf
+ * and sqrtf. The stand-in of tests/mockgpu runs it as its "device", so the
+ * mock suites compare it with the forward's own code byte for byte; the GPU
+ * test compares the CUDA kernels with it. Keep it the same arithmetic as
+ * the forward's loops: each product in a named temporary (so no compiler
+ * may fuse it), the same order of every sum. */
+#ifndef DF_KERNELS_CUDA_KCUDA_SEQ_REF_H
+#define DF_KERNELS_CUDA_KCUDA_SEQ_REF_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/kcuda_seq.h"
+#include "kernels/kernels.h"
+
+static inline void df_kda_ref_conv(const df_cuda_kda_args *a) {
+  size_t P = (size_t)a->heads * (size_t)a->D;
+  int K = a->K;
+  float *X[3] = {a->q, a->k, a->v};
+  for (int s = 0; s < 3; s++) {
+    float *st = a->conv_st + (size_t)s * (size_t)(K - 1) * P, *x = X[s];
+    const float *W = a->conv_w + (size_t)s * P * (size_t)K;
+    for (size_t c = 0; c < P; c++) {
+      const float *w = W + c * (size_t)K;
+      for (int t = 0; t < a->T; t++) {
+        float in = x[(size_t)t * P + c], acc = 0;
+        for (int i = 0; i < K - 1; i++) {
+          float p = st[(size_t)i * P + c] * w[i];
+          acc += p;
+        }
+        float p = in * w[K - 1];
+        acc += p;
+        for (int i = 0; i + 1 < K - 1; i++) st[(size_t)i * P + c] = st[(size_t)(i + 1) * P + c];
+        if (K > 1) st[(size_t)(K - 2) * P + c] = in;
+        x[(size_t)t * P + c] = acc;
+      }
+    }
+  }
+}
+
+static inline void df_kda_ref_l2norm(const df_kern *k, float *u, int n) {
+  float ss = k->dot(u, u, n);
+  float inv = 1.0f / sqrtf(ss + 1e-6f);
+  for (int i = 0; i < n; i++) u[i] *= inv;
+}
+
+static inline void df_kda_ref_heads(const df_cuda_kda_args *a) {
+  const df_kern *k = df_kern_scalar();
+  int D = a->D;
+  size_t P = (size_t)a->heads * (size_t)D;
+  float *scr = malloc(sizeof(float) * 2 * (size_t)(D > 0 ? D : 1)), *tmp = scr + D;
+  float qscale = 1.0f / sqrtf((float)D);
+  for (int h = 0; h < a->heads; h++) {
+    size_t off = (size_t)h * (size_t)D;
+    float *S = a->S + off * (size_t)D;
+    float expA = expf(a->A_log[h]), lb = a->lb;
+    const float *dtb = a->dt_bias + off;
+    for (int t = 0; t < a->T; t++) {
+      size_t r = (size_t)t * P + off;
+      float *q = a->q + r, *kv = a->k + r, *v = a->v + r, *f = a->f + r, *o = a->o + r;
+      k->silu(q, D);
+      k->silu(kv, D);
+      k->silu(v, D);
+      df_kda_ref_l2norm(k, q, D);
+      df_kda_ref_l2norm(k, kv, D);
+      for (int d = 0; d < D; d++) q[d] *= qscale;
+      for (int d = 0; d < D; d++) {
+        float x = f[d] + dtb[d];
+        tmp[d] = expA * x;
+      }
+      k->sigmoid(tmp, D);
+      for (int d = 0; d < D; d++) {
+        float g = lb * tmp[d];
+        f[d] = expf(g);
+      }
+      float beta = a->b[(size_t)t * (size_t)a->heads + (size_t)h];
+      k->sigmoid(&beta, 1);
+      k->kda_step(S, q, kv, v, f, beta, o, scr, D);
+      k->rmsnorm(o, o, a->o_norm, D, a->eps);
+      float *g = a->g + r;
+      k->sigmoid(g, D);
+      for (int d = 0; d < D; d++) o[d] *= g[d];
+    }
+  }
+  free(scr);
+}
+
+/* df_cuda_kda's reference. */
+static inline void df_kda_ref(const df_cuda_kda_args *a) {
+  if (a->T <= 0 || a->heads <= 0 || a->D <= 0) return;
+  df_kda_ref_conv(a);
+  df_kda_ref_heads(a);
+}
+
+#endif
