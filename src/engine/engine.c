@@ -260,6 +260,7 @@ static json_t *device_json(df_engine *en) {
              {"products", offsetof(df_kgpu_stats, products)},
              {"fallbacks", offsetof(df_kgpu_stats, fallbacks)},
              {"seq_calls", offsetof(df_kgpu_stats, seq_calls)},
+             {"attn_calls", offsetof(df_kgpu_stats, attn_calls)},
              {"h2d_bytes", offsetof(df_kgpu_stats, h2d_bytes)},
              {"weight_h2d_bytes", offsetof(df_kgpu_stats, weight_h2d_bytes)},
              {"d2h_bytes", offsetof(df_kgpu_stats, d2h_bytes)},

@@ -514,6 +514,74 @@ int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
   return 0;
 }
 
+/* ---- an MLA layer's attention ----
+ * xbuf: o, g, q, cache, olat, scores; the copy in from g to the cache's
+ * end, the attention kernel, kv_b's value rows per head (the GEMM over the
+ * T rows' olat of that head), the gate, the copy out of o. */
+int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
+  if (a->T <= 0 || a->heads <= 0) return 0;
+  const df_wmat *W = a->kvb;
+  if (W->cols != a->kr || W->rows != a->heads * (a->dn + a->dv)) return -1;
+  if (enter(g)) return -1;
+  double t0 = df_now();
+  size_t T = (size_t)a->T, Hm = (size_t)a->heads, ntot = (size_t)a->n0 + T;
+  size_t no = T * Hm * (size_t)a->dv, kr = (size_t)a->kr;
+  size_t n[6] = {no, a->g ? no : 0, T * Hm * (size_t)(a->dn + a->dr),
+                 ntot * (kr + (size_t)a->dr), T * Hm * kr, T * Hm * ntot};
+  const float *src[6] = {NULL, a->g, a->q, a->cache, NULL, NULL};
+  size_t off[7] = {0};
+  for (int i = 0; i < 6; i++) off[i + 1] = off[i] + up64(n[i]);
+  size_t nall = off[6] * sizeof(float), nin = off[4] * sizeof(float);
+  if (!scratch(g, &g->xbuf, &g->xcap, nall) || !staging(g, &g->hx, &g->hxcap, nin))
+    return fell_back(g);
+  size_t rc = (size_t)W->rows * (size_t)W->cols;
+  const uint8_t *dw;
+  int kind;
+  size_t esz;
+  switch (W->kind) {
+  case DF_W_BF16:
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 2, NULL, 0), kind = 0, esz = 2;
+    break;
+  case DF_W_I8:
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
+    kind = 1, esz = 1;
+    break;
+  default:
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 4, NULL, 0), kind = 2, esz = 4;
+    break;
+  }
+  if (!dw) return fell_back(g);
+  const float *ds = kind == 1 ? (const float *)(dw + up_align(rc)) : NULL;
+  float *d = g->xbuf, *h = g->hx;
+  for (int i = 0; i < 6; i++)
+    if (src[i]) memcpy(h + off[i], src[i], n[i] * sizeof(float));
+  df_cuda_mla_args m = {.T = a->T, .heads = a->heads, .n0 = a->n0, .dn = a->dn, .dr = a->dr,
+                        .dv = a->dv, .kr = a->kr, .wkind = kind, .w = dw, .wscale = ds,
+                        .q = d + off[2], .cache = d + off[3], .olat = d + off[4], .sc = d + off[5]};
+  if (df_cuda_put(g->c, d + off[1], h + off[1], nin - off[1] * sizeof(float))) return fell_back(g);
+  if (df_cuda_mla_attn(g->c, &m)) return seq_failed(g);
+  for (size_t hd = 0; hd < Hm; hd++) {
+    size_t r = hd * (size_t)(a->dn + a->dv) + (size_t)a->dn; /* the head's first value row */
+    const void *wr = dw + r * kr * esz;
+    const float *X = m.olat + hd * kr;
+    float *Y = d + off[0] + hd * (size_t)a->dv;
+    size_t ldx = Hm * kr, ldy = Hm * (size_t)a->dv;
+    int rc2 = kind == 0   ? df_cuda_gemm_bf16(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy)
+              : kind == 1 ? df_cuda_gemm_i8(g->c, wr, ds + r, a->dv, a->kr, X, a->T, ldx, Y, ldy)
+                          : df_cuda_gemm_f32(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy);
+    if (rc2) return fell_back(g);
+  }
+  if (a->g && df_cuda_mla_gate(g->c, d + off[0], d + off[1], no)) return seq_failed(g);
+  if (df_cuda_get(g->c, h, d + off[0], no * sizeof(float))) return fell_back(g);
+  memcpy(a->o, h, no * sizeof(float));
+  g->st.attn_calls++;
+  g->st.h2d_bytes += nin - off[1] * sizeof(float);
+  g->st.d2h_bytes += no * sizeof(float);
+  g->st.compute_s += df_now() - t0;
+  pthread_mutex_unlock(&g->mu);
+  return 0;
+}
+
 void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   pthread_mutex_lock(&g->mu);
   df_dtier_stats ts;
@@ -575,6 +643,10 @@ const char *df_kgpu_error(df_kgpu *g) {
 void df_kgpu_pin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
 void df_kgpu_unpin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
 int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
+  (void)g, (void)a;
+  return -1;
+}
+int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   (void)g, (void)a;
   return -1;
 }

@@ -32,10 +32,11 @@ typedef struct df_kgpu_stats {
   uint64_t products;        /* matrix products run on the GPU */
   uint64_t fallbacks;       /* products the GPU could not take (run on the CPU) */
   uint64_t seq_calls;       /* KDA layers' sequence parts run on the GPU (df_kgpu_kda) */
+  uint64_t attn_calls;      /* MLA layers' attention run on the GPU (df_kgpu_mla) */
   uint64_t h2d_bytes, d2h_bytes, weight_h2d_bytes;
   uint64_t pinned_bytes, pin_failures; /* host memory page-locked by df_kgpu_pin, ranges that failed */
   double weight_h2d_s;      /* weight copies into the tier (or the per-use buffer) */
-  double compute_s;         /* activations in, kernels, results out (products and df_kgpu_kda) */
+  double compute_s;         /* activations in, kernels, results out (products, df_kgpu_kda, _mla) */
   char last_error[256];     /* the last CUDA error behind a fallback, "" if none */
 } df_kgpu_stats;
 
@@ -83,6 +84,23 @@ typedef struct df_kgpu_kda_args {
   uint64_t id;
 } df_kgpu_kda_args;
 int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a);
+
+/* An MLA layer's attention between its projections (model/k3_forward_t.h's
+ * mla_task: the query's latent through kv_b's key rows, the scores against
+ * the latent cache, the softmax, the latent output through kv_b's value
+ * rows, the output gate) for T rows on the device; the cache (n0 + T rows,
+ * the batch's own included) copied in per call, kv_b kept in the tier by
+ * its id. 0 when done there (o written); -1 when not, nothing written. */
+typedef struct df_kgpu_mla_args {
+  int T, heads, n0;          /* rows, heads, positions before row 0 */
+  int dn, dr, dv, kr;        /* qk_nope, qk_rope, v_head dims, kv_lora_rank */
+  const df_wmat *kvb;
+  const float *q;            /* T x heads x (dn + dr) */
+  const float *cache;        /* (n0 + T) x (kr + dr) */
+  const float *g;            /* T x heads x dv: the gate before its sigmoid; NULL: none */
+  float *o;                  /* T x heads x dv */
+} df_kgpu_mla_args;
+int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a);
 
 /* A MoE layer batch's routed experts, queued as the store hands them out so
  * the GPU computes the ones that are there while the rest arrive; one wait

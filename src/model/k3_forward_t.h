@@ -679,6 +679,22 @@ static void mla_task(void *ctx, int task, int thread) {
   }
 }
 
+#if !R_IS_F64
+/* --device cuda: mla_task's work for every (row, head) on the GPU
+ * (kgpu.h's df_kgpu_mla, the same floats), the cache copied in per call;
+ * 0 when it did. */
+static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
+  df_kgpu *g = r->kc->gpu;
+  if (!g) return -1;
+  const df_config *c = r->m->cfg;
+  df_kgpu_mla_args a = {.T = T, .heads = c->mla_heads, .n0 = s->q.pos, .dn = c->qk_nope_dim,
+                        .dr = c->qk_rope_dim, .dv = c->v_head_dim, .kr = c->kv_lora_rank,
+                        .kvb = &y->kvb, .q = s->w->mq, .cache = s->q.mla[l],
+                        .g = c->mla_output_gate ? s->w->mg : NULL, .o = s->w->mo};
+  return df_kgpu_mla(g, &a);
+}
+#endif
+
 static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
@@ -696,6 +712,12 @@ static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
     memcpy(dst + kr, src + kr, sizeof(R) * (w - kr));
   }
   if (c->mla_output_gate) MM(kc, &y->mg, s->w->xn, T, H, s->w->mg, ow);
+#if !R_IS_F64
+  if (!mla_gpu(r, s, y, l, T)) {
+    MM(kc, &y->mo, s->w->mo, T, ow, s->w->a, H);
+    return;
+  }
+#endif
   mla_job j = {.k = KSEL(kc), .y = y, .c = c, .cache = cache, .q = s->w->mq, .g = s->w->mg, .o = s->w->mo,
                .thr = s->w->thr, .thr_stride = s->w->thr_stride, .pos0 = s->q.pos};
   df_pool_run(kc->pool, T * c->mla_heads, mla_task, &j);

@@ -1,4 +1,5 @@
-/* The KDA layer's sequence part on the GPU (kcuda_seq.h's df_cuda_kda: the
+/* The sequence kernels of kcuda_seq.h against their reference. First the
+ * KDA layer's sequence part on the GPU (df_cuda_kda: the
  * causal conv and the per-head recurrence) against its scalar reference
  * (kcuda_seq_ref.h, which the mock suites hold equal to the forward pass's
  * own loops), bit for bit: every buffer the call writes (o, the state S,
@@ -6,8 +7,9 @@
  * (96 heads x 128, conv 4) for T = 1, 7 and 64 rows, and at odd ones (a
  * head dimension below the 16 lanes, one above the block of 256 threads,
  * conv widths 1 and 2). Also: a prefill split in two calls ends in the
- * state of one call. Exit 77 (ctest: skipped) where no CUDA device is
- * found. */
+ * state of one call. Then MLA attention's kernels (df_cuda_mla_attn, in
+ * kv_b's three formats, df_cuda_mla_gate). Exit 77 (ctest: skipped) where
+ * no CUDA device is found. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +140,64 @@ static void seq_case(int heads, int D, int K, int T, int split) {
   drop(&b);
 }
 
+/* MLA attention between its projections (df_cuda_mla_attn: the query's
+ * latent through kv_b's key rows in each of kv_b's formats, the scores, the
+ * softmax, olat) and the output gate, against the reference. */
+static void mla_case(int heads, int dn, int dr, int dv, int kr, int n0, int T, int wkind) {
+  size_t rows = (size_t)heads * (dn + dv), nw = rows * kr, ntot = (size_t)n0 + T;
+  size_t nq = (size_t)T * heads * (dn + dr), nc = ntot * (kr + dr), nl = (size_t)T * heads * kr;
+  size_t ns = (size_t)T * heads * ntot, esz = wkind == 0 ? 2 : wkind == 1 ? 1 : 4;
+  void *w = malloc(nw * esz);
+  for (size_t i = 0; i < nw; i++) {
+    if (wkind == 0) {
+      float f = rndf(-8, -2);
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      ((uint16_t *)w)[i] = (uint16_t)(u >> 16);
+    } else if (wkind == 1) {
+      ((int8_t *)w)[i] = (int8_t)(rnd() & 0xff);
+    } else {
+      ((float *)w)[i] = rndf(-8, -2);
+    }
+  }
+  float *scale = rnd_vec(rows, -10, -6), *q = rnd_vec(nq, -3, 1), *cache = rnd_vec(nc, -3, 1);
+  float *olat = calloc(nl, sizeof(float)), *sc = calloc(ns, sizeof(float));
+  float *og = malloc(nl * sizeof(float));
+  uint8_t *dw = df_cuda_alloc(G, nw * esz);
+  if (!dw || df_cuda_put(G, dw, w, nw * esz)) die();
+  float *dscale = dput(scale, rows), *dq = dput(q, nq), *dc = dput(cache, nc);
+  float *dl = dput(olat, nl), *dsc = dput(sc, ns);
+  df_cuda_mla_args a = {.T = T, .heads = heads, .n0 = n0, .dn = dn, .dr = dr, .dv = dv, .kr = kr,
+                        .wkind = wkind, .w = dw, .wscale = dscale, .q = dq, .cache = dc,
+                        .olat = dl, .sc = dsc};
+  if (df_cuda_mla_attn(G, &a)) die();
+  dget(og, dl, nl);
+  df_cuda_mla_args r = a;
+  r.w = w, r.wscale = scale, r.q = q, r.cache = cache, r.olat = olat, r.sc = sc;
+  df_mla_ref_attn(&r);
+  static const char *const kn[] = {"bf16", "int8", "f32"};
+  char what[160];
+  snprintf(what, sizeof what, "mla %d heads, nope %d rope %d v %d latent %d, %d + %d positions, %s: olat",
+           heads, dn, dr, dv, kr, n0, T, kn[wkind]);
+  same(what, olat, og, nl);
+  /* the gate over the rows' outputs */
+  size_t no = (size_t)T * heads * dv;
+  float *o = rnd_vec(no, -3, 1), *g = rnd_vec(no, -3, 2), *o2 = malloc(no * 4), *g2 = malloc(no * 4);
+  float *dout = dput(o, no), *dg = dput(g, no);
+  if (df_cuda_mla_gate(G, dout, dg, no)) die();
+  dget(o2, dout, no);
+  dget(g2, dg, no);
+  df_mla_ref_gate(o, g, no);
+  snprintf(what, sizeof what, "mla gate, %zu values: output", no);
+  same(what, o, o2, no);
+  snprintf(what, sizeof what, "mla gate, %zu values: sigmoid", no);
+  same(what, g, g2, no);
+  df_cuda_free(G, dw), df_cuda_free(G, dscale), df_cuda_free(G, dq), df_cuda_free(G, dc);
+  df_cuda_free(G, dl), df_cuda_free(G, dsc), df_cuda_free(G, dout), df_cuda_free(G, dg);
+  free(w), free(scale), free(q), free(cache), free(olat), free(sc), free(og);
+  free(o), free(g), free(o2), free(g2);
+}
+
 int main(void) {
   if (df_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -159,6 +219,18 @@ int main(void) {
   for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
     seq_case(odd[i][0], odd[i][1], odd[i][2], odd[i][3], 0);
   seq_case(3, 17, 4, 6, 1);
+  /* MLA at K3's shape (64 heads; nope 128, rope 64, v 128, latent 512):
+   * decode after 100 and 2000 positions, a chunk of 7, a prefill of 64;
+   * then odd shapes (lanes left empty, one position) */
+  for (int f = 0; f < 3; f++) {
+    mla_case(64, 128, 64, 128, 512, 100, 1, f);
+    mla_case(64, 128, 64, 128, 512, 41, 7, f);
+  }
+  mla_case(64, 128, 64, 128, 512, 2000, 1, 1);
+  mla_case(64, 128, 64, 128, 512, 0, 64, 0);
+  mla_case(3, 5, 3, 7, 17, 0, 1, 2);
+  mla_case(2, 16, 8, 4, 40, 3, 5, 1);
+  mla_case(1, 1, 1, 1, 1, 9, 3, 0);
   df_cuda_close(G);
   printf(failures ? "%d FAILED\n" : "all equal\n", failures);
   return failures ? 1 : 0;

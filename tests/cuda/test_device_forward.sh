@@ -11,8 +11,9 @@
 #     every spine layer streamed), batch splits and thread counts;
 #  3. speculation (n-gram, the nano-draft, the nano-DSpark) gives the same
 #     ids on both devices.
-# Every GPU run's JSON must show products and KDA layers' sequence parts
-# (the conv and the recurrence, df_kgpu_kda) run on the GPU and none fallen
+# Every GPU run's JSON must show products, KDA layers' sequence parts (the
+# conv and the recurrence, df_kgpu_kda) and MLA attention (df_kgpu_mla) run
+# on the GPU and none fallen
 # back to the CPU, so a run that silently stayed on the CPU cannot pass.
 # Exits 77 (skipped) in a build without CUDA or on a machine without a GPU.
 # PARTS (default "1 2 3") runs some of them.
@@ -57,7 +58,7 @@ print("ok: %s: %s equal bit for bit" % (sys.argv[3], ", ".join("%s (%d B)" % (k,
 PYEOF
 }
 
-# gpu_ok JSON LABEL [min-evictions]: the run's products and KDA sequence parts ran on the GPU, none fell back
+# gpu_ok JSON LABEL [min-evictions]: the run's products, KDA sequence parts and MLA attention ran on the GPU, none fell back
 gpu_ok() {
   "$PY" - "$1" "$2" "${3:-0}" <<'PYEOF' || fail "$2: GPU counters"
 import json, sys
@@ -67,8 +68,8 @@ if s.get("device_name", "cpu") == "cpu" or not d:
     sys.exit("%s: ran on %s" % (sys.argv[2], s.get("device_name")))
 if d["products"] <= 0 or d["fallbacks"] != 0 or d["last_error"] is not None:
     sys.exit("%s: products %d, fallbacks %d, error %s" % (sys.argv[2], d["products"], d["fallbacks"], d["last_error"]))
-if d["seq_calls"] <= 0:  # every model here has KDA layers
-    sys.exit("%s: no KDA layer's sequence part ran on the GPU" % sys.argv[2])
+if d["seq_calls"] <= 0 or d["attn_calls"] <= 0:  # every model here has KDA and MLA layers
+    sys.exit("%s: KDA sequence parts %d, MLA attentions %d on the GPU" % (sys.argv[2], d["seq_calls"], d["attn_calls"]))
 if d["tier_evictions"] + d["tier_refused"] < int(sys.argv[3]):
     sys.exit("%s: expected evictions or refusals: %s" % (sys.argv[2], d))
 PYEOF

@@ -13,7 +13,8 @@
  * DF_MOCK_CUDA_FAIL=KIND:N makes the N-th call (1-based) of KIND fail as a
  * CUDA error would: alloc (device allocations), put (copies to the device),
  * gemm (products), sync (waits, which report errors of queued work), kda
- * (a KDA layer's sequence part, kcuda_seq.h).
+ * (a KDA layer's sequence part, kcuda_seq.h), mla (MLA attention's kernels,
+ * kcuda_seq.h: the attention and the gate).
  * DF_MOCK_CUDA_MEM=BYTES is the device's memory: an allocation that would
  * take the live total past it fails, as cudaMalloc does when full. */
 #include <stdint.h>
@@ -33,8 +34,8 @@ struct df_cuda {
   char err[256];
 };
 
-enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_KDA, F_N };
-static const char *const fail_kind[F_N] = {"alloc", "put", "gemm", "sync", "kda"};
+enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_KDA, F_MLA, F_N };
+static const char *const fail_kind[F_N] = {"alloc", "put", "gemm", "sync", "kda", "mla"};
 static long calls[F_N];
 
 /* 1 when this call of kind k is the one DF_MOCK_CUDA_FAIL names */
@@ -148,6 +149,24 @@ int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
   return 0;
 }
 const char *df_cuda_kda_error(void) { return kda_err; }
+int df_cuda_mla_attn(df_cuda *c, const df_cuda_mla_args *a) {
+  kda_err[0] = 0;
+  if (df_cuda_sync(c) || inject(c, F_MLA)) {
+    snprintf(kda_err, sizeof kda_err, "mla: %s", c->err);
+    return -1;
+  }
+  df_mla_ref_attn(a);
+  return 0;
+}
+int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n) {
+  kda_err[0] = 0;
+  if (df_cuda_sync(c) || inject(c, F_MLA)) {
+    snprintf(kda_err, sizeof kda_err, "mla: %s", c->err);
+    return -1;
+  }
+  df_mla_ref_gate(o, g, n);
+  return 0;
+}
 
 int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
   (void)dev;

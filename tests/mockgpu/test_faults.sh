@@ -1,8 +1,9 @@
 #!/bin/sh
 # --device cuda when the GPU fails (the stand-in of tests/mockgpu, which can
-# fail its N-th allocation, copy in, product, KDA sequence part or wait):
-# every run finishes with the CPU's ids exactly. A failed product (or KDA
-# sequence part, df_kgpu_kda) and every later one are computed on the CPU,
+# fail its N-th allocation, copy in, product, KDA sequence part, MLA
+# attention kernel or wait): every run finishes with the CPU's ids exactly.
+# A failed product (or KDA sequence part, df_kgpu_kda, or MLA attention,
+# df_kgpu_mla) and every later one are computed on the CPU,
 # counted as fallbacks, the error named once on stderr and in the stats; a
 # routed-experts batch that fails at its end (its records already released)
 # is read again and computed on the CPU, said on stderr. Swept over the
@@ -78,13 +79,29 @@ DF_MOCK_CUDA_FAIL=kda:2 "$BIN" run --model "$T/tiny" --prompt-ids "$Q" --max-new
 [ "$(field "$T/g.json" "(d['stats']['device']['seq_calls'], d['stats']['device']['fallbacks'] > 0)")" = "(1, True)" ] ||
   fail "kda:2: $(field "$T/g.json" "d['stats']['device']")"
 echo "ok   a failed KDA sequence part is computed on the CPU with the same floats"
+# the same for an MLA layer's attention (df_kgpu_mla) failing in its kernel
+DF_MOCK_CUDA_FAIL=mla:1 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' \
+  --device cuda --out "$T/mla.st" >/dev/null 2>"$T/e" || fail "logits mla:1: $(cat "$T/e")"
+grep -q "mock mla #1: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
+  fail "mla:1: no warning: $(cat "$T/e")"
+"$PY" - "$T/cpu.st" "$T/mla.st" <<'PYEOF' || fail "mla:1: the logits or hidden states differ from the CPU's"
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: d[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+sys.exit(0 if sorted(a) == sorted(b) and all(a[k] == b[k] for k in a) else 1)
+PYEOF
+echo "ok   a failed MLA attention is computed on the CPU with the same floats"
 
 exact=0 again=0 clean=0
 for m in "$T/tiny" "$SRC/models/nano-k3"; do
   "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' >"$T/cpu.json" 2>"$T/e" ||
     fail "cpu run: $(cat "$T/e")"
   ref=$(field "$T/cpu.json" "d['output_ids']")
-  for kind in alloc put gemm sync kda; do
+  for kind in alloc put gemm sync kda mla; do
     for n in 1 3 8 21 55 144; do
       DF_MOCK_CUDA_FAIL=$kind:$n "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json \
         --heat '' --device cuda >"$T/g.json" 2>"$T/e" || fail "$kind:$n on $m: $(cat "$T/e")"

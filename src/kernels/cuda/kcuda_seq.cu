@@ -1,11 +1,13 @@
-/* The KDA layer's sequence part (kcuda_seq.h) on the GPU. Compiled with
+/* The sequence kernels (kcuda_seq.h) on the GPU: a KDA layer's conv and
+ * recurrence, MLA's attention between its projections. Compiled with
  * kcuda.cu's flags (-fmad=false, IEEE division and square root, no flush to
  * zero), and every operation is written with the _rn intrinsics besides, so
  * each float is the one the scalar loops of kcuda_seq_ref.h round to.
  *
  * The recurrence is sequential in the rows, so the parallel axes are the
  * channels (the conv) and the heads (one block per head, its threads over
- * the head's D values); the rows run in order inside each thread or block. */
+ * the head's D values); the rows run in order inside each thread or block.
+ * MLA's (row, head) pairs are independent: one block each. */
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -159,4 +161,114 @@ extern "C" int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
   e = cudaStreamSynchronize(s);
   if (e != cudaSuccess) return seq_fail("kda", cudaGetErrorString(e));
   return 0;
+}
+
+/* ---- MLA attention between its projections ---- */
+
+/* a * b over n floats in the scalar dot's lane-16 order, by one thread */
+__device__ static float seq_dot16(const float *a, const float *b, int n) {
+  float acc[SEQ_LANES];
+  for (int j = 0; j < SEQ_LANES; j++) acc[j] = 0.0f;
+  for (int i = 0; i < n; i += SEQ_LANES) {
+    int m = n - i < SEQ_LANES ? n - i : SEQ_LANES;
+    for (int j = 0; j < m; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(a[i + j], b[i + j]));
+  }
+  for (int w = SEQ_LANES / 2; w >= 1; w >>= 1)
+    for (int j = 0; j < w; j++) acc[j] = __fadd_rn(acc[j], acc[j + w]);
+  return acc[0];
+}
+
+/* kv_b's row r, column c as a float (int8: the row's scale is applied to
+ * the input, as the scalar gemv_t_i8 does) */
+__device__ static inline float mla_w(const df_cuda_mla_args &a, size_t r, int c) {
+  size_t i = r * (size_t)a.kr + c;
+  if (a.wkind == 0) return __uint_as_float((uint32_t)((const uint16_t *)a.w)[i] << 16);
+  if (a.wkind == 1) return (float)((const int8_t *)a.w)[i];
+  return ((const float *)a.w)[i];
+}
+
+/* One block per (row, head): the query's latent (thread c sums kv_b's
+ * column c over the key rows, ascending, as the scalar transposed GEMV),
+ * the scores (a thread per position), the softmax (the max and the sum one
+ * thread's ascending loops, as the scalar softmax), then olat (thread i
+ * sums over the positions, ascending). */
+__global__ void mla_attn_k(df_cuda_mla_args a) {
+  extern __shared__ float qlat[];
+  __shared__ float m_s, sum_s;
+  int t = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
+  int dn = a.dn, dr = a.dr, kr = a.kr, n = a.n0 + t + 1;
+  size_t w = (size_t)(kr + dr), ntot = (size_t)a.n0 + a.T, r0 = (size_t)h * (dn + a.dv);
+  const float *q = a.q + (size_t)t * a.heads * (dn + dr) + (size_t)h * (dn + dr);
+  float *sc = a.sc + ((size_t)t * a.heads + h) * ntot;
+  float *olat = a.olat + ((size_t)t * a.heads + h) * kr;
+  for (int c = threadIdx.x; c < kr; c += blockDim.x) {
+    float y = 0.0f;
+    for (int r = 0; r < dn; r++) {
+      float xr = a.wkind == 1 ? __fmul_rn(a.wscale[r0 + r], q[r]) : q[r];
+      y = __fadd_rn(y, __fmul_rn(mla_w(a, r0 + r, c), xr));
+    }
+    qlat[c] = y;
+  }
+  __syncthreads();
+  float scale = __fdiv_rn(1.0f, __fsqrt_rn((float)(dn + dr)));
+  for (int s = threadIdx.x; s < n; s += blockDim.x) {
+    const float *cs = a.cache + (size_t)s * w;
+    float sum = __fadd_rn(seq_dot16(qlat, cs, kr), seq_dot16(q + dn, cs + kr, dr));
+    sc[s] = __fmul_rn(sum, scale);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float m = sc[0];
+    for (int s = 1; s < n; s++)
+      if (sc[s] > m) m = sc[s];
+    m_s = m;
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = df_km_expf(__fsub_rn(sc[s], m_s));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int s = 0; s < n; s++) sum = __fadd_rn(sum, sc[s]);
+    sum_s = sum;
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = __fdiv_rn(sc[s], sum_s);
+  __syncthreads();
+  for (int i = threadIdx.x; i < kr; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < n; s++) acc = __fadd_rn(acc, __fmul_rn(sc[s], a.cache[(size_t)s * w + i]));
+    olat[i] = acc;
+  }
+}
+
+__global__ void mla_gate_k(float *o, float *g, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float s = seq_sigm(g[i]);
+    g[i] = s;
+    o[i] = __fmul_rn(o[i], s);
+  }
+}
+
+extern "C" int df_cuda_mla_attn(df_cuda *c, const df_cuda_mla_args *a) {
+  if (a->T <= 0 || a->heads <= 0) return 0;
+  size_t smem = sizeof(float) * (size_t)(a->kr > 0 ? a->kr : 1);
+  if (smem > 48 * 1024) return seq_fail("mla", "kv_lora_rank too large for shared memory");
+  if (df_cuda_sync(c)) return seq_fail("mla", df_cuda_error(c));
+  cudaStream_t s = cudaStreamPerThread;
+  mla_attn_k<<<a->T * a->heads, 256, smem, s>>>(*a);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? 0 : seq_fail("mla attention", cudaGetErrorString(e));
+}
+
+extern "C" int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n) {
+  if (!n) return 0;
+  if (df_cuda_sync(c)) return seq_fail("mla gate", df_cuda_error(c));
+  cudaStream_t s = cudaStreamPerThread;
+  size_t blocks = (n + 255) / 256;
+  mla_gate_k<<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, s>>>(o, g, n);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? 0 : seq_fail("mla gate", cudaGetErrorString(e));
 }

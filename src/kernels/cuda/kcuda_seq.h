@@ -44,4 +44,26 @@ typedef struct df_cuda_kda_args {
 int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a);
 const char *df_cuda_kda_error(void);
 
+/* MLA attention's part between the projections (model/k3_forward_t.h's
+ * mla_task): per (row, head) the query's latent (kv_b's key rows absorbed:
+ * the transposed product of df_wmat_t), the scores against the latent
+ * cache (latent part and rope part, each a lane-16 dot, their sum scaled),
+ * the softmax, and the latent output olat; kv_b's value rows and the gate
+ * are kgpu.c's (kcuda.h's GEMMs, df_cuda_mla_gate). Synchronous, as
+ * df_cuda_kda; errors in df_cuda_kda_error. */
+typedef struct df_cuda_mla_args {
+  int T, heads, n0;       /* rows, heads, positions before row 0 (row t sees n0 + t + 1) */
+  int dn, dr, dv, kr;     /* qk_nope, qk_rope, v_head dims, kv_lora_rank */
+  int wkind;              /* kv_b's format: 0 bf16, 1 int8, 2 f32 (heads x (dn + dv) rows of kr) */
+  const void *w;
+  const float *wscale;    /* int8's row scales */
+  const float *q;         /* T x heads x (dn + dr) */
+  const float *cache;     /* (n0 + T) x (kr + dr) */
+  float *olat;            /* T x heads x kr: out */
+  float *sc;              /* T x heads x (n0 + T): scratch */
+} df_cuda_mla_args;
+int df_cuda_mla_attn(df_cuda *c, const df_cuda_mla_args *a);
+/* g = sigmoid(g), o *= g over n floats (the MLA output gate). Synchronous. */
+int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n);
+
 #endif

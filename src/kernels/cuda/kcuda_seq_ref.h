@@ -95,4 +95,54 @@ static inline void df_kda_ref(const df_cuda_kda_args *a) {
   df_kda_ref_heads(a);
 }
 
+/* df_cuda_mla_attn's reference: mla_task up to olat. */
+static inline void df_mla_ref_attn(const df_cuda_mla_args *a) {
+  const df_kern *k = df_kern_scalar();
+  int Hm = a->heads, dn = a->dn, dr = a->dr, dv = a->dv, kr = a->kr;
+  size_t w = (size_t)(kr + dr), ntot = (size_t)a->n0 + (size_t)a->T;
+  float *qlat = malloc(sizeof(float) * (size_t)(kr > 0 ? kr : 1));
+  float scale = 1.0f / sqrtf((float)(dn + dr));
+  for (int t = 0; t < a->T; t++)
+    for (int h = 0; h < Hm; h++) {
+      int n = a->n0 + t + 1, r0 = h * (dn + dv);
+      const float *q = a->q + (size_t)t * Hm * (dn + dr) + (size_t)h * (dn + dr);
+      float *sc = a->sc + ((size_t)t * Hm + h) * ntot, *olat = a->olat + ((size_t)t * Hm + h) * kr;
+      if (a->wkind == 0) {
+        k->gemv_t_bf16(a->w, kr, r0, r0 + dn, q, qlat);
+      } else if (a->wkind == 1) {
+        k->gemv_t_i8(a->w, a->wscale, kr, r0, r0 + dn, q, qlat);
+      } else {
+        const float *W = a->w;
+        for (int c = 0; c < kr; c++) qlat[c] = 0;
+        for (int r = r0; r < r0 + dn; r++)
+          for (int c = 0; c < kr; c++) {
+            float p = W[(size_t)r * kr + c] * q[r - r0];
+            qlat[c] += p;
+          }
+      }
+      for (int s = 0; s < n; s++) {
+        const float *cs = a->cache + (size_t)s * w;
+        float x = k->dot(qlat, cs, kr), y = k->dot(q + dn, cs + kr, dr);
+        float sum = x + y;
+        sc[s] = sum * scale;
+      }
+      k->softmax(sc, n);
+      for (int i = 0; i < kr; i++) olat[i] = 0;
+      for (int s = 0; s < n; s++) {
+        const float *cs = a->cache + (size_t)s * w;
+        float p = sc[s];
+        for (int i = 0; i < kr; i++) {
+          float x = p * cs[i];
+          olat[i] += x;
+        }
+      }
+    }
+  free(qlat);
+}
+
+static inline void df_mla_ref_gate(float *o, float *g, size_t n) {
+  df_kern_scalar()->sigmoid(g, (int)n);
+  for (size_t i = 0; i < n; i++) o[i] *= g[i];
+}
+
 #endif
