@@ -315,6 +315,8 @@ static int run_print_json(const run_report *r) {
   json_object_set(js, "store", store ? store : json_null());
   json_t *dc = ev ? json_object_get(ev, "decode_compute") : NULL;
   json_object_set(js, "decode_compute", dc ? dc : json_null());
+  json_t *pc = ev ? json_object_get(ev, "prefill_compute") : NULL;
+  json_object_set(js, "prefill_compute", pc ? pc : json_null());
   json_t *plan = ev ? json_object_get(ev, "plan") : NULL;
   json_object_set(js, "plan", plan ? plan : json_null());
   json_object_set_new(js, "device_name", json_string(df_engine_device(en)));
@@ -346,6 +348,9 @@ static void run_print_stats(const run_report *r) {
           finish_name(st->finish), r->spine, st->spine_bytes_per_token / 1e6, r->spine_read / 1e6,
           df_engine_kernels(en), df_engine_threads(en), st->expert_bytes_read / 1e6);
   spec_text(en, st);
+  char *ct = df_engine_compute_text(en);
+  fprintf(stderr, "%s", ct);
+  free(ct);
   char *dt = df_engine_device_text(en);
   fprintf(stderr, "%s", dt);
   free(dt);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/sbuf.h"
 #include "base/pool.h"
 #include "base/util.h"
 #include "format/safetensors.h"
@@ -301,6 +302,32 @@ char *df_engine_device_text(df_engine *en) {
                   g.misses, g.evictions, g.weight_h2d_bytes / 1e6, g.weight_h2d_s);
   return df_xstrdup(s);
 }
+/* One phase's parts on one line, those that ran. */
+static void compute_line(df_sbuf *b, const char *label, const df_model_compute *cp, const double *s,
+                         const uint64_t *n, double wait_s) {
+  int any = 0;
+  char t[96];
+  for (int i = 0; i < cp->nparts; i++) {
+    if (!n[i]) continue;
+    snprintf(t, sizeof t, "%s%s %.3g", any ? ", " : label, cp->names[i], 1e3 * s[i] / (double)n[i]);
+    df_sbuf_addstr(b, t);
+    any = 1;
+  }
+  if (!any) return;
+  snprintf(t, sizeof t, "; store wait %.3f s\n", wait_s);
+  df_sbuf_addstr(b, t);
+}
+
+char *df_engine_compute_text(df_engine *en) {
+  df_model_compute cp;
+  df_model_compute_get(en->model, &cp);
+  df_sbuf b = {0};
+  compute_line(&b, "compute  decode, ms per layer-token: ", &cp, cp.s, cp.n, cp.store_wait_s);
+  compute_line(&b, "compute  prefill, ms per layer-token: ", &cp, cp.pre_s, cp.pre_n,
+               cp.pre_store_wait_s);
+  return b.p ? b.p : df_xstrdup("");
+}
+
 df_store *df_engine_store(df_engine *en) { return en->store; }
 uint64_t df_engine_expert_bytes(const df_engine *en) { return df_store_bytes_read(en->store); }
 const char *df_engine_draft(const df_engine *en, int *draft_max) {
@@ -489,6 +516,22 @@ uint64_t df_engine_spine_stream_bytes(const df_engine *en, double *wait_s) {
   return ss.bytes;
 }
 
+/* One phase's compute by part: seconds, count (decode: layer-passes;
+ * prefill: layer-rows) and milliseconds each. */
+static json_t *compute_json(const df_model_compute *cp, const double *s, const uint64_t *n,
+                            double wait_s) {
+  json_t *cj = json_object();
+  for (int i = 0; i < cp->nparts; i++) {
+    json_t *k = json_object();
+    json_object_set_new(k, "s", json_real(s[i]));
+    json_object_set_new(k, "n", json_integer((json_int_t)n[i]));
+    json_object_set_new(k, "ms_each", json_real(n[i] ? 1e3 * s[i] / (double)n[i] : 0));
+    json_object_set_new(cj, cp->names[i], k);
+  }
+  json_object_set_new(cj, "store_wait_s", json_real(wait_s));
+  return cj;
+}
+
 char *df_engine_stats_json(df_engine *en) {
   json_t *o = json_object();
   json_object_set_new(o, "model", json_string(en->model_id));
@@ -502,16 +545,9 @@ char *df_engine_stats_json(df_engine *en) {
                       json_integer((json_int_t)df_store_bytes_read(en->store)));
   df_model_compute cp;
   df_model_compute_get(en->model, &cp);
-  json_t *cj = json_object();
-  for (int i = 0; i < cp.nparts; i++) {
-    json_t *k = json_object();
-    json_object_set_new(k, "s", json_real(cp.s[i]));
-    json_object_set_new(k, "n", json_integer((json_int_t)cp.n[i]));
-    json_object_set_new(k, "ms_each", json_real(cp.n[i] ? 1e3 * cp.s[i] / (double)cp.n[i] : 0));
-    json_object_set_new(cj, cp.names[i], k);
-  }
-  json_object_set_new(cj, "store_wait_s", json_real(cp.store_wait_s));
-  json_object_set_new(o, "decode_compute", cj);
+  json_object_set_new(o, "decode_compute", compute_json(&cp, cp.s, cp.n, cp.store_wait_s));
+  json_object_set_new(o, "prefill_compute",
+                      compute_json(&cp, cp.pre_s, cp.pre_n, cp.pre_store_wait_s));
   char *pj = df_engine_plan_json(en);
   json_t *pv = pj ? json_loads(pj, 0, NULL) : NULL;
   free(pj);

@@ -209,6 +209,9 @@ const char *df_engine_device(const df_engine *en);
 char *df_engine_device_json(df_engine *en);
 /* The same as two lines for --stats ("" on the CPU); caller frees. */
 char *df_engine_device_text(df_engine *en);
+/* The compute by part (the model's names), decode and prefill, in
+ * milliseconds per layer-token; "" before any pass. Free it. */
+char *df_engine_compute_text(df_engine *en);
 int df_engine_threads(const df_engine *en);
 /* The store's human-readable summary and where experts come from (for
  * --stats); caller frees. */

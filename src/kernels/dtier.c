@@ -87,6 +87,8 @@ void *df_dtier_get(df_dtier *t, uint64_t key) {
   return t->e[i].p;
 }
 
+int df_dtier_has(const df_dtier *t, uint64_t key) { return find(t, key) >= 0; }
+
 /* The least recent entry of class c out. */
 static void evict_from(df_dtier *t, int c) {
   int i = t->tail[c];

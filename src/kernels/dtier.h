@@ -51,6 +51,9 @@ void df_dtier_free(df_dtier *t);
 /* The entry's memory (a hit: now the most recent of its class), or NULL (a
  * miss). */
 void *df_dtier_get(df_dtier *t, uint64_t key);
+/* 1 when key has an entry; neither a hit nor a miss, and the order is left
+ * as it is (a look ahead, e.g. to skip reading what the tier holds). */
+int df_dtier_has(const df_dtier *t, uint64_t key);
 /* A new entry of `bytes` for key (which must not be present); its memory,
  * for the caller to fill, or NULL (refused: see the policy above). */
 void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls);

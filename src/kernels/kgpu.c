@@ -360,7 +360,13 @@ int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row
   /* the record as one entry; refused by the tier, it goes through the
    * per-use buffer, which the stream's order keeps from being overwritten
    * before the experts queued on it have read it */
-  const uint8_t *d = weights(g, key, DF_DTIER_LRU, rec, x->bytes, NULL, 0);
+  const uint8_t *d;
+  if (rec) {
+    d = weights(g, key, DF_DTIER_LRU, rec, x->bytes, NULL, 0);
+  } else if (!(d = df_dtier_get(g->tier, key))) {
+    pthread_mutex_unlock(&g->mu);
+    return 1;
+  }
   if (!d) return fell_back(g);
   size_t r0 = (size_t)g->xrows;
   float *dx = (float *)g->xbuf + r0 * Lt, *dy = (float *)g->ybuf + r0 * Lt;
@@ -390,6 +396,13 @@ const float *df_kgpu_experts_end(df_kgpu *g) {
   g->st.compute_s += df_now() - g->xt0;
   pthread_mutex_unlock(&g->mu);
   return out;
+}
+
+int df_kgpu_has_expert(df_kgpu *g, uint64_t key) {
+  pthread_mutex_lock(&g->mu);
+  int has = !g->broken && df_dtier_has(g->tier, key);
+  pthread_mutex_unlock(&g->mu);
+  return has;
 }
 
 const char *df_kgpu_error(df_kgpu *g) { return g->st.last_error; }
@@ -635,6 +648,10 @@ int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row
 const float *df_kgpu_experts_end(df_kgpu *g) {
   (void)g;
   return NULL;
+}
+int df_kgpu_has_expert(df_kgpu *g, uint64_t key) {
+  (void)g, (void)key;
+  return 0;
 }
 const char *df_kgpu_error(df_kgpu *g) {
   (void)g;

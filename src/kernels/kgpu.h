@@ -115,7 +115,12 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a);
  *     (df_kgpu_error says which; the store may have released the records,
  *     so the caller reads them again to compute the batch on the CPU).
  * begin/expert return -1 when the GPU cannot take them (nothing queued by
- * that call; the caller computes that expert on the CPU). */
+ * that call; the caller computes that expert on the CPU). expert with rec
+ * NULL queues the expert from the tier and returns 1, nothing queued and
+ * nothing counted, when the tier no longer holds it (the caller reads it).
+ * has_expert says whether the tier holds key now, without touching it: the
+ * caller leaves out of its reads what the GPU already has, so a tier that
+ * holds a layer's experts reads nothing from the drives for it. */
 typedef struct df_kgpu_xshape {
   int inter, latent;
   uint64_t w1p, w1s, w3p, w3s, w2p, w2s, bytes; /* offsets in a record, its size */
@@ -125,6 +130,7 @@ int df_kgpu_experts_begin(df_kgpu *g, const df_kgpu_xshape *sh, int max_rows);
 float *df_kgpu_expert_in(df_kgpu *g, int n);
 int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row0);
 const float *df_kgpu_experts_end(df_kgpu *g);
+int df_kgpu_has_expert(df_kgpu *g, uint64_t key);
 /* The last CUDA error ("" if none). */
 const char *df_kgpu_error(df_kgpu *g);
 

@@ -115,6 +115,12 @@ typedef struct df_k3_compute {
   double s[DF_K3_T_N];
   uint64_t n[DF_K3_T_N]; /* layer-passes (experts: experts computed) */
   double store_wait_s;
+  /* the same over passes of more than one row (prefill chunks, verified
+   * drafts); n counts layer-rows there (experts: expert batches), so s / n
+   * is a layer's time per token of a prompt */
+  double pre_s[DF_K3_T_N];
+  uint64_t pre_n[DF_K3_T_N];
+  double pre_store_wait_s;
 } df_k3_compute;
 void df_k3_compute_get(const df_k3 *m, df_k3_compute *out);
 extern const char *const df_k3_compute_names[DF_K3_T_N];

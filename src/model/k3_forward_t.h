@@ -71,6 +71,8 @@ typedef struct N(ws) {
   R *eZ, *eH1, *eH3, *eY; /* one expert's rows */
   int *ecnt, *eoff, *eent, *uexp, *ecur;
   int nuexp;              /* experts in uexp (this MoE layer batch's union) */
+  uint8_t *eres;          /* per uexp index: 1 the GPU's tier holds it (not read), 2 read late */
+  int *xlist, *xmap, nx;  /* the batch's reads: expert ids, their uexp indices */
   R *gx, *gw;             /* gate-ahead: router input rows, one row's weights */
   int *gsel, *glist;          /* gate-ahead: one row's top-k, the union over rows */
   uint8_t *gmark;
@@ -188,13 +190,16 @@ static void free_scratch(WS *w) {
     free(*f[i]);
     *f[i] = NULL;
   }
-  int **g[] = {&w->sel, &w->ecnt, &w->eoff, &w->eent, &w->uexp, &w->ecur, &w->gsel, &w->glist};
+  int **g[] = {&w->sel,  &w->ecnt,  &w->eoff,  &w->eent, &w->uexp,
+               &w->ecur, &w->gsel, &w->glist, &w->xlist, &w->xmap};
   for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
     free(*g[i]);
     *g[i] = NULL;
   }
   free(w->gmark);
   w->gmark = NULL;
+  free(w->eres);
+  w->eres = NULL;
 }
 
 void N(state_free)(ST *s) {
@@ -374,6 +379,8 @@ static void reserve(ST *s, int T) {
     s->w->gx = fbuf(t * H), s->w->gw = fbuf(K);
     s->w->gsel = df_xmalloc(sizeof(int) * K), s->w->glist = df_xmalloc(sizeof(int) * E);
     s->w->gmark = df_xmalloc(E);
+    s->w->eres = df_xmalloc(E);
+    s->w->xlist = df_xmalloc(sizeof(int) * E), s->w->xmap = df_xmalloc(sizeof(int) * E);
   }
   s->w->Tcap = T;
 }
@@ -736,6 +743,17 @@ static void gated_ffn(const df_kctx *kc, const df_config *c, const df_wmat *gate
   MM(kc, down, g, T, I, out, H);
 }
 
+/* 1 when the GPU's weight tier holds expert x of layer l now: it is not
+ * read from the store (nor hinted to it); the tier above the RAM cache. */
+static int gpu_holds(const df_k3_run *r, int l, int x) {
+#if R_IS_F64
+  (void)r, (void)l, (void)x;
+  return 0;
+#else
+  return r->kc->gpu && df_kgpu_has_expert(r->kc->gpu, expert_key(l, x));
+#endif
+}
+
 /* Gate-ahead prediction: layer l+1's router (sigmoid scores + correction
  * bias, top-k) applied to x, the union over the T rows handed to the store
  * as a hint for l+1. It only moves bytes: l+1 routes on its own input. */
@@ -753,7 +771,7 @@ static void gate_ahead(const df_k3_run *r, ST *s, int l, int T, const R *x) {
   }
   int n = 0;
   for (size_t i = 0; i < E; i++)
-    if (s->w->gmark[i]) s->w->glist[n++] = (int)i;
+    if (s->w->gmark[i] && !gpu_holds(r, l + 1, (int)i)) s->w->glist[n++] = (int)i;
   df_store_hint(r->store, l + 1, s->w->glist, n);
 }
 
@@ -824,25 +842,30 @@ static int experts_gpu_end(const df_k3_run *r, ST *s, df_err *e) {
 }
 #endif
 
-/* Step 5 of a MoE layer: the batch's experts as the store hands them out
- * (df_store_begin done), each on its rows, on the GPU's batch when gpu and
- * a device are there, else here. 0; -1 on an error; 1 when the GPU's batch
- * failed at its end (e says why): its records are released, the caller
- * reads them again. */
-static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp, double *t_wait,
-                       int *n_exp, df_err *e) {
-  df_expert_layout lay;
-  df_expert_layout_of(r->m->cfg, &lay);
-#if !R_IS_F64
-  int on_gpu = gpu && experts_gpu_begin(r, &lay, s->w->eoff[s->w->nuexp]);
-#else
-  (void)gpu;
-#endif
+/* Starts the batch's reads: the experts of uexp the GPU's tier does not
+ * hold (with gpu 0, all of them), ascending as the store wants them. */
+static int reads_begin(const df_k3_run *r, ST *s, int l, int T, int gpu, df_err *e) {
+  WS *w = s->w;
+  w->nx = 0;
+  for (int i = 0; i < w->nuexp; i++) {
+    w->eres[i] = (uint8_t)(gpu && gpu_holds(r, l, w->uexp[i]));
+    if (w->eres[i]) continue;
+    w->xlist[w->nx] = w->uexp[i];
+    w->xmap[w->nx++] = i;
+  }
+  return w->nx && df_store_begin(r->store, l, w->xlist, w->nx, T, e) ? -1 : 0;
+}
+
+/* The reads begun (reads_begin), each expert computed as the store hands
+ * it out: on the GPU's batch when on_gpu, else here. */
+static int reads_run(const df_k3_run *r, ST *s, int l, int on_gpu, const df_expert_layout *lay,
+                     double *t_exp, double *t_wait, int *n_exp, df_err *e) {
+  (void)on_gpu;
   for (;;) {
-    int idx;
+    int j;
     const uint8_t *b;
     double tw = df_now();
-    int got = df_store_next(r->store, &idx, &b, e);
+    int got = df_store_next(r->store, &j, &b, e);
     double tc = df_now();
     *t_wait += tc - tw;
     if (got < 0) {
@@ -850,6 +873,7 @@ static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp,
       return df_err_prefix(e, "layer %d: ", l);
     }
     if (got == 0) break;
+    int idx = s->w->xmap[j];
 #if !R_IS_F64
     if (on_gpu && !expert_gpu(r, s, l, idx, b)) {
       *t_exp += df_now() - tc;
@@ -858,11 +882,57 @@ static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp,
     }
     s->w->ecur[idx] = -1; /* computed here, not in the GPU's batch */
 #endif
-    expert_cpu(r, s, &lay, l, idx, b);
+    expert_cpu(r, s, lay, l, idx, b);
     *t_exp += df_now() - tc;
     (*n_exp)++;
   }
   df_store_end(r->store);
+  return 0;
+}
+
+/* Step 5 of a MoE layer: the batch's experts (reads_begin done): those
+ * the GPU's tier holds queued first (nothing to wait for), then the rest
+ * as the store hands them out, each on its rows, on the GPU's batch when
+ * gpu and a device are there, else here; an expert the tier has evicted
+ * since reads_begin (the layer's own matrices can push it out) is read
+ * after the others. 0; -1 on an error; 1 when the GPU's batch failed at
+ * its end (e says why): its records are released, the caller reads them
+ * again. */
+static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp, double *t_wait,
+                       int *n_exp, df_err *e) {
+  WS *w = s->w;
+  df_expert_layout lay;
+  df_expert_layout_of(r->m->cfg, &lay);
+  int on_gpu = 0, nlate = 0;
+#if !R_IS_F64
+  on_gpu = gpu && experts_gpu_begin(r, &lay, w->eoff[w->nuexp]);
+  for (int idx = 0; idx < w->nuexp; idx++) {
+    if (!w->eres[idx]) continue;
+    double tc = df_now();
+    if (on_gpu && !expert_gpu(r, s, l, idx, NULL)) {
+      *t_exp += df_now() - tc;
+      (*n_exp)++;
+      continue;
+    }
+    w->eres[idx] = 2;
+    nlate++;
+  }
+#else
+  (void)gpu;
+#endif
+  if (w->nx && reads_run(r, s, l, on_gpu, &lay, t_exp, t_wait, n_exp, e)) return -1;
+  if (nlate) {
+    w->nx = 0;
+    for (int i = 0; i < w->nuexp; i++)
+      if (w->eres[i] == 2) {
+        w->xlist[w->nx] = w->uexp[i];
+        w->xmap[w->nx++] = i;
+      }
+    int rows = w->eoff[w->nuexp] / r->m->cfg->top_k; /* each row picks top_k */
+    if (df_store_begin(r->store, l, w->xlist, w->nx, rows, e) ||
+        reads_run(r, s, l, on_gpu, &lay, t_exp, t_wait, n_exp, e))
+      return -1;
+  }
 #if !R_IS_F64
   if (on_gpu) {
     double tg = df_now();
@@ -907,7 +977,7 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   for (size_t i = 0; i < (size_t)T * K; i++) s->w->eent[s->w->ecur[s->w->ecnt[s->w->sel[i]]]++] = (int)i;
 
   /* the reads start now; everything up to the expert loop overlaps them */
-  if (df_store_begin(r->store, l, s->w->uexp, nu, T, e)) return -1;
+  if (reads_begin(r, s, l, T, 1, e)) return -1;
   int ahead = l + 1 < c->n_layers && r->m->layers[l + 1].moe && df_store_wants_hint(r->store);
   int gin = r->gate_input;
   if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->w->xn);
@@ -933,15 +1003,15 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
      * them again and compute the batch here (the same values) */
     df_log_warn("layer %d: the GPU's expert batch failed (%s); its experts are read again and "
                 "computed on the CPU", l, e->msg);
-    rc = df_store_begin(r->store, l, s->w->uexp, nu, T, e) ? -1
-         : experts_run(r, s, l, 0, &t_exp, &t_wait, &n_exp, e);
+    rc = reads_begin(r, s, l, T, 0, e) ? -1 : experts_run(r, s, l, 0, &t_exp, &t_wait, &n_exp, e);
   }
   if (rc) return -1;
-  if (T == 1) {
+  {
     df_k3_compute *cp = r->m->comp;
-    cp->s[DF_K3_T_EXPERTS] += t_exp;
-    cp->n[DF_K3_T_EXPERTS] += (uint64_t)n_exp;
-    cp->store_wait_s += t_wait;
+    int dec = T == 1;
+    (dec ? cp->s : cp->pre_s)[DF_K3_T_EXPERTS] += t_exp;
+    (dec ? cp->n : cp->pre_n)[DF_K3_T_EXPERTS] += (uint64_t)n_exp;
+    *(dec ? &cp->store_wait_s : &cp->pre_store_wait_s) += t_wait;
     s->w->moe_excl = t_exp + t_wait;
   }
 
@@ -1041,15 +1111,18 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
       gated_ffn(kc, c, &y->gate, &y->up, &y->down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
     }
     for (size_t i = 0; i < (size_t)T * H; i++) s->w->h[i] = s->w->p[i] + s->w->ffo[i];
-    if (T == 1) {
+    {
+      /* decode's parts per layer-pass; a prefill's per layer-row */
       double tl2 = df_now();
       df_k3_compute *cp = m->comp;
+      double *cs = T == 1 ? cp->s : cp->pre_s;
+      uint64_t *cn = T == 1 ? cp->n : cp->pre_n;
       int ka = y->kind == DF_LAYER_KDA ? DF_K3_T_KDA : DF_K3_T_MLA;
       int kf = y->moe ? DF_K3_T_MOE_TRUNK : DF_K3_T_DENSE;
-      cp->s[ka] += tl1 - tl0;
-      cp->n[ka]++;
-      cp->s[kf] += tl2 - tl1 - (y->moe ? s->w->moe_excl : 0);
-      cp->n[kf]++;
+      cs[ka] += tl1 - tl0;
+      cn[ka] += (uint64_t)T;
+      cs[kf] += tl2 - tl1 - (y->moe ? s->w->moe_excl : 0);
+      cn[kf] += (uint64_t)T;
       s->w->moe_excl = 0;
     }
     df_k3_release(m, l);
@@ -1080,10 +1153,8 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
 #endif
     if (logits_all && logits_last)
       memcpy(logits_last, logits_all + (size_t)(T - 1) * V, sizeof(float) * V);
-    if (T == 1) {
-      m->comp->s[DF_K3_T_HEAD] += df_now() - th;
-      m->comp->n[DF_K3_T_HEAD]++;
-    }
+    (T == 1 ? m->comp->s : m->comp->pre_s)[DF_K3_T_HEAD] += df_now() - th;
+    (T == 1 ? m->comp->n : m->comp->pre_n)[DF_K3_T_HEAD] += (uint64_t)nt;
     df_k3_release(m, c->n_layers);
   }
   for (int t = 0; t < s->nrowmk && t < T; t++) s->rowmk[t]->q.pos = s->q.pos + t + 1;

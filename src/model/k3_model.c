@@ -39,8 +39,12 @@ static void k_compute(const void *self, df_model_compute *o) {
   _Static_assert(DF_K3_T_N <= DF_MODEL_PARTS_MAX, "K3's compute parts fit the seam's");
   o->nparts = DF_K3_T_N;
   o->names = df_k3_compute_names;
-  for (int i = 0; i < DF_K3_T_N; i++) o->s[i] = c.s[i], o->n[i] = c.n[i];
+  for (int i = 0; i < DF_K3_T_N; i++) {
+    o->s[i] = c.s[i], o->n[i] = c.n[i];
+    o->pre_s[i] = c.pre_s[i], o->pre_n[i] = c.pre_n[i];
+  }
   o->store_wait_s = c.store_wait_s;
+  o->pre_store_wait_s = c.pre_store_wait_s;
 }
 
 static uint64_t k_spine_bpt(const void *self) { return df_k3_spine_bytes_per_token(self); }

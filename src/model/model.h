@@ -78,6 +78,10 @@ typedef struct df_model_compute {
   double s[DF_MODEL_PARTS_MAX];
   uint64_t n[DF_MODEL_PARTS_MAX];
   double store_wait_s;
+  /* passes of more than one row (prefill); n counts layer-rows */
+  double pre_s[DF_MODEL_PARTS_MAX];
+  uint64_t pre_n[DF_MODEL_PARTS_MAX];
+  double pre_store_wait_s;
 } df_model_compute;
 
 typedef void (*df_model_read_fn)(void *ud, const char *path, int drive, uint64_t off, uint32_t len);

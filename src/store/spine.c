@@ -548,7 +548,7 @@ const uint8_t *df_spine_acquire(df_spine *s, int unit, int next, df_err *e) {
   s->wait_s += df_now() - t0;
   if (s->tr) df_trace_batch(s->tr, df_store_clock(s->store), unit, 1, df_now() - t0);
   if (sl->err) {
-    char msg[256];
+    char msg[sizeof sl->errmsg];
     snprintf(msg, sizeof msg, "%s", sl->errmsg);
     sl->unit = -1;
     pthread_mutex_unlock(&s->mu);

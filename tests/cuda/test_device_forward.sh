@@ -10,13 +10,15 @@
 #     sizes (one so small that it evicts and refuses), memory limits (down to
 #     every spine layer streamed), batch splits and thread counts;
 #  3. speculation (n-gram, the nano-draft, the nano-DSpark) gives the same
-#     ids on both devices.
+#     ids on both devices;
+#  4. the GPU's weight tier sits above the RAM cache: an expert it holds is
+#     not requested from the store again.
 # Every GPU run's JSON must show products, KDA layers' sequence parts (the
 # conv and the recurrence, df_kgpu_kda) and MLA attention (df_kgpu_mla) run
 # on the GPU and none fallen
 # back to the CPU, so a run that silently stayed on the CPU cannot pass.
 # Exits 77 (skipped) in a build without CUDA or on a machine without a GPU.
-# PARTS (default "1 2 3") runs some of them.
+# PARTS (default "1 2 3 4") runs some of them.
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
 SRC=${DF_SRC:?set DF_SRC}
@@ -77,7 +79,7 @@ PYEOF
 ids() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['output_ids'])" "$1"; }
 
 P=$(seq -s, 100 140) # 41 positions
-PARTS=${PARTS:-1 2 3}
+PARTS=${PARTS:-1 2 3 4}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 n=0
 part 1 && echo "== 1. logits, hidden states and routes"
@@ -134,5 +136,42 @@ part 3 && for d in ngram "$SRC/models/nano-draft" "dspark:$SRC/models/nano-dspar
   gpu_ok "$T/s.cuda.json" "draft $d"
   n=$((n + 1))
   echo "ok: --draft $d: the same ids on both devices"
+done
+part 4 && echo "== 4. the GPU's tier above the RAM cache: what it holds is not read"
+# --cache-mb 0, so every expert a CPU pass uses is requested from the store;
+# with a tier that holds every expert, the GPU requests each one once at
+# most (it is then in GPU memory); a 1 MiB tier holds the few that fit
+# beside the spine, so it requests more, and never more than the CPU.
+part 4 && for spine in bf16 int8; do
+  base="--model $T/tiny2 --prompt-ids $P --max-new 16 --json --heat '' --cache-mb 0 --spine $spine"
+  eval "\"$BIN\" run $base" >"$T/c.json" 2>"$T/e" || fail "cpu run: $(cat "$T/e")"
+  eval "\"$BIN\" run $base --device cuda" >"$T/g.json" 2>"$T/e" || fail "cuda run: $(cat "$T/e")"
+  eval "\"$BIN\" run $base --device cuda --gpu-mem 1M" >"$T/g1.json" 2>"$T/e" || fail "cuda 1M run: $(cat "$T/e")"
+  for j in g g1; do
+    [ "$(ids "$T/$j.json")" = "$(ids "$T/c.json")" ] || fail "tier reads $spine $j: ids differ from the CPU's"
+  done
+  gpu_ok "$T/g.json" "tier reads $spine"
+  gpu_ok "$T/g1.json" "tier reads $spine 1M" 1
+  "$PY" - "$T/c.json" "$T/g.json" "$T/g1.json" "$T/tiny2/config.json" "$spine" <<'PYEOF' || fail "tier reads $spine"
+import json, sys
+c, g, g1 = (json.load(open(p))["stats"] for p in sys.argv[1:4])
+cfg = json.load(open(sys.argv[4]))
+cfg = cfg.get("text_config", cfg)
+moe = cfg["num_hidden_layers"] - cfg.get("first_k_dense_replace", 0)
+n_exp = cfg.get("n_routed_experts") or cfg.get("num_experts")
+req = lambda s: s["store"]["expert_requests"]
+rec = c["store"]["record_bytes"]
+if not req(g) <= req(g1) <= req(c):
+    sys.exit("requests: a large tier %d, a 1 MiB one %d, the CPU %d (a smaller tier may not read less)"
+             % (req(g), req(g1), req(c)))
+if not req(g) < req(c):
+    sys.exit("the tier held nothing back: %d requests, the CPU's %d" % (req(g), req(c)))
+if g["device"]["tier_evictions"] == 0 and req(g) > moe * n_exp:
+    sys.exit("%d requests, more than the %d experts there are: one was read twice" % (req(g), moe * n_exp))
+if g["store"]["expert_bytes_demand"] > moe * n_exp * rec:
+    sys.exit("%d bytes read on demand, more than every expert once" % g["store"]["expert_bytes_demand"])
+print("ok: %s: the GPU's tier requested %d experts, the CPU %d (1 MiB tier: %d)" % (sys.argv[5], req(g), req(c), req(g1)))
+PYEOF
+  n=$((n + 1))
 done
 echo "device forward: ok ($n comparisons)"

@@ -302,6 +302,31 @@ static void test_against_reference(void **st) {
   assert_int_equal(h.live, 0);
 }
 
+/* has() looks without touching: no hit or miss counted, and the order is
+ * the same as if it had not been called (the engine asks it for every
+ * expert of a batch before deciding what to read). */
+static void test_has_is_a_look(void **st) {
+  (void)st;
+  heap h;
+  df_dtier *t = mk(&h, 200);
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_LRU));
+  assert_true(df_dtier_has(t, 1));
+  assert_true(df_dtier_has(t, 2));
+  assert_false(df_dtier_has(t, 3));
+  df_dtier_stats s;
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.hits, 0);
+  assert_int_equal(s.misses, 0);
+  /* 1 is still the least recent: a get would have made it the most recent */
+  assert_non_null(df_dtier_put(t, 3, 100, DF_DTIER_LRU));
+  assert_false(df_dtier_has(t, 1));
+  assert_true(df_dtier_has(t, 2));
+  assert_true(df_dtier_has(t, 3));
+  df_dtier_free(t);
+  assert_int_equal(h.live, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lru_order),
@@ -310,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_keep_cap),
       cmocka_unit_test(test_shrink),
       cmocka_unit_test(test_against_reference),
+      cmocka_unit_test(test_has_is_a_look),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,7 +32,7 @@
 # exist yet: the script deletes only what it made.
 # Knobs: LAYERS (93), EXPERTS (16), PREFILL (512), THREADS (nproc),
 # CACHE_MB (0: every pass reads its experts from the disk), MEM_LIMIT (100G),
-# MODEL_DIR ($HOME/dffull), SPINE_DIR, DROP_CACHES (1), STEPS (default
+# MODEL_DIR ($HOME/dffull), SPINE_DIR, DROP_CACHES (1), SAMPLE (5 s; 0: off), STEPS (default
 # "gen cpu_decode cuda_decode cpu_prefill cuda_prefill"), KEEP=1 keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
@@ -130,9 +130,40 @@ run() { # name device prompt-ids max-new [options]
   ts "$name: --device $dev, $(echo "$ids" | tr ',' '\n' | wc -l) prompt ids, --max-new $n $* (timeout ${t}s)"
   timeout "$t" "$B" run --model "$M" --spine int8 --spine-dir "$S" --threads "$THREADS" --heat '' \
     --cache-mb "$CACHE_MB" --mem-limit "$MEM_LIMIT" --prompt-ids "$ids" --max-new "$n" --json --stats \
-    --device "$dev" "$@" > "$OUT/$name.json" 2> "$R/$name.err"
+    --device "$dev" "$@" > "$OUT/$name.json" 2> "$R/$name.err" &
+  local tp=$!
+  [ "${SAMPLE:-5}" -gt 0 ] && sampler "$tp" > "$R/$name.samples" 2>&1 &
+  wait "$tp"
   local rc=$?
   ts "$name: rc=$rc $(summarize "$OUT/$name.json" 2>/dev/null || tail -2 "$R/$name.err" | tr '\n' ' ')"
+}
+# Every SAMPLE seconds while a run lasts (0: off): what the process does
+# (CPU seconds used per second by its threads, thread states, the kernel
+# functions they wait in, bytes read), the GPU's utilisation and memory,
+# and the host's free memory: a run that is slower than its parts add up to
+# says where the time goes without a profiler on the host.
+sampler() {
+  local tp=$1 p="" last=0 lr=0
+  for _ in 1 2 3 4 5 6 7 8 9 10; do p=$(pgrep -P "$tp" | head -1); [ -n "$p" ] && break; sleep 0.2; done
+  [ -n "$p" ] || return
+  echo "# t_s cpu% read_MB rss_MB states | wchan top | gpu util%,MiB | MemFree MB"
+  local t0=$(date +%s.%N)
+  while [ -d /proc/$p ]; do
+    local tk=0 st="" rb rss wc g mf now
+    tk=$(cat /proc/$p/task/*/stat 2>/dev/null | awk '{s += $14 + $15} END {print s + 0}')
+    st=$(cat /proc/$p/task/*/stat 2>/dev/null | awk '{c[$3]++} END {for (k in c) printf "%s%d", k, c[k]}')
+    rb=$(awk '/^read_bytes/{print int($2 / 1e6)}' /proc/$p/io 2>/dev/null)
+    rss=$(awk '/^VmRSS/{print int($2 / 1024)}' /proc/$p/status 2>/dev/null)
+    wc=$(cat /proc/$p/task/*/wchan 2>/dev/null | tr '\0' '\n' | sed 's/$/\n/' | grep -v '^$' | sort | uniq -c |
+         sort -rn | head -3 | awk '{printf "%s:%s ", $2, $1}')
+    g=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ')
+    mf=$(awk '/^MemFree/{print int($2 / 1024)}' /proc/meminfo)
+    now=$(date +%s.%N)
+    echo "$(awk -v a="$now" -v b="$t0" 'BEGIN{printf "%.0f", a - b}') $(( (tk - last) / ${SAMPLE:-5} ))" \
+         "$(( ${rb:-0} - lr )) ${rss:-0} $st | $wc| $g | $mf"
+    last=$tk; lr=${rb:-0}
+    sleep "${SAMPLE:-5}"
+  done
 }
 summarize() { # one run's figures on one line
   python3 - "$1" <<'EOF'
