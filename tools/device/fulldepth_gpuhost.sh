@@ -154,7 +154,7 @@ sampler() {
     st=$(cat /proc/$p/task/*/stat 2>/dev/null | awk '{c[$3]++} END {for (k in c) printf "%s%d", k, c[k]}')
     rb=$(awk '/^read_bytes/{print int($2 / 1e6)}' /proc/$p/io 2>/dev/null)
     rss=$(awk '/^VmRSS/{print int($2 / 1024)}' /proc/$p/status 2>/dev/null)
-    wc=$(cat /proc/$p/task/*/wchan 2>/dev/null | tr '\0' '\n' | sed 's/$/\n/' | grep -v '^$' | sort | uniq -c |
+    wc=$(for f in /proc/$p/task/*/wchan; do cat "$f" 2>/dev/null; echo; done | grep -v '^$' | sort | uniq -c |
          sort -rn | head -3 | awk '{printf "%s:%s ", $2, $1}')
     g=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | tr -d ' ')
     mf=$(awk '/^MemFree/{print int($2 / 1024)}' /proc/meminfo)

@@ -5,7 +5,7 @@
 # the VM with -DDF_CUDA=ON; the binaries travel with their shared libraries:
 #   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_CUDA=ON
 #   cmake --build build-gpu -j2
-#   mkdir -p out/gpu/lib && cp build-gpu/{deltafin,test_cuda_kernels,deltafin-cuda-bench} out/gpu/ &&
+#   mkdir -p out/gpu/lib && cp build-gpu/{deltafin,test_cuda_kernels,test_cuda_seq,deltafin-cuda-bench} out/gpu/ &&
 #   ldd build-gpu/deltafin | awk '/=> \//{print $3}' | grep -v -E '/libc.so|/libm.so|/libresolv' |
 #     xargs -I{} cp -L {} out/gpu/lib/ && (cd out/gpu && tar cJf lib.tar.xz lib && rm -rf lib)
 # then `bash tools/device/gpu_forward_gpuhost.sh out/gpu` there with out/gpu
@@ -34,8 +34,13 @@ for s in $STEPS; do
     tail -3 "$R/test_device_forward.txt" ;;
   kern)
     ts "gpu.test_cuda_kernels"
-    { time timeout 120 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1
-    tail -3 "$R/test_cuda_kernels.txt" ;;
+    { time timeout 240 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1
+    tail -3 "$R/test_cuda_kernels.txt"
+    if [ -x "$D/test_cuda_seq" ]; then
+      ts "gpu.test_cuda_seq (KDA conv and recurrence, MLA attention)"
+      { time timeout 120 "$D/test_cuda_seq"; echo "rc=$?"; } > "$R/test_cuda_seq.txt" 2>&1
+      tail -3 "$R/test_cuda_seq.txt"
+    fi ;;
   suite)
     for n in test_golden test_run test_chat_piped test_serve_api test_serve_metrics test_serve_reuse \
              test_spine_stream; do
