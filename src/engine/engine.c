@@ -291,13 +291,14 @@ char *df_engine_device_text(df_engine *en) {
   if (!en->gpu) return df_xstrdup("");
   df_kgpu_stats g;
   df_kgpu_stats_get(en->gpu, &g);
-  char s[512];
+  char s[768];
   snprintf(s, sizeof s,
-                  "device   %s %s: %" PRIu64 " products (%" PRIu64 " on the CPU), %.3f s; "
-                  "%.1f MB in, %.1f MB out\n"
+                  "device   %s %s: %" PRIu64 " products (%" PRIu64 " on the CPU), %" PRIu64
+                  " KDA recurrences, %" PRIu64 " MLA attentions, %.3f s; %.1f MB in, %.1f MB out\n"
                   "gpu tier %.1f of %.1f MB, %d matrices, %" PRIu64 " hits, %" PRIu64
                   " misses, %" PRIu64 " evicted; weights in %.1f MB, %.3f s\n",
-                  en->device, g.device, g.products, g.fallbacks, g.compute_s, g.h2d_bytes / 1e6,
+                  en->device, g.device, g.products, g.fallbacks, g.seq_calls, g.attn_calls, g.compute_s,
+                  g.h2d_bytes / 1e6,
                   g.d2h_bytes / 1e6, g.tier_bytes / 1e6, g.tier_cap / 1e6, g.tier_entries, g.hits,
                   g.misses, g.evictions, g.weight_h2d_bytes / 1e6, g.weight_h2d_s);
   return df_xstrdup(s);

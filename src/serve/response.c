@@ -504,7 +504,11 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
          "Time copying weights to the GPU."},
         {"deltafin_gpu_compute_seconds_total", "counter", "compute_s",
          "Time of the GPU's products (activations in, kernels, results out)."},
-        {"deltafin_gpu_memory_free_bytes", "gauge", "mem_free", "The GPU's free memory."}};
+        {"deltafin_gpu_memory_free_bytes", "gauge", "mem_free", "The GPU's free memory."},
+        {"deltafin_gpu_kda_layers_total", "counter", "seq_calls",
+         "KDA layers' convolution and recurrence run on the GPU."},
+        {"deltafin_gpu_mla_attentions_total", "counter", "attn_calls",
+         "MLA layers' attention run on the GPU."}};
     for (size_t i = 0; i < sizeof gm / sizeof gm[0]; i++) {
       metric(&b, gm[i][0], gm[i][1], gm[i][3]);
       value(&b, gm[i][0], NULL, jnum(dev, gm[i][2]));
