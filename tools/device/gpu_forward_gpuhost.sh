@@ -18,8 +18,14 @@ D=$(cd "${1:-out/gpu}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 L=$D/lib
 if [ ! -d "$L" ]; then L=/tmp/dfgpu-lib; mkdir -p $L && tar xJf "$D/lib.tar.xz" -C $L --strip-components=1; fi
-export LD_LIBRARY_PATH=$L
-B=$D/deltafin
+# The carried libraries for our binaries only: exported, they would also be
+# loaded by the host's own tools the tests call (its curl against our
+# libcurl fails with an undefined symbol), so deltafin runs through a wrapper.
+mkdir -p /tmp/dfgpu-bin
+printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$L" "$D/deltafin" > /tmp/dfgpu-bin/deltafin
+chmod +x /tmp/dfgpu-bin/deltafin
+B=/tmp/dfgpu-bin/deltafin
+ours() { LD_LIBRARY_PATH=$L "$@"; }
 R=$OUT/r; mkdir -p "$R"
 STEPS=${STEPS:-test kern gbench nano trunk}
 ts() { echo "[$(date +%T)] $*" | tee -a "$R/log.txt"; }
@@ -34,11 +40,11 @@ for s in $STEPS; do
     tail -3 "$R/test_device_forward.txt" ;;
   kern)
     ts "gpu.test_cuda_kernels"
-    { time timeout 240 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1
+    { time ours timeout 240 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1
     tail -3 "$R/test_cuda_kernels.txt"
     if [ -x "$D/test_cuda_seq" ]; then
       ts "gpu.test_cuda_seq (KDA conv and recurrence, MLA attention)"
-      { time timeout 120 "$D/test_cuda_seq"; echo "rc=$?"; } > "$R/test_cuda_seq.txt" 2>&1
+      { time ours timeout 120 "$D/test_cuda_seq"; echo "rc=$?"; } > "$R/test_cuda_seq.txt" 2>&1
       tail -3 "$R/test_cuda_seq.txt"
     fi ;;
   suite)
@@ -52,7 +58,7 @@ for s in $STEPS; do
     done ;;
   gbench)
     ts "deltafin-cuda-bench (GEMV and GEMM bandwidth)"
-    timeout 150 "$D/deltafin-cuda-bench" 200 > "$R/cuda_bench.json" 2> "$R/cuda_bench.err" ;;
+    ours timeout 150 "$D/deltafin-cuda-bench" 200 > "$R/cuda_bench.json" 2> "$R/cuda_bench.err" ;;
   nano)
     ts "nano-K3 decode and prefill, cpu and cuda"
     P=$(seq -s, 100 227) # 128 positions
