@@ -1,7 +1,7 @@
 #!/bin/sh
 # Every test: gcc Release build + all ctest tests, gcc RelWithDebInfo unit tests,
 # clang -Werror Debug and Release builds, the CUDA build's unit tests (where nvcc is), the
-# mock-GPU build's engine tests, ASan+UBSan
+# mock-GPU gcc Debug build (every target) and its engine tests, ASan+UBSan
 # unit tests and server e2e tests, and a few seconds of each libFuzzer target. Installs its own
 # dependencies first, so it works on a clean Debian 12 machine.
 #   --long   also the long reference goldens (1,000 and 4,000 positions;
@@ -56,10 +56,12 @@ fi
 # --device cuda's driving code (the weight tier, the staging, the expert
 # batch, the CPU taking over after an injected failure) on a stand-in for
 # the CUDA library in host memory (tests/mockgpu), so it is tested on every
-# machine; the GPU machine runs the same engine test on the H200.
-echo "== mock-GPU build (-DDF_MOCKGPU=ON): the GPU's engine test and injected failures"
-cmake -S . -B build-mockgpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_MOCKGPU=ON >/dev/null
-cmake --build build-mockgpu -j "$J" --target deltafin
+# machine; the GPU machine runs the same engine test on the H200. A gcc
+# Debug build, every target: the one build type gcc does not get elsewhere
+# here (its -O0 warnings differ from -O2's).
+echo "== mock-GPU build (-DDF_MOCKGPU=ON, gcc Debug): the GPU's engine test and injected failures"
+cmake -S . -B build-mockgpu -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=gcc -DDF_MOCKGPU=ON >/dev/null
+cmake --build build-mockgpu -j "$J"
 ctest --test-dir build-mockgpu --output-on-failure -j "$J" -L mockgpu
 
 echo "== aarch64 cross build of the kernels (NEON), kernel tests under qemu-user"
