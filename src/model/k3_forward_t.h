@@ -842,18 +842,26 @@ static int experts_gpu_end(const df_k3_run *r, ST *s, df_err *e) {
 }
 #endif
 
+/* Starts the store's batch of the experts of uexp marked mark in eres (0:
+ * those to read now, 2: those read late), ascending; xmap keeps their uexp
+ * indices. Nothing to read starts nothing. */
+static int reads_of(const df_k3_run *r, ST *s, int l, int T, uint8_t mark, df_err *e) {
+  WS *w = s->w;
+  w->nx = 0;
+  for (int i = 0; i < w->nuexp; i++)
+    if (w->eres[i] == mark) {
+      w->xlist[w->nx] = w->uexp[i];
+      w->xmap[w->nx++] = i;
+    }
+  return w->nx && df_store_begin(r->store, l, w->xlist, w->nx, T, e) ? -1 : 0;
+}
+
 /* Starts the batch's reads: the experts of uexp the GPU's tier does not
  * hold (with gpu 0, all of them), ascending as the store wants them. */
 static int reads_begin(const df_k3_run *r, ST *s, int l, int T, int gpu, df_err *e) {
   WS *w = s->w;
-  w->nx = 0;
-  for (int i = 0; i < w->nuexp; i++) {
-    w->eres[i] = (uint8_t)(gpu && gpu_holds(r, l, w->uexp[i]));
-    if (w->eres[i]) continue;
-    w->xlist[w->nx] = w->uexp[i];
-    w->xmap[w->nx++] = i;
-  }
-  return w->nx && df_store_begin(r->store, l, w->xlist, w->nx, T, e) ? -1 : 0;
+  for (int i = 0; i < w->nuexp; i++) w->eres[i] = (uint8_t)(gpu && gpu_holds(r, l, w->uexp[i]));
+  return reads_of(r, s, l, T, 0, e);
 }
 
 /* The reads begun (reads_begin), each expert computed as the store hands
@@ -922,14 +930,8 @@ static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp,
 #endif
   if (w->nx && reads_run(r, s, l, on_gpu, &lay, t_exp, t_wait, n_exp, e)) return -1;
   if (nlate) {
-    w->nx = 0;
-    for (int i = 0; i < w->nuexp; i++)
-      if (w->eres[i] == 2) {
-        w->xlist[w->nx] = w->uexp[i];
-        w->xmap[w->nx++] = i;
-      }
     int rows = w->eoff[w->nuexp] / r->m->cfg->top_k; /* each row picks top_k */
-    if (df_store_begin(r->store, l, w->xlist, w->nx, rows, e) ||
+    if (reads_of(r, s, l, rows, 2, e) ||
         reads_run(r, s, l, on_gpu, &lay, t_exp, t_wait, n_exp, e))
       return -1;
   }
