@@ -26,6 +26,18 @@ jq -e '.prompt_ids == [3,1,4,1,5,9,2,6,5,3,5] and (.output_ids | length) == 10
 ref=$(jq -c .output_ids "$tmp/j1")
 echo "reference ids: $ref"
 
+# compute by part: a prompt's passes (more than one row) count layer-rows in
+# prefill_compute, decode's single-row passes layer-passes in decode_compute;
+# every layer is one attention part (kda or mla) and one FFN part (dense or
+# MoE trunk), so each pair sums to layers x rows
+L=$(jq '.text_config.num_hidden_layers // .num_hidden_layers' "$M/config.json")
+"$BIN" run --model "$M" --prompt-ids $P --max-new 4 --prefill-chunk 3 --json >"$tmp/pc"
+jq -e --argjson L "$L" '.stats.prefill_compute as $p | .stats.decode_compute as $d
+  | ($p.kda.n + $p.mla.n) == $L * 11 and ($p.dense_ffn.n + $p.moe_trunk.n) == $L * 11
+  and $p.head.n == 1 and $p.routed_expert.n > 0 and $p.kda.s > 0
+  and ($d.kda.n + $d.mla.n) == $L * 3 and ($d.dense_ffn.n + $d.moe_trunk.n) == $L * 3' \
+  "$tmp/pc" >/dev/null || fail "compute by part: $(jq -c '[.stats.prefill_compute, .stats.decode_compute]' "$tmp/pc")"
+
 # determinism: threads, batch splits, kernel table, cache budget
 for args in "--threads 2" "--threads 3" "--prefill-chunk 1" "--prefill-chunk 3 --threads 2" \
             "--prefill-chunk 7" "--prefill-chunk 0" "--kernels auto" "--kernels scalar" \
