@@ -74,6 +74,15 @@ static enum MHD_Result collect_framing(void *cls, enum MHD_ValueKind kind, const
   return MHD_YES;
 }
 
+/* how much of an oversized body is read and dropped so that its 413 arrives
+ * intact; past it the connection is dropped */
+#define DRAIN_BYTES ((unsigned long long)16 << 20)
+
+static int expects_continue(struct MHD_Connection *c) {
+  const char *e = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+  return e && !strcasecmp(e, "100-continue");
+}
+
 static void set_complete(srv *S, conn_ctx *r, int complete) {
   if (!r->sc) return;
   pthread_mutex_lock(&S->cmu);
@@ -257,7 +266,15 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
         unsigned long long v = strtoull(cl, &end, 10);
         if (errno || *end || v > S->o.max_request_bytes) {
           r->too_big = 1;
-          return df_srv_handle_generation(S, c, r, DF_SERVE_CHAT);
+          /* A client that waits for "100 Continue" has sent nothing yet and
+           * hears 413 now. One already sending is read to the end first:
+           * closing a socket with unread bytes makes the kernel send a reset,
+           * which can reach the client before it reads the 413 (curl then
+           * reports "connection reset" and never sees the answer). */
+          if (errno || *end || expects_continue(c) || v > S->o.max_request_bytes + DRAIN_BYTES)
+            return df_srv_handle_generation(S, c, r, DF_SERVE_CHAT);
+          set_complete(S, r, 0);
+          return MHD_YES;
         }
       }
       if (!gen) { /* cheap and not queued: answered in this thread */
@@ -289,9 +306,9 @@ enum MHD_Result df_srv_on_request(void *cls, struct MHD_Connection *c, const cha
       df_sbuf_free(&r->body);
       /* A body without a length (chunked) is counted as it arrives. MHD
        * 0.9.75 cannot answer in the middle of an upload, so the rest is
-       * drained and answered 413 at its end; past a bound the connection
-       * is dropped instead. */
-      if (r->received > S->o.max_request_bytes + (16u << 20)) return MHD_NO;
+       * drained and answered 413 at its end; past DRAIN_BYTES the
+       * connection is dropped instead. */
+      if (r->received > S->o.max_request_bytes + DRAIN_BYTES) return MHD_NO;
       return MHD_YES;
     }
     df_sbuf_add(&r->body, upload, n);

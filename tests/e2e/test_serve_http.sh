@@ -136,10 +136,17 @@ s=$(req "$T/b" POST "$U/health" -d '{}')
 check_error "$T/b" "$s" 405 null
 pass "404 for unknown paths and models, 405 with Allow"
 
-# ---- 413: refused from Content-Length before the body is read, and counted when chunked
+# ---- 413: refused from Content-Length before the body is sent when the client
+# waits for 100 Continue; read to its end (and the connection kept) when the
+# client is already sending, since closing on unread bytes resets the
+# connection and can lose the 413; counted when chunked
 python3 -c 'print("{\"model\":\"k3-tiny\",\"prompt\":\"" + "x"*500000 + "\"}")' >"$T/big.json"
-s=$(req "$T/b" POST "$U/v1/completions" --data-binary @"$T/big.json")
-check_error "$T/b" "$s" 413 null request_too_large
+out=$(curl -s -m 60 -H 'Expect:' -H 'Content-Type: application/json' -o "$T/b" -D "$T/b.h" \
+  -w '%{http_code} %{num_connects}\n' --data-binary @"$T/big.json" "$U/v1/completions" \
+  --next -o "$T/b2" -w '%{http_code} %{num_connects}\n' "$U/health" | tr '\n' ' ') || out="curl-failed"
+check_error "$T/b" "${out%% *}" 413 null request_too_large
+! grep -qi '^Connection: close' "$T/b.h" || fail "413 to a client already sending closed the connection: $(cat "$T/b.h")"
+[ "$out" = "413 1 200 0 " ] || fail "413 then /health on the same connection: $out"
 s=$(req "$T/b" POST "$U/v1/completions" -H 'Expect: 100-continue' --data-binary @"$T/big.json")
 check_error "$T/b" "$s" 413 null request_too_large
 s=$(req "$T/b" POST "$U/v1/completions" -H 'Transfer-Encoding: chunked' --data-binary @"$T/big.json")
