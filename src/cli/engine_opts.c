@@ -14,7 +14,8 @@ typedef enum {
   K_MODEL, K_THREADS, K_SPINE, K_KERNELS, K_GATE, K_STORE, K_NO_PACK, K_CACHE, K_IO, K_PREFETCH,
   K_SPLIT, K_EMU, K_TRACE, K_PIN, K_QD, K_HEAT, K_MEM, K_CTX, K_SPINE_DIR,
   K_FETCH_AHEAD,
-  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX, K_DRAFT_ROLLBACK, K_DEVICE, K_GPU_MEM
+  K_STREAM_VERIFY, K_PRECISION, K_DRAFT, K_DRAFT_MAX, K_DRAFT_ROLLBACK, K_DEVICE, K_GPU_MEM,
+  K_GPU_STATE
 } opt_key;
 
 typedef struct opt_def {
@@ -33,11 +34,15 @@ static const opt_def defs[] = {
     {"--device", "cpu|cuda[:N]", K_DEVICE,
      "where the layers' matrix products run: cpu (default; the environment's DF_DEVICE, if set, "
      "is the default instead), or CUDA device N (a -DDF_CUDA=ON "
-     "build): the weights kept in GPU memory, the same results bit for bit; attention, the KDA "
-     "recurrence and the norms stay on the CPU"},
+     "build): the weights kept in GPU memory, the KDA recurrence and MLA attention run there, "
+     "the same results bit for bit; the norms, AttnRes and routing stay on the CPU"},
     {"--gpu-mem", "SIZE", K_GPU_MEM,
      "--device cuda: GPU memory for the weight tier (spine matrices and routed experts kept "
      "there; default: the free memory less 2 GiB)"},
+    {"--gpu-state", "keep|copy", K_GPU_STATE,
+     "--device cuda: keep (default) the KDA states and MLA caches in GPU memory between passes, "
+     "so a token moves only its new rows; copy: in and out every pass (the same results; for "
+     "comparison)"},
     {"--precision", "f32|f64", K_PRECISION,
      "activations: f32 (default) or f64, float64 on the scalar kernels (several times slower, "
      "state x2): the reference's answer where fp32 rounding meets a near-tie"},
@@ -126,6 +131,11 @@ static int set(df_engine_opts *o, const char *cmd, opt_key k, const char *a, con
   case K_GPU_MEM:
     if (df_opt_value(&gpu_mem_row, &o->gpu_mem, v)) return -1;
     if (o->gpu_mem < 1000000) return df_cli_fail("--gpu-mem: %s is below 1M", v), -1;
+    return 0;
+  case K_GPU_STATE:
+    if (!strcmp(v, "keep")) o->gpu_state_copy = 0;
+    else if (!strcmp(v, "copy")) o->gpu_state_copy = 1;
+    else return df_cli_fail("--gpu-state: '%s' is not keep or copy", v), -1;
     return 0;
   case K_PRECISION:
     if (!strcmp(v, "f32")) o->f64 = 0;

@@ -161,6 +161,7 @@ static int open_device(df_engine *en, const df_engine_opts *o, df_err *e) {
   en->gpu = df_kgpu_open(dev, o->gpu_mem, plan_gpu, &px, err, sizeof err);
   if (!en->gpu) return df_err_set(e, "--device cuda:%d: %s", dev, err);
   en->kc.gpu = en->gpu;
+  if (o->gpu_state_copy) df_kgpu_keep_state(en->gpu, 0);
   snprintf(en->device, sizeof en->device, "cuda:%d", dev);
   /* records go to the GPU straight from the store's buffers */
   df_store_on_buffers(en->store, df_kgpu_pin, df_kgpu_unpin, en->gpu);
@@ -265,6 +266,8 @@ static json_t *device_json(df_engine *en) {
              {"h2d_bytes", offsetof(df_kgpu_stats, h2d_bytes)},
              {"weight_h2d_bytes", offsetof(df_kgpu_stats, weight_h2d_bytes)},
              {"d2h_bytes", offsetof(df_kgpu_stats, d2h_bytes)},
+             {"seq_bytes", offsetof(df_kgpu_stats, seq_bytes)},
+             {"seq_pulls", offsetof(df_kgpu_stats, seq_pulls)},
              {"pinned_bytes", offsetof(df_kgpu_stats, pinned_bytes)},
              {"pin_failures", offsetof(df_kgpu_stats, pin_failures)}};
   for (size_t i = 0; i < sizeof u64 / sizeof u64[0]; i++) {
@@ -273,6 +276,7 @@ static json_t *device_json(df_engine *en) {
     json_object_set_new(o, u64[i].key, json_integer((json_int_t)v));
   }
   json_object_set_new(o, "tier_entries", json_integer(g.tier_entries));
+  json_object_set_new(o, "seq_entries", json_integer(g.seq_entries));
   json_object_set_new(o, "weight_h2d_s", json_real(g.weight_h2d_s));
   json_object_set_new(o, "compute_s", json_real(g.compute_s));
   json_object_set_new(o, "last_error", g.last_error[0] ? json_string(g.last_error) : json_null());
@@ -296,11 +300,13 @@ char *df_engine_device_text(df_engine *en) {
                   "device   %s %s: %" PRIu64 " products (%" PRIu64 " on the CPU), %" PRIu64
                   " KDA recurrences, %" PRIu64 " MLA attentions, %.3f s; %.1f MB in, %.1f MB out\n"
                   "gpu tier %.1f of %.1f MB, %d matrices, %" PRIu64 " hits, %" PRIu64
-                  " misses, %" PRIu64 " evicted; weights in %.1f MB, %.3f s\n",
+                  " misses, %" PRIu64 " evicted; weights in %.1f MB, %.3f s\n"
+                  "gpu state %.1f MB in %d layers' entries, %" PRIu64 " copied back\n",
                   en->device, g.device, g.products, g.fallbacks, g.seq_calls, g.attn_calls, g.compute_s,
                   g.h2d_bytes / 1e6,
                   g.d2h_bytes / 1e6, g.tier_bytes / 1e6, g.tier_cap / 1e6, g.tier_entries, g.hits,
-                  g.misses, g.evictions, g.weight_h2d_bytes / 1e6, g.weight_h2d_s);
+                  g.misses, g.evictions, g.weight_h2d_bytes / 1e6, g.weight_h2d_s,
+                  g.seq_bytes / 1e6, g.seq_entries, g.seq_pulls);
   return df_xstrdup(s);
 }
 /* One phase's parts on one line, those that ran. */

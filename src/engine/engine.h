@@ -62,6 +62,7 @@ typedef struct df_engine_opts {
    * --precision f64 that default stays the CPU (f64 has no GPU path). */
   int device;
   uint64_t gpu_mem;
+  int gpu_state_copy; /* --gpu-state copy: sequence state in and out every pass (kgpu.h) */
 } df_engine_opts;
 
 #define DF_DEVICE_UNSET (-2)

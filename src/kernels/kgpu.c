@@ -42,6 +42,16 @@ struct df_kgpu {
     size_t n;
   } *pins; /* ranges df_kgpu_pin locked, to undo only those */
   int npins, cappins;
+  /* sequence state kept on the device (df_kgpu_seq_*) */
+  struct sent {
+    uint64_t key;
+    float *d;
+    size_t bytes;
+    int rows;     /* MLA: cache rows held, equal to the host's */
+    uint32_t gen; /* MLA: the state's gen those rows belong to */
+  } *sents;
+  int nsents, capsents;
+  int no_keep; /* --gpu-state copy */
   df_kgpu_stats st;
 };
 
@@ -95,6 +105,8 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_use(g->dev);
   df_cuda_sync(g->c);
   df_dtier_free(g->tier);
+  for (int i = 0; i < g->nsents; i++) df_cuda_free(g->c, g->sents[i].d);
+  free(g->sents);
   df_cuda_free(g->c, g->wbuf);
   df_cuda_free(g->c, g->xbuf);
   df_cuda_free(g->c, g->ybuf);
@@ -441,6 +453,80 @@ void df_kgpu_unpin(void *ud, void *p, size_t n) {
   pthread_mutex_unlock(&g->mu);
 }
 
+/* ---- sequence state kept on the device ---- */
+
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; } /* floats: 256-byte parts */
+
+static struct sent *sent_find(df_kgpu *g, uint64_t key) {
+  for (int i = 0; i < g->nsents; i++)
+    if (g->sents[i].key == key) return &g->sents[i];
+  return NULL;
+}
+
+static void sent_free(df_kgpu *g, struct sent *e) {
+  df_cuda_sync(g->c); /* queued work may still read it */
+  df_cuda_free(g->c, e->d);
+  g->st.seq_bytes -= e->bytes;
+  *e = g->sents[--g->nsents];
+  g->st.seq_entries = g->nsents;
+}
+
+/* Device memory for sequence state: the tier gives its budget up when the
+ * device is full (dtier.h's shrink), as for the per-use buffers, since the
+ * state is needed every pass. */
+static float *sent_alloc(df_kgpu *g, size_t bytes) {
+  float *d = df_cuda_alloc(g->c, bytes);
+  if (!d) {
+    df_dtier_shrink(g->tier, bytes);
+    d = df_cuda_alloc(g->c, bytes);
+  }
+  return d;
+}
+
+/* Makes d (bytes of device memory) the entry of key, which is not present. */
+static struct sent *sent_add(df_kgpu *g, uint64_t key, float *d, size_t bytes) {
+  if (g->nsents == g->capsents) {
+    g->capsents = g->capsents ? 2 * g->capsents : 64;
+    g->sents = df_xrealloc(g->sents, (size_t)g->capsents * sizeof *g->sents);
+  }
+  struct sent *e = &g->sents[g->nsents++];
+  *e = (struct sent){.key = key, .d = d, .bytes = bytes};
+  g->st.seq_bytes += bytes;
+  g->st.seq_entries = g->nsents;
+  return e;
+}
+
+void df_kgpu_keep_state(df_kgpu *g, int on) { g->no_keep = !on; }
+
+void df_kgpu_seq_drop(df_kgpu *g, uint64_t id) {
+  if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  df_cuda_use(g->dev);
+  for (int i = g->nsents - 1; i >= 0; i--)
+    if (g->sents[i].key >> 12 == id) sent_free(g, &g->sents[i]);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Tried even when the context is marked broken (enter() would refuse):
+ * after an injected or a kernel's failure the copies still work, and the
+ * state is worth the attempt. */
+int df_kgpu_seq_pull(df_kgpu *g, uint64_t key, float *S, size_t nS, float *conv, size_t nconv) {
+  pthread_mutex_lock(&g->mu);
+  struct sent *e = sent_find(g, key);
+  size_t coff = up64(nS); /* df_kgpu_kda's layout: S, then the conv windows */
+  int rc = !e || (coff + nconv) * sizeof(float) > e->bytes || df_cuda_use(g->dev) ||
+                   df_cuda_get(g->c, S, e->d, nS * sizeof(float)) ||
+                   df_cuda_get(g->c, conv, e->d + coff, nconv * sizeof(float))
+               ? -1
+               : 0;
+  if (!rc) {
+    g->st.seq_pulls++;
+    g->st.d2h_bytes += (nS + nconv) * sizeof(float);
+  }
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
 /* ---- a KDA layer's sequence part ----
  * One device region (xbuf) and its page-locked mirror (hx), in the order
  * S, conv state, o, q, k, v, g, f, b: one copy in of all of it, the
@@ -449,8 +535,6 @@ void df_kgpu_unpin(void *ud, void *p, size_t n) {
  * the CPU as they were. */
 
 #define KDA_KEY_BIT (1ull << 62) /* apart from df_wmat ids (< 2^40) and expert keys (bit 63) */
-
-static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
 
 /* The layer's conv weights, A_log, dt_bias and o_norm as one device block
  * (offsets in floats in off[0..3]): from the tier, else copied in (kept
@@ -488,7 +572,18 @@ static int seq_failed(df_kgpu *g) {
   return -1;
 }
 
-int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
+/* The entry a call keeps its state in: the one under skey, made when the
+ * host's state is the current one; NULL when there is none to use. */
+static struct sent *kda_entry(df_kgpu *g, const df_kgpu_kda_args *a, size_t bytes) {
+  if (!a->skey || g->no_keep) return NULL;
+  struct sent *e = sent_find(g, a->skey);
+  if (e || !a->s_host) return e;
+  float *d = sent_alloc(g, bytes); /* no room: the state goes in and out this call */
+  return d ? sent_add(g, a->skey, d, bytes) : NULL;
+}
+
+int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
+  a->kept = 0;
   if (a->T <= 0 || a->heads <= 0 || a->D <= 0) return 0;
   if (a->K < 1) return -1;
   if (enter(g)) return -1;
@@ -499,29 +594,61 @@ int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
   const float *src[9] = {a->S, a->conv_st, NULL, a->q, a->k, a->v, a->g, a->f, a->b};
   size_t off[10] = {0};
   for (int i = 0; i < 9; i++) off[i + 1] = off[i] + up64(n[i]);
-  size_t nin = off[9] * sizeof(float), nout = off[3] * sizeof(float);
+  size_t nin = off[9] * sizeof(float), nst = off[2] * sizeof(float), nout = off[3] * sizeof(float);
   size_t woff[4];
   if (!scratch(g, &g->xbuf, &g->xcap, nin) || !staging(g, &g->hx, &g->hxcap, nin))
     return fell_back(g);
+  struct sent *e = kda_entry(g, a, nst); /* after scratch(): its shrink may not take this */
+  if (a->skey && !a->s_host && !e) { /* the caller's bookkeeping is wrong: never guess */
+    pthread_mutex_unlock(&g->mu);
+    return -1;
+  }
   float *dw = kda_weights(g, a, woff);
   if (!dw) return fell_back(g);
   float *d = g->xbuf, *h = g->hx;
+  /* the state in: from the host, or from the entry (the kernels then work
+   * on the copy, so a failure leaves the entry as it was) */
+  int from_entry = e && !a->s_host;
+  size_t in0 = from_entry ? off[3] : 0;
   for (int i = 0; i < 9; i++)
-    if (src[i]) memcpy(h + off[i], src[i], n[i] * sizeof(float));
+    if (src[i] && off[i] >= in0) memcpy(h + off[i], src[i], n[i] * sizeof(float));
   df_cuda_kda_args k = {.T = a->T, .heads = a->heads, .D = a->D, .K = a->K, .lb = a->lb,
                         .eps = a->eps, .S = d + off[0], .conv_st = d + off[1], .o = d + off[2],
                         .q = d + off[3], .k = d + off[4], .v = d + off[5], .g = d + off[6],
                         .f = d + off[7], .b = d + off[8], .conv_w = dw + woff[0],
                         .A_log = dw + woff[1], .dt_bias = dw + woff[2], .o_norm = dw + woff[3]};
-  if (df_cuda_put(g->c, d, h, nin)) return fell_back(g);
+  if (df_cuda_put(g->c, d + in0, h + in0, nin - in0 * sizeof(float))) return fell_back(g);
+  if (from_entry && df_cuda_copy(g->c, d, e->d, nst)) return fell_back(g);
   if (df_cuda_kda(g->c, &k)) return seq_failed(g);
-  if (df_cuda_get(g->c, h, d, nout)) return fell_back(g);
-  memcpy(a->S, h + off[0], n[0] * sizeof(float));
-  memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
-  memcpy(a->o, h + off[2], n[2] * sizeof(float));
+  if (e && (df_cuda_copy(g->c, e->d, d, nst) ||
+            df_cuda_get(g->c, h + off[2], d + off[2], n[2] * sizeof(float)))) {
+    /* the entry may be half written: nothing reads it again; the state
+     * after the call is still in xbuf, so it goes to the host instead */
+    sent_free(g, e);
+    e = NULL;
+    note_error(g, NULL);
+    g->st.fallbacks++;
+    if (df_cuda_get(g->c, h, d, nout)) {
+      pthread_mutex_unlock(&g->mu);
+      return from_entry ? -2 : -1; /* else the host still has the state before the call */
+    }
+    memcpy(a->S, h + off[0], n[0] * sizeof(float));
+    memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
+    memcpy(a->o, h + off[2], n[2] * sizeof(float));
+    g->st.d2h_bytes += nout;
+  } else if (e) { /* the state stays; only the output comes back */
+    memcpy(a->o, h + off[2], n[2] * sizeof(float));
+    a->kept = 1;
+    g->st.d2h_bytes += n[2] * sizeof(float);
+  } else {
+    if (df_cuda_get(g->c, h, d, nout)) return fell_back(g);
+    memcpy(a->S, h + off[0], n[0] * sizeof(float));
+    memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
+    memcpy(a->o, h + off[2], n[2] * sizeof(float));
+    g->st.d2h_bytes += nout;
+  }
   g->st.seq_calls++;
-  g->st.h2d_bytes += nin;
-  g->st.d2h_bytes += nout;
+  g->st.h2d_bytes += nin - in0 * sizeof(float);
   g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
   return 0;
@@ -531,6 +658,34 @@ int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
  * xbuf: o, g, q, cache, olat, scores; the copy in from g to the cache's
  * end, the attention kernel, kv_b's value rows per head (the GEMM over the
  * T rows' olat of that head), the gate, the copy out of o. */
+/* The entry holding the layer's cache rows, with room for ntot of them;
+ * *valid: its rows still equal to the host's (those before n0 of the same
+ * gen). NULL when the cache is not kept (no key, or no room). */
+static struct sent *mla_entry(df_kgpu *g, const df_kgpu_mla_args *a, size_t w, size_t ntot,
+                              size_t *valid) {
+  *valid = 0;
+  if (!a->skey || g->no_keep) return NULL;
+  struct sent *e = sent_find(g, a->skey);
+  if (e && e->gen != a->gen) e->rows = 0;
+  size_t keep = e ? ((size_t)e->rows < (size_t)a->n0 ? (size_t)e->rows : (size_t)a->n0) : 0;
+  size_t need = ntot * w * sizeof(float);
+  if (!e || e->bytes < need) {
+    size_t grow = e ? 2 * e->bytes : 0, bytes = need > grow ? need : grow;
+    float *d = sent_alloc(g, bytes);
+    if (!d) {
+      if (e) sent_free(g, e);
+      return NULL;
+    }
+    if (keep && df_cuda_copy(g->c, d, e->d, keep * w * sizeof(float))) keep = 0;
+    if (e) sent_free(g, e);
+    e = sent_add(g, a->skey, d, bytes);
+  }
+  e->gen = a->gen;
+  e->rows = (int)keep;
+  *valid = keep;
+  return e;
+}
+
 int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (a->T <= 0 || a->heads <= 0) return 0;
   const df_wmat *W = a->kvb;
@@ -538,10 +693,13 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (enter(g)) return -1;
   double t0 = df_now();
   size_t T = (size_t)a->T, Hm = (size_t)a->heads, ntot = (size_t)a->n0 + T;
-  size_t no = T * Hm * (size_t)a->dv, kr = (size_t)a->kr;
-  size_t n[6] = {no, a->g ? no : 0, T * Hm * (size_t)(a->dn + a->dr),
-                 ntot * (kr + (size_t)a->dr), T * Hm * kr, T * Hm * ntot};
-  const float *src[6] = {NULL, a->g, a->q, a->cache, NULL, NULL};
+  size_t no = T * Hm * (size_t)a->dv, kr = (size_t)a->kr, w = kr + (size_t)a->dr, valid;
+  struct sent *e = mla_entry(g, a, w, ntot, &valid);
+  /* kept: only the rows the entry lacks go in, staged where the cache
+   * would have been */
+  size_t n[6] = {no, a->g ? no : 0, T * Hm * (size_t)(a->dn + a->dr), (ntot - valid) * w,
+                 T * Hm * kr, T * Hm * ntot};
+  const float *src[6] = {NULL, a->g, a->q, a->cache + valid * w, NULL, NULL};
   size_t off[7] = {0};
   for (int i = 0; i < 6; i++) off[i + 1] = off[i] + up64(n[i]);
   size_t nall = off[6] * sizeof(float), nin = off[4] * sizeof(float);
@@ -570,8 +728,12 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
     if (src[i]) memcpy(h + off[i], src[i], n[i] * sizeof(float));
   df_cuda_mla_args m = {.T = a->T, .heads = a->heads, .n0 = a->n0, .dn = a->dn, .dr = a->dr,
                         .dv = a->dv, .kr = a->kr, .wkind = kind, .w = dw, .wscale = ds,
-                        .q = d + off[2], .cache = d + off[3], .olat = d + off[4], .sc = d + off[5]};
+                        .q = d + off[2], .cache = e ? e->d : d + off[3], .olat = d + off[4],
+                        .sc = d + off[5]};
   if (df_cuda_put(g->c, d + off[1], h + off[1], nin - off[1] * sizeof(float))) return fell_back(g);
+  /* the new rows join the kept ones (a failure here leaves those as they were) */
+  if (e && df_cuda_copy(g->c, e->d + valid * w, d + off[3], n[3] * sizeof(float)))
+    return fell_back(g);
   if (df_cuda_mla_attn(g->c, &m)) return seq_failed(g);
   for (size_t hd = 0; hd < Hm; hd++) {
     size_t r = hd * (size_t)(a->dn + a->dv) + (size_t)a->dn; /* the head's first value row */
@@ -587,6 +749,7 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (a->g && df_cuda_mla_gate(g->c, d + off[0], d + off[1], no)) return seq_failed(g);
   if (df_cuda_get(g->c, h, d + off[0], no * sizeof(float))) return fell_back(g);
   memcpy(a->o, h, no * sizeof(float));
+  if (e) e->rows = (int)ntot;
   g->st.attn_calls++;
   g->st.h2d_bytes += nin - off[1] * sizeof(float);
   g->st.d2h_bytes += no * sizeof(float);
@@ -659,10 +822,16 @@ const char *df_kgpu_error(df_kgpu *g) {
 }
 void df_kgpu_pin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
 void df_kgpu_unpin(void *g, void *p, size_t n) { (void)g, (void)p, (void)n; }
-int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a) {
+int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   (void)g, (void)a;
   return -1;
 }
+int df_kgpu_seq_pull(df_kgpu *g, uint64_t key, float *S, size_t nS, float *conv, size_t nconv) {
+  (void)g, (void)key, (void)S, (void)nS, (void)conv, (void)nconv;
+  return -1;
+}
+void df_kgpu_seq_drop(df_kgpu *g, uint64_t id) { (void)g, (void)id; }
+void df_kgpu_keep_state(df_kgpu *g, int on) { (void)g, (void)on; }
 int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   (void)g, (void)a;
   return -1;

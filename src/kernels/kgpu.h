@@ -33,6 +33,9 @@ typedef struct df_kgpu_stats {
   uint64_t fallbacks;       /* products the GPU could not take (run on the CPU) */
   uint64_t seq_calls;       /* KDA layers' sequence parts run on the GPU (df_kgpu_kda) */
   uint64_t attn_calls;      /* MLA layers' attention run on the GPU (df_kgpu_mla) */
+  uint64_t seq_bytes;        /* device memory holding sequence state (df_kgpu_seq_*) */
+  int seq_entries;
+  uint64_t seq_pulls;        /* KDA states copied back because the host needed them */
   uint64_t h2d_bytes, d2h_bytes, weight_h2d_bytes;
   uint64_t pinned_bytes, pin_failures; /* host memory page-locked by df_kgpu_pin, ranges that failed */
   double weight_h2d_s;      /* weight copies into the tier (or the per-use buffer) */
@@ -71,6 +74,25 @@ int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8
  * it runs its own loops on the same buffers. The layer's small weights are
  * kept in the tier under id (the identity of one of the layer's matrices:
  * df_wmat.id), or copied every call when id is 0. */
+/* Sequence state kept on the device between passes, so that a decode step
+ * moves its new rows and not the whole state: a KDA layer's S and conv
+ * windows (6.3 MB a layer at full size) and an MLA layer's latent cache.
+ * An entry is keyed by df_kgpu_seq_key(state id, layer), is never evicted
+ * (the weight tier gives memory up for it, as for the per-use buffers) and
+ * goes when its state does (df_kgpu_seq_drop). An MLA entry is a copy of
+ * rows the host also holds; a KDA entry may be newer than the host's copy,
+ * which then asks for it back (df_kgpu_seq_pull) before reading it. */
+#define df_kgpu_seq_key(id, layer) (((uint64_t)(id) << 12) | (uint64_t)(layer))
+/* on 1 (the default): entries are made; 0: none, every call copies its
+ * state in and out (--gpu-state copy). Set before the first pass. */
+void df_kgpu_keep_state(df_kgpu *g, int on);
+/* Copies the KDA state kept under key to the host (S: nS floats, conv:
+ * nconv); the entry stays, equal to it. 0, or -1 when it cannot (a dead
+ * device): the state is then lost and the caller says so. */
+int df_kgpu_seq_pull(df_kgpu *g, uint64_t key, float *S, size_t nS, float *conv, size_t nconv);
+/* Frees every entry of state id (its layers). */
+void df_kgpu_seq_drop(df_kgpu *g, uint64_t id);
+
 typedef struct df_kgpu_kda_args {
   int T, heads, D, K;       /* rows, heads, head dim, conv width */
   float lb, eps;            /* the gate's lower bound, o_norm's epsilon */
@@ -82,8 +104,17 @@ typedef struct df_kgpu_kda_args {
   const float *conv_w[3];   /* q's, k's, v's: (heads x D) x K */
   const float *A_log, *dt_bias, *o_norm; /* heads, heads x D, D */
   uint64_t id;
+  /* skey: keep the state on the device under this key (0: copy it in and
+   * out every call); s_host: 1 the host's S and conv_st are current (copied
+   * in), 0 the entry under skey is (the host's are not read). */
+  uint64_t skey;
+  int s_host;
+  int kept; /* out: 1 the state after the call is only in the entry (S and
+             * conv_st not written), 0 it was written to the host */
 } df_kgpu_kda_args;
-int df_kgpu_kda(df_kgpu *g, const df_kgpu_kda_args *a);
+/* 0 done; -1 not done (nothing written, the entry as it was); -2 the
+ * entry was being written when the device failed: the state is lost. */
+int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a);
 
 /* An MLA layer's attention between its projections (model/k3_forward_t.h's
  * mla_task: the query's latent through kv_b's key rows, the scores against
@@ -99,6 +130,12 @@ typedef struct df_kgpu_mla_args {
   const float *cache;        /* (n0 + T) x (kr + dr) */
   const float *g;            /* T x heads x dv: the gate before its sigmoid; NULL: none */
   float *o;                  /* T x heads x dv */
+  /* skey: keep the cache's rows on the device under this key (0: copy all
+   * of them every call); rows before n0 kept from an earlier call with the
+   * same gen are not copied again (the state changes gen when rows before
+   * its position change: a copy into it) */
+  uint64_t skey;
+  uint32_t gen;
 } df_kgpu_mla_args;
 int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a);
 

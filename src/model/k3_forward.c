@@ -13,6 +13,11 @@ struct df_k3_state {
   void **rowmk; /* the row marks' inner marks (df_k3_state_set_row_marks) */
 };
 
+uint64_t df_k3_seq_id(void) {
+  static _Atomic uint64_t next = 1;
+  return next++;
+}
+
 #define DISPATCH(s, call32, call64) ((s)->s64 ? (call64) : (call32))
 
 static df_k3_state *wrap(df_k3f32_st *a, df_k3f64_st *b) {

@@ -4,7 +4,13 @@
 #ifndef DF_MODEL_K3_FORWARD_INT_H
 #define DF_MODEL_K3_FORWARD_INT_H
 
+#include <stdint.h>
+
 #include "model/k3.h"
+
+/* A new sequence state's id, unique in the process (both instances draw
+ * from it): what a device's copies of the state are keyed by. */
+uint64_t df_k3_seq_id(void);
 
 #define DF_K3_FWD_DECLARE(P)                                                                   \
   typedef struct P##st P##st;                                                                  \

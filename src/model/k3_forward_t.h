@@ -52,7 +52,19 @@ typedef struct N(seq) {
   R **kda_S;    /* per layer: heads x D x D (NULL for MLA layers) */
   R **kda_conv; /* per layer: 3 x (K-1) x P, oldest input first */
   R **mla;      /* per layer: cap x (kv_lora_rank + rope) */
+  /* --device cuda keeps copies of the state in GPU memory (kgpu.h's
+   * df_kgpu_seq_*), keyed by id. The MLA copies are of rows the host has
+   * too (gen changes when rows before pos change under them); a KDA
+   * layer's copy may be the only current one (kda_at AT_DEV), and every
+   * reader of kda_S / kda_conv brings it back first (seq_host). */
+  uint64_t id;
+  uint32_t gen;
+  df_kgpu *gpu;     /* the device holding copies, NULL: none */
+  uint8_t *kda_at;  /* per layer: AT_HOST, AT_BOTH or AT_DEV */
+  int lost;         /* the device failed holding the only current copy */
 } SEQ;
+
+enum { AT_HOST = 0, AT_BOTH = 1, AT_DEV = 2 }; /* where a KDA layer's current state is */
 
 /* Scratch of the forward pass, sized for Tcap rows and nth threads; nothing
  * in it outlives a pass. About 50 fields, one buffer per intermediate of
@@ -122,6 +134,8 @@ static size_t mla_row_floats(const df_config *c) {
  * cache yet (reserve_ctx grows it). */
 static void seq_init(SEQ *q, const df_config *c) {
   memset(q, 0, sizeof *q);
+  q->id = df_k3_seq_id();
+  q->kda_at = df_xcalloc((size_t)c->n_layers, 1);
   q->kda_S = df_xcalloc((size_t)c->n_layers, sizeof *q->kda_S);
   q->kda_conv = df_xcalloc((size_t)c->n_layers, sizeof *q->kda_conv);
   q->mla = df_xcalloc((size_t)c->n_layers, sizeof *q->mla);
@@ -135,6 +149,8 @@ static void seq_init(SEQ *q, const df_config *c) {
 }
 
 static void seq_free(SEQ *q, const df_config *c) {
+  df_kgpu_seq_drop(q->gpu, q->id);
+  free(q->kda_at);
   for (int l = 0; l < c->n_layers; l++) {
     free(q->kda_S[l]);
     free(q->kda_conv[l]);
@@ -145,18 +161,52 @@ static void seq_free(SEQ *q, const df_config *c) {
   free(q->mla);
 }
 
+/* Brings layer l's KDA state back from the device when only it has the
+ * current one; -1 when that fails (the state is then lost: q->lost). */
+static int seq_host_layer(SEQ *q, const df_config *c, int l) {
+  if (q->kda_at[l] != AT_DEV) return 0;
+  if (q->lost) return -1;
+#if R_IS_F64
+  (void)c;
+  q->lost = 1; /* float64 states never go to the device */
+  return -1;
+#else
+  if (df_kgpu_seq_pull(q->gpu, df_kgpu_seq_key(q->id, l), q->kda_S[l], kda_s_floats(c),
+                       q->kda_conv[l], kda_conv_floats(c))) {
+    q->lost = 1;
+    return -1;
+  }
+  q->kda_at[l] = AT_BOTH;
+  return 0;
+#endif
+}
+
+/* Every layer's, before the host's copies are read. The values do not
+ * change, only where they are, so a const state may be brought back. */
+static int seq_host(const SEQ *cq, const df_config *c) {
+  SEQ *q = (SEQ *)cq;
+  int rc = 0;
+  for (int l = 0; l < c->n_layers; l++)
+    if (seq_host_layer(q, c, l)) rc = -1;
+  return rc;
+}
+
 /* The recurrent part and the position (what a mark saves and restores). */
 static void seq_copy_recurrent(SEQ *d, const SEQ *s, const df_config *c) {
+  seq_host(s, c);
   for (int l = 0; l < c->n_layers; l++)
     if (d->kda_S[l]) {
       memcpy(d->kda_S[l], s->kda_S[l], sizeof(R) * kda_s_floats(c));
       memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(R) * kda_conv_floats(c));
+      d->kda_at[l] = AT_HOST; /* any device copy of d's is stale now */
     }
   d->pos = s->pos;
+  d->lost = s->lost;
 }
 
 /* The MLA cache rows up to s's position; d's caches hold at least that. */
 static void seq_copy_cache(SEQ *d, const SEQ *s, const df_config *c) {
+  d->gen++; /* rows before pos change: a device's copies of d's are stale */
   for (int l = 0; l < c->n_layers; l++)
     if (c->layer_kind[l] == DF_LAYER_MLA && s->pos > 0)
       memcpy(d->mla[l], s->mla[l], sizeof(R) * (size_t)s->pos * mla_row_floats(c));
@@ -175,8 +225,11 @@ void N(state_reset)(ST *s) {
     if (s->q.kda_S[l]) {
       memset(s->q.kda_S[l], 0, sizeof(R) * kda_s_floats(c));
       memset(s->q.kda_conv[l], 0, sizeof(R) * kda_conv_floats(c));
+      s->q.kda_at[l] = AT_HOST;
     }
   s->q.pos = 0;
+  s->q.gen++;
+  s->q.lost = 0;
 }
 
 /* The row-sized buffers (reserve() makes them again for more rows). */
@@ -587,24 +640,38 @@ static void kda_head_task(void *ctx, int h, int thread) {
 
 #if !R_IS_F64
 /* --device cuda: the conv and the per-head recurrence on the GPU
- * (kgpu.h's df_kgpu_kda), which computes these loops' floats; 0 when it
- * did. Speculation's per-row boundary states are copied out of the loops
- * row by row, so a pass that keeps them stays here. */
+ * (kgpu.h's df_kgpu_kda), which computes these loops' floats, the state
+ * kept there between passes; 0 when it did, -1 when not (the loops run),
+ * -2 when the device failed holding the only current state (lost).
+ * Speculation's per-row boundary states are copied out of the loops row
+ * by row, so a pass that keeps them stays here. */
 static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
   df_kgpu *g = r->kc->gpu;
-  if (!g || s->nrowmk > 0) return -1;
+  SEQ *q = &s->q;
+  if (!g || s->nrowmk > 0 || (q->gpu && q->gpu != g)) return -1;
   const df_config *c = r->m->cfg;
   df_kgpu_kda_args a = {.T = T, .heads = c->kda_heads, .D = c->kda_head_dim, .K = c->kda_conv,
                         .lb = c->kda_gate_lower_bound, .eps = (R)c->eps, .q = s->w->kq,
                         .k = s->w->kk, .v = s->w->kv, .g = s->w->kg, .f = s->w->kf, .b = s->w->kb,
-                        .o = s->w->ko, .S = s->q.kda_S[l], .conv_st = s->q.kda_conv[l],
+                        .o = s->w->ko, .S = q->kda_S[l], .conv_st = q->kda_conv[l],
                         .conv_w = {y->conv[0], y->conv[1], y->conv[2]}, .A_log = y->A_log,
-                        .dt_bias = y->dt_bias, .o_norm = y->o_norm, .id = y->q.id};
-  return df_kgpu_kda(g, &a);
+                        .dt_bias = y->dt_bias, .o_norm = y->o_norm, .id = y->q.id,
+                        .skey = df_kgpu_seq_key(q->id, l), .s_host = q->kda_at[l] == AT_HOST};
+  q->gpu = g;
+  int rc = df_kgpu_kda(g, &a);
+  if (rc == -2) q->lost = 1;
+  if (!rc) q->kda_at[l] = a.kept ? AT_DEV : AT_HOST;
+  return rc;
 }
 #endif
 
-static void kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
+static int lost_state(const df_k3_run *r, df_err *e) {
+  return df_err_set(e, "the GPU failed while it held this sequence's recurrent state (%s); the "
+                       "sequence cannot go on: start it again",
+                    r->kc->gpu ? df_kgpu_error(r->kc->gpu) : "no device");
+}
+
+static int kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, df_err *e) {
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
@@ -618,9 +685,12 @@ static void kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
 #if !R_IS_F64
   if (!kda_gpu(r, s, y, l, T)) {
     MM(kc, &y->o, s->w->ko, T, P, s->w->a, H);
-    return;
+    return 0;
   }
 #endif
+  /* the loops read and write the host's copy */
+  if (seq_host_layer(&s->q, c, l) || s->q.lost) return lost_state(r, e);
+  s->q.kda_at[l] = AT_HOST;
   conv_job cj = {.k = KSEL(kc), .y = y, .X = {s->w->kq, s->w->kk, s->w->kv}, .st = s->q.kda_conv[l], .T = T,
                  .P = (int)P, .K = c->kda_conv, .per = 512, .rowmk = s->rowmk,
                  .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};
@@ -631,6 +701,7 @@ static void kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
                 .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};
   df_pool_run(kc->pool, c->kda_heads, kda_head_task, &kj);
   MM(kc, &y->o, s->w->ko, T, P, s->w->a, H);
+  return 0;
 }
 
 /* ------------------------------------------------------------------ MLA */
@@ -688,16 +759,19 @@ static void mla_task(void *ctx, int task, int thread) {
 
 #if !R_IS_F64
 /* --device cuda: mla_task's work for every (row, head) on the GPU
- * (kgpu.h's df_kgpu_mla, the same floats), the cache copied in per call;
- * 0 when it did. */
+ * (kgpu.h's df_kgpu_mla, the same floats), the cache's rows kept there
+ * (only the new ones copied in); 0 when it did. */
 static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
   df_kgpu *g = r->kc->gpu;
   if (!g) return -1;
   const df_config *c = r->m->cfg;
-  df_kgpu_mla_args a = {.T = T, .heads = c->mla_heads, .n0 = s->q.pos, .dn = c->qk_nope_dim,
+  SEQ *q = &s->q;
+  if (!q->gpu) q->gpu = g;
+  df_kgpu_mla_args a = {.T = T, .heads = c->mla_heads, .n0 = q->pos, .dn = c->qk_nope_dim,
                         .dr = c->qk_rope_dim, .dv = c->v_head_dim, .kr = c->kv_lora_rank,
-                        .kvb = &y->kvb, .q = s->w->mq, .cache = s->q.mla[l],
-                        .g = c->mla_output_gate ? s->w->mg : NULL, .o = s->w->mo};
+                        .kvb = &y->kvb, .q = s->w->mq, .cache = q->mla[l],
+                        .g = c->mla_output_gate ? s->w->mg : NULL, .o = s->w->mo,
+                        .skey = q->gpu == g ? df_kgpu_seq_key(q->id, l) : 0, .gen = q->gen};
   return df_kgpu_mla(g, &a);
 }
 #endif
@@ -1054,6 +1128,7 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     if (ids[t] < 0 || ids[t] >= c->vocab)
       return df_err_set(e, "token id %d at batch row %d is outside the vocabulary (vocab_size %d)",
                         ids[t], t, c->vocab);
+  if (s->q.lost) return lost_state(r, e);
   if (reserve_ctx(s, s->q.pos + T, e)) return -1;
   reserve(s, T);
   reserve_thr(s, df_pool_size(kc->pool));
@@ -1091,8 +1166,14 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
       pempty = 0;
     }
     /* step 3 */
-    if (y->kind == DF_LAYER_KDA) kda_layer(r, s, y, l, T);
-    else mla_layer(r, s, y, l, T);
+    if (y->kind == DF_LAYER_KDA) {
+      if (kda_layer(r, s, y, l, T, e)) {
+        df_k3_release(m, l);
+        return -1;
+      }
+    } else {
+      mla_layer(r, s, y, l, T);
+    }
     if (pempty) {
       R *tmp = s->w->p;
       s->w->p = s->w->a;

@@ -12,13 +12,18 @@
 #  3. speculation (n-gram, the nano-draft, the nano-DSpark) gives the same
 #     ids on both devices;
 #  4. the GPU's weight tier sits above the RAM cache: an expert it holds is
-#     not requested from the store again.
+#     not requested from the store again;
+#  5. the sequence state kept in GPU memory (--gpu-state keep, the default)
+#     gives the ids of --gpu-state copy and the CPU's, and a decode token
+#     moves no KDA state: each KDA layer of each decode pass copies at least
+#     its state matrix less in and out; speculation brings the state back to
+#     the host for its marks and still gives the same ids.
 # Every GPU run's JSON must show products, KDA layers' sequence parts (the
 # conv and the recurrence, df_kgpu_kda) and MLA attention (df_kgpu_mla) run
 # on the GPU and none fallen
 # back to the CPU, so a run that silently stayed on the CPU cannot pass.
 # Exits 77 (skipped) in a build without CUDA or on a machine without a GPU.
-# PARTS (default "1 2 3 4") runs some of them.
+# PARTS (default "1 2 3 4 5") runs some of them.
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
 SRC=${DF_SRC:?set DF_SRC}
@@ -79,7 +84,7 @@ PYEOF
 ids() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['output_ids'])" "$1"; }
 
 P=$(seq -s, 100 140) # 41 positions
-PARTS=${PARTS:-1 2 3 4}
+PARTS=${PARTS:-1 2 3 4 5}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 n=0
 part 1 && echo "== 1. logits, hidden states and routes"
@@ -173,5 +178,48 @@ if g["store"]["expert_bytes_demand"] > moe * n_exp * rec:
 print("ok: %s: the GPU's tier requested %d experts, the CPU %d (1 MiB tier: %d)" % (sys.argv[5], req(g), req(c), req(g1)))
 PYEOF
   n=$((n + 1))
+done
+part 5 && echo "== 5. the sequence state kept on the GPU"
+part 5 && for m in tiny2 nano; do
+  base="--model $T/$m --prompt-ids $P --max-new 16 --json --heat ''"
+  eval "\"$BIN\" run $base" >"$T/c.json" 2>"$T/e" || fail "cpu run: $(cat "$T/e")"
+  for st in keep copy; do
+    eval "\"$BIN\" run $base --device cuda --gpu-state $st" >"$T/$st.json" 2>"$T/e" || fail "cuda $st: $(cat "$T/e")"
+    [ "$(ids "$T/$st.json")" = "$(ids "$T/c.json")" ] || fail "$m --gpu-state $st: ids differ from the CPU's"
+    gpu_ok "$T/$st.json" "$m --gpu-state $st"
+  done
+  "$PY" - "$T/keep.json" "$T/copy.json" "$T/$m/config.json" "$m" <<'PYEOF' || fail "$m: the state kept on the GPU"
+import json, sys
+k, c = (json.load(open(p))["stats"]["device"] for p in sys.argv[1:3])
+cfg = json.load(open(sys.argv[3]))
+cfg = cfg.get("text_config", cfg)
+la = cfg["linear_attn_config"]
+n_kda, S = len(la["kda_layers"]), la["num_heads"] * la["head_dim"] ** 2 * 4
+decode = 15  # passes after the prefill's (16 new tokens)
+act = lambda d, key: d[key] - (d["weight_h2d_bytes"] if key == "h2d_bytes" else 0)
+if c["seq_bytes"] != 0 or k["seq_bytes"] <= 0 or k["seq_entries"] <= 0:
+    sys.exit("state in GPU memory: keep %d B (%d entries), copy %d B" % (k["seq_bytes"], k["seq_entries"], c["seq_bytes"]))
+for key in ("h2d_bytes", "d2h_bytes"):
+    saved = act(c, key) - act(k, key)
+    if saved < decode * n_kda * S:
+        sys.exit("%s: keep moves %d B less than copy, under %d decode passes x %d KDA layers x %d B"
+                 % (key, saved, decode, n_kda, S))
+print("ok: %s: the kept state saves %d B in, %d B out (%d B in GPU memory)"
+      % (sys.argv[4], act(c, "h2d_bytes") - act(k, "h2d_bytes"), act(c, "d2h_bytes") - act(k, "d2h_bytes"), k["seq_bytes"]))
+PYEOF
+  n=$((n + 1))
+done
+# speculation's marks read the state: it comes back to the host (seq_pulls)
+# and the ids stay the CPU's, with both ways of rolling back
+part 5 && for rb in recompute rows; do
+  a="--model $T/nano --prompt \"$TXT\" --max-new 24 --json --heat '' --draft ngram --draft-rollback $rb"
+  eval "\"$BIN\" run $a" >"$T/sc.json" 2>"$T/e" || fail "cpu ngram $rb: $(cat "$T/e")"
+  eval "\"$BIN\" run $a --device cuda" >"$T/sg.json" 2>"$T/e" || fail "cuda ngram $rb: $(cat "$T/e")"
+  [ "$(ids "$T/sg.json")" = "$(ids "$T/sc.json")" ] || fail "ngram $rb: GPU ids differ from the CPU's"
+  gpu_ok "$T/sg.json" "ngram $rb"
+  [ "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['stats']['device']['seq_pulls'] > 0)" "$T/sg.json")" = True ] ||
+    fail "ngram $rb: no state came back for the marks"
+  n=$((n + 1))
+  echo "ok: ngram, --draft-rollback $rb: the same ids, the state brought back for the marks"
 done
 echo "device forward: ok ($n comparisons)"

@@ -11,10 +11,14 @@
  * the driving code's.
  *
  * DF_MOCK_CUDA_FAIL=KIND:N makes the N-th call (1-based) of KIND fail as a
- * CUDA error would: alloc (device allocations), put (copies to the device),
+ * CUDA error would (KIND:N+ the N-th and every later one, as a device that
+ * died does): alloc (device allocations), put (copies to the device),
  * gemm (products), sync (waits, which report errors of queued work), kda
  * (a KDA layer's sequence part, kcuda_seq.h), mla (MLA attention's kernels,
- * kcuda_seq.h: the attention and the gate).
+ * kcuda_seq.h: the attention and the gate), copy (device-to-device copies:
+ * the sequence state kept on the device going in, coming back, growing;
+ * the failed copy writes half of its bytes, as an interrupted one may),
+ * get (copies to the host, which a dead device fails: nothing written).
  * DF_MOCK_CUDA_MEM=BYTES is the device's memory: an allocation that would
  * take the live total past it fails, as cudaMalloc does when full. */
 #include <stdint.h>
@@ -34,8 +38,9 @@ struct df_cuda {
   char err[256];
 };
 
-enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_KDA, F_MLA, F_N };
-static const char *const fail_kind[F_N] = {"alloc", "put", "gemm", "sync", "kda", "mla"};
+enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_KDA, F_MLA, F_COPY, F_GET, F_N };
+static const char *const fail_kind[F_N] = {"alloc", "put",  "gemm", "sync",
+                                           "kda",   "mla",  "copy", "get"};
 static long calls[F_N];
 
 /* 1 when this call of kind k is the one DF_MOCK_CUDA_FAIL names */
@@ -43,7 +48,10 @@ static int inject(df_cuda *c, int k) {
   calls[k]++;
   const char *f = getenv("DF_MOCK_CUDA_FAIL");
   size_t n = strlen(fail_kind[k]);
-  if (!f || strncmp(f, fail_kind[k], n) || f[n] != ':' || atol(f + n + 1) != calls[k]) return 0;
+  if (!f || strncmp(f, fail_kind[k], n) || f[n] != ':') return 0;
+  char *end;
+  long at = strtol(f + n + 1, &end, 10);
+  if (*end == '+' ? calls[k] < at : calls[k] != at) return 0;
   if (c) snprintf(c->err, sizeof c->err, "mock %s #%ld: injected failure", fail_kind[k], calls[k]);
   return 1;
 }
@@ -96,12 +104,20 @@ int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t bytes) {
   return 0;
 }
 int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t bytes) {
-  (void)c;
+  if (inject(c, F_GET)) return -1;
   memcpy(dst, src, bytes);
   return 0;
 }
 int df_cuda_get_async(df_cuda *c, void *dst, const void *src, size_t bytes) {
   return df_cuda_get(c, dst, src, bytes);
+}
+int df_cuda_copy(df_cuda *c, void *dst, const void *src, size_t bytes) {
+  if (inject(c, F_COPY)) {
+    memmove(dst, src, bytes / 2);
+    return -1;
+  }
+  memmove(dst, src, bytes);
+  return 0;
 }
 int df_cuda_sync(df_cuda *c) { return inject(c, F_SYNC) ? -1 : 0; }
 

@@ -101,7 +101,7 @@ for m in "$T/tiny" "$SRC/models/nano-k3"; do
   "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' >"$T/cpu.json" 2>"$T/e" ||
     fail "cpu run: $(cat "$T/e")"
   ref=$(field "$T/cpu.json" "d['output_ids']")
-  for kind in alloc put gemm sync kda mla; do
+  for kind in alloc put gemm sync kda mla copy get; do
     for n in 1 3 8 21 55 144; do
       DF_MOCK_CUDA_FAIL=$kind:$n "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json \
         --heat '' --device cuda >"$T/g.json" 2>"$T/e" || fail "$kind:$n on $m: $(cat "$T/e")"
@@ -124,5 +124,35 @@ for m in "$T/tiny" "$SRC/models/nano-k3"; do
   done
 done
 echo "faults: the CPU's ids in every run: $exact products taken over by the CPU, $again expert batches read again, $clean absorbed"
+
+# The sequence state kept on the device (--gpu-state keep, the default):
+# one failed copy leaves it recoverable (the sweep above: copy, get), but a
+# device that dies (every copy to the host failing from the N-th on) while
+# it holds the only current KDA state loses that state: the run must stop
+# with an error that says so, never print ids. With --gpu-state copy the
+# host always has the state and the same dead device gives the CPU's ids.
+m="$T/tiny"
+"$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' >"$T/cpu.json" 2>"$T/e" ||
+  fail "cpu run: $(cat "$T/e")"
+ref=$(field "$T/cpu.json" "d['output_ids']")
+lost=0
+for n in 1 20 40 80 160; do
+  rc=0
+  DF_MOCK_CUDA_FAIL=get:$n+ "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' \
+    --device cuda >"$T/g.json" 2>"$T/e" || rc=$?
+  if [ "$rc" != 0 ]; then
+    grep -q "the GPU failed while it held this sequence's recurrent state (mock get #$n: injected failure)" "$T/e" ||
+      fail "get:$n+: exit $rc without saying the state was lost: $(cat "$T/e")"
+    [ ! -s "$T/g.json" ] || fail "get:$n+: a lost state still printed: $(cat "$T/g.json")"
+    lost=$((lost + 1))
+  else
+    [ "$(field "$T/g.json" "d['output_ids']")" = "$ref" ] || fail "get:$n+: ids differ from the CPU's"
+  fi
+  DF_MOCK_CUDA_FAIL=get:$n+ "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' \
+    --device cuda --gpu-state copy >"$T/g.json" 2>"$T/e" || fail "get:$n+ --gpu-state copy: $(cat "$T/e")"
+  [ "$(field "$T/g.json" "d['output_ids']")" = "$ref" ] || fail "get:$n+ --gpu-state copy: ids differ"
+done
+[ "$lost" -gt 0 ] || fail "no dead device met a state kept on it"
+echo "ok   a device that dies holding the state: $lost runs stop saying so; with --gpu-state copy the CPU's ids"
 [ "$exact" -gt 0 ] || fail "no injected failure was taken over by the CPU"
 [ "$again" -gt 0 ] || fail "no injected failure hit an expert batch"
