@@ -41,8 +41,9 @@ static const opt_def defs[] = {
      "there; default: the free memory less 2 GiB)"},
     {"--gpu-state", "keep|copy", K_GPU_STATE,
      "--device cuda: keep (default) the KDA states and MLA caches in GPU memory between passes, "
-     "so a token moves only its new rows; copy: in and out every pass (the same results; for "
-     "comparison)"},
+     "so a token moves only its new rows (a device that dies holding a state ends that "
+     "sequence with an error); copy: in and out every pass, the host's copy always current "
+     "(the same results)"},
     {"--precision", "f32|f64", K_PRECISION,
      "activations: f32 (default) or f64, float64 on the scalar kernels (several times slower, "
      "state x2): the reference's answer where fp32 rounding meets a near-tie"},

@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" make-model --preset tiny --seed 5 --out "$tmp/m" >/dev/null 2>&1 || fail "make-model"
 ALL="--threads 1 --spine bf16 --kernels auto --cache-mb 0 --no-pack --io pread --prefetch gate
  --emulate-drives 2GB/s --split-reads off --gate-input x+shared --pin-mb 1 --queue-depth 4 --heat $tmp/h.heat
- --mem-limit 8G --ctx 256 --fetch-ahead on --device cpu --gpu-mem 1G"
+ --mem-limit 8G --ctx 256 --fetch-ahead on --device cpu --gpu-mem 1G --gpu-state copy"
 
 # every engine option, valid, on each command
 # shellcheck disable=SC2086
@@ -42,7 +42,7 @@ grep -q "config.json" "$tmp/e" || fail "serve did not get to the model: $(cat "$
 for bad in "--io mmap" "--prefetch sometimes" "--split-reads maybe" "--gate-input y" "--spine f16" \
            "--kernels fast" "--queue-depth 0" "--cache-mb -1" "--pin-mb x" "--threads 5000" \
            "--mem-limit lots" "--ctx 0" "--fetch-ahead maybe" "--device tpu" "--device cuda:x" \
-           "--gpu-mem lots" "--gpu-mem 512K"; do
+           "--gpu-mem lots" "--gpu-mem 512K" "--gpu-state maybe"; do
   msgs=""
   for cmd in run serve bench chat eval; do
     # shellcheck disable=SC2086
