@@ -508,7 +508,11 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
         {"deltafin_gpu_kda_layers_total", "counter", "seq_calls",
          "KDA layers' convolution and recurrence run on the GPU."},
         {"deltafin_gpu_mla_attentions_total", "counter", "attn_calls",
-         "MLA layers' attention run on the GPU."}};
+         "MLA layers' attention run on the GPU."},
+        {"deltafin_gpu_state_bytes", "gauge", "seq_bytes",
+         "GPU memory holding sequence state (KDA states, MLA caches; --gpu-state keep)."},
+        {"deltafin_gpu_state_pulls_total", "counter", "seq_pulls",
+         "KDA states copied back from the GPU because the host read them."}};
     for (size_t i = 0; i < sizeof gm / sizeof gm[0]; i++) {
       metric(&b, gm[i][0], gm[i][1], gm[i][3]);
       value(&b, gm[i][0], NULL, jnum(dev, gm[i][2]));
