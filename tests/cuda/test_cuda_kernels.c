@@ -16,24 +16,11 @@
 #include "kernels/kernels.h"
 #include "model/router.h"
 
+#define RAND_BITS_SEED 0x9e3779b97f4a7c15ull
+#include "rand_bits.h"
+
 static df_cuda *G;
 static int failures;
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint32_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (uint32_t)(rng >> 16);
-}
-/* A float with random sign, mantissa and a binary exponent in [lo, hi]. */
-static float rndf(int lo, int hi) {
-  uint32_t e = (uint32_t)(127 + lo + (int)(rnd() % (uint32_t)(hi - lo + 1)));
-  uint32_t u = (rnd() & 0x80000000u) | (e << 23) | (rnd() & 0x7fffffu);
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 
 static void *dput(const void *h, size_t n) {
   void *d = df_cuda_alloc(G, n);

@@ -19,24 +19,11 @@
 #include "kernels/cuda/kcuda_seq.h"
 #include "kernels/cuda/kcuda_seq_ref.h"
 
+#define RAND_BITS_SEED 0x2545f4914f6cdd1dull
+#include "rand_bits.h"
+
 static df_cuda *G;
 static int failures;
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint32_t rnd(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return (uint32_t)(rng >> 16);
-}
-/* A float with random sign, mantissa and a binary exponent in [lo, hi]. */
-static float rndf(int lo, int hi) {
-  uint32_t e = (uint32_t)(127 + lo + (int)(rnd() % (uint32_t)(hi - lo + 1)));
-  uint32_t u = (rnd() & 0x80000000u) | (e << 23) | (rnd() & 0x7fffffu);
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
 static float *rnd_vec(size_t n, int lo, int hi) {
   float *x = malloc((n ? n : 1) * sizeof *x);
   for (size_t i = 0; i < n; i++) x[i] = rndf(lo, hi);
