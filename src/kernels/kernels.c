@@ -84,6 +84,12 @@ void df_wmat_row(const df_wmat *W, int r, float *out) {
 #undef KSEL
 #undef N
 
+void df_mm_many(const df_kctx *kc, int n, const df_wmat *const *W, const float *X, int T,
+                size_t ldx, float *const *Y, const size_t *ldy) {
+  if (kc->gpu && df_kgpu_mm_many(kc->gpu, n, W, X, T, ldx, Y, ldy) == 0) return;
+  for (int i = 0; i < n; i++) df_mm(kc, W[i], X, T, ldx, Y[i], ldy[i]);
+}
+
 /* --precision f64 always runs the scalar float64 table. */
 #define R double
 #define KT df_kern64

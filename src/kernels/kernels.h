@@ -149,6 +149,11 @@ typedef struct df_kctx {
 /* Y[t][r] = W X[t] for all rows. */
 void df_mm(const df_kctx *kc, const df_wmat *W, const float *X, int T, size_t ldx, float *Y,
            size_t ldy);
+/* Y[i][t][r] = W[i] X[t] for n matrices of the same columns: the same
+ * floats as n df_mm calls; on a device, one copy of X in and of the results
+ * out (kgpu.h's df_kgpu_mm_many). */
+void df_mm_many(const df_kctx *kc, int n, const df_wmat *const *W, const float *X, int T,
+                size_t ldx, float *const *Y, const size_t *ldy);
 /* Rows [r0, r1) only; Y[t][r - r0]. */
 void df_mm_rows(const df_kctx *kc, const df_wmat *W, int r0, int r1, const float *X, int T,
                 size_t ldx, float *Y, size_t ldy);

@@ -281,33 +281,85 @@ static int enter(df_kgpu *g) {
   return -1;
 }
 
+/* A spine matrix's rows [r0, r1) on the device (from the tier, or copied
+ * in): its weights *w, its int8 scales *s (NULL otherwise) and its GEMM. */
+static int spine_rows(df_kgpu *g, const df_wmat *W, int r0, const uint8_t **w, const void **s,
+                      gemm_fn *fn) {
+  size_t rc = (size_t)W->rows * (size_t)W->cols, off, soff = 0;
+  const uint8_t *dw;
+  switch (W->kind) {
+  case DF_W_BF16:
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 2, NULL, 0);
+    *fn = gm_bf16, off = (size_t)r0 * W->cols * 2;
+    break;
+  case DF_W_I8:
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
+    *fn = gm_i8, off = (size_t)r0 * W->cols, soff = up_align(rc) + (size_t)r0 * sizeof(float);
+    break;
+  default:
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 4, NULL, 0);
+    *fn = gm_f32, off = (size_t)r0 * W->cols * 4;
+    break;
+  }
+  if (!dw) return -1;
+  *w = dw + off;
+  *s = W->kind == DF_W_I8 ? dw + soff : NULL;
+  return 0;
+}
+
 int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int T, size_t ldx,
                float *Y, size_t ldy) {
   if (r1 <= r0 || T <= 0) return 0;
   if (enter(g)) return -1;
-  size_t rc = (size_t)W->rows * (size_t)W->cols, nx, ny;
+  size_t nx, ny;
   if (buffers(g, r1 - r0, W->cols, T, ldx, &nx, &ny)) return fell_back(g);
   const uint8_t *dw;
-  const void *ds = NULL;
+  const void *ds;
   gemm_fn fn;
-  size_t off, soff = 0;
-  switch (W->kind) {
-  case DF_W_BF16:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 2, NULL, 0);
-    fn = gm_bf16, off = (size_t)r0 * W->cols * 2;
-    break;
-  case DF_W_I8:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
-    fn = gm_i8, off = (size_t)r0 * W->cols, soff = up_align(rc) + (size_t)r0 * sizeof(float);
-    break;
-  default:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 4, NULL, 0);
-    fn = gm_f32, off = (size_t)r0 * W->cols * 4;
-    break;
+  if (spine_rows(g, W, r0, &dw, &ds, &fn)) return fell_back(g);
+  if (run(g, fn, dw, ds, r1 - r0, W->cols, X, T, ldx, Y, ldy, nx, ny)) return fell_back(g);
+  pthread_mutex_unlock(&g->mu);
+  return 0;
+}
+
+/* The products of one input: X in once, each matrix's product into its
+ * block of ybuf (in turn, on the one stream, so a weight that goes through
+ * the per-use buffer is not overwritten before its product has read it),
+ * one copy out, the blocks handed to their Y. */
+int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
+                    size_t ldx, float *const *Y, const size_t *ldy) {
+  if (n <= 0 || T <= 0) return 0;
+  int rows = 0;
+  for (int i = 0; i < n; i++) {
+    if (W[i]->cols != W[0]->cols) return -1;
+    rows += W[i]->rows;
   }
-  if (!dw) return fell_back(g);
-  if (W->kind == DF_W_I8) ds = dw + soff;
-  if (run(g, fn, dw + off, ds, r1 - r0, W->cols, X, T, ldx, Y, ldy, nx, ny)) return fell_back(g);
+  if (enter(g)) return -1;
+  double t0 = df_now();
+  size_t nx, ny;
+  if (buffers(g, rows, W[0]->cols, T, ldx, &nx, &ny)) return fell_back(g);
+  memcpy(g->hx, X, nx);
+  if (df_cuda_put(g->c, g->xbuf, g->hx, nx)) return fell_back(g);
+  float *dy = g->ybuf;
+  for (int i = 0; i < n; i++) {
+    const uint8_t *dw;
+    const void *ds;
+    gemm_fn fn;
+    if (spine_rows(g, W[i], 0, &dw, &ds, &fn) ||
+        products(g, fn, dw, ds, W[i]->rows, W[i]->cols, g->xbuf, T, ldx, dy))
+      return fell_back(g);
+    dy += (size_t)T * (size_t)W[i]->rows;
+  }
+  if (df_cuda_get(g->c, g->hy, g->ybuf, ny)) return fell_back(g);
+  const float *hy = g->hy;
+  for (int i = 0; i < n; i++) {
+    size_t r = (size_t)W[i]->rows;
+    for (int t = 0; t < T; t++) memcpy(Y[i] + (size_t)t * ldy[i], hy + (size_t)t * r, r * sizeof(float));
+    hy += (size_t)T * r;
+  }
+  g->st.h2d_bytes += nx;
+  g->st.d2h_bytes += ny;
+  g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
   return 0;
 }
@@ -788,6 +840,11 @@ void df_kgpu_close(df_kgpu *g) { (void)g; }
 int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int T, size_t ldx,
                float *Y, size_t ldy) {
   (void)g, (void)W, (void)r0, (void)r1, (void)X, (void)T, (void)ldx, (void)Y, (void)ldy;
+  return -1;
+}
+int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
+                    size_t ldx, float *const *Y, const size_t *ldy) {
+  (void)g, (void)n, (void)W, (void)X, (void)T, (void)ldx, (void)Y, (void)ldy;
   return -1;
 }
 int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8_t *scales,

@@ -61,6 +61,12 @@ void df_kgpu_close(df_kgpu *g);
  * -1 when not (the caller computes it). */
 int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int T, size_t ldx,
                float *Y, size_t ldy);
+/* Y[i][t] = W[i] X[t] for n matrices of one input (kernels.h's df_mm_many):
+ * X copied in once and the results out once, so the projections of one
+ * normed input wait for the device once. 0 when done there; -1 when not
+ * (nothing written). */
+int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
+                    size_t ldx, float *const *Y, const size_t *ldy);
 /* The MXFP4 product of kernels.h's df_mm_mxfp4; id keys the tier (0: none). */
 int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8_t *scales,
                      int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);

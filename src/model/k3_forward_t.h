@@ -466,6 +466,18 @@ static int reserve_ctx(ST *s, int npos, df_err *e) {
   return 0;
 }
 
+/* The products of one input (a layer's projections of its normed rows):
+ * on the GPU one copy in and out for all of them (kernels.h's df_mm_many);
+ * the same floats as one MM each, which is what float64 runs. */
+static void mm_many(const df_kctx *kc, int n, const df_wmat *const *W, const R *X, int T,
+                    size_t ldx, R *const *Y, const size_t *ldy) {
+#if R_IS_F64
+  for (int i = 0; i < n; i++) MM(kc, W[i], X, T, ldx, Y[i], ldy[i]);
+#else
+  df_mm_many(kc, n, W, X, T, ldx, Y, ldy);
+#endif
+}
+
 /* ------------------------------------------------------------ AttnRes */
 
 typedef struct {
@@ -675,13 +687,10 @@ static int kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
-  MM(kc, &y->q, s->w->xn, T, H, s->w->kq, P);
-  MM(kc, &y->k, s->w->xn, T, H, s->w->kk, P);
-  MM(kc, &y->v, s->w->xn, T, H, s->w->kv, P);
-  MM(kc, &y->g, s->w->xn, T, H, s->w->kg, P);
-  MM(kc, &y->fa, s->w->xn, T, H, s->w->kfa, (size_t)c->kda_head_dim);
+  mm_many(kc, 6, (const df_wmat *[]){&y->q, &y->k, &y->v, &y->g, &y->fa, &y->b}, s->w->xn, T, H,
+          (R *[]){s->w->kq, s->w->kk, s->w->kv, s->w->kg, s->w->kfa, s->w->kb},
+          (size_t[]){P, P, P, P, (size_t)c->kda_head_dim, (size_t)c->kda_heads});
   MM(kc, &y->fb, s->w->kfa, T, (size_t)c->kda_head_dim, s->w->kf, P);
-  MM(kc, &y->b, s->w->xn, T, H, s->w->kb, (size_t)c->kda_heads);
 #if !R_IS_F64
   if (!kda_gpu(r, s, y, l, T)) {
     MM(kc, &y->o, s->w->ko, T, P, s->w->a, H);
@@ -782,10 +791,10 @@ static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   size_t H = (size_t)c->hidden, Hm = (size_t)c->mla_heads, qr = (size_t)c->q_lora_rank;
   size_t kr = (size_t)c->kv_lora_rank, w = kr + (size_t)c->qk_rope_dim;
   size_t qw = Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim), ow = Hm * (size_t)c->v_head_dim;
-  MM(kc, &y->qa, s->w->xn, T, H, s->w->mqa, qr);
+  mm_many(kc, 2, (const df_wmat *[]){&y->qa, &y->kva}, s->w->xn, T, H, (R *[]){s->w->mqa, s->w->mc},
+          (size_t[]){qr, w});
   rms_rows(KSEL(kc), s->w->mqa, s->w->mqa, y->qa_norm, T, (int)qr, c->eps);
   MM(kc, &y->qb, s->w->mqa, T, qr, s->w->mq, qw);
-  MM(kc, &y->kva, s->w->xn, T, H, s->w->mc, w);
   R *cache = s->q.mla[l];
   for (int t = 0; t < T; t++) {
     R *dst = cache + (size_t)(s->q.pos + t) * w, *src = s->w->mc + (size_t)t * w;
@@ -811,8 +820,7 @@ static void gated_ffn(const df_kctx *kc, const df_config *c, const df_wmat *gate
                       const df_wmat *up, const df_wmat *down, const R *x, int T, R *g,
                       R *u, R *out) {
   size_t H = (size_t)c->hidden, I = (size_t)gate->rows;
-  MM(kc, gate, x, T, H, g, I);
-  MM(kc, up, x, T, H, u, I);
+  mm_many(kc, 2, (const df_wmat *[]){gate, up}, x, T, H, (R *[]){g, u}, (size_t[]){I, I});
   KSEL(kc)->situ(g, g, u, (int)(I * (size_t)T), c->situ_beta, c->situ_linear_beta);
   MM(kc, down, g, T, I, out, H);
 }
