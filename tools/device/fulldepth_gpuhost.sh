@@ -33,7 +33,9 @@
 # Knobs: LAYERS (93), EXPERTS (16), PREFILL (512), THREADS (nproc),
 # CACHE_MB (0: every pass reads its experts from the disk), MEM_LIMIT (100G),
 # MODEL_DIR ($HOME/dffull), SPINE_DIR, DROP_CACHES (1), SAMPLE (5 s; 0: off), STEPS (default
-# "gen cpu_decode cuda_decode cpu_prefill cuda_prefill"), KEEP=1 keeps the model.
+# "gen cpu_decode cuda_decode cpu_prefill cuda_prefill"; also cuda_decode_notier:
+# --gpu-mem 57G, the tier holding the spine only, and cuda_decode_copy:
+# --gpu-state copy), KEEP=1 keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
 # 82.1 GB generated in 71 s; decode ids equal on both devices; the CUDA
@@ -121,7 +123,7 @@ esac
 # ---- the runs ----
 # Each run gets an equal share of what is left, so one slow run (a prefill
 # on a path still being made fast) cannot starve the ones after it.
-RUNS_LEFT=$(echo "$STEPS" | tr ' ' '\n' | grep -c -E '_(decode|prefill)$')
+RUNS_LEFT=$(echo "$STEPS" | tr ' ' '\n' | grep -c -E '_(decode|prefill)(_[a-z]+)?$')
 run() { # name device prompt-ids max-new [options]
   local name=$1 dev=$2 ids=$3 n=$4 t=$(( ($(left) - 20) / RUNS_LEFT ))
   RUNS_LEFT=$((RUNS_LEFT - 1))
@@ -208,6 +210,10 @@ for step in $STEPS; do
   cuda_decode) run cuda_decode cuda 1,2,3 4 ;;
   cpu_prefill) run cpu_prefill cpu "$P" 1 --prefill-chunk "$PREFILL" ;;
   cuda_prefill) run cuda_prefill cuda "$P" 1 --prefill-chunk "$PREFILL" ;;
+  # the GPU's tier holding the spine only (its 54.7 GB int8): every pass reads its experts
+  cuda_decode_notier) run cuda_decode_notier cuda 1,2,3 4 --gpu-mem 57G ;;
+  # the sequence state copied in and out every pass (run 8's way), against the kept default
+  cuda_decode_copy) run cuda_decode_copy cuda 1,2,3 4 --gpu-state copy ;;
   esac
 done
 
