@@ -46,24 +46,7 @@ for m in tiny1 tiny2 small nano; do
 done
 
 # same_st A B LABEL: every tensor of two safetensors files equal byte for byte
-same_st() {
-  "$PY" - "$1" "$2" "$3" <<'PYEOF' || fail "$3: the files differ"
-import json, struct, sys
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); d = b[8 + n:]
-    return {k: d[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-if sorted(a) != sorted(b):
-    sys.exit("%s: tensors %s vs %s" % (sys.argv[3], sorted(a), sorted(b)))
-for k in sorted(a):
-    if a[k] != b[k]:
-        x = next(i for i in range(len(a[k])) if a[k][i] != b[k][i])
-        sys.exit("%s: %s differs first at byte %d" % (sys.argv[3], k, x))
-print("ok: %s: %s equal bit for bit" % (sys.argv[3], ", ".join("%s (%d B)" % (k, len(a[k])) for k in sorted(a))))
-PYEOF
-}
+same_st() { "$PY" "$SRC/tests/cuda/same_st.py" "$1" "$2" "$3" || fail "$3: the files differ"; }
 
 # gpu_ok JSON LABEL [min-evictions]: the run's products, KDA sequence parts and MLA attention ran on the GPU, none fell back
 gpu_ok() {

@@ -23,19 +23,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 "$BIN" make-model --preset tiny --seed 3 --out "$T/tiny" -q >/dev/null 2>&1 || fail "make-model"
 P=$(seq -s, 100 120)
 field() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
-# same_st A B: every tensor of two safetensors files (logits --hidden) equal byte for byte
-same_st() {
-  "$PY" - "$1" "$2" <<'PYEOF'
-import json, struct, sys
-def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n]); d = b[8 + n:]
-    return {k: d[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-sys.exit(0 if sorted(a) == sorted(b) and all(a[k] == b[k] for k in a) else 1)
-PYEOF
-}
+# same_st A B LABEL: every tensor of two safetensors files (logits --hidden) equal byte for byte
+same_st() { "$PY" "$SRC/tests/cuda/same_st.py" "$1" "$2" "$3" >/dev/null; }
 # the store's record buffers page-locked for the copies, and every range
 # unlocked before it is freed (the stand-in checks at exit)
 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 --json --heat '' \
@@ -79,7 +68,7 @@ DF_MOCK_CUDA_FAIL=kda:2 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidd
   --device cuda --out "$T/kda.st" >/dev/null 2>"$T/e" || fail "logits kda:2: $(cat "$T/e")"
 grep -q "mock kda #2: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
   fail "kda:2: no warning: $(cat "$T/e")"
-same_st "$T/cpu.st" "$T/kda.st" || fail "kda:2: the logits or hidden states differ from the CPU's"
+same_st "$T/cpu.st" "$T/kda.st" kda:2 || fail "kda:2: the logits or hidden states differ from the CPU's"
 DF_MOCK_CUDA_FAIL=kda:2 "$BIN" run --model "$T/tiny" --prompt-ids "$Q" --max-new 4 --json --heat '' \
   --device cuda >"$T/g.json" 2>"$T/e" || fail "run kda:2: $(cat "$T/e")"
 [ "$(field "$T/g.json" "(d['stats']['device']['seq_calls'], d['stats']['device']['fallbacks'] > 0)")" = "(1, True)" ] ||
@@ -90,7 +79,7 @@ DF_MOCK_CUDA_FAIL=mla:1 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidd
   --device cuda --out "$T/mla.st" >/dev/null 2>"$T/e" || fail "logits mla:1: $(cat "$T/e")"
 grep -q "mock mla #1: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
   fail "mla:1: no warning: $(cat "$T/e")"
-same_st "$T/cpu.st" "$T/mla.st" || fail "mla:1: the logits or hidden states differ from the CPU's"
+same_st "$T/cpu.st" "$T/mla.st" mla:1 || fail "mla:1: the logits or hidden states differ from the CPU's"
 echo "ok   a failed MLA attention is computed on the CPU with the same floats"
 
 exact=0 again=0 clean=0
