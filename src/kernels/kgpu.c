@@ -166,11 +166,6 @@ static int is_pinned(const df_kgpu *g, const void *a) {
   return 0;
 }
 
-/* The device copy of a matrix of two parts (weights, then scales or
- * nothing): from the tier, else copied into it (as cls: the spine's KEEP,
- * the experts' LRU, dtier.h), else into the per-use buffer. NULL on a CUDA
- * error (the context is then not used again, so a tier entry left
- * half-filled is never read). */
 /* A matrix copied into the tier for the first time mostly comes from a
  * file mapping nothing has read yet (the spine's shards): one call maps its
  * pages ahead instead of a page fault per 4 KiB inside the copy (run 8's
@@ -186,6 +181,11 @@ static void prefault(const void *p, size_t n) {
 #endif
 }
 
+/* The device copy of a matrix of two parts (weights, then scales or
+ * nothing): from the tier, else copied into it (as cls: the spine's KEEP,
+ * the experts' LRU, dtier.h), else into the per-use buffer. NULL on a CUDA
+ * error (the context is then not used again, so a tier entry left
+ * half-filled is never read). */
 static uint8_t *weights(df_kgpu *g, uint64_t id, df_dtier_class cls, const void *a, size_t na,
                         const void *b, size_t nb) {
   size_t n = up_align(na) + nb;
@@ -726,9 +726,11 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
 }
 
 /* ---- an MLA layer's attention ----
- * xbuf: o, g, q, cache, olat, scores; the copy in from g to the cache's
- * end, the attention kernel, kv_b's value rows per head (the GEMM over the
- * T rows' olat of that head), the gate, the copy out of o. */
+ * xbuf: o, g, q, cache (only the rows the entry lacks, when it is kept),
+ * olat, scores; the copy in from g to the cache's end, the attention
+ * kernel, kv_b's value rows per head (the GEMM over the T rows' olat of
+ * that head), the gate, the copy out of o. */
+
 /* The entry holding the layer's cache rows, with room for ntot of them;
  * *valid: its rows still equal to the host's (those before n0 of the same
  * gen). NULL when the cache is not kept (no key, or no room). */
