@@ -255,19 +255,29 @@ static int buffers(df_kgpu *g, int rows, int cols, int T, size_t ldx, size_t *nx
              : -1;
 }
 
-/* X in (through the staging), the products, Y out with stride ldy; the
- * buffers() of these sizes are there. */
+/* X in through the staging (nx bytes into xbuf). */
+static int x_in(df_kgpu *g, const float *X, size_t nx) {
+  memcpy(g->hx, X, nx);
+  if (df_cuda_put(g->c, g->xbuf, g->hx, nx)) return -1;
+  g->st.h2d_bytes += nx;
+  return 0;
+}
+
+/* T rows of `rows` results, packed in the staging at hy, to Y with stride ldy. */
+static void y_out(const float *hy, int rows, int T, float *Y, size_t ldy) {
+  for (int t = 0; t < T; t++)
+    memcpy(Y + (size_t)t * ldy, hy + (size_t)t * rows, (size_t)rows * sizeof(float));
+}
+
+/* X in, the products, Y out with stride ldy; the buffers() of these sizes
+ * are there. */
 static int run(df_kgpu *g, gemm_fn fn, const void *dw, const void *ds, int rows, int cols,
                const float *X, int T, size_t ldx, float *Y, size_t ldy, size_t nx, size_t ny) {
   double t0 = df_now();
-  float *dx = g->xbuf, *dy = g->ybuf, *hx = g->hx, *hy = g->hy;
-  memcpy(hx, X, nx);
-  if (df_cuda_put(g->c, dx, hx, nx) || products(g, fn, dw, ds, rows, cols, dx, T, ldx, dy) ||
-      df_cuda_get(g->c, hy, dy, ny))
+  if (x_in(g, X, nx) || products(g, fn, dw, ds, rows, cols, g->xbuf, T, ldx, g->ybuf) ||
+      df_cuda_get(g->c, g->hy, g->ybuf, ny))
     return -1;
-  for (int t = 0; t < T; t++)
-    memcpy(Y + (size_t)t * ldy, hy + (size_t)t * rows, (size_t)rows * sizeof(float));
-  g->st.h2d_bytes += nx;
+  y_out(g->hy, rows, T, Y, ldy);
   g->st.d2h_bytes += ny;
   g->st.compute_s += df_now() - t0;
   return 0;
@@ -357,8 +367,7 @@ int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, 
   double t0 = df_now();
   size_t nx, ny;
   if (buffers(g, rows, W[0]->cols, T, ldx, &nx, &ny)) return fell_back(g);
-  memcpy(g->hx, X, nx);
-  if (df_cuda_put(g->c, g->xbuf, g->hx, nx)) return fell_back(g);
+  if (x_in(g, X, nx)) return fell_back(g);
   float *dy = g->ybuf;
   for (int i = 0; i < n; i++) {
     const uint8_t *dw;
@@ -372,11 +381,9 @@ int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, 
   if (df_cuda_get(g->c, g->hy, g->ybuf, ny)) return fell_back(g);
   const float *hy = g->hy;
   for (int i = 0; i < n; i++) {
-    size_t r = (size_t)W[i]->rows;
-    for (int t = 0; t < T; t++) memcpy(Y[i] + (size_t)t * ldy[i], hy + (size_t)t * r, r * sizeof(float));
-    hy += (size_t)T * r;
+    y_out(hy, W[i]->rows, T, Y[i], ldy[i]);
+    hy += (size_t)T * (size_t)W[i]->rows;
   }
-  g->st.h2d_bytes += nx;
   g->st.d2h_bytes += ny;
   g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
@@ -691,33 +698,29 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   if (df_cuda_put(g->c, d + in0, h + in0, nin - in0 * sizeof(float))) return fell_back(g);
   if (from_entry && df_cuda_copy(g->c, d, e->d, nst)) return fell_back(g);
   if (df_cuda_kda(g->c, &k)) return seq_failed(g);
-  if (e && (df_cuda_copy(g->c, e->d, d, nst) ||
-            df_cuda_get(g->c, h + off[2], d + off[2], n[2] * sizeof(float)))) {
+  /* kept: the state stays in the entry and only the output comes back */
+  int had = e != NULL;
+  int kept = had && !df_cuda_copy(g->c, e->d, d, nst) &&
+             !df_cuda_get(g->c, h + off[2], d + off[2], n[2] * sizeof(float));
+  if (had && !kept) {
     /* the entry may be half written: nothing reads it again; the state
      * after the call is still in xbuf, so it goes to the host instead */
     sent_free(g, e);
-    e = NULL;
     note_error(g, NULL);
     g->st.fallbacks++;
-    if (df_cuda_get(g->c, h, d, nout)) {
-      pthread_mutex_unlock(&g->mu);
-      return from_entry ? -2 : -1; /* else the host still has the state before the call */
-    }
-    memcpy(a->S, h + off[0], n[0] * sizeof(float));
-    memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
-    memcpy(a->o, h + off[2], n[2] * sizeof(float));
-    g->st.d2h_bytes += nout;
-  } else if (e) { /* the state stays; only the output comes back */
-    memcpy(a->o, h + off[2], n[2] * sizeof(float));
-    a->kept = 1;
-    g->st.d2h_bytes += n[2] * sizeof(float);
-  } else {
-    if (df_cuda_get(g->c, h, d, nout)) return fell_back(g);
-    memcpy(a->S, h + off[0], n[0] * sizeof(float));
-    memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
-    memcpy(a->o, h + off[2], n[2] * sizeof(float));
-    g->st.d2h_bytes += nout;
   }
+  if (!kept && df_cuda_get(g->c, h, d, nout)) {
+    if (!had) return fell_back(g);
+    pthread_mutex_unlock(&g->mu);
+    return from_entry ? -2 : -1; /* else the host still has the state before the call */
+  }
+  if (!kept) {
+    memcpy(a->S, h + off[0], n[0] * sizeof(float));
+    memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
+  }
+  memcpy(a->o, h + off[2], n[2] * sizeof(float));
+  a->kept = kept;
+  g->st.d2h_bytes += kept ? n[2] * sizeof(float) : nout;
   g->st.seq_calls++;
   g->st.h2d_bytes += nin - in0 * sizeof(float);
   g->st.compute_s += df_now() - t0;

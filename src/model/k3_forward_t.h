@@ -181,14 +181,12 @@ static int seq_host_layer(SEQ *q, const df_config *c, int l) {
 #endif
 }
 
-/* Every layer's, before the host's copies are read. The values do not
- * change, only where they are, so a const state may be brought back. */
-static int seq_host(const SEQ *cq, const df_config *c) {
+/* Every layer's, before the host's copies are read (a failure shows as
+ * q->lost). The values do not change, only where they are, so a const
+ * state may be brought back. */
+static void seq_host(const SEQ *cq, const df_config *c) {
   SEQ *q = (SEQ *)cq;
-  int rc = 0;
-  for (int l = 0; l < c->n_layers; l++)
-    if (seq_host_layer(q, c, l)) rc = -1;
-  return rc;
+  for (int l = 0; l < c->n_layers; l++) seq_host_layer(q, c, l);
 }
 
 /* The recurrent part and the position (what a mark saves and restores). */
