@@ -48,6 +48,9 @@ typedef struct df_bench_result {
   /* --device cuda: the GPU's counters at the end (engine.h's df_engine_device_json), NULL on the CPU */
   char *device_json;
   char device[16];
+  /* the repeats' compute by part (stats' prefill_compute and decode_compute
+   * less the warm-up's): where a warm pass spends its time */
+  char *compute_json;
   /* the spine stream (issue 11): bytes it read in the decode phases, their
    * time, and its own ceiling (its reads replayed, same engine and drive) */
   double spine_decode_bytes, spine_decode_wait, decode_seconds;

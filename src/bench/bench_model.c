@@ -48,6 +48,49 @@ static json_t *store_json(df_engine *en) {
   return st;
 }
 
+/* The engine's compute by part so far: {"prefill_compute": ..., "decode_compute": ...}. */
+static json_t *compute_now(df_engine *en) {
+  char *s = df_engine_stats_json(en);
+  json_t *o = s ? json_loads(s, 0, NULL) : NULL, *c = json_object();
+  free(s);
+  for (int i = 0; i < 2; i++) {
+    const char *k = i ? "decode_compute" : "prefill_compute";
+    json_t *v = o ? json_object_get(o, k) : NULL;
+    json_object_set(c, k, v ? v : json_null());
+  }
+  json_decref(o);
+  return c;
+}
+
+/* b less a, part by part (seconds, counts, milliseconds each), as JSON text. */
+static char *compute_diff(json_t *a, json_t *b) {
+  json_t *d = json_object();
+  const char *phase;
+  json_t *pb;
+  json_object_foreach(b, phase, pb) {
+    json_t *pa = json_object_get(a, phase), *pd = json_object();
+    const char *part;
+    json_t *vb;
+    json_object_foreach(pb, part, vb) {
+      json_t *va = json_object_get(pa, part);
+      if (json_is_number(vb)) {
+        json_object_set_new(pd, part, json_real(json_number_value(vb) - jnum(pa, part)));
+        continue;
+      }
+      double sec = jnum(vb, "s") - jnum(va, "s"), n = jnum(vb, "n") - jnum(va, "n");
+      json_t *k = json_object();
+      json_object_set_new(k, "s", json_real(sec));
+      json_object_set_new(k, "n", json_integer((json_int_t)n));
+      json_object_set_new(k, "ms_each", json_real(n > 0 ? 1e3 * sec / n : 0));
+      json_object_set_new(pd, part, k);
+    }
+    json_object_set_new(d, phase, pd);
+  }
+  char *txt = json_dumps(d, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(d);
+  return txt;
+}
+
 static void take_snap(df_engine *en, snap *sn) {
   json_t *st = store_json(en);
   memset(sn, 0, sizeof *sn);
@@ -231,6 +274,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   /* the largest batch it runs, for the memory plan (as run does) */
   if (eo.max_rows <= 0) eo.max_rows = o->prefill_chunk > 0 ? o->prefill_chunk : o->prompt_tokens;
   df_engine *en = NULL;
+  json_t *comp0 = NULL; /* the compute by part after the warm-up */
   if (df_engine_open(&en, &eo, e)) return -1;
   df_store *store = df_engine_store(en);
   /* the ceiling replays the decode phase's reads: the store logs them */
@@ -285,6 +329,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     df_session_free(s);
   }
   int drafting = strcmp(df_engine_draft(en, NULL), "off") != 0;
+  comp0 = compute_now(en);
   for (int r = 0; r < R; r++) {
     df_session *s = df_session_new(en);
     snap a, b, d;
@@ -338,6 +383,9 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
     json_decref(st);
     res->device_json = df_engine_device_json(en);
     snprintf(res->device, sizeof res->device, "%s", df_engine_device(en));
+    json_t *comp1 = compute_now(en);
+    res->compute_json = compute_diff(comp0, comp1);
+    json_decref(comp1);
   }
   rc = 0;
   /* the ceiling: the decode phases' reads, in order (up to 4 GB, at least
@@ -385,6 +433,7 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
   }
   df_bench_reads_free(&rd);
 out:
+  json_decref(comp0);
   if (en) df_engine_close(en);
   free(ids);
   free(logits);
@@ -588,6 +637,8 @@ static json_t *result_json(const df_bench_mopts *o, const df_bench_result *r) {
   json_object_set_new(j, "repeat", json_integer(r->repeat));
   json_object_set_new(j, "prefill", phase_json(&r->prefill));
   json_object_set_new(j, "decode", phase_json(&r->decode));
+  json_t *cj = r->compute_json ? json_loads(r->compute_json, 0, NULL) : NULL;
+  json_object_set_new(j, "compute_repeats", cj ? cj : json_null());
   if (r->have_ceiling) {
     json_t *c = json_object();
     json_object_set_new(c, "gbps", json_real(r->ceiling.gbps));
@@ -782,7 +833,8 @@ int df_bench_model(const df_bench_mopts *o, FILE *out, df_err *e) {
     fputc('\n', out);
     json_decref(j);
   }
-  for (int i = 0; i < nres; i++) free(res[i].drives_json), free(res[i].device_json);
+  for (int i = 0; i < nres; i++)
+    free(res[i].drives_json), free(res[i].device_json), free(res[i].compute_json);
   free(res);
   for (int i = 0; i < nd; i++) free(drives[i]);
   free(drives);

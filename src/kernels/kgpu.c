@@ -36,7 +36,15 @@ struct df_kgpu {
   /* a MoE layer batch's experts (df_kgpu_experts_*) */
   df_kgpu_xshape xs;
   int xrows, xcap_rows; /* rows queued in this batch, rows the buffers hold */
-  void *dh1, *dh3;      /* device: one expert's gate and up outputs (n x inter) */
+  void *dh1, *dh3;      /* device: the gate and up outputs, row r at [r * inter] */
+  /* experts from the tier on one row each (a decode step's), not yet
+   * launched: they go as one grouped launch of their products
+   * (flush_experts), rows [pend[0].r0, xrows) of the batch */
+  struct pend {
+    const uint8_t *d;
+    int r0;
+  } pend[DF_CUDA_GROUP_MAX / 2];
+  int npend;
   size_t h1cap, h3cap;
   double xt0;
   struct pin {
@@ -299,11 +307,16 @@ static int fell_back(df_kgpu *g) {
   return -1;
 }
 
-/* Takes the lock; -1 (unlocked, counted) when the context is not usable. */
+static int flush_experts(df_kgpu *g);
+
+/* Takes the lock; -1 (unlocked, counted) when the context is not usable.
+ * Experts waiting for their grouped launch go first: what follows may
+ * overwrite the staging their rows are in, or free a buffer they read. */
 static int enter(df_kgpu *g) {
   pthread_mutex_lock(&g->mu);
   if (!g->broken && df_cuda_use(g->dev))
     note_error(g, "cannot make the device current on this thread");
+  if (!g->broken && g->npend && flush_experts(g)) note_error(g, NULL);
   if (!g->broken) return 0;
   g->st.fallbacks++;
   pthread_mutex_unlock(&g->mu);
@@ -368,14 +381,34 @@ int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, 
   size_t nx, ny;
   if (buffers(g, rows, W[0]->cols, T, ldx, &nx, &ny)) return fell_back(g);
   if (x_in(g, X, nx)) return fell_back(g);
+  /* one vector: the products of the tier's bf16 or int8 matrices go as one
+   * grouped launch per format run (a KDA layer's six: one launch, not six
+   * each too small to fill the GPU); a matrix in the per-use buffer goes
+   * alone, as the next one's copy overwrites that buffer */
   float *dy = g->ybuf;
-  for (int i = 0; i < n; i++) {
-    const uint8_t *dw;
-    const void *ds;
-    gemm_fn fn;
-    if (spine_rows(g, W[i], 0, &dw, &ds, &fn) ||
-        products(g, fn, dw, ds, W[i]->rows, W[i]->cols, g->xbuf, T, ldx, dy))
+  df_cuda_gemv_one grp[DF_CUDA_GROUP_MAX];
+  int ng = 0, gfmt = -1;
+  for (int i = 0; i <= n; i++) {
+    const uint8_t *dw = NULL;
+    const void *ds = NULL;
+    gemm_fn fn = NULL;
+    int fmt = -1;
+    if (i < n) {
+      if (spine_rows(g, W[i], 0, &dw, &ds, &fn)) return fell_back(g);
+      if (T == 1 && dw != g->wbuf) fmt = fn == gm_bf16 ? 0 : fn == gm_i8 ? 1 : -1;
+    }
+    if (ng && (fmt != gfmt || ng == DF_CUDA_GROUP_MAX)) {
+      if (df_cuda_gemv_group(g->c, gfmt, ng, grp)) return fell_back(g);
+      g->st.products += (uint64_t)ng;
+      ng = 0;
+    }
+    if (i == n) break;
+    if (fmt >= 0) {
+      grp[ng++] = (df_cuda_gemv_one){dw, ds, W[i]->rows, W[i]->cols, g->xbuf, dy};
+      gfmt = fmt;
+    } else if (products(g, fn, dw, ds, W[i]->rows, W[i]->cols, g->xbuf, T, ldx, dy)) {
       return fell_back(g);
+    }
     dy += (size_t)T * (size_t)W[i]->rows;
   }
   if (df_cuda_get(g->c, g->hy, g->ybuf, ny)) return fell_back(g);
@@ -407,13 +440,51 @@ int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8
 /* ---- a MoE layer batch's experts ----
  * Row r of the batch (rows are numbered in the order experts are queued) has
  * its input at hx[r * latent] and its output at hy[r * latent]; dx/dy mirror
- * them on the device. Each expert: its rows in, gate and up products, SiTU,
- * down product, its rows out, all queued; the one wait is in _end. */
+ * them on the device, dh1/dh3 hold its gate and up outputs. Each expert: its
+ * rows in, gate and up products, SiTU, down product, its rows out, all
+ * queued; the one wait is in _end. The experts the tier holds that have one
+ * row each (a decode step's) wait instead and go together: their gate and
+ * up products in one grouped launch, one SiTU, their down products in a
+ * second launch (16 experts' 48 launches, each too small to fill the GPU,
+ * become 3); each row's floats are those of its own products. */
+
+static int flush_experts(df_kgpu *g) {
+  int n = g->npend;
+  if (!n) return 0;
+  g->npend = 0;
+  const df_kgpu_xshape *x = &g->xs;
+  size_t Lt = (size_t)x->latent, Mi = (size_t)x->inter, r0 = (size_t)g->pend[0].r0;
+  float *dx = (float *)g->xbuf + r0 * Lt, *dy = (float *)g->ybuf + r0 * Lt;
+  float *h1 = (float *)g->dh1 + r0 * Mi, *h3 = (float *)g->dh3 + r0 * Mi;
+  size_t nb = (size_t)n * Lt * sizeof(float);
+  df_cuda_gemv_one m[DF_CUDA_GROUP_MAX];
+  for (int i = 0; i < n; i++) {
+    const uint8_t *d = g->pend[i].d;
+    m[2 * i] = (df_cuda_gemv_one){d + x->w1p, d + x->w1s, (int)Mi, (int)Lt, dx + i * Lt,
+                                  h1 + i * Mi};
+    m[2 * i + 1] = (df_cuda_gemv_one){d + x->w3p, d + x->w3s, (int)Mi, (int)Lt, dx + i * Lt,
+                                      h3 + i * Mi};
+  }
+  if (df_cuda_put(g->c, dx, g->hx + r0 * Lt, nb) || df_cuda_gemv_group(g->c, 3, 2 * n, m) ||
+      df_cuda_situ(g->c, h1, h1, h3, (int)(Mi * (size_t)n), x->beta, x->linear_beta))
+    return -1;
+  for (int i = 0; i < n; i++) {
+    const uint8_t *d = g->pend[i].d;
+    m[i] = (df_cuda_gemv_one){d + x->w2p, d + x->w2s, (int)Lt, (int)Mi, h1 + i * Mi, dy + i * Lt};
+  }
+  if (df_cuda_gemv_group(g->c, 3, n, m) || df_cuda_get_async(g->c, g->hy + r0 * Lt, dy, nb))
+    return -1;
+  g->st.products += 3 * (uint64_t)n;
+  g->st.h2d_bytes += nb;
+  g->st.d2h_bytes += nb;
+  return 0;
+}
 
 int df_kgpu_experts_begin(df_kgpu *g, const df_kgpu_xshape *sh, int max_rows) {
   if (enter(g)) return -1;
   g->xs = *sh;
   g->xrows = 0;
+  g->npend = 0;
   size_t n = (size_t)max_rows * (size_t)sh->latent * sizeof(float);
   size_t nh = (size_t)max_rows * (size_t)sh->inter * sizeof(float);
   if (!scratch(g, &g->xbuf, &g->xcap, n) || !scratch(g, &g->ybuf, &g->ycap, n) ||
@@ -444,14 +515,24 @@ float *df_kgpu_expert_in(df_kgpu *g, int n) {
 }
 
 int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row0) {
-  if (enter(g)) return -1;
+  /* not enter(): the experts waiting stay waiting for this one to join */
+  pthread_mutex_lock(&g->mu);
+  if (!g->broken && df_cuda_use(g->dev))
+    note_error(g, "cannot make the device current on this thread");
+  if (g->broken) {
+    g->st.fallbacks++;
+    pthread_mutex_unlock(&g->mu);
+    return -1;
+  }
   const df_kgpu_xshape *x = &g->xs;
   size_t Lt = (size_t)x->latent, Mi = (size_t)x->inter;
   /* the record as one entry; refused by the tier, it goes through the
    * per-use buffer, which the stream's order keeps from being overwritten
-   * before the experts queued on it have read it */
+   * before the experts queued on it have read it. A copy may evict a
+   * waiting expert's entry: those are launched first. */
   const uint8_t *d;
   if (rec) {
+    if (flush_experts(g)) return fell_back(g);
     d = weights(g, key, DF_DTIER_LRU, rec, x->bytes, NULL, 0);
   } else if (!(d = df_dtier_get(g->tier, key))) {
     pthread_mutex_unlock(&g->mu);
@@ -459,13 +540,23 @@ int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row
   }
   if (!d) return fell_back(g);
   size_t r0 = (size_t)g->xrows;
+  if (!rec && n == 1) {
+    g->pend[g->npend++] = (struct pend){d, (int)r0};
+    *row0 = g->xrows;
+    g->xrows += n;
+    if (g->npend == DF_CUDA_GROUP_MAX / 2 && flush_experts(g)) return fell_back(g);
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+  }
+  if (flush_experts(g)) return fell_back(g);
   float *dx = (float *)g->xbuf + r0 * Lt, *dy = (float *)g->ybuf + r0 * Lt;
+  float *h1 = (float *)g->dh1 + r0 * Mi, *h3 = (float *)g->dh3 + r0 * Mi;
   size_t nb = (size_t)n * Lt * sizeof(float);
   if (df_cuda_put(g->c, dx, g->hx + r0 * Lt, nb) ||
-      products(g, gm_mxfp4, d + x->w1p, d + x->w1s, (int)Mi, (int)Lt, dx, n, Lt, g->dh1) ||
-      products(g, gm_mxfp4, d + x->w3p, d + x->w3s, (int)Mi, (int)Lt, dx, n, Lt, g->dh3) ||
-      df_cuda_situ(g->c, g->dh1, g->dh1, g->dh3, (int)(Mi * (size_t)n), x->beta, x->linear_beta) ||
-      products(g, gm_mxfp4, d + x->w2p, d + x->w2s, (int)Lt, (int)Mi, g->dh1, n, Mi, dy) ||
+      products(g, gm_mxfp4, d + x->w1p, d + x->w1s, (int)Mi, (int)Lt, dx, n, Lt, h1) ||
+      products(g, gm_mxfp4, d + x->w3p, d + x->w3s, (int)Mi, (int)Lt, dx, n, Lt, h3) ||
+      df_cuda_situ(g->c, h1, h1, h3, (int)(Mi * (size_t)n), x->beta, x->linear_beta) ||
+      products(g, gm_mxfp4, d + x->w2p, d + x->w2s, (int)Lt, (int)Mi, h1, n, Mi, dy) ||
       df_cuda_get_async(g->c, g->hy + r0 * Lt, dy, nb))
     return fell_back(g);
   g->st.h2d_bytes += nb;
@@ -480,7 +571,7 @@ const float *df_kgpu_experts_end(df_kgpu *g) {
   pthread_mutex_lock(&g->mu);
   const float *out = NULL;
   if (!g->broken) {
-    if (df_cuda_sync(g->c)) note_error(g, NULL);
+    if (flush_experts(g) || df_cuda_sync(g->c)) note_error(g, NULL);
     else out = g->hy;
   }
   g->st.compute_s += df_now() - g->xt0;

@@ -7,7 +7,8 @@
  * Each case cycles through enough copies of its matrix to exceed the L2
  * cache several times over, so every launch reads its weights from HBM;
  * bytes counted = weights + scales + x + y. Timing: CUDA events around REPS
- * launches after a warm-up. Prints one JSON object. */
+ * launches after a warm-up. First a MoE layer's experts on one token, launched
+ * one by one against grouped (moe_layer_one_token). Prints one JSON object. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,72 @@ static double gemv_bw(int fmt, int rows, int cols, int T, int reps, double *us) 
   return (double)(wb + sb + (size_t)cols * 4 + (size_t)rows * 4) * reps / t;
 }
 
+/* A MoE layer's 16 experts on one token (a decode step): each expert's gate,
+ * up and down GEMVs launched one by one (48 launches), against the grouped
+ * launches (df_cuda_gemv_group: gate and up of all 16, then down of all
+ * 16). The 16 experts' 280 MB exceed the L2 cache, so both read from HBM;
+ * bytes counted = weights + scales. Prints one JSON member. */
+static void moe_token(int reps, double copy) {
+  enum { NE = 16, MI = 3072, LT = 3584 };
+  size_t wb = (size_t)MI * LT / 2, sb = (size_t)MI * LT / 32;
+  void *P[NE][3], *S[NE][3];
+  uint8_t *hs = malloc(sb);
+  for (size_t i = 0; i < sb; i++) hs[i] = (uint8_t)(120 + i % 8);
+  for (int e = 0; e < NE; e++)
+    for (int k = 0; k < 3; k++) {
+      P[e][k] = dfill(wb, 11 + (uint64_t)e * 3 + k);
+      S[e][k] = df_cuda_alloc(G, sb);
+      if (!S[e][k] || df_cuda_put(G, S[e][k], hs, sb)) die("alloc");
+    }
+  float *hx = malloc((size_t)NE * LT * 4);
+  for (size_t c = 0; c < (size_t)NE * LT; c++) hx[c] = (float)((int)(c % 13) - 6) / 8.0f;
+  float *x = df_cuda_alloc(G, (size_t)NE * LT * 4), *h = df_cuda_alloc(G, (size_t)NE * 2 * MI * 4),
+        *y = df_cuda_alloc(G, (size_t)NE * LT * 4);
+  if (!x || !h || !y || df_cuda_put(G, x, hx, (size_t)NE * LT * 4) || df_cuda_sync(G)) die("alloc");
+  double us[2];
+  for (int how = 0; how < 2; how++) {
+    int rc = 0;
+    for (int i = -2; i < reps; i++) {
+      if (i == 0) df_cuda_mark(G, 0);
+      if (how == 0) {
+        for (int e = 0; e < NE; e++) {
+          float *xe = x + (size_t)e * LT, *g = h + (size_t)e * 2 * MI;
+          rc |= df_cuda_gemv_mxfp4(G, P[e][0], S[e][0], MI, LT, xe, g);
+          rc |= df_cuda_gemv_mxfp4(G, P[e][1], S[e][1], MI, LT, xe, g + MI);
+          rc |= df_cuda_gemv_mxfp4(G, P[e][2], S[e][2], LT, MI, g, y + (size_t)e * LT);
+        }
+      } else {
+        df_cuda_gemv_one m[2 * NE];
+        for (int e = 0; e < NE; e++) {
+          float *xe = x + (size_t)e * LT, *g = h + (size_t)e * 2 * MI;
+          m[2 * e] = (df_cuda_gemv_one){P[e][0], S[e][0], MI, LT, xe, g};
+          m[2 * e + 1] = (df_cuda_gemv_one){P[e][1], S[e][1], MI, LT, xe, g + MI};
+        }
+        rc |= df_cuda_gemv_group(G, 3, 2 * NE, m);
+        for (int e = 0; e < NE; e++)
+          m[e] = (df_cuda_gemv_one){P[e][2], S[e][2], LT, MI, h + (size_t)e * 2 * MI,
+                                    y + (size_t)e * LT};
+        rc |= df_cuda_gemv_group(G, 3, NE, m);
+      }
+    }
+    df_cuda_mark(G, 1);
+    if (rc) die("moe token");
+    double t = df_cuda_elapsed(G);
+    if (t <= 0 || df_cuda_sync(G)) die("timing");
+    us[how] = t / reps * 1e6;
+  }
+  double bytes = (double)NE * 3 * (wb + sb);
+  printf("  \"moe_layer_one_token\": {\"experts\": %d, \"MB\": %.1f, \"launch_each_us\": %.1f, "
+         "\"launch_each_of_copy\": %.3f, \"grouped_us\": %.1f, \"grouped_of_copy\": %.3f},\n",
+         NE, bytes / 1e6, us[0], bytes / (us[0] * 1e-6) / copy, us[1],
+         bytes / (us[1] * 1e-6) / copy);
+  fflush(stdout);
+  for (int e = 0; e < NE; e++)
+    for (int k = 0; k < 3; k++) df_cuda_free(G, P[e][k]), df_cuda_free(G, S[e][k]);
+  df_cuda_free(G, x), df_cuda_free(G, h), df_cuda_free(G, y);
+  free(hs), free(hx);
+}
+
 int main(int argc, char **argv) {
   int reps = argc > 1 ? atoi(argv[1]) : 200;
   if (reps < 1) reps = 1;
@@ -118,7 +185,9 @@ int main(int argc, char **argv) {
   G = df_cuda_open(0, err, sizeof err);
   if (!G) return fprintf(stderr, "deltafin-cuda-bench: %s\n", err), 1;
   double copy = copy_bw((size_t)(1024 * MIB), 20);
-  printf("{\n  \"device\": \"%s\",\n  \"copy_GBps\": %.1f,\n  \"gemv\": [\n", df_cuda_describe(G), copy / 1e9);
+  printf("{\n  \"device\": \"%s\",\n  \"copy_GBps\": %.1f,\n", df_cuda_describe(G), copy / 1e9);
+  moe_token(reps, copy);
+  printf("  \"gemv\": [\n");
   /* K3: one expert's gate (or up) and down, top-16 experts' gate+up rows
    * stacked (one launch over 32 x 3072 rows), the KDA q/k/v and output
    * projections, and the three q/k/v fused. */

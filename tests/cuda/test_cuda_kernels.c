@@ -239,6 +239,89 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   free(W), free(S), free(X), free(ycpu), free(ygpu);
 }
 
+/* A grouped launch (df_cuda_gemv_group) of n matrices of format fmt, matrix
+ * i shape[i] = {rows, cols}, each with its own x and y; where shift is set,
+ * odd matrices get x one float off 16-byte alignment and their weights a
+ * byte (bf16: two) past it, so one launch mixes vector and element-by-
+ * element staging. Each y must be the reference GEMV's, in the variant
+ * chosen by the shapes and in each one forced, and the bytes around each
+ * y untouched. */
+static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
+  df_cuda_gemv_one m[DF_CUDA_GROUP_MAX];
+  void *W[DF_CUDA_GROUP_MAX], *S[DF_CUDA_GROUP_MAX], *dW[DF_CUDA_GROUP_MAX], *dS[DF_CUDA_GROUP_MAX];
+  float *x[DF_CUDA_GROUP_MAX], *dx[DF_CUDA_GROUP_MAX], *dy[DF_CUDA_GROUP_MAX], *yc[DF_CUDA_GROUP_MAX];
+  for (int i = 0; i < n; i++) {
+    int rows = shape[i][0], cols = shape[i][1], off = shift && (i & 1);
+    size_t wb, sb;
+    mkweights(fmt, rows, cols, &W[i], &wb, &S[i], &sb);
+    x[i] = rnd_vec(cols + 1, -6, 2);
+    yc[i] = malloc((size_t)rows * 4);
+    cpu_gemm(fmt, W[i], S[i], cols, 0, rows, x[i] + off, 1, (size_t)cols, yc[i], (size_t)rows);
+    uint8_t *wpad = malloc(wb + 2);
+    memcpy(wpad + (off ? (fmt == F_BF16 ? 2 : 1) : 0), W[i], wb);
+    dW[i] = dput(wpad, wb + 2);
+    free(wpad);
+    dS[i] = S[i] ? dput(S[i], sb) : NULL;
+    dx[i] = dput(x[i], (size_t)(cols + 1) * 4);
+    dy[i] = df_cuda_alloc(G, (size_t)(rows + 2) * 4);
+    m[i] = (df_cuda_gemv_one){(uint8_t *)dW[i] + (off ? (fmt == F_BF16 ? 2 : 1) : 0), dS[i], rows,
+                              cols, dx[i] + off, dy[i] + 1};
+  }
+  static const char *tl[] = {"by shape", "2 stages", "3 stages", "deep", "deep, 2 threads a row"};
+  for (int v = 0; v < 5; v++) {
+    df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
+    for (int i = 0; i < n; i++) {
+      float *nanpat = malloc((size_t)(shape[i][0] + 2) * 4);
+      memset(nanpat, 0xff, (size_t)(shape[i][0] + 2) * 4);
+      ok_or_die(df_cuda_put(G, dy[i], nanpat, (size_t)(shape[i][0] + 2) * 4));
+      free(nanpat);
+    }
+    ok_or_die(df_cuda_gemv_group(G, fmt, n, m));
+    int bad = 0;
+    for (int i = 0; i < n && !bad; i++) {
+      int rows = shape[i][0];
+      float *yg = malloc((size_t)(rows + 2) * 4);
+      dget(yg, dy[i], (size_t)(rows + 2) * 4);
+      uint32_t lo, hi;
+      memcpy(&lo, &yg[0], 4), memcpy(&hi, &yg[rows + 1], 4);
+      if (memcmp(yc[i], yg + 1, (size_t)rows * 4) || lo != 0xffffffffu || hi != 0xffffffffu) {
+        char what[128];
+        snprintf(what, sizeof what, "gemv group %s, matrix %d of %d (%d x %d%s), %s", fname[fmt], i,
+                 n, rows, shape[i][1], shift && (i & 1) ? ", unaligned" : "", tl[v]);
+        same(what, yc[i], yg + 1, (size_t)rows, 0);
+        if (lo != 0xffffffffu || hi != 0xffffffffu) {
+          failures++;
+          printf("FAIL %s: wrote outside its y\n", what);
+        }
+        bad = 1;
+      }
+      free(yg);
+    }
+    if (!bad)
+      printf("ok   gemv group %s, %d matrices%s, %s\n", fname[fmt], n, shift ? ", mixed alignment" : "",
+             tl[v]);
+  }
+  df_cuda_set_gemv_tiled(G, fmt, 1);
+  for (int i = 0; i < n; i++) {
+    df_cuda_free(G, dW[i]), df_cuda_free(G, dS[i]), df_cuda_free(G, dx[i]), df_cuda_free(G, dy[i]);
+    free(W[i]), free(S[i]), free(x[i]), free(yc[i]);
+  }
+}
+
+static void group_errors(void) {
+  df_cuda_gemv_one m[DF_CUDA_GROUP_MAX + 1];
+  memset(m, 0, sizeof m);
+  int bad = 0;
+  bad |= df_cuda_gemv_group(G, F_MXFP4, DF_CUDA_GROUP_MAX + 1, m) != -1;
+  bad |= df_cuda_gemv_group(G, F_F32, 1, m) != -1;
+  m[0].rows = 4, m[0].cols = 48;
+  bad |= df_cuda_gemv_group(G, F_MXFP4, 1, m) != -1;
+  bad |= !strstr(df_cuda_error(G), "multiple of 32");
+  bad |= df_cuda_gemv_group(G, F_I8, 0, m) != 0;
+  if (bad) failures++;
+  printf("%s gemv group errors\n", bad ? "FAIL" : "ok  ");
+}
+
 /* A bad shape is an error with a message, not a launch. */
 static void gemm_errors(void) {
   float *d = df_cuda_alloc(G, 4096);
@@ -434,6 +517,29 @@ int main(void) {
     }
   gemm_errors();
   df_pool_destroy(P);
+  /* grouped GEMVs: a MoE layer's 16 experts on one token (gate and up, 32
+   * matrices; down, 16), a KDA layer's six projections of one input, and
+   * odd shapes mixed in one launch with mixed alignment */
+  {
+    int sh[DF_CUDA_GROUP_MAX][2];
+    for (int i = 0; i < 32; i++) sh[i][0] = 3072, sh[i][1] = 3584;
+    group_case(F_MXFP4, 32, (const int(*)[2])sh, 0);
+    for (int i = 0; i < 16; i++) sh[i][0] = 3584, sh[i][1] = 3072;
+    group_case(F_MXFP4, 16, (const int(*)[2])sh, 0);
+    static const int kda6[][2] = {{12288, 7168}, {12288, 7168}, {12288, 7168},
+                                  {96, 7168},    {128, 7168},   {96, 7168}};
+    group_case(F_I8, 6, kda6, 0);
+    group_case(F_BF16, 6, kda6, 0);
+    static const int oddm[][2] = {{1, 32}, {33, 288}, {257, 3584}, {5, 64}, {100, 4000 / 32 * 32},
+                                  {31, 256}, {0, 64}, {3, 96}};
+    static const int oddb[][2] = {{1, 1}, {33, 17}, {257, 7168}, {5, 7}, {100, 4000},
+                                  {31, 256}, {0, 64}, {3, 12345}};
+    group_case(F_MXFP4, 8, oddm, 1);
+    group_case(F_I8, 8, oddb, 1);
+    group_case(F_BF16, 8, oddb, 1);
+    group_case(F_MXFP4, 1, oddm + 2, 0);
+  }
+  group_errors();
   static const int vn[] = {7168, 3584, 1, 17, 12345};
   for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) rmsnorm_case(vn[i], 1), rmsnorm_case(vn[i], 0);
   static const int sn[] = {896, 16, 1, 33, 100000};

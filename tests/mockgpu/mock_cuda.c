@@ -145,6 +145,25 @@ int df_cuda_gemm_mxfp4(df_cuda *c, const uint8_t *packed, const uint8_t *scales,
   df_kern_scalar()->gemm_mxfp4(packed, scales, cols, 0, rows, X, T, ldx, Y, ldy);
   return 0;
 }
+/* one injected failure for the launch, as the real one fails whole */
+int df_cuda_gemv_group(df_cuda *c, int fmt, int n, const df_cuda_gemv_one *m) {
+  if (n < 0 || n > DF_CUDA_GROUP_MAX || (fmt != 0 && fmt != 1 && fmt != 3)) {
+    snprintf(c->err, sizeof c->err, "gemv group: %d matrices of format %d", n, fmt);
+    return -1;
+  }
+  if (inject(c, F_GEMM)) return -1;
+  const df_kern *k = df_kern_scalar();
+  for (int i = 0; i < n; i++) {
+    const df_cuda_gemv_one *o = &m[i];
+    if (fmt == 0) k->gemm_bf16(o->W, o->cols, 0, o->rows, o->x, 1, (size_t)o->cols, o->y, (size_t)o->rows);
+    else if (fmt == 1)
+      k->gemm_i8(o->W, o->S, o->cols, 0, o->rows, o->x, 1, (size_t)o->cols, o->y, (size_t)o->rows);
+    else
+      k->gemm_mxfp4(o->W, o->S, o->cols, 0, o->rows, o->x, 1, (size_t)o->cols, o->y,
+                    (size_t)o->rows);
+  }
+  return 0;
+}
 int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n, float bg,
                  float bu) {
   (void)c;

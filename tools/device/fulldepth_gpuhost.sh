@@ -35,7 +35,8 @@
 # MODEL_DIR ($HOME/dffull), SPINE_DIR, DROP_CACHES (1), SAMPLE (5 s; 0: off), STEPS (default
 # "gen cpu_decode cuda_decode cpu_prefill cuda_prefill"; also cuda_decode_notier:
 # --gpu-mem 57G, the tier holding the spine only, and cuda_decode_copy:
-# --gpu-state copy), KEEP=1 keeps the model.
+# --gpu-state copy; cuda_bench / cpu_bench: `bench --model`, a cold warm-up then a warm
+# PREFILL-token prompt and 8 new tokens, and the disk's ceiling), KEEP=1 keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
 # 82.1 GB generated in 71 s; decode ids equal on both devices; the CUDA
@@ -123,7 +124,7 @@ esac
 # ---- the runs ----
 # Each run gets an equal share of what is left, so one slow run (a prefill
 # on a path still being made fast) cannot starve the ones after it.
-RUNS_LEFT=$(echo "$STEPS" | tr ' ' '\n' | grep -c -E '_(decode|prefill)(_[a-z]+)?$')
+RUNS_LEFT=$(echo "$STEPS" | tr ' ' '\n' | grep -c -E '_(decode|prefill|bench)(_[a-z]+)?$')
 run() { # name device prompt-ids max-new [options]
   local name=$1 dev=$2 ids=$3 n=$4 t=$(( ($(left) - 20) / RUNS_LEFT ))
   RUNS_LEFT=$((RUNS_LEFT - 1))
@@ -189,6 +190,23 @@ if s.get("device"):
 print("; ".join(out))
 EOF
 }
+# bench --model: a warm-up (the cold pass: the tier filled), then one repeat of
+# a PREFILL-token prompt and 8 new tokens in the same process (the warm figures),
+# then the storage ceiling of the same expert records on this disk
+bench() { # name device [options]
+  local name=$1 dev=$2 t=$(( ($(left) - 20) / RUNS_LEFT ))
+  RUNS_LEFT=$((RUNS_LEFT - 1))
+  shift 2
+  if [ "$t" -lt 30 ]; then ts "SKIPPED $name: ${t}s left"; return; fi
+  ts "$name: bench --device $dev --prompt-tokens $PREFILL --new-tokens 8 --repeat 1 $* (timeout ${t}s)"
+  timeout "$t" "$B" bench --model "$M" --spine int8 --spine-dir "$S" --threads "$THREADS" --heat '' \
+    --cache-mb "$CACHE_MB" --mem-limit "$MEM_LIMIT" --prompt-tokens "$PREFILL" --prefill-chunk "$PREFILL" \
+    --new-tokens 8 --repeat 1 --json --device "$dev" "$@" > "$OUT/$name.json" 2> "$R/$name.err" &
+  local tp=$!
+  [ "${SAMPLE:-5}" -gt 0 ] && sampler "$tp" > "$R/$name.samples" 2>&1 &
+  wait "$tp"
+  ts "$name: rc=$? $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ("prefill_s_per_token", "decode_s_per_token", "expert_read_gbps", "ceiling_gbps", "storage_efficiency")}, {ph: {k: round(v["s"], 2) for k, v in (p or {}).items() if isinstance(v, dict)} for ph, p in (d.get("compute_repeats") or {}).items()})' "$OUT/$name.json" 2>/dev/null || tail -2 "$R/$name.err" | tr '\n' ' ')"
+}
 ids_of() { sed -n 's/.*"output_ids": *\[\([^]]*\)\].*/\1/p' "$OUT/$1.json" 2>/dev/null | tr -d ' \n'; }
 P=$(seq -s, 1 "$PREFILL")
 for step in $STEPS; do
@@ -214,6 +232,9 @@ for step in $STEPS; do
   cuda_decode_notier) run cuda_decode_notier cuda 1,2,3 4 --gpu-mem 57G ;;
   # the sequence state copied in and out every pass (run 8's way), against the kept default
   cuda_decode_copy) run cuda_decode_copy cuda 1,2,3 4 --gpu-state copy ;;
+  # warm prefill and decode in one process, and the disk's ceiling (bench above)
+  cuda_bench) bench cuda_bench cuda ;;
+  cpu_bench) bench cpu_bench cpu ;;
   esac
 done
 

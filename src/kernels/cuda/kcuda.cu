@@ -624,17 +624,19 @@ static constexpr int tile_minb(int ns, int g) {
 }
 
 /* G threads a row (1 or 2): TR = 32 / G rows a block; thread lane owns row
- * lane % TR and its lanes g * LPT ..., g = lane / TR, LPT = 16 / G. */
-template <class TF, int NS, int G = 1>
-__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
-    tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
-           const float *rowscale, int flags) {
+ * lane % TR and its lanes g * LPT ..., g = lane / TR, LPT = 16 / G. blk is
+ * the block's place in its matrix (rows blk * TR ...): blockIdx.x for one
+ * matrix, less the matrix's first block in a grouped launch. */
+template <class TF, int NS, int G>
+__device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t *S, int rows,
+                                                int cols, const float *x, float *y,
+                                                const float *rowscale, int flags, long blk) {
   constexpr int PPR = TF::RB / 16, NG = TF::CK / 32, TR = TROWS / G, LPT = LANES / G;
   __shared__ __align__(16) uint8_t wt[NS][TR][TF::RB + 16];
   __shared__ __align__(16) float xt[NS][TF::CK];
   __shared__ __align__(16) uint8_t st[NS][TR][TF::scaled ? NG : 8];
   const int lane = threadIdx.x, row = lane % TR, g = lane / TR;
-  const long r0 = (long)blockIdx.x * TR;
+  const long r0 = blk * TR;
   const int nr = rows - r0 < TR ? (int)(rows - r0) : TR;
   const bool live = row < nr;
   const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
@@ -743,6 +745,37 @@ __global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
   y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
 }
 
+template <class TF, int NS, int G = 1>
+__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
+    tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
+           const float *rowscale, int flags) {
+  tile_run<TF, NS, G>(W, S, rows, cols, x, y, rowscale, flags, (long)blockIdx.x);
+}
+
+/* Grouped GEMVs (df_cuda_gemv_group): matrix i owns blocks [b0, b0 + its
+ * blocks) of the one grid; each block runs tile_run on its matrix alone, so
+ * a row's floats are those of the matrix's own launch. The table stays in
+ * the parameter space (__grid_constant__), read by every thread. */
+struct tile_one {
+  const uint8_t *W, *S;
+  const float *x, *rs;
+  float *y;
+  int rows, cols, flags, b0;
+};
+struct tile_set {
+  tile_one m[DF_CUDA_GROUP_MAX];
+  int n;
+};
+template <class TF, int NS, int G = 1>
+__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
+    tile_group_k(const __grid_constant__ tile_set q) {
+  long b = (long)blockIdx.x;
+  int i = 0;
+  while (i + 1 < q.n && b >= q.m[i + 1].b0) i++;
+  const tile_one &m = q.m[i];
+  tile_run<TF, NS, G>(m.W, m.S, m.rows, m.cols, m.x, m.y, m.rs, m.flags, b - m.b0);
+}
+
 /* Once per format: shared memory preferred over L1 for the tile kernels
  * (only the element-by-element staging reads through L1), then how many
  * blocks of each variant an SM holds. */
@@ -784,13 +817,19 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   return e2 > e3 + 0.05 ? 0 : 1;
 }
 
-template <class TF>
-static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
-                       int cols, const float *x, float *y, const float *rowscale) {
+/* which loads a matrix's alignment and shape allow */
+template <class TF> static int tile_flags(const void *W, const void *S, int cols, const float *x) {
   int flags = 0;
   if (((uintptr_t)W & 15) == 0 && TF::rowbytes(cols) % 16 == 0) flags |= TILE_WVEC;
   if (((uintptr_t)x & 15) == 0 && cols % 4 == 0) flags |= TILE_XVEC;
   if (TF::scaled && ((uintptr_t)S & 7) == 0 && (cols / 32) % (TF::CK / 32) == 0) flags |= TILE_SVEC;
+  return flags;
+}
+
+template <class TF>
+static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
+                       int cols, const float *x, float *y, const float *rowscale) {
+  int flags = tile_flags<TF>(W, S, cols, x);
   long blocks = ((long)rows + TROWS - 1) / TROWS;
   tile_occ<TF>(c, 0);
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2 : tile_pick<TF>(c, blocks);
@@ -807,6 +846,60 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
                               c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
   LAUNCHED(c, what);
   return 0;
+}
+
+/* The grouped launch: the variant chosen for all the blocks together (as
+ * one matrix of their rows), each matrix's blocks counted for it (16 rows a
+ * block with two threads a row, else 32). */
+template <class TF>
+static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_gemv_one *m) {
+  tile_set q;
+  memset(&q, 0, sizeof q);
+  long rows = 0;
+  for (int i = 0; i < n; i++) rows += m[i].rows > 0 ? m[i].rows : 0;
+  tile_occ<TF>(c, 0);
+  int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2
+                                 : tile_pick<TF>(c, (rows + TROWS - 1) / TROWS);
+  long tr = v == 3 ? TROWS / 2 : TROWS, b = 0;
+  for (int i = 0; i < n; i++) {
+    if (m[i].rows <= 0) continue;
+    tile_one *o = &q.m[q.n++];
+    o->W = (const uint8_t *)m[i].W;
+    o->S = TF::scaled ? (const uint8_t *)m[i].S : NULL;
+    o->rs = TF::fmt == 1 ? (const float *)m[i].S : NULL;
+    o->x = m[i].x, o->y = m[i].y, o->rows = m[i].rows, o->cols = m[i].cols;
+    o->flags = tile_flags<TF>(m[i].W, o->S, m[i].cols, m[i].x);
+    o->b0 = (int)b;
+    b += (m[i].rows + tr - 1) / tr;
+  }
+  if (!q.n) return 0;
+  if (b > 0x7fffffffL) {
+    snprintf(c->err, sizeof c->err, "%s: %ld row blocks is too many", what, b);
+    return -1;
+  }
+  if (v == 0) tile_group_k<TF, 2><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  else if (v == 1) tile_group_k<TF, 3><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  else if (v == 2) tile_group_k<TF, TF::deep><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  else tile_group_k<TF, TF::deep, 2><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  LAUNCHED(c, what);
+  return 0;
+}
+
+extern "C" int df_cuda_gemv_group(df_cuda *c, int fmt, int n, const df_cuda_gemv_one *m) {
+  if (n < 0 || n > DF_CUDA_GROUP_MAX || (fmt != 0 && fmt != 1 && fmt != 3)) {
+    snprintf(c->err, sizeof c->err, "gemv group: %d matrices of format %d (at most %d; bf16, int8 "
+             "or MXFP4)", n, fmt, DF_CUDA_GROUP_MAX);
+    return -1;
+  }
+  for (int i = 0; i < n; i++)
+    if (fmt == 3 && m[i].cols % 32) {
+      snprintf(c->err, sizeof c->err, "gemv group: mxfp4 cols %d is not a multiple of 32",
+               m[i].cols);
+      return -1;
+    }
+  if (fmt == 0) return tile_group_launch<tf_bf16>(c, "gemv group bf16", n, m);
+  if (fmt == 1) return tile_group_launch<tf_i8>(c, "gemv group int8", n, m);
+  return tile_group_launch<tf_mxfp4>(c, "gemv group mxfp4", n, m);
 }
 
 /* which tile format serves a lanes-layout format (void: none, f32) */

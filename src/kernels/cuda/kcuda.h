@@ -89,6 +89,23 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
  * the lanes layout. */
 void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 
+/* Several GEMVs (T = 1) of one format in one launch: y[r] = dot(W[r], x)
+ * for r < rows, each matrix with its own x and y, bit for bit its own
+ * GEMV's (the row-tile kernel, whatever df_cuda_set_gemv_tiled says of the
+ * lanes layout; a forced tile variant applies to the group). For the
+ * products that one launch each would leave the GPU mostly idle for: a MoE
+ * layer's experts on one token, a layer's projections of one input. fmt 0
+ * bf16, 1 int8 (S: the row scales, floats), 3 MXFP4 (S: the group scales;
+ * cols % 32 == 0); every pointer device memory. */
+#define DF_CUDA_GROUP_MAX 32
+typedef struct df_cuda_gemv_one {
+  const void *W, *S;
+  int rows, cols;
+  const float *x;
+  float *y;
+} df_cuda_gemv_one;
+int df_cuda_gemv_group(df_cuda *c, int fmt, int n, const df_cuda_gemv_one *m);
+
 /* The vector functions of df_kern on n device floats: one block per vector. */
 int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n, float eps);
 int df_cuda_softmax(df_cuda *c, float *x, int n);
