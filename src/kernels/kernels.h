@@ -154,6 +154,17 @@ void df_mm(const df_kctx *kc, const df_wmat *W, const float *X, int T, size_t ld
  * out (kgpu.h's df_kgpu_mm_many). */
 void df_mm_many(const df_kctx *kc, int n, const df_wmat *const *W, const float *X, int T,
                 size_t ldx, float *const *Y, const size_t *ldy);
+/* out = SiTU(g, u) elementwise (df_kern.situ) over n floats, split over
+ * the pool's threads (the same floats). */
+void df_situ(const df_kctx *kc, float *out, const float *g, const float *u, size_t n, float bg,
+             float bu);
+/* A gated FFN: Y[t] = down(SiTU(gate X[t], up X[t])) with SiTU's betas bg,
+ * bu; G and U are T x gate->rows scratch for the CPU. On a device the whole
+ * of it runs there, one copy in and out (kgpu.h's df_kgpu_ffn): the same
+ * floats. */
+void df_ffn(const df_kctx *kc, const df_wmat *gate, const df_wmat *up, const df_wmat *down,
+            const float *X, int T, size_t ldx, float bg, float bu, float *G, float *U, float *Y,
+            size_t ldy);
 /* Rows [r0, r1) only; Y[t][r - r0]. */
 void df_mm_rows(const df_kctx *kc, const df_wmat *W, int r0, int r1, const float *X, int T,
                 size_t ldx, float *Y, size_t ldy);

@@ -45,6 +45,8 @@ struct df_kgpu {
     int r0;
   } pend[DF_CUDA_GROUP_MAX / 2];
   int npend;
+  void *fb1, *fb3; /* device: a gated FFN's gate and up outputs (df_kgpu_ffn) */
+  size_t f1cap, f3cap;
   size_t h1cap, h3cap;
   double xt0;
   struct pin {
@@ -122,6 +124,8 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_free(g->c, g->ybuf);
   df_cuda_free(g->c, g->dh1);
   df_cuda_free(g->c, g->dh3);
+  df_cuda_free(g->c, g->fb1);
+  df_cuda_free(g->c, g->fb3);
   df_cuda_host_free(g->hx);
   df_cuda_host_free(g->hy);
   df_cuda_close(g->c);
@@ -364,13 +368,49 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
   return 0;
 }
 
+/* The products of n spine matrices of the device input dx (T vectors,
+ * stride ldx), matrix i's into dy[i] (T x its rows), in turn on the one
+ * stream, so a weight that goes through the per-use buffer is not
+ * overwritten before its product has read it. For one vector the tier's
+ * bf16 or int8 matrices go as one grouped launch per format run (a KDA
+ * layer's six projections: one launch, not six each too small to fill the
+ * GPU); a matrix in the per-use buffer goes alone, as the next one's copy
+ * overwrites that buffer. */
+static int products_of(df_kgpu *g, int n, const df_wmat *const *W, const float *dx, int T,
+                       size_t ldx, float *const *dys) {
+  df_cuda_gemv_one grp[DF_CUDA_GROUP_MAX];
+  int ng = 0, gfmt = -1;
+  for (int i = 0; i <= n; i++) {
+    const uint8_t *dw = NULL;
+    const void *ds = NULL;
+    gemm_fn fn = NULL;
+    int fmt = -1;
+    if (i < n) {
+      if (spine_rows(g, W[i], 0, &dw, &ds, &fn)) return -1;
+      if (T == 1 && dw != g->wbuf) fmt = fn == gm_bf16 ? 0 : fn == gm_i8 ? 1 : -1;
+    }
+    if (ng && (fmt != gfmt || ng == DF_CUDA_GROUP_MAX)) {
+      if (df_cuda_gemv_group(g->c, gfmt, ng, grp)) return -1;
+      g->st.products += (uint64_t)ng;
+      ng = 0;
+    }
+    if (i == n) break;
+    if (fmt >= 0) {
+      grp[ng++] = (df_cuda_gemv_one){dw, ds, W[i]->rows, W[i]->cols, dx, dys[i]};
+      gfmt = fmt;
+    } else if (products(g, fn, dw, ds, W[i]->rows, W[i]->cols, dx, T, ldx, dys[i])) {
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* The products of one input: X in once, each matrix's product into its
- * block of ybuf (in turn, on the one stream, so a weight that goes through
- * the per-use buffer is not overwritten before its product has read it),
- * one copy out, the blocks handed to their Y. */
+ * block of ybuf, one copy out, the blocks handed to their Y. */
 int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
                     size_t ldx, float *const *Y, const size_t *ldy) {
   if (n <= 0 || T <= 0) return 0;
+  if (n > DF_KGPU_MANY_MAX) return -1;
   int rows = 0;
   for (int i = 0; i < n; i++) {
     if (W[i]->cols != W[0]->cols) return -1;
@@ -381,42 +421,44 @@ int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, 
   size_t nx, ny;
   if (buffers(g, rows, W[0]->cols, T, ldx, &nx, &ny)) return fell_back(g);
   if (x_in(g, X, nx)) return fell_back(g);
-  /* one vector: the products of the tier's bf16 or int8 matrices go as one
-   * grouped launch per format run (a KDA layer's six: one launch, not six
-   * each too small to fill the GPU); a matrix in the per-use buffer goes
-   * alone, as the next one's copy overwrites that buffer */
-  float *dy = g->ybuf;
-  df_cuda_gemv_one grp[DF_CUDA_GROUP_MAX];
-  int ng = 0, gfmt = -1;
-  for (int i = 0; i <= n; i++) {
-    const uint8_t *dw = NULL;
-    const void *ds = NULL;
-    gemm_fn fn = NULL;
-    int fmt = -1;
-    if (i < n) {
-      if (spine_rows(g, W[i], 0, &dw, &ds, &fn)) return fell_back(g);
-      if (T == 1 && dw != g->wbuf) fmt = fn == gm_bf16 ? 0 : fn == gm_i8 ? 1 : -1;
-    }
-    if (ng && (fmt != gfmt || ng == DF_CUDA_GROUP_MAX)) {
-      if (df_cuda_gemv_group(g->c, gfmt, ng, grp)) return fell_back(g);
-      g->st.products += (uint64_t)ng;
-      ng = 0;
-    }
-    if (i == n) break;
-    if (fmt >= 0) {
-      grp[ng++] = (df_cuda_gemv_one){dw, ds, W[i]->rows, W[i]->cols, g->xbuf, dy};
-      gfmt = fmt;
-    } else if (products(g, fn, dw, ds, W[i]->rows, W[i]->cols, g->xbuf, T, ldx, dy)) {
-      return fell_back(g);
-    }
+  float *dys[DF_KGPU_MANY_MAX], *dy = g->ybuf;
+  for (int i = 0; i < n; i++) {
+    dys[i] = dy;
     dy += (size_t)T * (size_t)W[i]->rows;
   }
+  if (products_of(g, n, W, g->xbuf, T, ldx, dys)) return fell_back(g);
   if (df_cuda_get(g->c, g->hy, g->ybuf, ny)) return fell_back(g);
   const float *hy = g->hy;
   for (int i = 0; i < n; i++) {
     y_out(hy, W[i]->rows, T, Y[i], ldy[i]);
     hy += (size_t)T * (size_t)W[i]->rows;
   }
+  g->st.d2h_bytes += ny;
+  g->st.compute_s += df_now() - t0;
+  pthread_mutex_unlock(&g->mu);
+  return 0;
+}
+
+/* A gated FFN whole: X in once, gate and up, SiTU, down, the output out
+ * once; the activations between them stay on the device. */
+int df_kgpu_ffn(df_kgpu *g, const df_wmat *gate, const df_wmat *up, const df_wmat *down,
+                const float *X, int T, size_t ldx, float bg, float bu, float *Y, size_t ldy) {
+  if (T <= 0) return 0;
+  if (gate->rows != up->rows || gate->cols != up->cols || down->cols != gate->rows) return -1;
+  if (enter(g)) return -1;
+  double t0 = df_now();
+  size_t I = (size_t)gate->rows, nh = (size_t)T * I * sizeof(float), nx, ny;
+  if (buffers(g, down->rows, gate->cols, T, ldx, &nx, &ny) ||
+      !scratch(g, &g->fb1, &g->f1cap, nh) || !scratch(g, &g->fb3, &g->f3cap, nh))
+    return fell_back(g);
+  float *h1 = g->fb1, *h3 = g->fb3, *out = g->ybuf;
+  if (x_in(g, X, nx) ||
+      products_of(g, 2, (const df_wmat *const[]){gate, up}, g->xbuf, T, ldx,
+                  (float *const[]){h1, h3}) ||
+      df_cuda_situ(g->c, h1, h1, h3, (int)((size_t)T * I), bg, bu) ||
+      products_of(g, 1, &down, h1, T, I, &out) || df_cuda_get(g->c, g->hy, g->ybuf, ny))
+    return fell_back(g);
+  y_out(g->hy, down->rows, T, Y, ldy);
   g->st.d2h_bytes += ny;
   g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
@@ -960,6 +1002,12 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
 int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
                     size_t ldx, float *const *Y, const size_t *ldy) {
   (void)g, (void)n, (void)W, (void)X, (void)T, (void)ldx, (void)Y, (void)ldy;
+  return -1;
+}
+int df_kgpu_ffn(df_kgpu *g, const df_wmat *gate, const df_wmat *up, const df_wmat *down,
+                const float *X, int T, size_t ldx, float bg, float bu, float *Y, size_t ldy) {
+  (void)g, (void)gate, (void)up, (void)down, (void)X, (void)T, (void)ldx, (void)bg, (void)bu;
+  (void)Y, (void)ldy;
   return -1;
 }
 int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8_t *scales,

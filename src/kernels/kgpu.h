@@ -67,6 +67,12 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
  * (nothing written). */
 int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
                     size_t ldx, float *const *Y, const size_t *ldy);
+#define DF_KGPU_MANY_MAX 16 /* matrices of one df_kgpu_mm_many call */
+/* A gated FFN (kernels.h's df_ffn): Y[t] = down(SiTU(gate X[t], up X[t]))
+ * with SiTU's betas bg, bu; X in once, the products and SiTU on the device,
+ * Y out once. 0 when done there; -1 when not (nothing written). */
+int df_kgpu_ffn(df_kgpu *g, const df_wmat *gate, const df_wmat *up, const df_wmat *down,
+                const float *X, int T, size_t ldx, float bg, float bu, float *Y, size_t ldy);
 /* The MXFP4 product of kernels.h's df_mm_mxfp4; id keys the tier (0: none). */
 int df_kgpu_mm_mxfp4(df_kgpu *g, uint64_t id, const uint8_t *packed, const uint8_t *scales,
                      int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy);

@@ -814,13 +814,20 @@ static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
 
 /* ------------------------------------------------------------------ FFN */
 
+/* fp32: kernels.h's df_ffn (on a device the whole FFN there, else SiTU
+ * over the pool); float64 the same steps on its own drivers. */
 static void gated_ffn(const df_kctx *kc, const df_config *c, const df_wmat *gate,
                       const df_wmat *up, const df_wmat *down, const R *x, int T, R *g,
                       R *u, R *out) {
-  size_t H = (size_t)c->hidden, I = (size_t)gate->rows;
+  size_t H = (size_t)c->hidden;
+#if R_IS_F64
+  size_t I = (size_t)gate->rows;
   mm_many(kc, 2, (const df_wmat *[]){gate, up}, x, T, H, (R *[]){g, u}, (size_t[]){I, I});
   KSEL(kc)->situ(g, g, u, (int)(I * (size_t)T), c->situ_beta, c->situ_linear_beta);
   MM(kc, down, g, T, I, out, H);
+#else
+  df_ffn(kc, gate, up, down, x, T, H, c->situ_beta, c->situ_linear_beta, g, u, out, H);
+#endif
 }
 
 /* 1 when the GPU's weight tier holds expert x of layer l now: it is not
