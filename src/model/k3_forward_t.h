@@ -1040,8 +1040,18 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
   size_t Lt = (size_t)c->latent;
 
-  /* 1-3: route every row first */
-  MM(kc, &y->router, s->w->xn, T, H, s->w->rl, E);
+  /* 1-3: route every row first. On a device the latent input (4) is a
+   * product of the same rows: it comes back in the router's round trip
+   * (on the CPU it waits, so the expert reads overlap it). */
+  int lat_done = 0;
+#if !R_IS_F64
+  if (kc->gpu) {
+    mm_many(kc, 2, (const df_wmat *[]){&y->router, &y->lat_down}, s->w->xn, T, H,
+            (R *[]){s->w->rl, s->w->z}, (size_t[]){E, Lt});
+    lat_done = 1;
+  }
+#endif
+  if (!lat_done) MM(kc, &y->router, s->w->xn, T, H, s->w->rl, E);
   for (int t = 0; t < T; t++) {
     R *sc = s->w->rl + (size_t)t * E;
     k->sigmoid(sc, (int)E);
@@ -1081,7 +1091,7 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   }
 
   /* 4: latent input */
-  MM(kc, &y->lat_down, s->w->xn, T, H, s->w->z, Lt);
+  if (!lat_done) MM(kc, &y->lat_down, s->w->xn, T, H, s->w->z, Lt);
 
   /* 5: experts as the store hands them out */
   double t_exp = 0, t_wait = 0;

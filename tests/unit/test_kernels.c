@@ -324,6 +324,44 @@ static void test_threads(void **st) {
   free(Yk), free(W), free(P), free(S), free(X);
 }
 
+/* df_situ over 1-3 threads and df_ffn (the gated FFN the model runs) equal
+ * the unthreaded steps bit for bit: SiTU's split over the pool (in chunks,
+ * the last one short) changes no float. */
+static void test_situ_ffn_threads(void **st) {
+  (void)st;
+  enum { H = 48, I = 40, T = 1100 }; /* T x I = 44000: two whole chunks and a short one */
+  uint16_t *Wg = malloc(sizeof *Wg * I * H), *Wu = malloc(sizeof *Wu * I * H),
+           *Wd = malloc(sizeof *Wd * H * I);
+  for (int i = 0; i < I * H; i++) Wg[i] = to_bf16(frand()), Wu[i] = to_bf16(frand()), Wd[i] = to_bf16(frand());
+  float *X = malloc(sizeof *X * T * H);
+  for (int i = 0; i < T * H; i++) X[i] = 4 * frand();
+  df_wmat G = {.kind = DF_W_BF16, .rows = I, .cols = H, .w = Wg};
+  df_wmat U = {.kind = DF_W_BF16, .rows = I, .cols = H, .w = Wu};
+  df_wmat D = {.kind = DF_W_BF16, .rows = H, .cols = I, .w = Wd};
+  /* the reference: the kernel table's own steps, one thread */
+  const df_kern *k = df_kern_select(1);
+  float *g0 = malloc(sizeof(float) * T * I), *u0 = malloc(sizeof(float) * T * I),
+        *y0 = malloc(sizeof(float) * T * H);
+  k->gemm_bf16(Wg, H, 0, I, X, T, H, g0, I);
+  k->gemm_bf16(Wu, H, 0, I, X, T, H, u0, I);
+  k->situ(g0, g0, u0, T * I, 4.0f, 25.0f);
+  k->gemm_bf16(Wd, I, 0, H, g0, T, I, y0, H);
+  float *g = malloc(sizeof(float) * T * I), *u = malloc(sizeof(float) * T * I),
+        *y = malloc(sizeof(float) * T * H), *s = malloc(sizeof(float) * T * I);
+  for (int n = 1; n <= 3; n++) {
+    df_pool *pool = df_pool_create(n);
+    df_kctx kc = {.k = k, .pool = pool};
+    memset(y, 0, sizeof(float) * T * H);
+    df_ffn(&kc, &G, &U, &D, X, T, H, 4.0f, 25.0f, g, u, y, H);
+    assert_memory_equal(y, y0, sizeof(float) * T * H);
+    k->gemm_bf16(Wg, H, 0, I, X, T, H, g, I);
+    df_situ(&kc, s, g, u0, (size_t)T * I, 4.0f, 25.0f);
+    assert_memory_equal(s, g0, sizeof(float) * T * I);
+    df_pool_destroy(pool);
+  }
+  free(Wg), free(Wu), free(Wd), free(X), free(g0), free(u0), free(y0), free(g), free(u), free(y), free(s);
+}
+
 /* The float64 table (--precision f64): the same loops on doubles, so the
  * same gamma_k bound with u = 2^-53 against long double sums; elementwise
  * functions within 1e-14; KDA against the double recurrence above within
@@ -399,6 +437,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_mxfp4),  cmocka_unit_test(test_gemv_t),
       cmocka_unit_test(test_elementwise), cmocka_unit_test(test_kda_step),
       cmocka_unit_test(test_threads),     cmocka_unit_test(test_scalar64),
+      cmocka_unit_test(test_situ_ffn_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
