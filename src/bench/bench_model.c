@@ -400,7 +400,12 @@ static int bench_one(const df_bench_mopts *o, const char *manifest, df_bench_res
       if (r > 0 && (double)ns * rec >= 4e9) break;
       ns += df_store_read_log(store, dec0[r], dec1[r] - dec0[r], sel + ns);
     }
-    if (df_bench_reads_from_store(&rd, store, sel, ns, e) < 0) {
+    if (ns == 0) {
+      /* nothing to replay, and nothing the drives were waited on for */
+      df_log_warn("storage ceiling not measured: the decode phases read no experts (each came "
+                  "from the RAM cache%s)", strcmp(df_engine_device(en), "cpu") ? " or the GPU's tier" : "");
+      rd.n = 0;
+    } else if (df_bench_reads_from_store(&rd, store, sel, ns, e) < 0) {
       df_log_warn("storage ceiling not measured: %s", e->msg);
       rd.n = 0;
     }

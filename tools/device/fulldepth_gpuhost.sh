@@ -16,13 +16,8 @@
 # spine resident in anyway (the plan holds every unit; --mem-limit). The
 # script checks the free space first and refuses with the numbers.
 #
-# Built on the VM with -DDF_CUDA=ON; the binary travels with its shared
-# libraries (as gpu_forward_gpuhost.sh):
-#   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_CUDA=ON
-#   cmake --build build-gpu -j2 --target deltafin
-#   mkdir -p out/fd/lib && cp build-gpu/deltafin out/fd/ &&
-#   ldd build-gpu/deltafin | awk '/=> \//{print $3}' | grep -v -E '/libc.so|/libm.so|/libresolv' |
-#     xargs -I{} cp -L {} out/fd/lib/ && (cd out/fd && tar cJf lib.tar.xz lib && rm -rf lib)
+# Built on the VM with -DDF_CUDA=ON and packed with its shared libraries by
+# tools/device/bundle.sh (its header has the recipe) into out/fd;
 # then `bash tools/device/fulldepth_gpuhost.sh out/fd` there with out/fd
 # carried. The prefill runs take the prompt as one chunk (--prefill-chunk
 # PREFILL), so each expert is read once for it. Results:
@@ -45,6 +40,7 @@
 set -u
 T0=$(date +%s)
 D=$(cd "${1:-out/fd}" && pwd)
+[ -e "$D/deltafin" ] || tar xJf "$D/bin.tar.xz" -C "$D" # bundle.sh's
 L=$D/lib
 if [ ! -d "$L" ]; then L=/tmp/dffd-lib; mkdir -p $L && tar xJf "$D/lib.tar.xz" -C $L --strip-components=1; fi
 export LD_LIBRARY_PATH=$L

@@ -2,12 +2,8 @@
 # Issue 21, --device cuda on the GPU machine: the GPU test of the engine
 # (tests/cuda/test_device_forward.sh), the kernels' test, and decode/prefill
 # on the CPU and the GPU of the same host (nano-K3 and a k3-trunk). Built on
-# the VM with -DDF_CUDA=ON; the binaries travel with their shared libraries:
-#   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_CUDA=ON
-#   cmake --build build-gpu -j2
-#   mkdir -p out/gpu/lib && cp build-gpu/{deltafin,test_cuda_kernels,test_cuda_seq,deltafin-cuda-bench} out/gpu/ &&
-#   ldd build-gpu/deltafin | awk '/=> \//{print $3}' | grep -v -E '/libc.so|/libm.so|/libresolv' |
-#     xargs -I{} cp -L {} out/gpu/lib/ && (cd out/gpu && tar cJf lib.tar.xz lib && rm -rf lib)
+# the VM with -DDF_CUDA=ON, the binaries and their shared libraries packed
+# by tools/device/bundle.sh (its header has the recipe) into out/gpu;
 # then `bash tools/device/gpu_forward_gpuhost.sh out/gpu` there with out/gpu
 # carried; results in $OUT/r.tgz (one file: a call brings back only a few).
 # STEPS (default "test kern gbench nano trunk"; also "suite": CPU e2e suites
@@ -16,6 +12,7 @@
 set -u
 D=$(cd "${1:-out/gpu}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
+[ -e "$D/deltafin" ] || tar xJf "$D/bin.tar.xz" -C "$D" # bundle.sh's
 L=$D/lib
 if [ ! -d "$L" ]; then L=/tmp/dfgpu-lib; mkdir -p $L && tar xJf "$D/lib.tar.xz" -C $L --strip-components=1; fi
 # The carried libraries for our binaries only: exported, they would also be
