@@ -843,15 +843,20 @@ static int gpu_holds(const df_k3_run *r, int l, int x) {
 
 /* Gate-ahead prediction: layer l+1's router (sigmoid scores + correction
  * bias, top-k) applied to x, the union over the T rows handed to the store
- * as a hint for l+1. It only moves bytes: l+1 routes on its own input. */
-static void gate_ahead(const df_k3_run *r, ST *s, int l, int T, const R *x) {
+ * as a hint for l+1. It only moves bytes: l+1 routes on its own input.
+ * scores: the router's product of x already made (T x E, overwritten), or
+ * NULL to make it here. */
+static void gate_ahead(const df_k3_run *r, ST *s, int l, int T, const R *x, R *scores) {
   const df_config *c = r->m->cfg;
   const df_k3_layer *ny = &r->m->layers[l + 1];
   size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
-  MM(r->kc, &ny->router, x, T, H, s->w->rl, E); /* rl is free once l is routed */
+  if (!scores) {
+    MM(r->kc, &ny->router, x, T, H, s->w->rl, E); /* rl is free once l is routed */
+    scores = s->w->rl;
+  }
   memset(s->w->gmark, 0, E);
   for (int t = 0; t < T; t++) {
-    R *sc = s->w->rl + (size_t)t * E;
+    R *sc = scores + (size_t)t * E;
     KSEL(r->kc)->sigmoid(sc, (int)E);
     ROUTE(c, sc, ny->router_bias, s->w->gsel, s->w->gw);
     for (size_t i = 0; i < K; i++) s->w->gmark[s->w->gsel[i]] = 1;
@@ -1040,14 +1045,25 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   size_t H = (size_t)c->hidden, E = (size_t)c->n_experts, K = (size_t)c->top_k;
   size_t Lt = (size_t)c->latent;
 
-  /* 1-3: route every row first. On a device the latent input (4) is a
-   * product of the same rows: it comes back in the router's round trip
-   * (on the CPU it waits, so the expert reads overlap it). */
+  int ahead = l + 1 < c->n_layers && r->m->layers[l + 1].moe && df_store_wants_hint(r->store);
+  int gin = r->gate_input;
+  /* 1-3: route every row first. On a device the latent input (4) and the
+   * next layer's gate-ahead scores are products of the same rows: they come
+   * back in the router's round trip, the scores in gx (free with gate input
+   * x). On the CPU they wait, so the expert reads overlap them. */
   int lat_done = 0;
+  R *ahead_sc = NULL;
 #if !R_IS_F64
   if (kc->gpu) {
-    mm_many(kc, 2, (const df_wmat *[]){&y->router, &y->lat_down}, s->w->xn, T, H,
-            (R *[]){s->w->rl, s->w->z}, (size_t[]){E, Lt});
+    int nx = 2;
+    const df_wmat *Wx[3] = {&y->router, &y->lat_down, NULL};
+    R *Yx[3] = {s->w->rl, s->w->z, NULL};
+    size_t ldy[3] = {E, Lt, E};
+    if (ahead && gin == DF_GATE_FROM_X && E <= H) {
+      Wx[nx] = &r->m->layers[l + 1].router, Yx[nx++] = s->w->gx;
+      ahead_sc = s->w->gx;
+    }
+    mm_many(kc, nx, Wx, s->w->xn, T, H, Yx, ldy);
     lat_done = 1;
   }
 #endif
@@ -1077,9 +1093,7 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
 
   /* the reads start now; everything up to the expert loop overlaps them */
   if (reads_begin(r, s, l, T, 1, e)) return -1;
-  int ahead = l + 1 < c->n_layers && r->m->layers[l + 1].moe && df_store_wants_hint(r->store);
-  int gin = r->gate_input;
-  if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->w->xn);
+  if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->w->xn, ahead_sc);
   /* 8: the shared experts (only needs x) */
   if (c->n_shared > 0)
     gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
@@ -1087,7 +1101,7 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
     for (size_t i = 0; i < (size_t)T * H; i++)
       s->w->gx[i] = s->w->xin[i] + (c->n_shared > 0 ? s->w->ffo[i] : 0);
     rms_rows(k, s->w->gx, s->w->gx, r->m->layers[l + 1].post_norm, T, (int)H, c->eps);
-    gate_ahead(r, s, l, T, s->w->gx);
+    gate_ahead(r, s, l, T, s->w->gx, NULL);
   }
 
   /* 4: latent input */
