@@ -1,6 +1,7 @@
 /* The store's statistics: the JSON object (engine stats, bench), the text
  * summary (--stats) and the one-line description. */
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,15 @@
 
 static const char *pred_name[NPRED] = {"gate", "prev"};
 
-uint64_t df_store_bytes_read(const df_store *s) { return s ? s->ct.bytes_read : 0; }
+/* Under the lock: prefetch completions update it from the I/O threads. */
+uint64_t df_store_bytes_read(const df_store *s) {
+  if (!s) return 0;
+  df_store *m = (df_store *)s;
+  pthread_mutex_lock(&m->mu);
+  uint64_t v = s->ct.bytes_read;
+  pthread_mutex_unlock(&m->mu);
+  return v;
+}
 
 static double amp(const df_store *s) {
   if (s->ct.prefill_need) return (double)s->ct.prefill_read / (double)s->ct.prefill_need;
