@@ -8,6 +8,8 @@
 # Ids are compared up to the first step whose reference top-1/top-2 margin is
 # below 1e-3 (there fp32 rounding may legitimately pick the other id; the
 # logit tolerances themselves are checked in unit.test_engine_golden).
+# PYTHON: the interpreter with numpy and torch (default Debian's; the GPU
+# machine's is another).
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
 SRC=${DF_SRC:?set DF_SRC}
@@ -50,7 +52,7 @@ echo "$count goldens compared"
 # live reference on the small preset
 "$BIN" make-model --preset small --seed 31 --out "$tmp/small" >/dev/null 2>&1
 P=901,17,333,64,1020,5,77,412
-/usr/bin/python3 "$SRC/tools/reference/k3_ref.py" --model "$tmp/small" --prompt-ids $P --new 5 \
+"${PYTHON:-/usr/bin/python3}" "$SRC/tools/reference/k3_ref.py" --model "$tmp/small" --prompt-ids $P --new 5 \
   --out "$tmp/ref.json"
 "$BIN" run --model "$tmp/small" --prompt-ids $P --max-new 5 --json --threads 2 \
   --prefill-chunk 3 >"$tmp/out.json"

@@ -45,11 +45,14 @@ for s in $STEPS; do
       tail -3 "$R/test_cuda_seq.txt"
     fi ;;
   suite)
+    # the reference needs numpy and torch: the host's /usr/bin/python3 has
+    # neither, the python3 on its PATH (the one transformers runs in) both
+    PYREF=$(command -v python3 || echo /usr/bin/python3)
     for n in test_golden test_run test_chat_piped test_serve_api test_serve_metrics test_serve_reuse \
              test_spine_stream; do
       command -v jq >/dev/null && command -v curl >/dev/null || { ts "suite: no jq/curl here"; break; }
       ts "DF_DEVICE=cuda $n"
-      { DF_DEVICE=cuda DF_BIN=$B DF_SRC=$SRC timeout 300 sh "$SRC/tests/e2e/$n.sh"; echo "rc=$?"; } \
+      { DF_DEVICE=cuda DF_BIN=$B DF_SRC=$SRC PYTHON=$PYREF timeout 300 sh "$SRC/tests/e2e/$n.sh"; echo "rc=$?"; } \
         > "$R/suite_$n.txt" 2>&1
       tail -1 "$R/suite_$n.txt"
     done ;;
