@@ -278,6 +278,36 @@ int main(int argc, char **argv) {
         fflush(stdout);
       }
   }
+  /* prefill batches on one expert and a KDA projection: the lanes layout
+   * (8 lanes a thread) against the register tiles (df_cuda_set_gemm_tiles) */
+  static const struct {
+    int fmt, rows, cols;
+    const char *what;
+  } ps[] = {
+      {F_MXFP4, 3072, 3584, "one expert's gate 3072x3584"},
+      {F_MXFP4, 3584, 3072, "one expert's down 3584x3072"},
+      {F_I8, 12288, 7168, "kda q 12288x7168"},
+      {F_BF16, 12288, 7168, "kda q 12288x7168"},
+  };
+  static const int pT[] = {64, 512};
+  size_t np = sizeof ps / sizeof ps[0], npt = sizeof pT / sizeof pT[0];
+  printf("  ],\n  \"gemm_prefill\": [\n");
+  for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, 8);
+  for (int tiles = 0; tiles < 2; tiles++) {
+    df_cuda_set_gemm_tiles(G, tiles);
+    for (size_t i = 0; i < np; i++)
+      for (size_t t = 0; t < npt; t++) {
+        int r = pT[t] >= 512 ? (reps + 9) / 10 : reps;
+        double us, bw = gemv_bw(ps[i].fmt, ps[i].rows, ps[i].cols, pT[t], r, &us);
+        double gmac = (double)ps[i].rows * ps[i].cols * pT[t] / (us * 1e3);
+        printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"T\": %d, \"kernel\": \"%s\", "
+               "\"us\": %.2f, \"us_per_vector\": %.2f, \"weight_GBps\": %.1f, \"GMACps\": %.0f}%s\n",
+               fname[ps[i].fmt], ps[i].what, pT[t], tiles ? "register tiles" : "lanes 8", us,
+               us / pT[t], bw / 1e9, gmac, tiles || i + 1 < np || t + 1 < npt ? "," : "");
+        fflush(stdout);
+      }
+  }
+  df_cuda_set_gemm_tiles(G, 0);
   printf("  ]\n}\n");
   df_cuda_close(G);
   return 0;

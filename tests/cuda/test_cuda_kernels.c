@@ -211,10 +211,13 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const float *x = dX + xoff;
   static const int lanes[] = {8, 4, 2};
   /* T == 1 is the GEMV: the row tiles (not for f32), by shape and each
-   * variant forced, as layouts 3 to 7 */
-  for (int li = 0; li < (T == 1 && fmt != F_F32 ? 8 : 3); li++) {
-    df_cuda_set_gemv_tiled(G, fmt, li >= 3 ? li - 2 : 0);
+   * variant forced, as layouts 3 to 7; T > 1: the register tiles as
+   * layout 3 */
+  int nlay = T == 1 ? (fmt != F_F32 ? 8 : 3) : 4;
+  for (int li = 0; li < nlay; li++) {
+    df_cuda_set_gemv_tiled(G, fmt, li >= 3 && T == 1 ? li - 2 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
+    df_cuda_set_gemm_tiles(G, T > 1 && li == 3);
     memset(ygpu, 0xff, ny * 4);
     ok_or_die(df_cuda_put(G, dY, ygpu, ny * 4));
     int rc = fmt == F_BF16  ? df_cuda_gemm_bf16(G, w, n, cols, x, T, ldx, dY, ldy)
@@ -228,6 +231,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
                                "row tiles, deep", "row tiles, deep, 2 threads a row"};
     char lay[32];
     if (li < 3) snprintf(lay, sizeof lay, "%d lanes/thread", lanes[li]);
+    else if (T > 1) snprintf(lay, sizeof lay, "register tiles");
     else snprintf(lay, sizeof lay, "%s", tl[li - 3]);
     snprintf(what, sizeof what, "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %s",
              fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lay);
@@ -235,6 +239,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   }
   df_cuda_set_gemv_tiled(G, fmt, 1);
   df_cuda_set_gemv_lanes(G, fmt, 8);
+  df_cuda_set_gemm_tiles(G, 0);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dX), df_cuda_free(G, dY);
   free(W), free(S), free(X), free(ycpu), free(ygpu);
 }
@@ -500,6 +505,9 @@ int main(void) {
       gemm_case(k3g[s].fmt, k3g[s].rows, k3g[s].cols, Ts[t], t == 6 ? 4 : 0, t == 6 ? 3 : 0, 0, 0);
   gemm_case(F_MXFP4, 3072, 3584, 17, 3, 1, 0, 0);
   gemm_case(F_I8, 12288, 7168, 5, 0, 0, 0, 1);
+  /* a prefill chunk's rows on one expert: four 32-vector blocks, the last short */
+  gemm_case(F_MXFP4, 3072, 3584, 100, 0, 0, 0, 0);
+  gemm_case(F_BF16, 1000, 7168, 33, 4, 1, 3, 1);
   static const int oddg[][2] = {{1, 32}, {5, 64}, {17, 96}, {130, 1000}, {33, 160}, {3, 12345},
                                 {1, 1}, {5, 7}, {31, 100}, {257, 7168}, {64, 4096}};
   static const int lay[][4] = {/* xpad, ypad, r0, xoff */

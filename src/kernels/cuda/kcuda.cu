@@ -35,6 +35,7 @@ struct df_cuda {
   int prefetch;
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-5 forced */
+  int gemm_tiles; /* T > 1: 1 the register tiles (gemm_tile_k), 0 the lanes layout */
   int sms;      /* multiprocessors */
   int occ[4][4]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char desc[320];
@@ -75,6 +76,9 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   c->dev = dev;
   c->prefetch = 0; /* measured slower on the large shapes (docs/PERFORMANCE.md) */
   for (int i = 0; i < 4; i++) c->lpt[i] = 8, c->tiled[i] = i != 2;
+  /* off until gpu.test_cuda_kernels has passed with it on the H200 */
+  const char *gt = getenv("DF_CUDA_GEMM_TILES");
+  c->gemm_tiles = gt && gt[0] == '1';
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -1133,6 +1137,126 @@ static void gemm_tb(df_cuda *c, const wargs &a, int rows, int cols, const float 
                                          rblocks);
 }
 
+/* ---- GEMM, register tiles (T > 1; df_cuda_set_gemm_tiles) ----
+ * The lanes layout above re-reads every weight from L2 for each TB (4-8)
+ * vectors and decodes it as often: a 512-row prefill batch reads an expert
+ * 64-128 times. Here a block of GT_THREADS threads owns GT_R rows x GT_V
+ * vectors; per chunk of GT_CK columns the block decodes the rows' weights
+ * once into shared memory as floats (the formats' one(): the scalar
+ * reference's value of each weight) and stages the vectors' x beside them,
+ * then each thread multiplies 4 rows x 4 vectors x 4 lanes out of shared
+ * memory, so a decoded weight serves GT_V vectors and an x value GT_R rows.
+ *
+ * The order is still the reference's: lane j of output (row, vector) is one
+ * accumulator in one thread, taking columns j, j + 16, ... ascending (step
+ * by step in a chunk, chunk after chunk), each product rounded before its
+ * add. Thread lanes cg = tid & 3 own lanes 4 cg .. 4 cg + 3 of their 16
+ * outputs; the tree's levels 8 and 4 are shuffles to cg 0 (partners 2 and
+ * 1 lanes down in the same warp: acc[j] + acc[j + 8], then acc[j] +
+ * acc[j + 4]), levels 2 and 1 in that thread; then the int8 row scale.
+ * Columns past the end (and rows and vectors past theirs) are staged as
+ * +0: an accumulator that starts at +0 is never -0 (a rounded sum is -0
+ * only when both addends are), so adding +0 * +0 leaves it unchanged, as
+ * the scalar loop's untouched lanes are; those outputs are not stored. */
+#define GT_R 32
+#define GT_V 32
+#define GT_CK 64
+#define GT_LD (GT_CK + 4) /* row stride: 8 lanes' 16-byte loads in distinct banks */
+#define GT_THREADS 256
+
+template <class F>
+__global__ void __launch_bounds__(GT_THREADS, 2)
+    gemm_tile_k(F f, int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy,
+                const float *rowscale) {
+  __shared__ __align__(16) float ws[GT_R][GT_LD];
+  __shared__ __align__(16) float xs[GT_V][GT_LD];
+  const int tid = threadIdx.x, cg = tid & 3, vg = (tid >> 2) & 7, rg = tid >> 5;
+  const long r0 = (long)blockIdx.x * GT_R;
+  const int t0 = (int)blockIdx.y * GT_V;
+  float acc[4][4][4]; /* [lane 4 cg + m][row rg * 4 + i][vector vg * 4 + k] */
+#pragma unroll
+  for (int m = 0; m < 4; m++)
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int k = 0; k < 4; k++) acc[m][i][k] = 0.0f;
+  for (int c0 = 0; c0 < cols; c0 += GT_CK) {
+    for (int e = tid; e < GT_R * GT_CK; e += GT_THREADS) {
+      int rr = e / GT_CK, cc = e % GT_CK, c = c0 + cc;
+      long r = r0 + rr;
+      ws[rr][cc] = r < rows && c < cols ? f.one((size_t)r, cols, c) : 0.0f;
+    }
+    for (int e = tid; e < GT_V * GT_CK; e += GT_THREADS) {
+      int vv = e / GT_CK, cc = e % GT_CK, c = c0 + cc, t = t0 + vv;
+      xs[vv][cc] = t < T && c < cols ? X[(size_t)t * ldx + c] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int st = 0; st < GT_CK / LANES; st++) {
+      float4 w4[4], x4[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) w4[i] = *(const float4 *)&ws[rg * 4 + i][st * LANES + cg * 4];
+#pragma unroll
+      for (int k = 0; k < 4; k++) x4[k] = *(const float4 *)&xs[vg * 4 + k][st * LANES + cg * 4];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+          acc[0][i][k] = __fadd_rn(acc[0][i][k], __fmul_rn(w4[i].x, x4[k].x));
+          acc[1][i][k] = __fadd_rn(acc[1][i][k], __fmul_rn(w4[i].y, x4[k].y));
+          acc[2][i][k] = __fadd_rn(acc[2][i][k], __fmul_rn(w4[i].z, x4[k].z));
+          acc[3][i][k] = __fadd_rn(acc[3][i][k], __fmul_rn(w4[i].w, x4[k].w));
+        }
+    }
+    __syncthreads();
+  }
+  /* level 8: lanes 0-7 (cg 0, 1) take lanes 8-15 (cg 2, 3); level 4: cg 0
+   * takes cg 1; every thread of the warp takes part in both shuffles */
+#pragma unroll
+  for (int m = 0; m < 4; m++)
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        acc[m][i][k] = __fadd_rn(acc[m][i][k], __shfl_down_sync(0xffffffffu, acc[m][i][k], 2));
+#pragma unroll
+  for (int m = 0; m < 4; m++)
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int k = 0; k < 4; k++)
+        acc[m][i][k] = __fadd_rn(acc[m][i][k], __shfl_down_sync(0xffffffffu, acc[m][i][k], 1));
+  if (cg) return;
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float a0 = __fadd_rn(acc[0][i][k], acc[2][i][k]), a1 = __fadd_rn(acc[1][i][k], acc[3][i][k]);
+      float v = __fadd_rn(a0, a1);
+      long r = r0 + rg * 4 + i;
+      int t = t0 + vg * 4 + k;
+      if (r < rows && t < T) Y[(size_t)t * ldy + r] = rowscale ? __fmul_rn(v, rowscale[r]) : v;
+    }
+}
+
+template <template <int> class F>
+static int gemm_tile_launch(df_cuda *c, const char *what, const wargs &a, int rows, int cols,
+                            const float *X, int T, size_t ldx, float *Y, size_t ldy,
+                            const float *rowscale) {
+  long rb = ((long)rows + GT_R - 1) / GT_R, vb = ((long)T + GT_V - 1) / GT_V;
+  if (rb > 0x7fffffffL || vb > 65535) {
+    snprintf(c->err, sizeof c->err, "%s: %d rows x %d vectors is too many blocks", what, rows, T);
+    return -1;
+  }
+  F<8> f = a.template as<F<8>>();
+  gemm_tile_k<F<8>><<<dim3((unsigned)rb, (unsigned)vb), GT_THREADS, 0, c->s>>>(
+      f, rows, cols, X, T, ldx, Y, ldy, rowscale);
+  LAUNCHED(c, what);
+  return 0;
+}
+
+extern "C" void df_cuda_set_gemm_tiles(df_cuda *c, int on) { c->gemm_tiles = on != 0; }
+
 /* T == 1 is the GEMV itself. The vector loads of x need every vector
  * 16-byte aligned, hence ldx % 4 == 0 besides the GEMV's conditions. */
 template <template <int> class F>
@@ -1145,6 +1269,7 @@ static int gemm_launch(df_cuda *c, const char *what, wargs a, int rows, int cols
   }
   if (rows <= 0 || T == 0) return 0;
   if (T == 1) return gemv_launch<F>(c, what, a, rows, cols, X, Y, rowscale, vec_ok, lpt);
+  if (c->gemm_tiles) return gemm_tile_launch<F>(c, what, a, rows, cols, X, T, ldx, Y, ldy, rowscale);
   bool vec = vec_ok && cols % LANES == 0 && ((uintptr_t)X & 15) == 0 && ldx % 4 == 0;
   long rblocks = ((long)(LANES / lpt) * rows + GEMV_BLOCK - 1) / GEMV_BLOCK;
   int tb = T <= 2 ? 2 : T <= 4 ? 4 : gemm_tb_max(lpt);

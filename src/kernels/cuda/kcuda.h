@@ -89,6 +89,13 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
  * the lanes layout. */
 void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 
+/* The GEMMs' kernel for T > 1: 1 register tiles (a block decodes 32 rows'
+ * weights once into shared memory for 32 vectors), 0 the lanes layout.
+ * Results never depend on it (the test runs both). Default 0, or 1 where
+ * the environment has DF_CUDA_GEMM_TILES=1 when the context opens: it
+ * becomes the default once gpu.test_cuda_kernels has run it on a GPU. */
+void df_cuda_set_gemm_tiles(df_cuda *c, int on);
+
 /* Several GEMVs (T = 1) of one format in one launch: y[r] = dot(W[r], x)
  * for r < rows, each matrix with its own x and y, bit for bit its own
  * GEMV's (the row-tile kernel, whatever df_cuda_set_gemv_tiled says of the
