@@ -47,6 +47,10 @@ struct df_kgpu {
   int npend;
   void *fb1, *fb3; /* device: a gated FFN's gate and up outputs (df_kgpu_ffn) */
   size_t f1cap, f3cap;
+  void *tb;  /* device: a MoE layer's end (df_kgpu_experts_end_tail) */
+  size_t tbcap;
+  float *ht; /* page-locked: its output */
+  size_t htcap;
   size_t h1cap, h3cap;
   double xt0;
   struct pin {
@@ -126,6 +130,8 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_free(g->c, g->dh3);
   df_cuda_free(g->c, g->fb1);
   df_cuda_free(g->c, g->fb3);
+  df_cuda_free(g->c, g->tb);
+  df_cuda_host_free(g->ht);
   df_cuda_host_free(g->hx);
   df_cuda_host_free(g->hy);
   df_cuda_close(g->c);
@@ -621,6 +627,77 @@ const float *df_kgpu_experts_end(df_kgpu *g) {
   return out;
 }
 
+#define NORM_KEY_BIT (1ull << 61) /* apart from KDA_KEY_BIT, df_wmat ids and expert keys */
+
+/* The tail's work on the stream, the lock held; -1 on a CUDA error or a
+ * shape it cannot take. Every buffer is sized before the first copy:
+ * growing one drains the stream and frees the old one. */
+static int moe_tail(df_kgpu *g, const df_kgpu_moe_tail *a) {
+  size_t T = (size_t)a->T, K = (size_t)a->K, Lt = (size_t)g->xs.latent;
+  size_t H = (size_t)a->up->rows, I = a->sh_gate ? (size_t)a->sh_gate->rows : 0;
+  const df_wmat *sh[2] = {a->sh_gate, a->sh_up};
+  if ((size_t)a->up->cols != Lt ||
+      (a->sh_gate && (a->sh_up->rows != a->sh_gate->rows || (size_t)a->sh_gate->cols != H ||
+                      a->sh_up->cols != a->sh_gate->cols || (size_t)a->sh_down->cols != I ||
+                      (size_t)a->sh_down->rows != H))) {
+    note_error(g, "moe tail: the shapes do not fit (internal error)");
+    return -1;
+  }
+  size_t o_w = up_align(T * K * sizeof(int)), o_rr = o_w + up_align(T * K * sizeof(float));
+  size_t o_up = o_rr + up_align(T * Lt * sizeof(float)), o_x = o_up + up_align(T * H * sizeof(float));
+  size_t o_sh = o_x + up_align(T * H * sizeof(float)), nb = o_sh + T * H * sizeof(float);
+  size_t nh = (I ? T * I : 1) * sizeof(float), ny = T * H * sizeof(float);
+  if (!scratch(g, &g->tb, &g->tbcap, nb) || !staging(g, &g->ht, &g->htcap, ny) ||
+      (I && (!scratch(g, &g->fb1, &g->f1cap, nh) || !scratch(g, &g->fb3, &g->f3cap, nh))))
+    return -1;
+  uint8_t *tb = g->tb;
+  int *rows = (int *)tb;
+  float *w = (float *)(tb + o_w), *rr = (float *)(tb + o_rr), *routed = (float *)(tb + o_up);
+  float *dx = (float *)(tb + o_x), *shared = (float *)(tb + o_sh);
+  if (flush_experts(g) || df_cuda_put(g->c, rows, a->slot_row, T * K * sizeof(int)) ||
+      df_cuda_put(g->c, w, a->slot_w, T * K * sizeof(float)) ||
+      df_cuda_moe_combine(g->c, rr, g->ybuf, rows, w, a->T, a->K, (int)Lt))
+    return -1;
+  g->st.h2d_bytes += T * K * 8;
+  if (a->norm) {
+    const uint8_t *dn = weights(g, a->norm_id ? NORM_KEY_BIT | a->norm_id : 0, DF_DTIER_KEEP,
+                                a->norm, Lt * sizeof(float), NULL, 0);
+    if (!dn || df_cuda_rmsnorm_rows(g->c, rr, rr, (const float *)dn, (int)Lt, a->T, a->eps))
+      return -1;
+  }
+  if (products_of(g, 1, &a->up, rr, a->T, Lt, &routed)) return -1;
+  float *dout = routed;
+  if (I) {
+    for (size_t t = 0; t < (a->ldx == H ? 1 : T); t++)
+      if (df_cuda_put(g->c, dx + t * H, a->x + t * a->ldx, (a->ldx == H ? T : 1) * H * sizeof(float)))
+        return -1;
+    g->st.h2d_bytes += ny;
+    float *h1 = g->fb1, *h3 = g->fb3;
+    if (products_of(g, 2, sh, dx, a->T, H, (float *const[]){h1, h3}) ||
+        df_cuda_situ(g->c, h1, h1, h3, (int)(T * I), a->bg, a->bu) ||
+        products_of(g, 1, &a->sh_down, h1, a->T, I, &shared) ||
+        df_cuda_add(g->c, shared, routed, shared, T * H))
+      return -1;
+    dout = shared;
+  }
+  if (df_cuda_get(g->c, g->ht, dout, ny)) return -1;
+  y_out(g->ht, (int)H, a->T, a->out, a->ldo);
+  g->st.d2h_bytes += ny;
+  return 0;
+}
+
+int df_kgpu_experts_end_tail(df_kgpu *g, const df_kgpu_moe_tail *a) {
+  pthread_mutex_lock(&g->mu);
+  int rc = -1;
+  if (!g->broken) {
+    if (a->T <= 0 || !moe_tail(g, a)) rc = 0;
+    else note_error(g, NULL);
+  }
+  g->st.compute_s += df_now() - g->xt0;
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
 int df_kgpu_has_expert(df_kgpu *g, uint64_t key) {
   pthread_mutex_lock(&g->mu);
   int has = !g->broken && df_dtier_has(g->tier, key);
@@ -1035,6 +1112,10 @@ const float *df_kgpu_experts_end(df_kgpu *g) {
 int df_kgpu_has_expert(df_kgpu *g, uint64_t key) {
   (void)g, (void)key;
   return 0;
+}
+int df_kgpu_experts_end_tail(df_kgpu *g, const df_kgpu_moe_tail *a) {
+  (void)g, (void)a;
+  return -1;
 }
 const char *df_kgpu_error(df_kgpu *g) {
   (void)g;

@@ -180,6 +180,32 @@ float *df_kgpu_expert_in(df_kgpu *g, int n);
 int df_kgpu_expert(df_kgpu *g, uint64_t key, const uint8_t *rec, int n, int *row0);
 const float *df_kgpu_experts_end(df_kgpu *g);
 int df_kgpu_has_expert(df_kgpu *g, uint64_t key);
+/* The end of a MoE layer on the device, in place of _end when every expert
+ * of the batch was queued there: the routed sum over each row's slots in
+ * their order (model/k3_forward_t.h's moe_layer, step 6), the latent norm,
+ * the up projection and, added to it, the shared expert of x (steps 7-9,
+ * the same floats), so the layer's experts, its shared expert and its
+ * output wait for the device once instead of three times:
+ *   out[t] = up(norm(sum_k w[t][k] * y(slot_row[t][k]))) + shared(x[t]).
+ * 0 when done (out written); -1 when not: the batch has failed as _end's
+ * NULL says (nothing written; the caller reads the experts again). */
+typedef struct df_kgpu_moe_tail {
+  int T, K;
+  const int *slot_row;  /* T x K: the batch row of slot (t, k)'s output (df_kgpu_expert's
+                         * *row0 plus the slot's place among the expert's rows) */
+  const float *slot_w;  /* T x K: the slots' weights */
+  const float *norm;    /* latent floats: the latent norm's weights; NULL: no norm */
+  uint64_t norm_id;     /* keeps norm in the tier (0: copied every call) */
+  float eps;
+  const df_wmat *up;    /* latent -> hidden */
+  const df_wmat *sh_gate, *sh_up, *sh_down; /* the shared expert; sh_gate NULL: none */
+  float bg, bu;         /* its SiTU's betas */
+  const float *x;       /* T x hidden, stride ldx: the shared expert's input */
+  size_t ldx;
+  float *out;           /* T x hidden, stride ldo */
+  size_t ldo;
+} df_kgpu_moe_tail;
+int df_kgpu_experts_end_tail(df_kgpu *g, const df_kgpu_moe_tail *a);
 /* The last CUDA error ("" if none). */
 const char *df_kgpu_error(df_kgpu *g);
 

@@ -82,6 +82,7 @@ typedef struct N(ws) {
   int *sel;
   R *eZ, *eH1, *eH3, *eY; /* one expert's rows */
   int *ecnt, *eoff, *eent, *uexp, *ecur;
+  int *srow; /* T x K: the GPU batch's row of each (row, slot) (experts_gpu_tail) */
   int nuexp;              /* experts in uexp (this MoE layer batch's union) */
   uint8_t *eres;          /* per uexp index: 1 the GPU's tier holds it (not read), 2 read late */
   int *xlist, *xmap, nx;  /* the batch's reads: expert ids, their uexp indices */
@@ -241,8 +242,8 @@ static void free_scratch(WS *w) {
     free(*f[i]);
     *f[i] = NULL;
   }
-  int **g[] = {&w->sel,  &w->ecnt,  &w->eoff,  &w->eent, &w->uexp,
-               &w->ecur, &w->gsel, &w->glist, &w->xlist, &w->xmap};
+  int **g[] = {&w->sel,  &w->ecnt,  &w->eoff,  &w->eent,  &w->uexp,
+               &w->ecur, &w->gsel, &w->glist, &w->xlist, &w->xmap, &w->srow};
   for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
     free(*g[i]);
     *g[i] = NULL;
@@ -426,6 +427,7 @@ static void reserve(ST *s, int T) {
     s->w->sel = df_xmalloc(sizeof(int) * t * K);
     s->w->ecnt = df_xmalloc(sizeof(int) * E), s->w->eoff = df_xmalloc(sizeof(int) * (E + 1));
     s->w->eent = df_xmalloc(sizeof(int) * t * K), s->w->uexp = df_xmalloc(sizeof(int) * E);
+    s->w->srow = df_xmalloc(sizeof(int) * t * K);
     s->w->ecur = df_xmalloc(sizeof(int) * E);
     s->w->gx = fbuf(t * H), s->w->gw = fbuf(K);
     s->w->gsel = df_xmalloc(sizeof(int) * K), s->w->glist = df_xmalloc(sizeof(int) * E);
@@ -932,6 +934,30 @@ static int experts_gpu_end(const df_k3_run *r, ST *s, df_err *e) {
   }
   return 0;
 }
+
+/* The layer's end on the GPU (kgpu.h's df_kgpu_experts_end_tail: steps 6-9
+ * and the shared expert there, ffo written) when every expert of the batch
+ * is in the GPU's batch. 0 done; 1 not tried (an expert was computed here:
+ * the caller ends the batch as usual); -1 the batch failed (e says why). */
+static int experts_gpu_tail(const df_k3_run *r, ST *s, const df_k3_layer *y, int T, df_err *e) {
+  const df_config *c = r->m->cfg;
+  WS *w = s->w;
+  for (int idx = 0; idx < w->nuexp; idx++) {
+    if (w->ecur[idx] < 0) return 1;
+    const int *ent = w->eent + w->eoff[idx];
+    for (int i = 0, n = w->eoff[idx + 1] - w->eoff[idx]; i < n; i++) w->srow[ent[i]] = w->ecur[idx] + i;
+  }
+  int sh = c->n_shared > 0;
+  df_kgpu_moe_tail a = {.T = T, .K = c->top_k, .slot_row = w->srow, .slot_w = w->selw,
+                        .norm = c->latent_norm ? y->lat_norm : NULL, .norm_id = y->lat_up.id,
+                        .eps = c->eps, .up = &y->lat_up, .sh_gate = sh ? &y->sh_gate : NULL,
+                        .sh_up = &y->sh_up, .sh_down = &y->sh_down, .bg = c->situ_beta,
+                        .bu = c->situ_linear_beta, .x = w->xn, .ldx = (size_t)c->hidden,
+                        .out = w->ffo, .ldo = (size_t)c->hidden};
+  if (df_kgpu_experts_end_tail(r->kc->gpu, &a))
+    return df_err_set(e, "%s", df_kgpu_error(r->kc->gpu));
+  return 0;
+}
 #endif
 
 /* Starts the store's batch of the experts of uexp marked mark in eres (0:
@@ -998,8 +1024,8 @@ static int reads_run(const df_k3_run *r, ST *s, int l, int on_gpu, const df_expe
  * after the others. 0; -1 on an error; 1 when the GPU's batch failed at
  * its end (e says why): its records are released, the caller reads them
  * again. */
-static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp, double *t_wait,
-                       int *n_exp, df_err *e) {
+static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, const df_k3_layer *tail,
+                       int *tailed, double *t_exp, double *t_wait, int *n_exp, df_err *e) {
   WS *w = s->w;
   df_expert_layout lay;
   df_expert_layout_of(r->m->cfg, &lay);
@@ -1030,9 +1056,13 @@ static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, double *t_exp,
 #if !R_IS_F64
   if (on_gpu) {
     double tg = df_now();
-    if (experts_gpu_end(r, s, e)) return 1;
+    int tr = tail ? experts_gpu_tail(r, s, tail, w->eoff[w->nuexp] / r->m->cfg->top_k, e) : 1;
+    if (tr < 0 || (tr > 0 && experts_gpu_end(r, s, e))) return 1;
+    *tailed = tr == 0;
     *t_exp += df_now() - tg;
   }
+#else
+  (void)tail, (void)tailed;
 #endif
   return 0;
 }
@@ -1094,8 +1124,14 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   /* the reads start now; everything up to the expert loop overlaps them */
   if (reads_begin(r, s, l, T, 1, e)) return -1;
   if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->w->xn, ahead_sc);
-  /* 8: the shared experts (only needs x) */
-  if (c->n_shared > 0)
+  /* 8: the shared experts (only needs x). On a device they wait for the
+   * batch's end, which runs them there with steps 6-9 (one round trip for
+   * the three), unless the gate-ahead wants their output first. */
+  int tail = 0, tailed = 0;
+#if !R_IS_F64
+  tail = kc->gpu && !(ahead && gin == DF_GATE_FROM_X_SHARED);
+#endif
+  if (c->n_shared > 0 && !tail)
     gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
   if (ahead && gin == DF_GATE_FROM_X_SHARED) {
     for (size_t i = 0; i < (size_t)T * H; i++)
@@ -1110,13 +1146,15 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   /* 5: experts as the store hands them out */
   double t_exp = 0, t_wait = 0;
   int n_exp = 0;
-  int rc = experts_run(r, s, l, 1, &t_exp, &t_wait, &n_exp, e);
+  int rc = experts_run(r, s, l, 1, tail ? y : NULL, &tailed, &t_exp, &t_wait, &n_exp, e);
   if (rc == 1) {
     /* the GPU's batch failed after the store released its records: read
      * them again and compute the batch here (the same values) */
     df_log_warn("layer %d: the GPU's expert batch failed (%s); its experts are read again and "
                 "computed on the CPU", l, e->msg);
-    rc = reads_begin(r, s, l, T, 0, e) ? -1 : experts_run(r, s, l, 0, &t_exp, &t_wait, &n_exp, e);
+    rc = reads_begin(r, s, l, T, 0, e)
+             ? -1
+             : experts_run(r, s, l, 0, NULL, &tailed, &t_exp, &t_wait, &n_exp, e);
   }
   if (rc) return -1;
   {
@@ -1127,6 +1165,9 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
     *(dec ? &cp->store_wait_s : &cp->pre_store_wait_s) += t_wait;
     s->w->moe_excl = t_exp + t_wait;
   }
+  if (tailed) return 0; /* steps 6-9 and the shared experts done on the device: ffo */
+  if (c->n_shared > 0 && tail)
+    gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
 
   /* 6: fixed order: slots are in ascending expert id */
   for (int t = 0; t < T; t++) {

@@ -355,6 +355,61 @@ static void rmsnorm_case(int n, int with_w) {
   free(x), free(w), free(yc), free(yg);
 }
 
+/* rows rows of n floats normed in place, each against the scalar rmsnorm */
+static void rmsnorm_rows_case(int n, int rows) {
+  size_t m = (size_t)n * rows;
+  float *x = rnd_vec((int)m, -8, 3), *w = rnd_vec(n, -2, 1), *yc = malloc(m * 4), *yg = malloc(m * 4);
+  for (int r = 0; r < rows; r++)
+    df_kern_scalar()->rmsnorm(yc + (size_t)r * n, x + (size_t)r * n, w, n, 1e-6f);
+  float *dx = dput(x, m * 4), *dw = dput(w, (size_t)n * 4);
+  ok_or_die(df_cuda_rmsnorm_rows(G, dx, dx, dw, n, rows, 1e-6f));
+  dget(yg, dx, m * 4);
+  char what[64];
+  snprintf(what, sizeof what, "rmsnorm rows %d x %d in place", rows, n);
+  same(what, yc, yg, m, 0);
+  df_cuda_free(G, dx), df_cuda_free(G, dw);
+  free(x), free(w), free(yc), free(yg);
+}
+
+/* A MoE layer's routed sum (T rows, K slots each, from nY rows of n) and
+ * the add after it, against their loops in model/k3_forward_t.h's order. */
+static void moe_combine_case(int T, int K, int n, int nY) {
+  size_t m = (size_t)T * n;
+  float *Y = rnd_vec(nY * n, -10, 4), *w = rnd_vec(T * K, -4, 0), *b = rnd_vec((int)m, -10, 4);
+  float *yc = malloc(m * 4), *yg = malloc(m * 4), *sc = malloc(m * 4);
+  int *rows = malloc(sizeof(int) * (size_t)T * K);
+  uint64_t z = 0x9e3779b97f4a7c15ull * (uint64_t)(T + 7 * K + 13 * n);
+  for (int i = 0; i < T * K; i++) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    rows[i] = (int)((z >> 33) % (uint64_t)nY);
+  }
+  for (int t = 0; t < T; t++)
+    for (int d = 0; d < n; d++) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; k++) {
+        float p = w[t * K + k] * Y[(size_t)rows[t * K + k] * n + d];
+        acc += p;
+      }
+      yc[(size_t)t * n + d] = acc;
+      sc[(size_t)t * n + d] = acc + b[(size_t)t * n + d];
+    }
+  float *dY = dput(Y, (size_t)nY * n * 4), *dw = dput(w, (size_t)T * K * 4);
+  float *db = dput(b, m * 4), *dout = df_cuda_alloc(G, m * 4);
+  int *dr = dput(rows, sizeof(int) * (size_t)T * K);
+  ok_or_die(df_cuda_moe_combine(G, dout, dY, dr, dw, T, K, n));
+  dget(yg, dout, m * 4);
+  char what[80];
+  snprintf(what, sizeof what, "moe combine T %d K %d n %d", T, K, n);
+  same(what, yc, yg, m, 0);
+  ok_or_die(df_cuda_add(G, db, dout, db, m));
+  dget(yg, db, m * 4);
+  snprintf(what, sizeof what, "add n %zu", m);
+  same(what, sc, yg, m, 0);
+  df_cuda_free(G, dY), df_cuda_free(G, dw), df_cuda_free(G, db), df_cuda_free(G, dout);
+  df_cuda_free(G, dr);
+  free(Y), free(w), free(b), free(yc), free(yg), free(sc), free(rows);
+}
+
 /* which: 0 softmax, 1 sigmoid, 2 silu, 3 situ */
 static void vec_case(int which, int n) {
   const df_kern *k = df_kern_scalar();
@@ -550,6 +605,10 @@ int main(void) {
   group_errors();
   static const int vn[] = {7168, 3584, 1, 17, 12345};
   for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) rmsnorm_case(vn[i], 1), rmsnorm_case(vn[i], 0);
+  rmsnorm_rows_case(3072, 1), rmsnorm_rows_case(3072, 33), rmsnorm_rows_case(17, 5);
+  /* a decode step (16 slots of one row), a prefill chunk, odd sizes */
+  moe_combine_case(1, 16, 3072, 16), moe_combine_case(64, 16, 3072, 1024);
+  moe_combine_case(5, 3, 17, 7), moe_combine_case(2, 1, 1, 2);
   static const int sn[] = {896, 16, 1, 33, 100000};
   for (int w = 0; w < 4; w++)
     for (size_t i = 0; i < sizeof sn / sizeof sn[0]; i++) vec_case(w, sn[i]);

@@ -1340,7 +1340,10 @@ __device__ static float lane16_sumsq(const float *x, int n) {
   return r;
 }
 
+/* block b: the row at b * n */
 __global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, float eps) {
+  size_t o = (size_t)blockIdx.x * (size_t)n;
+  x += o, y += o;
   float ss = lane16_sumsq(x, n);
   float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -1404,6 +1407,46 @@ extern "C" int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float
   LAUNCHED(c, "rmsnorm");
   return 0;
 }
+extern "C" int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, int n,
+                                    int rows, float eps) {
+  if (rows <= 0) return 0;
+  rmsnorm_k<<<rows, VBLOCK, 0, c->s>>>(y, x, w, n, eps);
+  LAUNCHED(c, "rmsnorm rows");
+  return 0;
+}
+
+/* one thread per (row, element): the slots in order, each product rounded */
+__global__ void moe_combine_k(float *out, const float *Y, const int *rows, const float *w, int T,
+                              int K, int n) {
+  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (long)T * n;
+       i += (long)gridDim.x * blockDim.x) {
+    int t = (int)(i / n), d = (int)(i % n);
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++)
+      acc = __fadd_rn(acc, __fmul_rn(w[t * K + k], Y[(size_t)rows[t * K + k] * n + d]));
+    out[i] = acc;
+  }
+}
+extern "C" int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows,
+                                   const float *w, int T, int K, int n) {
+  if (T <= 0 || n <= 0) return 0;
+  moe_combine_k<<<grid_for((long)T * n), VBLOCK, 0, c->s>>>(out, Y, rows, w, T, K, n);
+  LAUNCHED(c, "moe combine");
+  return 0;
+}
+
+__global__ void add_k(float *y, const float *a, const float *b, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    y[i] = __fadd_rn(a[i], b[i]);
+}
+extern "C" int df_cuda_add(df_cuda *c, float *y, const float *a, const float *b, size_t n) {
+  if (!n) return 0;
+  add_k<<<grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, c->s>>>(y, a, b, n);
+  LAUNCHED(c, "add");
+  return 0;
+}
+
 extern "C" int df_cuda_softmax(df_cuda *c, float *x, int n) {
   if (n <= 0) return 0;
   softmax_k<<<1, VBLOCK, 0, c->s>>>(x, n);

@@ -115,6 +115,17 @@ int df_cuda_gemv_group(df_cuda *c, int fmt, int n, const df_cuda_gemv_one *m);
 
 /* The vector functions of df_kern on n device floats: one block per vector. */
 int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n, float eps);
+/* df_cuda_rmsnorm of `rows` rows of n floats, row r at [r * n] (y may be x) */
+int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, int n, int rows,
+                         float eps);
+/* A MoE layer's routed sum (model/k3_forward_t.h's step 6): out[t][d] = the
+ * sum over slots k < K, ascending, of w[t][k] * Y[rows[t][k]][d], each
+ * product rounded before its add, from +0; rows and w are T x K, Y's rows
+ * and out's are n floats. */
+int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows, const float *w,
+                        int T, int K, int n);
+/* y[i] = a[i] + b[i] (y may be a or b) */
+int df_cuda_add(df_cuda *c, float *y, const float *a, const float *b, size_t n);
 int df_cuda_softmax(df_cuda *c, float *x, int n);
 int df_cuda_sigmoid(df_cuda *c, float *x, int n);
 int df_cuda_silu(df_cuda *c, float *x, int n);
