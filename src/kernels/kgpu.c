@@ -870,48 +870,94 @@ static struct sent *kda_entry(df_kgpu *g, const df_kgpu_kda_args *a, size_t byte
   return d ? sent_add(g, a->skey, d, bytes) : NULL;
 }
 
+/* The fused call's projections in (kgpu.h: df_kgpu_kda_args.x): x staged
+ * and copied to d + off[9], q..b and fa made there, f from fa. */
+static int kda_projections(df_kgpu *g, const df_kgpu_kda_args *a, float *d, float *h,
+                           const size_t *off) {
+  size_t T = (size_t)a->T, H = (size_t)a->W[0]->cols;
+  for (size_t t = 0; t < T; t++) memcpy(h + off[9] + t * H, a->x + t * a->ldx, H * sizeof(float));
+  if (df_cuda_put(g->c, d + off[9], h + off[9], T * H * sizeof(float))) return -1;
+  g->st.h2d_bytes += T * H * sizeof(float);
+  float *dys[6] = {d + off[3], d + off[4], d + off[5], d + off[6], d + off[10], d + off[8]};
+  float *df = d + off[7];
+  return products_of(g, 6, a->W, d + off[9], a->T, H, dys) ||
+                 products_of(g, 1, &a->W[6], d + off[10], a->T, (size_t)a->D, &df)
+             ? -1
+             : 0;
+}
+
+/* Shapes the fused call needs: every projection of x, fb of fa, o_proj of o. */
+static int kda_fused_fits(const df_kgpu_kda_args *a) {
+  size_t P = (size_t)a->heads * (size_t)a->D;
+  int H = a->W[0]->cols;
+  size_t rows[6] = {P, P, P, P, (size_t)a->D, (size_t)a->heads};
+  for (int i = 0; i < 6; i++)
+    if (a->W[i]->cols != H || (size_t)a->W[i]->rows != rows[i]) return 0;
+  return a->W[6]->cols == a->D && (size_t)a->W[6]->rows == P && (size_t)a->W[7]->cols == P &&
+         a->W[7]->rows == H && a->out;
+}
+
 int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   a->kept = 0;
   if (a->T <= 0 || a->heads <= 0 || a->D <= 0) return 0;
   if (a->K < 1) return -1;
+  int fused = a->x != NULL;
+  if (fused && !kda_fused_fits(a)) return -1;
   if (enter(g)) return -1;
   double t0 = df_now();
   size_t P = (size_t)a->heads * (size_t)a->D, T = (size_t)a->T;
-  size_t n[9] = {P * (size_t)a->D, 3 * (size_t)(a->K - 1) * P, T * P, T * P, T * P,
-                 T * P, T * P, T * P, T * (size_t)a->heads};
+  size_t H = fused ? (size_t)a->W[0]->cols : 0;
+  /* S, conv, o, q, k, v, g, f, b; fused: x, fa, out */
+  size_t n[12] = {P * (size_t)a->D, 3 * (size_t)(a->K - 1) * P, T * P, T * P, T * P,
+                  T * P, T * P, T * P, T * (size_t)a->heads, T * H, fused ? T * (size_t)a->D : 0,
+                  T * H};
   const float *src[9] = {a->S, a->conv_st, NULL, a->q, a->k, a->v, a->g, a->f, a->b};
-  size_t off[10] = {0};
-  for (int i = 0; i < 9; i++) off[i + 1] = off[i] + up64(n[i]);
-  size_t nin = off[9] * sizeof(float), nst = off[2] * sizeof(float), nout = off[3] * sizeof(float);
+  size_t off[13] = {0};
+  for (int i = 0; i < 12; i++) off[i + 1] = off[i] + up64(n[i]);
+  /* copied in: the state and (unfused) the products; fused, x goes alone */
+  int nsrc = fused ? 2 : 9;
+  size_t nin = off[nsrc] * sizeof(float), nst = off[2] * sizeof(float), nout = off[3] * sizeof(float);
+  size_t nall = off[12] * sizeof(float);
   size_t woff[4];
-  if (!scratch(g, &g->xbuf, &g->xcap, nin) || !staging(g, &g->hx, &g->hxcap, nin))
+  if (!scratch(g, &g->xbuf, &g->xcap, nall) || !staging(g, &g->hx, &g->hxcap, nall))
     return fell_back(g);
   struct sent *e = kda_entry(g, a, nst); /* after scratch(): its shrink may not take this */
   if (a->skey && !a->s_host && !e) { /* the caller's bookkeeping is wrong: never guess */
     pthread_mutex_unlock(&g->mu);
     return -1;
   }
+  float *d = g->xbuf, *h = g->hx;
+  /* before kda_weights: a projection through the per-use buffer would
+   * overwrite the small weights if they went there */
+  if (fused && kda_projections(g, a, d, h, off)) return fell_back(g);
   float *dw = kda_weights(g, a, woff);
   if (!dw) return fell_back(g);
-  float *d = g->xbuf, *h = g->hx;
   /* the state in: from the host, or from the entry (the kernels then work
    * on the copy, so a failure leaves the entry as it was) */
   int from_entry = e && !a->s_host;
   size_t in0 = from_entry ? off[3] : 0;
-  for (int i = 0; i < 9; i++)
+  for (int i = 0; i < nsrc; i++)
     if (src[i] && off[i] >= in0) memcpy(h + off[i], src[i], n[i] * sizeof(float));
   df_cuda_kda_args k = {.T = a->T, .heads = a->heads, .D = a->D, .K = a->K, .lb = a->lb,
                         .eps = a->eps, .S = d + off[0], .conv_st = d + off[1], .o = d + off[2],
                         .q = d + off[3], .k = d + off[4], .v = d + off[5], .g = d + off[6],
                         .f = d + off[7], .b = d + off[8], .conv_w = dw + woff[0],
                         .A_log = dw + woff[1], .dt_bias = dw + woff[2], .o_norm = dw + woff[3]};
-  if (df_cuda_put(g->c, d + in0, h + in0, nin - in0 * sizeof(float))) return fell_back(g);
+  if (nin > in0 * sizeof(float) && df_cuda_put(g->c, d + in0, h + in0, nin - in0 * sizeof(float)))
+    return fell_back(g);
   if (from_entry && df_cuda_copy(g->c, d, e->d, nst)) return fell_back(g);
   if (df_cuda_kda(g->c, &k)) return seq_failed(g);
+  /* what comes back besides the state: o, or (fused) o_proj's output */
+  float *dres = d + off[2], *hres = h + off[2];
+  size_t nres = n[2];
+  if (fused) {
+    dres = d + off[11], hres = h + off[11], nres = n[11];
+    if (products_of(g, 1, &a->W[7], d + off[2], a->T, P, &dres)) return fell_back(g);
+  }
   /* kept: the state stays in the entry and only the output comes back */
   int had = e != NULL;
   int kept = had && !df_cuda_copy(g->c, e->d, d, nst) &&
-             !df_cuda_get(g->c, h + off[2], d + off[2], n[2] * sizeof(float));
+             !df_cuda_get(g->c, hres, dres, nres * sizeof(float));
   if (had && !kept) {
     /* the entry may be half written: nothing reads it again; the state
      * after the call is still in xbuf, so it goes to the host instead */
@@ -919,7 +965,8 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
     note_error(g, NULL);
     g->st.fallbacks++;
   }
-  if (!kept && df_cuda_get(g->c, h, d, nout)) {
+  if (!kept && (df_cuda_get(g->c, h, d, fused ? nst : nout) ||
+                (fused && df_cuda_get(g->c, hres, dres, nres * sizeof(float))))) {
     if (!had) return fell_back(g);
     pthread_mutex_unlock(&g->mu);
     return from_entry ? -2 : -1; /* else the host still has the state before the call */
@@ -928,9 +975,10 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
     memcpy(a->S, h + off[0], n[0] * sizeof(float));
     memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
   }
-  memcpy(a->o, h + off[2], n[2] * sizeof(float));
+  if (fused) y_out(hres, (int)H, a->T, a->out, a->ldo);
+  else memcpy(a->o, hres, n[2] * sizeof(float));
   a->kept = kept;
-  g->st.d2h_bytes += kept ? n[2] * sizeof(float) : nout;
+  g->st.d2h_bytes += (kept ? 0 : nst) + nres * sizeof(float);
   g->st.seq_calls++;
   g->st.h2d_bytes += nin - in0 * sizeof(float);
   g->st.compute_s += df_now() - t0;

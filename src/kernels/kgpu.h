@@ -123,6 +123,17 @@ typedef struct df_kgpu_kda_args {
   int s_host;
   int kept; /* out: 1 the state after the call is only in the entry (S and
              * conv_st not written), 0 it was written to the host */
+  /* The layer's projections too, when x is set (one round trip for the
+   * layer instead of four): q, k, v, g, b and fa made on the device from x
+   * (T x hidden, stride ldx) by W[0..5] = q, k, v, g, fa, b, then f = fb(fa)
+   * by W[6], and the output through o_proj W[7] into out (T x hidden,
+   * stride ldo) in place of o. q, k, v, g, f, b and o are then neither read
+   * nor written; on -1 nothing is, out included. */
+  const float *x;
+  size_t ldx;
+  const df_wmat *W[8];
+  float *out;
+  size_t ldo;
 } df_kgpu_kda_args;
 /* 0 done; -1 not done (nothing written, the entry as it was); -2 the
  * entry was being written when the device failed: the state is lost. */

@@ -657,7 +657,7 @@ static void kda_head_task(void *ctx, int h, int thread) {
  * -2 when the device failed holding the only current state (lost).
  * Speculation's per-row boundary states are copied out of the loops row
  * by row, so a pass that keeps them stays here. */
-static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
+static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, int fused) {
   df_kgpu *g = r->kc->gpu;
   SEQ *q = &s->q;
   if (!g || s->nrowmk > 0 || (q->gpu && q->gpu != g)) return -1;
@@ -669,6 +669,12 @@ static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
                         .conv_w = {y->conv[0], y->conv[1], y->conv[2]}, .A_log = y->A_log,
                         .dt_bias = y->dt_bias, .o_norm = y->o_norm, .id = y->q.id,
                         .skey = df_kgpu_seq_key(q->id, l), .s_host = q->kda_at[l] == AT_HOST};
+  if (fused) {
+    /* the projections and o_proj there too: xn in, the layer's output out */
+    const df_wmat *W[8] = {&y->q, &y->k, &y->v, &y->g, &y->fa, &y->b, &y->fb, &y->o};
+    memcpy(a.W, W, sizeof W);
+    a.x = s->w->xn, a.ldx = (size_t)c->hidden, a.out = s->w->a, a.ldo = (size_t)c->hidden;
+  }
   q->gpu = g;
   int rc = df_kgpu_kda(g, &a);
   if (rc == -2) q->lost = 1;
@@ -687,12 +693,18 @@ static int kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
+#if !R_IS_F64
+  /* on a device the whole layer in one call; when it cannot, the steps */
+  int fr = kda_gpu(r, s, y, l, T, 1);
+  if (!fr) return 0;
+  if (fr == -2 || s->q.lost) return lost_state(r, e);
+#endif
   mm_many(kc, 6, (const df_wmat *[]){&y->q, &y->k, &y->v, &y->g, &y->fa, &y->b}, s->w->xn, T, H,
           (R *[]){s->w->kq, s->w->kk, s->w->kv, s->w->kg, s->w->kfa, s->w->kb},
           (size_t[]){P, P, P, P, (size_t)c->kda_head_dim, (size_t)c->kda_heads});
   MM(kc, &y->fb, s->w->kfa, T, (size_t)c->kda_head_dim, s->w->kf, P);
 #if !R_IS_F64
-  if (!kda_gpu(r, s, y, l, T)) {
+  if (!kda_gpu(r, s, y, l, T, 0)) {
     MM(kc, &y->o, s->w->ko, T, P, s->w->a, H);
     return 0;
   }

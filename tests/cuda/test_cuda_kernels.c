@@ -12,6 +12,7 @@
 
 #include "format/config.h"
 #include "kernels/cuda/kcuda.h"
+#include "kernels/cuda/kcuda_seq_ref.h"
 #include "base/pool.h"
 #include "kernels/kernels.h"
 #include "model/router.h"
@@ -383,16 +384,8 @@ static void moe_combine_case(int T, int K, int n, int nY) {
     z = z * 6364136223846793005ull + 1442695040888963407ull;
     rows[i] = (int)((z >> 33) % (uint64_t)nY);
   }
-  for (int t = 0; t < T; t++)
-    for (int d = 0; d < n; d++) {
-      float acc = 0.0f;
-      for (int k = 0; k < K; k++) {
-        float p = w[t * K + k] * Y[(size_t)rows[t * K + k] * n + d];
-        acc += p;
-      }
-      yc[(size_t)t * n + d] = acc;
-      sc[(size_t)t * n + d] = acc + b[(size_t)t * n + d];
-    }
+  df_moe_combine_ref(yc, Y, rows, w, T, K, n);
+  for (size_t i = 0; i < m; i++) sc[i] = yc[i] + b[i];
   float *dY = dput(Y, (size_t)nY * n * 4), *dw = dput(w, (size_t)T * K * 4);
   float *db = dput(b, m * 4), *dout = df_cuda_alloc(G, m * 4);
   int *dr = dput(rows, sizeof(int) * (size_t)T * K);

@@ -178,19 +178,10 @@ int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, i
     df_kern_scalar()->rmsnorm(y + (size_t)r * n, x + (size_t)r * n, w, n, eps);
   return 0;
 }
-/* the kernel's loop (one output per thread there) */
 int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows, const float *w,
                         int T, int K, int n) {
   (void)c;
-  for (int t = 0; t < T; t++)
-    for (int d = 0; d < n; d++) {
-      float acc = 0.0f;
-      for (int k = 0; k < K; k++) {
-        float p = w[t * K + k] * Y[(size_t)rows[t * K + k] * n + d];
-        acc += p;
-      }
-      out[(size_t)t * n + d] = acc;
-    }
+  df_moe_combine_ref(out, Y, rows, w, T, K, n);
   return 0;
 }
 int df_cuda_add(df_cuda *c, float *y, const float *a, const float *b, size_t n) {

@@ -1213,19 +1213,14 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
   /* level 8: lanes 0-7 (cg 0, 1) take lanes 8-15 (cg 2, 3); level 4: cg 0
    * takes cg 1; every thread of the warp takes part in both shuffles */
 #pragma unroll
-  for (int m = 0; m < 4; m++)
+  for (int dl = 2; dl >= 1; dl >>= 1)
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int m = 0; m < 4; m++)
 #pragma unroll
-      for (int k = 0; k < 4; k++)
-        acc[m][i][k] = __fadd_rn(acc[m][i][k], __shfl_down_sync(0xffffffffu, acc[m][i][k], 2));
+      for (int i = 0; i < 4; i++)
 #pragma unroll
-  for (int m = 0; m < 4; m++)
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int k = 0; k < 4; k++)
-        acc[m][i][k] = __fadd_rn(acc[m][i][k], __shfl_down_sync(0xffffffffu, acc[m][i][k], 1));
+        for (int k = 0; k < 4; k++)
+          acc[m][i][k] = __fadd_rn(acc[m][i][k], __shfl_down_sync(0xffffffffu, acc[m][i][k], dl));
   if (cg) return;
 #pragma unroll
   for (int i = 0; i < 4; i++)

@@ -145,4 +145,18 @@ static inline void df_mla_ref_gate(float *o, float *g, size_t n) {
   for (size_t i = 0; i < n; i++) o[i] *= g[i];
 }
 
+/* df_cuda_moe_combine's reference: moe_layer's step 6 loop (kcuda.h). */
+static inline void df_moe_combine_ref(float *out, const float *Y, const int *rows, const float *w,
+                                      int T, int K, int n) {
+  for (int t = 0; t < T; t++)
+    for (int d = 0; d < n; d++) {
+      float acc = 0.0f;
+      for (int k = 0; k < K; k++) {
+        float p = w[t * K + k] * Y[(size_t)rows[t * K + k] * n + d];
+        acc += p;
+      }
+      out[(size_t)t * n + d] = acc;
+    }
+}
+
 #endif
