@@ -629,6 +629,13 @@ const float *df_kgpu_experts_end(df_kgpu *g) {
 
 #define NORM_KEY_BIT (1ull << 61) /* apart from KDA_KEY_BIT, df_wmat ids and expert keys */
 
+/* A norm's weights on the device, kept in the tier beside the matrix id
+ * they belong to (or through the per-use buffer: used before the next). */
+static const float *norm_weights(df_kgpu *g, uint64_t id, const float *w, size_t n) {
+  return (const float *)weights(g, id ? NORM_KEY_BIT | id : 0, DF_DTIER_KEEP, w, n * sizeof(float),
+                                NULL, 0);
+}
+
 /* The tail's work on the stream, the lock held; -1 on a CUDA error or a
  * shape it cannot take. Every buffer is sized before the first copy:
  * growing one drains the stream and frees the old one. */
@@ -660,9 +667,8 @@ static int moe_tail(df_kgpu *g, const df_kgpu_moe_tail *a) {
     return -1;
   g->st.h2d_bytes += T * K * 8;
   if (a->norm) {
-    const uint8_t *dn = weights(g, a->norm_id ? NORM_KEY_BIT | a->norm_id : 0, DF_DTIER_KEEP,
-                                a->norm, Lt * sizeof(float), NULL, 0);
-    if (!dn || df_cuda_rmsnorm_rows(g->c, rr, rr, (const float *)dn, (int)Lt, a->T, a->eps))
+    const float *dn = norm_weights(g, a->norm_id, a->norm, Lt);
+    if (!dn || df_cuda_rmsnorm_rows(g->c, rr, rr, dn, (int)Lt, a->T, Lt, a->eps))
       return -1;
   }
   if (products_of(g, 1, &a->up, rr, a->T, Lt, &routed)) return -1;
@@ -1020,25 +1026,82 @@ static struct sent *mla_entry(df_kgpu *g, const df_kgpu_mla_args *a, size_t w, s
   return e;
 }
 
+/* Shapes the fused call needs: q_a, kv_a and the gate of x, q_b of q_a's
+ * output, o_proj of the heads' outputs. */
+static int mla_fused_fits(const df_kgpu_mla_args *a) {
+  const df_wmat *const *W = a->W;
+  if (!W[0] || !W[1] || !W[2] || !W[4] || !a->out || !a->new_rows || !a->qa_norm || !a->kva_norm)
+    return 0;
+  int H = W[0]->cols, Hm = a->heads;
+  return W[1]->cols == H && W[1]->rows == a->kr + a->dr && W[2]->cols == W[0]->rows &&
+         W[2]->rows == Hm * (a->dn + a->dr) &&
+         (!W[3] || (W[3]->cols == H && W[3]->rows == Hm * a->dv)) && W[4]->cols == Hm * a->dv &&
+         W[4]->rows == H;
+}
+
+/* The fused call's projections (kgpu.h: df_kgpu_mla_args.x), x at dx: q_a,
+ * kv_a (into the cache's new rows dnew) and the gate (into dg), q_a's norm,
+ * q_b into dq, the new rows' latent norm. */
+static int mla_projections(df_kgpu *g, const df_kgpu_mla_args *a, const float *dx, float *dqa,
+                           float *dnew, float *dg, float *dq) {
+  int nw = a->W[3] ? 3 : 2, qr = a->W[0]->rows;
+  size_t H = (size_t)a->W[0]->cols, w = (size_t)(a->kr + a->dr);
+  if (products_of(g, nw, (const df_wmat *const[]){a->W[0], a->W[1], a->W[3]}, dx, a->T, H,
+                  (float *const[]){dqa, dnew, dg}))
+    return -1;
+  const float *n1 = norm_weights(g, a->W[0]->id, a->qa_norm, (size_t)qr);
+  if (!n1 || df_cuda_rmsnorm_rows(g->c, dqa, dqa, n1, qr, a->T, (size_t)qr, a->eps) ||
+      products_of(g, 1, &a->W[2], dqa, a->T, (size_t)qr, &dq))
+    return -1;
+  const float *n2 = norm_weights(g, a->W[1]->id, a->kva_norm, (size_t)a->kr);
+  return !n2 || df_cuda_rmsnorm_rows(g->c, dnew, dnew, n2, a->kr, a->T, w, a->eps) ? -1 : 0;
+}
+
 int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (a->T <= 0 || a->heads <= 0) return 0;
   const df_wmat *W = a->kvb;
   if (W->cols != a->kr || W->rows != a->heads * (a->dn + a->dv)) return -1;
+  int fused = a->x != NULL;
+  if (fused && !mla_fused_fits(a)) return -1;
   if (enter(g)) return -1;
   double t0 = df_now();
   size_t T = (size_t)a->T, Hm = (size_t)a->heads, ntot = (size_t)a->n0 + T;
   size_t no = T * Hm * (size_t)a->dv, kr = (size_t)a->kr, w = kr + (size_t)a->dr, valid;
+  size_t H = fused ? (size_t)a->W[0]->cols : 0, qr = fused ? (size_t)a->W[0]->rows : 0;
+  int gate = fused ? a->W[3] != NULL : a->g != NULL;
   struct sent *e = mla_entry(g, a, w, ntot, &valid);
-  /* kept: only the rows the entry lacks go in, staged where the cache
-   * would have been */
-  size_t n[6] = {no, a->g ? no : 0, T * Hm * (size_t)(a->dn + a->dr), (ntot - valid) * w,
-                 T * Hm * kr, T * Hm * ntot};
-  const float *src[6] = {NULL, a->g, a->q, a->cache + valid * w, NULL, NULL};
-  size_t off[7] = {0};
-  for (int i = 0; i < 6; i++) off[i + 1] = off[i] + up64(n[i]);
-  size_t nall = off[6] * sizeof(float), nin = off[4] * sizeof(float);
-  if (!scratch(g, &g->xbuf, &g->xcap, nall) || !staging(g, &g->hx, &g->hxcap, nin))
+  /* o, g, q, the cache's rows (only those the entry lacks, when it is kept:
+   * staged where the cache would have been; fused, the new ones made
+   * there), out, olat, scores, x, q_a's output; out right after the rows,
+   * so that the fused call's results come back in one copy */
+  size_t nhost = (size_t)a->n0 - valid; /* the cache's rows that come from the host */
+  size_t n[9] = {no,         gate ? no : 0,     T * Hm * (size_t)(a->dn + a->dr), (ntot - valid) * w,
+                 T * H,      T * Hm * kr,       T * Hm * ntot,                    T * H,
+                 T * qr};
+  size_t off[10] = {0};
+  for (int i = 0; i < 9; i++) off[i + 1] = off[i] + up64(n[i]);
+  size_t nall = off[9] * sizeof(float), nin = off[4] * sizeof(float);
+  if (!scratch(g, &g->xbuf, &g->xcap, nall) ||
+      !staging(g, &g->hx, &g->hxcap, fused ? nall : nin))
     return fell_back(g);
+  float *d = g->xbuf, *h = g->hx, *dnew = d + off[3] + nhost * w;
+  size_t h2d;
+  if (fused) {
+    if (nhost) memcpy(h + off[3], a->cache + valid * w, nhost * w * sizeof(float));
+    for (size_t t = 0; t < T; t++) memcpy(h + off[7] + t * H, a->x + t * a->ldx, H * sizeof(float));
+    if ((nhost && df_cuda_put(g->c, d + off[3], h + off[3], nhost * w * sizeof(float))) ||
+        df_cuda_put(g->c, d + off[7], h + off[7], T * H * sizeof(float)) ||
+        mla_projections(g, a, d + off[7], d + off[8], dnew, d + off[1], d + off[2]))
+      return fell_back(g);
+    h2d = (nhost * w + T * H) * sizeof(float);
+  } else {
+    const float *src[4] = {NULL, a->g, a->q, a->cache + valid * w};
+    for (int i = 1; i < 4; i++)
+      if (src[i]) memcpy(h + off[i], src[i], n[i] * sizeof(float));
+    if (df_cuda_put(g->c, d + off[1], h + off[1], nin - off[1] * sizeof(float)))
+      return fell_back(g);
+    h2d = nin - off[1] * sizeof(float);
+  }
   size_t rc = (size_t)W->rows * (size_t)W->cols;
   const uint8_t *dw;
   int kind;
@@ -1057,14 +1120,10 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   }
   if (!dw) return fell_back(g);
   const float *ds = kind == 1 ? (const float *)(dw + up_align(rc)) : NULL;
-  float *d = g->xbuf, *h = g->hx;
-  for (int i = 0; i < 6; i++)
-    if (src[i]) memcpy(h + off[i], src[i], n[i] * sizeof(float));
   df_cuda_mla_args m = {.T = a->T, .heads = a->heads, .n0 = a->n0, .dn = a->dn, .dr = a->dr,
                         .dv = a->dv, .kr = a->kr, .wkind = kind, .w = dw, .wscale = ds,
-                        .q = d + off[2], .cache = e ? e->d : d + off[3], .olat = d + off[4],
-                        .sc = d + off[5]};
-  if (df_cuda_put(g->c, d + off[1], h + off[1], nin - off[1] * sizeof(float))) return fell_back(g);
+                        .q = d + off[2], .cache = e ? e->d : d + off[3], .olat = d + off[5],
+                        .sc = d + off[6]};
   /* the new rows join the kept ones (a failure here leaves those as they were) */
   if (e && df_cuda_copy(g->c, e->d + valid * w, d + off[3], n[3] * sizeof(float)))
     return fell_back(g);
@@ -1080,13 +1139,26 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
                           : df_cuda_gemm_f32(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy);
     if (rc2) return fell_back(g);
   }
-  if (a->g && df_cuda_mla_gate(g->c, d + off[0], d + off[1], no)) return seq_failed(g);
-  if (df_cuda_get(g->c, h, d + off[0], no * sizeof(float))) return fell_back(g);
-  memcpy(a->o, h, no * sizeof(float));
+  if (gate && df_cuda_mla_gate(g->c, d + off[0], d + off[1], no)) return seq_failed(g);
+  size_t d2h;
+  if (fused) {
+    float *dout = d + off[4];
+    size_t from = (size_t)(dnew - d), nget = (off[4] + n[4] - from) * sizeof(float);
+    if (products_of(g, 1, &a->W[4], d + off[0], a->T, Hm * (size_t)a->dv, &dout) ||
+        df_cuda_get(g->c, h + from, dnew, nget))
+      return fell_back(g);
+    memcpy(a->new_rows, h + from, T * w * sizeof(float));
+    y_out(h + off[4], (int)H, a->T, a->out, a->ldo);
+    d2h = nget;
+  } else {
+    if (df_cuda_get(g->c, h, d + off[0], no * sizeof(float))) return fell_back(g);
+    memcpy(a->o, h, no * sizeof(float));
+    d2h = no * sizeof(float);
+  }
   if (e) e->rows = (int)ntot;
   g->st.attn_calls++;
-  g->st.h2d_bytes += nin - off[1] * sizeof(float);
-  g->st.d2h_bytes += no * sizeof(float);
+  g->st.h2d_bytes += h2d;
+  g->st.d2h_bytes += d2h;
   g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
   return 0;

@@ -159,6 +159,21 @@ typedef struct df_kgpu_mla_args {
    * its position change: a copy into it) */
   uint64_t skey;
   uint32_t gen;
+  /* The layer's projections too, when x is set (one round trip for the
+   * layer instead of five): from x (T x hidden, stride ldx) W[0..4] = q_a,
+   * kv_a, q_b, the gate (NULL: none) and o_proj; q_a's output normed by
+   * qa_norm before q_b, kv_a's first kr columns by kva_norm (eps both):
+   * those rows are the cache's n0 .. n0 + T - 1, written to new_rows
+   * (T x (kr + dr)) for the host's cache; o_proj's output to out (T x
+   * hidden, stride ldo). q, g, o and the cache's rows from n0 on are then
+   * neither read nor written; on -1 nothing is, out and new_rows included. */
+  const float *x;
+  size_t ldx;
+  const df_wmat *W[5];
+  const float *qa_norm, *kva_norm;
+  float eps;
+  float *new_rows, *out;
+  size_t ldo;
 } df_kgpu_mla_args;
 int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a);
 

@@ -782,7 +782,7 @@ static void mla_task(void *ctx, int task, int thread) {
 /* --device cuda: mla_task's work for every (row, head) on the GPU
  * (kgpu.h's df_kgpu_mla, the same floats), the cache's rows kept there
  * (only the new ones copied in); 0 when it did. */
-static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
+static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, int fused) {
   df_kgpu *g = r->kc->gpu;
   if (!g) return -1;
   const df_config *c = r->m->cfg;
@@ -793,6 +793,16 @@ static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
                         .kvb = &y->kvb, .q = s->w->mq, .cache = q->mla[l],
                         .g = c->mla_output_gate ? s->w->mg : NULL, .o = s->w->mo,
                         .skey = q->gpu == g ? df_kgpu_seq_key(q->id, l) : 0, .gen = q->gen};
+  if (fused) {
+    /* the projections, norms and o_proj there too: xn in; the layer's
+     * output and the cache's new rows out */
+    const df_wmat *W[5] = {&y->qa, &y->kva, &y->qb, c->mla_output_gate ? &y->mg : NULL, &y->mo};
+    memcpy(a.W, W, sizeof W);
+    a.x = s->w->xn, a.ldx = (size_t)c->hidden, a.out = s->w->a, a.ldo = (size_t)c->hidden;
+    a.qa_norm = y->qa_norm, a.kva_norm = y->kva_norm, a.eps = (R)c->eps;
+    a.new_rows = q->mla[l] + (size_t)q->pos * mla_row_floats(c);
+    a.q = a.g = NULL, a.o = NULL;
+  }
   return df_kgpu_mla(g, &a);
 }
 #endif
@@ -803,6 +813,10 @@ static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   size_t H = (size_t)c->hidden, Hm = (size_t)c->mla_heads, qr = (size_t)c->q_lora_rank;
   size_t kr = (size_t)c->kv_lora_rank, w = kr + (size_t)c->qk_rope_dim;
   size_t qw = Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim), ow = Hm * (size_t)c->v_head_dim;
+#if !R_IS_F64
+  /* on a device the whole layer in one call; when it cannot, the steps */
+  if (!mla_gpu(r, s, y, l, T, 1)) return;
+#endif
   mm_many(kc, 2, (const df_wmat *[]){&y->qa, &y->kva}, s->w->xn, T, H, (R *[]){s->w->mqa, s->w->mc},
           (size_t[]){qr, w});
   rms_rows(KSEL(kc), s->w->mqa, s->w->mqa, y->qa_norm, T, (int)qr, c->eps);
@@ -815,7 +829,7 @@ static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   }
   if (c->mla_output_gate) MM(kc, &y->mg, s->w->xn, T, H, s->w->mg, ow);
 #if !R_IS_F64
-  if (!mla_gpu(r, s, y, l, T)) {
+  if (!mla_gpu(r, s, y, l, T, 0)) {
     MM(kc, &y->mo, s->w->mo, T, ow, s->w->a, H);
     return;
   }

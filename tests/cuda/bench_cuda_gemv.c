@@ -208,15 +208,15 @@ int main(int argc, char **argv) {
   };
   size_t nc = sizeof cs / sizeof cs[0];
   /* each kernel: the row tiles with the variant chosen by the shape (the
-   * default), forced to 2, 3, deep stages and deep with two threads a row;
+   * default), forced to 2, 3, deep stages and deep with two and four threads a row;
    * then the lanes layout with 8, 4 or 2 of a row's 16 lanes per thread
    * (the prefetch off, its default; run 2 of 2026-12-01 measured it on and
    * off) */
   static const int lanes[] = {8, 4, 2};
-  static const char *kname[] = {"tiled",      "tiled_2stages",       "tiled_3stages",
-                                "tiled_deep", "tiled_deep_2threads", "lanes",
-                                "lanes",      "lanes"};
-  enum { NK = 8, NT = 5 }; /* NT tiled kinds first */
+  static const char *kname[] = {"tiled",         "tiled_2stages",       "tiled_3stages",
+                                "tiled_deep",    "tiled_deep_2threads", "tiled_deep_4threads",
+                                "lanes",         "lanes",               "lanes"};
+  enum { NK = 9, NT = 6 }; /* NT tiled kinds first */
   double res_bw[NK][16], res_us[NK][16];
   for (int li = 0; li < NK; li++) {
     for (int f = 0; f < 4; f++) {
@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
              "\"lanes_per_thread\": %d, \"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
              fname[cs[i].fmt], cs[i].what, kname[li],
-             li >= NT ? lanes[li - NT] : li == NT - 1 ? 8 : 16, us, bw / 1e9,
+             li >= NT ? lanes[li - NT] : li == 4 ? 8 : li == 5 ? 4 : 16, us, bw / 1e9,
              bw / copy, li < NK - 1 || i + 1 < nc ? "," : "");
       fflush(stdout);
     }
@@ -303,7 +303,7 @@ int main(int argc, char **argv) {
         printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"T\": %d, \"kernel\": \"%s\", "
                "\"us\": %.2f, \"us_per_vector\": %.2f, \"weight_GBps\": %.1f, \"GMACps\": %.0f}%s\n",
                fname[ps[i].fmt], ps[i].what, pT[t], tiles ? "register tiles" : "lanes 8", us,
-               us / pT[t], bw / 1e9, gmac, tiles || i + 1 < np || t + 1 < npt ? "," : "");
+               us / pT[t], bw / 1e9, gmac, !tiles || i + 1 < np || t + 1 < npt ? "," : "");
         fflush(stdout);
       }
   }

@@ -126,16 +126,18 @@ static void gemv_case(int fmt, int rows, int cols) {
   void *dW = dput(W, wbytes), *dS = S ? dput(S, sbytes) : NULL;
   float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
   /* the row-tile kernel (not for f32) with its variant chosen by the shape
-   * (the default), then forced to 2, 3 and deep stages and deep with two
-   * threads a row; then every lanes layout
+   * (the default), then forced to 2, 3 and deep stages and deep with two and
+   * four threads a row; then every lanes layout
    * (lanes per thread) with the L2 prefetch on and off: they change which
    * thread holds a lane and when bytes arrive, never a result */
   static const int lanes[] = {8, 4, 2};
   static const char *tiles[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
-                                "row tiles, deep", "row tiles, deep, 2 threads a row"};
-  for (int v = fmt == F_F32 ? 5 : 0; v < 11; v++) {
-    int li = v >= 5 ? (v - 5) / 2 : 0, pf = v >= 5 ? (v - 5) % 2 : 0;
-    df_cuda_set_gemv_tiled(G, fmt, v < 5 ? v + 1 : 0);
+                                "row tiles, deep", "row tiles, deep, 2 threads a row",
+                                "row tiles, deep, 4 threads a row"};
+  enum { NV = sizeof tiles / sizeof tiles[0] };
+  for (int v = fmt == F_F32 ? NV : 0; v < NV + 6; v++) {
+    int li = v >= NV ? (v - NV) / 2 : 0, pf = v >= NV ? (v - NV) % 2 : 0;
+    df_cuda_set_gemv_tiled(G, fmt, v < NV ? v + 1 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
     df_cuda_set_prefetch(G, pf);
     memset(ygpu, 0xff, (size_t)rows * 4);
@@ -147,7 +149,7 @@ static void gemv_case(int fmt, int rows, int cols) {
     ok_or_die(rc);
     dget(ygpu, dy, (size_t)rows * 4);
     char what[96];
-    if (v < 5)
+    if (v < NV)
       snprintf(what, sizeof what, "gemv %s %d x %d, %s", fname[fmt], rows, cols, tiles[v]);
     else
       snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt],
@@ -212,9 +214,9 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const float *x = dX + xoff;
   static const int lanes[] = {8, 4, 2};
   /* T == 1 is the GEMV: the row tiles (not for f32), by shape and each
-   * variant forced, as layouts 3 to 7; T > 1: the register tiles as
+   * variant forced, as layouts 3 to 8; T > 1: the register tiles as
    * layout 3 */
-  int nlay = T == 1 ? (fmt != F_F32 ? 8 : 3) : 4;
+  int nlay = T == 1 ? (fmt != F_F32 ? 9 : 3) : 4;
   for (int li = 0; li < nlay; li++) {
     df_cuda_set_gemv_tiled(G, fmt, li >= 3 && T == 1 ? li - 2 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
@@ -229,8 +231,9 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
     dget(ygpu, dY, ny * 4);
     char what[224];
     static const char *tl[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
-                               "row tiles, deep", "row tiles, deep, 2 threads a row"};
-    char lay[32];
+                               "row tiles, deep", "row tiles, deep, 2 threads a row",
+                               "row tiles, deep, 4 threads a row"};
+    char lay[40];
     if (li < 3) snprintf(lay, sizeof lay, "%d lanes/thread", lanes[li]);
     else if (T > 1) snprintf(lay, sizeof lay, "register tiles");
     else snprintf(lay, sizeof lay, "%s", tl[li - 3]);
@@ -273,8 +276,9 @@ static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
     m[i] = (df_cuda_gemv_one){(uint8_t *)dW[i] + (off ? (fmt == F_BF16 ? 2 : 1) : 0), dS[i], rows,
                               cols, dx[i] + off, dy[i] + 1};
   }
-  static const char *tl[] = {"by shape", "2 stages", "3 stages", "deep", "deep, 2 threads a row"};
-  for (int v = 0; v < 5; v++) {
+  static const char *tl[] = {"by shape", "2 stages",  "3 stages", "deep", "deep, 2 threads a row",
+                             "deep, 4 threads a row"};
+  for (int v = 0; v < 6; v++) {
     df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
     for (int i = 0; i < n; i++) {
       float *nanpat = malloc((size_t)(shape[i][0] + 2) * 4);
@@ -356,17 +360,19 @@ static void rmsnorm_case(int n, int with_w) {
   free(x), free(w), free(yc), free(yg);
 }
 
-/* rows rows of n floats normed in place, each against the scalar rmsnorm */
-static void rmsnorm_rows_case(int n, int rows) {
-  size_t m = (size_t)n * rows;
+/* rows rows of ld floats, the first n of each normed in place against the
+ * scalar rmsnorm, the rest left as they were (an MLA kv_a row's rope part) */
+static void rmsnorm_rows_case(int n, int rows, int ld) {
+  size_t m = (size_t)ld * rows;
   float *x = rnd_vec((int)m, -8, 3), *w = rnd_vec(n, -2, 1), *yc = malloc(m * 4), *yg = malloc(m * 4);
+  memcpy(yc, x, m * 4);
   for (int r = 0; r < rows; r++)
-    df_kern_scalar()->rmsnorm(yc + (size_t)r * n, x + (size_t)r * n, w, n, 1e-6f);
+    df_kern_scalar()->rmsnorm(yc + (size_t)r * ld, x + (size_t)r * ld, w, n, 1e-6f);
   float *dx = dput(x, m * 4), *dw = dput(w, (size_t)n * 4);
-  ok_or_die(df_cuda_rmsnorm_rows(G, dx, dx, dw, n, rows, 1e-6f));
+  ok_or_die(df_cuda_rmsnorm_rows(G, dx, dx, dw, n, rows, (size_t)ld, 1e-6f));
   dget(yg, dx, m * 4);
   char what[64];
-  snprintf(what, sizeof what, "rmsnorm rows %d x %d in place", rows, n);
+  snprintf(what, sizeof what, "rmsnorm rows %d x %d of %d in place", rows, n, ld);
   same(what, yc, yg, m, 0);
   df_cuda_free(G, dx), df_cuda_free(G, dw);
   free(x), free(w), free(yc), free(yg);
@@ -598,7 +604,8 @@ int main(void) {
   group_errors();
   static const int vn[] = {7168, 3584, 1, 17, 12345};
   for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) rmsnorm_case(vn[i], 1), rmsnorm_case(vn[i], 0);
-  rmsnorm_rows_case(3072, 1), rmsnorm_rows_case(3072, 33), rmsnorm_rows_case(17, 5);
+  rmsnorm_rows_case(3072, 1, 3072), rmsnorm_rows_case(3072, 33, 3072), rmsnorm_rows_case(17, 5, 17);
+  rmsnorm_rows_case(512, 7, 576), rmsnorm_rows_case(512, 1, 576);
   /* a decode step (16 slots of one row), a prefill chunk, odd sizes */
   moe_combine_case(1, 16, 3072, 16), moe_combine_case(64, 16, 3072, 1024);
   moe_combine_case(5, 3, 17, 7), moe_combine_case(2, 1, 1, 2);

@@ -172,10 +172,11 @@ int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n, 
 }
 
 int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, int n, int rows,
-                         float eps) {
+                         size_t ld, float eps) {
   (void)c;
+  if (ld < (size_t)n) return -1;
   for (int r = 0; r < rows; r++)
-    df_kern_scalar()->rmsnorm(y + (size_t)r * n, x + (size_t)r * n, w, n, eps);
+    df_kern_scalar()->rmsnorm(y + (size_t)r * ld, x + (size_t)r * ld, w, n, eps);
   return 0;
 }
 int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows, const float *w,

@@ -58,7 +58,10 @@ for s in $STEPS; do
     done ;;
   gbench)
     ts "deltafin-cuda-bench (GEMV and GEMM bandwidth)"
-    ours timeout 150 "$D/deltafin-cuda-bench" 200 > "$R/cuda_bench.json" 2> "$R/cuda_bench.err" ;;
+    ours timeout 150 "$D/deltafin-cuda-bench" 200 > "$R/cuda_bench.json" 2> "$R/cuda_bench.err"
+    # the bench writes its JSON by hand: say so here when it does not parse
+    python3 -m json.tool "$R/cuda_bench.json" > /dev/null 2>> "$R/cuda_bench.err" ||
+      ts "cuda_bench.json does not parse (cuda_bench.err)" ;;
   nano)
     ts "nano-K3 decode and prefill, cpu and cuda"
     P=$(seq -s, 100 227) # 128 positions

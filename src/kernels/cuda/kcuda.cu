@@ -37,7 +37,7 @@ struct df_cuda {
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-5 forced */
   int gemm_tiles; /* T > 1: 1 the register tiles (gemm_tile_k), 0 the lanes layout */
   int sms;      /* multiprocessors */
-  int occ[4][4]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
+  int occ[4][5]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char desc[320];
   char err[256];
 };
@@ -521,12 +521,17 @@ struct tf_bf16 {
   template <bool = false, int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
                                               float acc[LPT], int g) {
-    const uint4 *p = (const uint4 *)(w + u * 32 + g * LPT * 2);
     uint32_t v[LPT / 2];
+    if constexpr (LPT >= 8) {
+      const uint4 *p = (const uint4 *)(w + u * 32 + g * LPT * 2);
 #pragma unroll
-    for (int i = 0; i < LPT / 8; i++) {
-      uint4 a = p[i];
-      v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+      for (int i = 0; i < LPT / 8; i++) {
+        uint4 a = p[i];
+        v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+      }
+    } else {
+      uint2 a = *(const uint2 *)(w + u * 32 + g * LPT * 2);
+      v[0] = a.x, v[1] = a.y;
     }
     float xv[LPT];
     tile_xn<LPT>(x + u * 16 + g * LPT, xv);
@@ -553,9 +558,11 @@ struct tf_i8 {
     if constexpr (LPT == 16) {
       uint4 a = ((const uint4 *)w)[u];
       v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-    } else {
+    } else if constexpr (LPT == 8) {
       uint2 a = ((const uint2 *)w)[2 * u + g];
       v[0] = a.x, v[1] = a.y;
+    } else {
+      v[0] = ((const uint32_t *)w)[4 * u + g];
     }
 #pragma unroll
     for (int i = 0; i < LPT / 4; i++) v[i] ^= 0x80808080u;
@@ -587,9 +594,11 @@ struct tf_mxfp4 {
   /* CK / 32 = 8 scales a chunk */
   static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1, deep = 6;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols / 2; }
-  /* q: the thread's code words of the group, LPT / 8 a step, step 0 first */
+  /* q: the thread's code words of the group, QW a step, step 0 first; with
+   * 4 lanes a thread, its 4 codes in the low half of each word */
+  template <int LPT> static constexpr int QW = LPT >= 8 ? LPT / 8 : 1;
   template <bool big, int LPT>
-  __device__ __forceinline__ static void group(const uint32_t q[LPT / 4], uint32_t s,
+  __device__ __forceinline__ static void group(const uint32_t *q, uint32_t s,
                                                const float *x, float acc[LPT]) {
     float sc = big ? __uint_as_float(s << 23) : __uint_as_float((s + 126u) << 23);
 #pragma unroll
@@ -598,7 +607,7 @@ struct tf_mxfp4 {
       tile_xn<LPT>(x + st * 16, xv);
 #pragma unroll
       for (int j = 0; j < LPT; j++) {
-        float f = __uint_as_float(e2m1_bits(q[st * (LPT / 8) + (j >> 3)], j & 7));
+        float f = __uint_as_float(e2m1_bits(q[st * QW<LPT> + (j >> 3)], j & 7));
         float wf = big ? __fmul_rn(__fmul_rn(f, 0x1p126f), sc) : __fmul_rn(f, sc);
         acc[j] = __fadd_rn(acc[j], __fmul_rn(wf, xv[j]));
       }
@@ -609,12 +618,16 @@ struct tf_mxfp4 {
   template <bool small = false, int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
                                               float acc[LPT], int g) {
-    uint32_t q[LPT / 4];
+    uint32_t q[2 * QW<LPT>];
     if constexpr (LPT == 16) {
       uint4 a = ((const uint4 *)w)[u];
       q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
-    } else {
+    } else if constexpr (LPT == 8) {
       q[0] = ((const uint32_t *)w)[4 * u + g], q[1] = ((const uint32_t *)w)[4 * u + 2 + g];
+    } else { /* lanes 4g .. 4g + 3: half g & 1 of word g >> 1 of each step */
+      int sh = 16 * (g & 1);
+      q[0] = ((const uint32_t *)w)[4 * u + (g >> 1)] >> sh;
+      q[1] = ((const uint32_t *)w)[4 * u + 2 + (g >> 1)] >> sh;
     }
     if (small || s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
     else group<true, LPT>(q, s, x + u * 32 + g * LPT, acc);
@@ -624,10 +637,10 @@ struct tf_mxfp4 {
 /* blocks per SM the register bound leaves room for, by stages (the shared
  * memory then decides: about 11, 17 and 35 KB a block for MXFP4) */
 static constexpr int tile_minb(int ns, int g) {
-  return g == 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4;
+  return g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4;
 }
 
-/* G threads a row (1 or 2): TR = 32 / G rows a block; thread lane owns row
+/* G threads a row (1, 2 or 4): TR = 32 / G rows a block; thread lane owns row
  * lane % TR and its lanes g * LPT ..., g = lane / TR, LPT = 16 / G. blk is
  * the block's place in its matrix (rows blk * TR ...): blockIdx.x for one
  * matrix, less the matrix's first block in a grouped launch. */
@@ -727,21 +740,28 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     }
   }
   cp_async_wait<0>();
-  /* the tree, its levels written out: kept in registers. With two threads a
-   * row, lane j + 8 is the partner's acc[j] (lane + 16): every thread takes
-   * part in the shuffle, dead rows included. */
-  if constexpr (G == 2) {
+  /* the tree, its levels written out: kept in registers. With G threads a
+   * row, lane j + 8 is acc[j] of the thread 16 lanes up (g + 2 with four,
+   * g + 1 with two), and with four lane j + 4 that of the thread 8 lanes up
+   * (g + 1): every thread takes part in the shuffles, dead rows included. */
+  if constexpr (G >= 2) {
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < 16 / G; j++)
       acc[j] = __fadd_rn(acc[j], __shfl_down_sync(0xffffffffu, acc[j], 16));
+  }
+  if constexpr (G == 4) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[j] = __fadd_rn(acc[j], __shfl_down_sync(0xffffffffu, acc[j], 8));
   }
   if (!live || g) return;
   if constexpr (G == 1) {
 #pragma unroll
     for (int j = 0; j < 8; j++) acc[j] = __fadd_rn(acc[j], acc[LPT / 2 + j]);
   }
+  if constexpr (G <= 2) {
 #pragma unroll
-  for (int j = 0; j < 4; j++) acc[j] = __fadd_rn(acc[j], acc[j + 4]);
+    for (int j = 0; j < 4; j++) acc[j] = __fadd_rn(acc[j], acc[j + 4]);
+  }
 #pragma unroll
   for (int j = 0; j < 2; j++) acc[j] = __fadd_rn(acc[j], acc[j + 2]);
   acc[0] = __fadd_rn(acc[0], acc[1]);
@@ -793,12 +813,14 @@ template <class TF, int NS, int G> static int tile_occ1(void) {
     cudaGetLastError();
   return n > 0 ? n : 1;
 }
-/* the variants: 0 2 stages, 1 3 stages, 2 deep, 3 deep with two threads a row */
+/* the variants: 0 2 stages, 1 3 stages, 2 deep, 3 deep with two threads a
+ * row, 4 deep with four (forced only until measured: df_cuda_set_gemv_tiled 6) */
 template <class TF> static int tile_occ(df_cuda *c, int v) {
   int *o = c->occ[TF::fmt];
   if (!o[0])
     o[0] = tile_occ1<TF, 2, 1>(), o[1] = tile_occ1<TF, 3, 1>(),
-    o[2] = tile_occ1<TF, TF::deep, 1>(), o[3] = tile_occ1<TF, TF::deep, 2>();
+    o[2] = tile_occ1<TF, TF::deep, 1>(), o[3] = tile_occ1<TF, TF::deep, 2>(),
+    o[4] = tile_occ1<TF, TF::deep, 4>();
   return o[v];
 }
 
@@ -845,16 +867,19 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
   else if (v == 2)
     tile_k<TF, TF::deep>
         <<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
-  else
+  else if (v == 3)
     tile_k<TF, TF::deep, 2><<<(unsigned)(((long)rows + TROWS / 2 - 1) / (TROWS / 2)), TROWS, 0,
+                              c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
+  else
+    tile_k<TF, TF::deep, 4><<<(unsigned)(((long)rows + TROWS / 4 - 1) / (TROWS / 4)), TROWS, 0,
                               c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
   LAUNCHED(c, what);
   return 0;
 }
 
 /* The grouped launch: the variant chosen for all the blocks together (as
- * one matrix of their rows), each matrix's blocks counted for it (16 rows a
- * block with two threads a row, else 32). */
+ * one matrix of their rows), each matrix's blocks counted for it (32 / G
+ * rows a block with G threads a row). */
 template <class TF>
 static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_gemv_one *m) {
   tile_set q;
@@ -864,7 +889,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
   tile_occ<TF>(c, 0);
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2
                                  : tile_pick<TF>(c, (rows + TROWS - 1) / TROWS);
-  long tr = v == 3 ? TROWS / 2 : TROWS, b = 0;
+  long tr = v == 3 ? TROWS / 2 : v == 4 ? TROWS / 4 : TROWS, b = 0;
   for (int i = 0; i < n; i++) {
     if (m[i].rows <= 0) continue;
     tile_one *o = &q.m[q.n++];
@@ -884,7 +909,8 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
   if (v == 0) tile_group_k<TF, 2><<<(unsigned)b, TROWS, 0, c->s>>>(q);
   else if (v == 1) tile_group_k<TF, 3><<<(unsigned)b, TROWS, 0, c->s>>>(q);
   else if (v == 2) tile_group_k<TF, TF::deep><<<(unsigned)b, TROWS, 0, c->s>>>(q);
-  else tile_group_k<TF, TF::deep, 2><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  else if (v == 3) tile_group_k<TF, TF::deep, 2><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  else tile_group_k<TF, TF::deep, 4><<<(unsigned)b, TROWS, 0, c->s>>>(q);
   LAUNCHED(c, what);
   return 0;
 }
@@ -949,7 +975,7 @@ extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
   if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;
 }
 extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how) {
-  if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 5) c->tiled[fmt] = how;
+  if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 6) c->tiled[fmt] = how;
 }
 
 extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,
@@ -1336,8 +1362,8 @@ __device__ static float lane16_sumsq(const float *x, int n) {
 }
 
 /* block b: the row at b * n */
-__global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, float eps) {
-  size_t o = (size_t)blockIdx.x * (size_t)n;
+__global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, size_t ld, float eps) {
+  size_t o = (size_t)blockIdx.x * ld;
   x += o, y += o;
   float ss = lane16_sumsq(x, n);
   float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
@@ -1398,14 +1424,15 @@ static int grid_for(long n) {
 
 extern "C" int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n,
                                float eps) {
-  rmsnorm_k<<<1, VBLOCK, 0, c->s>>>(y, x, w, n, eps);
+  rmsnorm_k<<<1, VBLOCK, 0, c->s>>>(y, x, w, n, (size_t)n, eps);
   LAUNCHED(c, "rmsnorm");
   return 0;
 }
 extern "C" int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, int n,
-                                    int rows, float eps) {
+                                    int rows, size_t ld, float eps) {
   if (rows <= 0) return 0;
-  rmsnorm_k<<<rows, VBLOCK, 0, c->s>>>(y, x, w, n, eps);
+  if (ld < (size_t)n) return -1;
+  rmsnorm_k<<<rows, VBLOCK, 0, c->s>>>(y, x, w, n, ld, eps);
   LAUNCHED(c, "rmsnorm rows");
   return 0;
 }

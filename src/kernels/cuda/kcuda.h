@@ -82,8 +82,8 @@ void df_cuda_set_prefetch(df_cuda *c, int on);
 void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
 /* The GEMVs' kernel for fmt 0 bf16, 1 int8, 3 MXFP4 (f32 has only the
  * lanes layout): 1 (default) the row tiles staged in shared memory, their
- * variant chosen by the shape; 2, 3, 4, 5 the row tiles with 2 stages, 3,
- * deep, deep with two threads a row; 0 the lanes layout above
+ * variant chosen by the shape; 2, 3, 4, 5, 6 the row tiles with 2 stages,
+ * 3, deep, deep with two threads a row, deep with four; 0 the lanes layout above
  * (df_cuda_set_gemv_lanes, df_cuda_set_prefetch). The bench measures each;
  * results never depend on it (the test runs each). The GEMMs for T > 1 use
  * the lanes layout. */
@@ -115,9 +115,11 @@ int df_cuda_gemv_group(df_cuda *c, int fmt, int n, const df_cuda_gemv_one *m);
 
 /* The vector functions of df_kern on n device floats: one block per vector. */
 int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n, float eps);
-/* df_cuda_rmsnorm of `rows` rows of n floats, row r at [r * n] (y may be x) */
+/* df_cuda_rmsnorm of the first n floats of `rows` rows, row r at [r * ld]
+ * (ld >= n; y may be x): an MLA layer's kv_a rows norm their latent part
+ * and keep the rest as it is */
 int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, int n, int rows,
-                         float eps);
+                         size_t ld, float eps);
 /* A MoE layer's routed sum (model/k3_forward_t.h's step 6): out[t][d] = the
  * sum over slots k < K, ascending, of w[t][k] * Y[rows[t][k]][d], each
  * product rounded before its add, from +0; rows and w are T x K, Y's rows
