@@ -1057,6 +1057,37 @@ static int mla_projections(df_kgpu *g, const df_kgpu_mla_args *a, const float *d
   return !n2 || df_cuda_rmsnorm_rows(g->c, dnew, dnew, n2, a->kr, a->T, w, a->eps) ? -1 : 0;
 }
 
+/* Each head's output: kv_b's value rows of the head times its olat (T
+ * rows); one GEMV a head is as many launches as heads, each too small to
+ * fill the GPU, so for one row they go in grouped launches (the same
+ * floats, kcuda.h) where the format has them. */
+static int mla_values(df_kgpu *g, const df_kgpu_mla_args *a, int kind, const uint8_t *dw,
+                      const float *ds, const float *olat, float *o) {
+  size_t Hm = (size_t)a->heads, kr = (size_t)a->kr, esz = kind == 0 ? 2 : kind == 1 ? 1 : 4;
+  size_t ldx = Hm * kr, ldy = Hm * (size_t)a->dv;
+  df_cuda_gemv_one grp[DF_CUDA_GROUP_MAX];
+  int ng = 0;
+  for (size_t hd = 0; hd < Hm; hd++) {
+    size_t r = hd * (size_t)(a->dn + a->dv) + (size_t)a->dn; /* the head's first value row */
+    const void *wr = dw + r * kr * esz;
+    const float *X = olat + hd * kr;
+    float *Y = o + hd * (size_t)a->dv;
+    if (a->T == 1 && kind != 2) {
+      grp[ng++] = (df_cuda_gemv_one){wr, kind == 1 ? ds + r : NULL, a->dv, a->kr, X, Y};
+      if (ng < DF_CUDA_GROUP_MAX && hd + 1 < Hm) continue;
+      if (df_cuda_gemv_group(g->c, kind, ng, grp)) return -1; /* kcuda.h's 0 bf16, 1 int8 */
+      g->st.products += (uint64_t)ng;
+      ng = 0;
+      continue;
+    }
+    int rc = kind == 0   ? df_cuda_gemm_bf16(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy)
+             : kind == 1 ? df_cuda_gemm_i8(g->c, wr, ds + r, a->dv, a->kr, X, a->T, ldx, Y, ldy)
+                         : df_cuda_gemm_f32(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
 int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (a->T <= 0 || a->heads <= 0) return 0;
   const df_wmat *W = a->kvb;
@@ -1105,17 +1136,16 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   size_t rc = (size_t)W->rows * (size_t)W->cols;
   const uint8_t *dw;
   int kind;
-  size_t esz;
   switch (W->kind) {
   case DF_W_BF16:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 2, NULL, 0), kind = 0, esz = 2;
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 2, NULL, 0), kind = 0;
     break;
   case DF_W_I8:
     dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
-    kind = 1, esz = 1;
+    kind = 1;
     break;
   default:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 4, NULL, 0), kind = 2, esz = 4;
+    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 4, NULL, 0), kind = 2;
     break;
   }
   if (!dw) return fell_back(g);
@@ -1128,17 +1158,7 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (e && df_cuda_copy(g->c, e->d + valid * w, d + off[3], n[3] * sizeof(float)))
     return fell_back(g);
   if (df_cuda_mla_attn(g->c, &m)) return seq_failed(g);
-  for (size_t hd = 0; hd < Hm; hd++) {
-    size_t r = hd * (size_t)(a->dn + a->dv) + (size_t)a->dn; /* the head's first value row */
-    const void *wr = dw + r * kr * esz;
-    const float *X = m.olat + hd * kr;
-    float *Y = d + off[0] + hd * (size_t)a->dv;
-    size_t ldx = Hm * kr, ldy = Hm * (size_t)a->dv;
-    int rc2 = kind == 0   ? df_cuda_gemm_bf16(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy)
-              : kind == 1 ? df_cuda_gemm_i8(g->c, wr, ds + r, a->dv, a->kr, X, a->T, ldx, Y, ldy)
-                          : df_cuda_gemm_f32(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy);
-    if (rc2) return fell_back(g);
-  }
+  if (mla_values(g, a, kind, dw, ds, m.olat, d + off[0])) return fell_back(g);
   if (gate && df_cuda_mla_gate(g->c, d + off[0], d + off[1], no)) return seq_failed(g);
   size_t d2h;
   if (fused) {

@@ -5,7 +5,8 @@
 #     (every position's logits, every layer's hidden states, every router's
 #     scores and choices) on generated checkpoints (tiny, small: 16 layers,
 #     128 experts) and the committed nano-K3, bf16 and row-int8 spines,
-#     prefill in one batch and in chunks of 7;
+#     prefill in one batch and in chunks of 8 (the last of one row: the
+#     decode step's shapes, where grouped launches take over);
 #  2. greedy ids are the CPU's across expert-cache sizes, GPU weight-tier
 #     sizes (one so small that it evicts and refuses), memory limits (down to
 #     every spine layer streamed), batch splits and thread counts;
@@ -73,7 +74,7 @@ n=0
 part 1 && echo "== 1. logits, hidden states and routes"
 part 1 && for m in tiny1 tiny2 small nano; do
   for spine in bf16 int8; do
-    for chunk in 0 7; do
+    for chunk in 0 8; do # 41 = 5 x 8 + 1
       a="--model $T/$m --prompt-ids $P --hidden --routes --heat '' --spine $spine --prefill-chunk $chunk --threads 4"
       eval "\"$BIN\" logits $a --out \"$T/cpu.st\"" 2>"$T/e" || fail "logits cpu $m: $(cat "$T/e")"
       eval "\"$BIN\" logits $a --out \"$T/gpu.st\" --device cuda" 2>"$T/e" || fail "logits cuda $m: $(cat "$T/e")"

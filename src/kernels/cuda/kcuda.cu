@@ -76,7 +76,7 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   c->dev = dev;
   c->prefetch = 0; /* measured slower on the large shapes (docs/PERFORMANCE.md) */
   for (int i = 0; i < 4; i++) c->lpt[i] = 8, c->tiled[i] = i != 2;
-  /* off until gpu.test_cuda_kernels has passed with it on the H200 */
+  /* off: exact on the H200, slower there than the lanes layout (run 14) */
   const char *gt = getenv("DF_CUDA_GEMM_TILES");
   c->gemm_tiles = gt && gt[0] == '1';
   cudaDeviceProp p;
@@ -814,7 +814,7 @@ template <class TF, int NS, int G> static int tile_occ1(void) {
   return n > 0 ? n : 1;
 }
 /* the variants: 0 2 stages, 1 3 stages, 2 deep, 3 deep with two threads a
- * row, 4 deep with four (forced only until measured: df_cuda_set_gemv_tiled 6) */
+ * row, 4 deep with four */
 template <class TF> static int tile_occ(df_cuda *c, int v) {
   int *o = c->occ[TF::fmt];
   if (!o[0])
@@ -826,17 +826,20 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
 
 /* The variant for `blocks` 32-row blocks. Within one round of 3-stage
  * blocks, a deep one where the SMs would otherwise hold under 64 KB in
- * flight (few rows: KDA q's 12288 are 3 blocks an SM), with two threads a
- * row where the SMs hold twice the blocks (twice the threads for the
- * arithmetic too); beyond one round, 2 stages where their rounds are
- * clearly fuller (the last round's share of a full one). */
+ * flight (few rows: KDA q's 12288 are 3 blocks an SM), with four threads a
+ * row where the SMs hold four times the blocks, else two where twice (more
+ * threads for the arithmetic too: on the H200 four beat two on every such
+ * shape but bf16 KDA q's, where they tie, docs/PERFORMANCE.md); beyond one
+ * round, 2 stages where their rounds are clearly fuller (the last round's
+ * share of a full one). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
+  long kd4 = tile_occ<TF>(c, 4);
   long k2 = tile_occ<TF>(c, 0), sms = c->sms;
   if (blocks <= k3 * sms) {
     long w = (blocks + sms - 1) / sms;
     if (w * 2 * TROWS * TF::RB >= 64 * 1024) return 1;
-    return kd2 >= 2 * w ? 3 : kd >= w ? 2 : 1;
+    return kd4 >= 4 * w ? 4 : kd2 >= 2 * w ? 3 : kd >= w ? 2 : 1;
   }
   double r3 = (double)blocks / (double)(k3 * sms), r2 = (double)blocks / (double)(k2 * sms);
   double e3 = r3 / ceil(r3), e2 = r2 / ceil(r2);
@@ -970,6 +973,8 @@ static int gemv_launch(df_cuda *c, const char *what, wargs a, int rows, int cols
   LAUNCHED(c, what);
   return 0;
 }
+
+cudaStream_t df_cuda_stream(df_cuda *c) { return c->s; }
 
 extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
   if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;

@@ -92,8 +92,9 @@ void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 /* The GEMMs' kernel for T > 1: 1 register tiles (a block decodes 32 rows'
  * weights once into shared memory for 32 vectors), 0 the lanes layout.
  * Results never depend on it (the test runs both). Default 0, or 1 where
- * the environment has DF_CUDA_GEMM_TILES=1 when the context opens: it
- * becomes the default once gpu.test_cuda_kernels has run it on a GPU. */
+ * the environment has DF_CUDA_GEMM_TILES=1 when the context opens: exact
+ * on the H200 but 1.2-1.5x slower than the lanes layout at T 64 and 512
+ * (docs/PERFORMANCE.md, run 14), so it stays a choice to measure. */
 void df_cuda_set_gemm_tiles(df_cuda *c, int on);
 
 /* Several GEMVs (T = 1) of one format in one launch: y[r] = dot(W[r], x)
@@ -144,5 +145,12 @@ int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const float *k, const
  * scores (top_k <= 64): ids and w are rows x top_k. */
 int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bias, int n_experts, int top_k,
                         int norm_topk_prob, float routed_scale, int rows, int *ids, float *w);
+
+#ifdef __CUDACC__
+/* The context's stream, for the other .cu files' kernels (kcuda_seq.cu):
+ * one stream, so their work is ordered with the copies and GEMMs around it
+ * without a wait (the .cu file includes cuda_runtime.h first). */
+cudaStream_t df_cuda_stream(df_cuda *c);
+#endif
 
 #endif

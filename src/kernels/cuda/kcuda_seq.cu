@@ -148,9 +148,7 @@ extern "C" int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
   if (nt > 256) nt = 256;
   size_t smem = sizeof(float) * (5 * (size_t)a->D + SEQ_LANES);
   if (smem > 48 * 1024) return seq_fail("kda", "head dimension too large for shared memory");
-  /* the copies in were queued on the context's stream */
-  if (df_cuda_sync(c)) return seq_fail("kda", df_cuda_error(c));
-  cudaStream_t s = cudaStreamPerThread;
+  cudaStream_t s = df_cuda_stream(c); /* after the copies in, before the copies out */
   kda_conv_k<<<(unsigned)((3L * P + 255) / 256), 256, 0, s>>>(a->q, a->k, a->v, a->conv_st,
                                                                a->conv_w, a->T, P, a->K);
   cudaError_t e = cudaGetLastError();
@@ -158,8 +156,6 @@ extern "C" int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
   kda_heads_k<<<a->heads, nt, smem, s>>>(*a);
   e = cudaGetLastError();
   if (e != cudaSuccess) return seq_fail("kda heads", cudaGetErrorString(e));
-  e = cudaStreamSynchronize(s);
-  if (e != cudaSuccess) return seq_fail("kda", cudaGetErrorString(e));
   return 0;
 }
 
@@ -254,21 +250,15 @@ extern "C" int df_cuda_mla_attn(df_cuda *c, const df_cuda_mla_args *a) {
   if (a->T <= 0 || a->heads <= 0) return 0;
   size_t smem = sizeof(float) * (size_t)(a->kr > 0 ? a->kr : 1);
   if (smem > 48 * 1024) return seq_fail("mla", "kv_lora_rank too large for shared memory");
-  if (df_cuda_sync(c)) return seq_fail("mla", df_cuda_error(c));
-  cudaStream_t s = cudaStreamPerThread;
-  mla_attn_k<<<a->T * a->heads, 256, smem, s>>>(*a);
+  mla_attn_k<<<a->T * a->heads, 256, smem, df_cuda_stream(c)>>>(*a);
   cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   return e == cudaSuccess ? 0 : seq_fail("mla attention", cudaGetErrorString(e));
 }
 
 extern "C" int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n) {
   if (!n) return 0;
-  if (df_cuda_sync(c)) return seq_fail("mla gate", df_cuda_error(c));
-  cudaStream_t s = cudaStreamPerThread;
   size_t blocks = (n + 255) / 256;
-  mla_gate_k<<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, s>>>(o, g, n);
+  mla_gate_k<<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, df_cuda_stream(c)>>>(o, g, n);
   cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   return e == cudaSuccess ? 0 : seq_fail("mla gate", cudaGetErrorString(e));
 }

@@ -36,11 +36,11 @@ typedef struct df_cuda_kda_args {
  * the KDA step on S, o's RMS norm with o_norm, times sigmoid(g). q, k, v, f
  * and g are left as the CPU's loops leave them.
  *
- * Unlike kcuda.h's calls this one is synchronous: it waits for the work
- * queued on the context (the copies in), runs, and returns when its kernels
- * are done, so the copies out may follow on the context's stream. (Its
- * kernels run on the calling thread's own stream: kcuda.cu keeps the
- * context's to itself.) On -1, df_cuda_kda_error says why. */
+ * Asynchronous as kcuda.h's calls, on the context's stream: after the
+ * copies in queued there, before the copies out (a decode layer waits for
+ * the device once, at its copy out). On -1 (a launch refused),
+ * df_cuda_kda_error says why; a fault while the kernels run shows at the
+ * next call that waits. */
 int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a);
 const char *df_cuda_kda_error(void);
 
@@ -49,8 +49,8 @@ const char *df_cuda_kda_error(void);
  * the transposed product of df_wmat_t), the scores against the latent
  * cache (latent part and rope part, each a lane-16 dot, their sum scaled),
  * the softmax, and the latent output olat; kv_b's value rows and the gate
- * are kgpu.c's (kcuda.h's GEMMs, df_cuda_mla_gate). Synchronous, as
- * df_cuda_kda; errors in df_cuda_kda_error. */
+ * are kgpu.c's (kcuda.h's GEMMs, df_cuda_mla_gate). Queued as df_cuda_kda;
+ * errors in df_cuda_kda_error. */
 typedef struct df_cuda_mla_args {
   int T, heads, n0;       /* rows, heads, positions before row 0 (row t sees n0 + t + 1) */
   int dn, dr, dv, kr;     /* qk_nope, qk_rope, v_head dims, kv_lora_rank */
@@ -63,7 +63,7 @@ typedef struct df_cuda_mla_args {
   float *sc;              /* T x heads x (n0 + T): scratch */
 } df_cuda_mla_args;
 int df_cuda_mla_attn(df_cuda *c, const df_cuda_mla_args *a);
-/* g = sigmoid(g), o *= g over n floats (the MLA output gate). Synchronous. */
+/* g = sigmoid(g), o *= g over n floats (the MLA output gate). Queued. */
 int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n);
 
 #endif
