@@ -281,6 +281,15 @@ static int x_in(df_kgpu *g, const float *X, size_t nx) {
   return 0;
 }
 
+/* T rows of n floats from X (stride ldx) packed through the staging at h
+ * into the device at d: a fused layer call's input. */
+static int rows_in(df_kgpu *g, float *d, float *h, const float *X, size_t T, size_t n, size_t ldx) {
+  for (size_t t = 0; t < T; t++) memcpy(h + t * n, X + t * ldx, n * sizeof(float));
+  if (df_cuda_put(g->c, d, h, T * n * sizeof(float))) return -1;
+  g->st.h2d_bytes += T * n * sizeof(float);
+  return 0;
+}
+
 /* T rows of `rows` results, packed in the staging at hy, to Y with stride ldy. */
 static void y_out(const float *hy, int rows, int T, float *Y, size_t ldy) {
   for (int t = 0; t < T; t++)
@@ -880,10 +889,8 @@ static struct sent *kda_entry(df_kgpu *g, const df_kgpu_kda_args *a, size_t byte
  * and copied to d + off[9], q..b and fa made there, f from fa. */
 static int kda_projections(df_kgpu *g, const df_kgpu_kda_args *a, float *d, float *h,
                            const size_t *off) {
-  size_t T = (size_t)a->T, H = (size_t)a->W[0]->cols;
-  for (size_t t = 0; t < T; t++) memcpy(h + off[9] + t * H, a->x + t * a->ldx, H * sizeof(float));
-  if (df_cuda_put(g->c, d + off[9], h + off[9], T * H * sizeof(float))) return -1;
-  g->st.h2d_bytes += T * H * sizeof(float);
+  size_t H = (size_t)a->W[0]->cols;
+  if (rows_in(g, d + off[9], h + off[9], a->x, (size_t)a->T, H, a->ldx)) return -1;
   float *dys[6] = {d + off[3], d + off[4], d + off[5], d + off[6], d + off[10], d + off[8]};
   float *df = d + off[7];
   return products_of(g, 6, a->W, d + off[9], a->T, H, dys) ||
@@ -1061,9 +1068,10 @@ static int mla_projections(df_kgpu *g, const df_kgpu_mla_args *a, const float *d
  * rows); one GEMV a head is as many launches as heads, each too small to
  * fill the GPU, so for one row they go in grouped launches (the same
  * floats, kcuda.h) where the format has them. */
-static int mla_values(df_kgpu *g, const df_kgpu_mla_args *a, int kind, const uint8_t *dw,
+static int mla_values(df_kgpu *g, const df_kgpu_mla_args *a, gemm_fn fn, const uint8_t *dw,
                       const float *ds, const float *olat, float *o) {
-  size_t Hm = (size_t)a->heads, kr = (size_t)a->kr, esz = kind == 0 ? 2 : kind == 1 ? 1 : 4;
+  int fmt = fn == gm_bf16 ? 0 : fn == gm_i8 ? 1 : -1; /* df_cuda_gemv_group's; -1 none (f32) */
+  size_t Hm = (size_t)a->heads, kr = (size_t)a->kr, esz = fn == gm_bf16 ? 2 : fn == gm_i8 ? 1 : 4;
   size_t ldx = Hm * kr, ldy = Hm * (size_t)a->dv;
   df_cuda_gemv_one grp[DF_CUDA_GROUP_MAX];
   int ng = 0;
@@ -1072,18 +1080,16 @@ static int mla_values(df_kgpu *g, const df_kgpu_mla_args *a, int kind, const uin
     const void *wr = dw + r * kr * esz;
     const float *X = olat + hd * kr;
     float *Y = o + hd * (size_t)a->dv;
-    if (a->T == 1 && kind != 2) {
-      grp[ng++] = (df_cuda_gemv_one){wr, kind == 1 ? ds + r : NULL, a->dv, a->kr, X, Y};
+    const float *sr = ds ? ds + r : NULL; /* int8's row scales */
+    if (a->T == 1 && fmt >= 0) {
+      grp[ng++] = (df_cuda_gemv_one){wr, sr, a->dv, a->kr, X, Y};
       if (ng < DF_CUDA_GROUP_MAX && hd + 1 < Hm) continue;
-      if (df_cuda_gemv_group(g->c, kind, ng, grp)) return -1; /* kcuda.h's 0 bf16, 1 int8 */
+      if (df_cuda_gemv_group(g->c, fmt, ng, grp)) return -1;
       g->st.products += (uint64_t)ng;
       ng = 0;
       continue;
     }
-    int rc = kind == 0   ? df_cuda_gemm_bf16(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy)
-             : kind == 1 ? df_cuda_gemm_i8(g->c, wr, ds + r, a->dv, a->kr, X, a->T, ldx, Y, ldy)
-                         : df_cuda_gemm_f32(g->c, wr, a->dv, a->kr, X, a->T, ldx, Y, ldy);
-    if (rc) return -1;
+    if (fn(g->c, wr, sr, a->dv, a->kr, X, a->T, ldx, Y, ldy)) return -1;
   }
   return 0;
 }
@@ -1116,40 +1122,24 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
       !staging(g, &g->hx, &g->hxcap, fused ? nall : nin))
     return fell_back(g);
   float *d = g->xbuf, *h = g->hx, *dnew = d + off[3] + nhost * w;
-  size_t h2d;
   if (fused) {
-    if (nhost) memcpy(h + off[3], a->cache + valid * w, nhost * w * sizeof(float));
-    for (size_t t = 0; t < T; t++) memcpy(h + off[7] + t * H, a->x + t * a->ldx, H * sizeof(float));
-    if ((nhost && df_cuda_put(g->c, d + off[3], h + off[3], nhost * w * sizeof(float))) ||
-        df_cuda_put(g->c, d + off[7], h + off[7], T * H * sizeof(float)) ||
+    if ((nhost && rows_in(g, d + off[3], h + off[3], a->cache + valid * w, 1, nhost * w, 0)) ||
+        rows_in(g, d + off[7], h + off[7], a->x, T, H, a->ldx) ||
         mla_projections(g, a, d + off[7], d + off[8], dnew, d + off[1], d + off[2]))
       return fell_back(g);
-    h2d = (nhost * w + T * H) * sizeof(float);
   } else {
     const float *src[4] = {NULL, a->g, a->q, a->cache + valid * w};
     for (int i = 1; i < 4; i++)
       if (src[i]) memcpy(h + off[i], src[i], n[i] * sizeof(float));
     if (df_cuda_put(g->c, d + off[1], h + off[1], nin - off[1] * sizeof(float)))
       return fell_back(g);
-    h2d = nin - off[1] * sizeof(float);
+    g->st.h2d_bytes += nin - off[1] * sizeof(float);
   }
-  size_t rc = (size_t)W->rows * (size_t)W->cols;
   const uint8_t *dw;
-  int kind;
-  switch (W->kind) {
-  case DF_W_BF16:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 2, NULL, 0), kind = 0;
-    break;
-  case DF_W_I8:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc, W->scale, (size_t)W->rows * sizeof(float));
-    kind = 1;
-    break;
-  default:
-    dw = weights(g, W->id, DF_DTIER_KEEP, W->w, rc * 4, NULL, 0), kind = 2;
-    break;
-  }
-  if (!dw) return fell_back(g);
-  const float *ds = kind == 1 ? (const float *)(dw + up_align(rc)) : NULL;
+  const void *ds;
+  gemm_fn fn;
+  if (spine_rows(g, W, 0, &dw, &ds, &fn)) return fell_back(g);
+  int kind = fn == gm_bf16 ? 0 : fn == gm_i8 ? 1 : 2; /* df_cuda_mla_args.wkind's */
   df_cuda_mla_args m = {.T = a->T, .heads = a->heads, .n0 = a->n0, .dn = a->dn, .dr = a->dr,
                         .dv = a->dv, .kr = a->kr, .wkind = kind, .w = dw, .wscale = ds,
                         .q = d + off[2], .cache = e ? e->d : d + off[3], .olat = d + off[5],
@@ -1158,7 +1148,7 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (e && df_cuda_copy(g->c, e->d + valid * w, d + off[3], n[3] * sizeof(float)))
     return fell_back(g);
   if (df_cuda_mla_attn(g->c, &m)) return seq_failed(g);
-  if (mla_values(g, a, kind, dw, ds, m.olat, d + off[0])) return fell_back(g);
+  if (mla_values(g, a, fn, dw, ds, m.olat, d + off[0])) return fell_back(g);
   if (gate && df_cuda_mla_gate(g->c, d + off[0], d + off[1], no)) return seq_failed(g);
   size_t d2h;
   if (fused) {
@@ -1177,7 +1167,6 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   }
   if (e) e->rows = (int)ntot;
   g->st.attn_calls++;
-  g->st.h2d_bytes += h2d;
   g->st.d2h_bytes += d2h;
   g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
