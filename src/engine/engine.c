@@ -263,6 +263,7 @@ static json_t *device_json(df_engine *en) {
              {"fallbacks", offsetof(df_kgpu_stats, fallbacks)},
              {"seq_calls", offsetof(df_kgpu_stats, seq_calls)},
              {"attn_calls", offsetof(df_kgpu_stats, attn_calls)},
+             {"pre_calls", offsetof(df_kgpu_stats, pre_calls)},
              {"h2d_bytes", offsetof(df_kgpu_stats, h2d_bytes)},
              {"weight_h2d_bytes", offsetof(df_kgpu_stats, weight_h2d_bytes)},
              {"d2h_bytes", offsetof(df_kgpu_stats, d2h_bytes)},
@@ -298,11 +299,13 @@ char *df_engine_device_text(df_engine *en) {
   char s[768];
   snprintf(s, sizeof s,
                   "device   %s %s: %" PRIu64 " products (%" PRIu64 " on the CPU), %" PRIu64
-                  " KDA recurrences, %" PRIu64 " MLA attentions, %.3f s; %.1f MB in, %.1f MB out\n"
+                  " KDA recurrences, %" PRIu64 " MLA attentions, %" PRIu64
+                  " layer inputs, %.3f s; %.1f MB in, %.1f MB out\n"
                   "gpu tier %.1f of %.1f MB, %d matrices, %" PRIu64 " hits, %" PRIu64
                   " misses, %" PRIu64 " evicted; weights in %.1f MB, %.3f s\n"
                   "gpu state %.1f MB in %d layers' entries, %" PRIu64 " copied back\n",
-                  en->device, g.device, g.products, g.fallbacks, g.seq_calls, g.attn_calls, g.compute_s,
+                  en->device, g.device, g.products, g.fallbacks, g.seq_calls, g.attn_calls, g.pre_calls,
+                  g.compute_s,
                   g.h2d_bytes / 1e6,
                   g.d2h_bytes / 1e6, g.tier_bytes / 1e6, g.tier_cap / 1e6, g.tier_entries, g.hits,
                   g.misses, g.evictions, g.weight_h2d_bytes / 1e6, g.weight_h2d_s,

@@ -68,6 +68,13 @@ struct df_kgpu {
   } *sents;
   int nsents, capsents;
   int no_keep; /* --gpu-state copy */
+  /* df_kgpu_pre: the pass's snapshots (slot i at [i * snap_rows * H]),
+   * the stream when it is not kept, the xn made for a MoE tail, staging */
+  void *snap, *px, *pxn;
+  float *hp;
+  size_t snapcap, pxcap, pxncap, hpcap;
+  uint64_t snap_pass, pxn_tok, pxn_seq;
+  int snap_n, snap_rows, pxn_T;
   df_kgpu_stats st;
 };
 
@@ -131,6 +138,10 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_free(g->c, g->fb1);
   df_cuda_free(g->c, g->fb3);
   df_cuda_free(g->c, g->tb);
+  df_cuda_free(g->c, g->snap);
+  df_cuda_free(g->c, g->px);
+  df_cuda_free(g->c, g->pxn);
+  df_cuda_host_free(g->hp);
   df_cuda_host_free(g->ht);
   df_cuda_host_free(g->hx);
   df_cuda_host_free(g->hy);
@@ -175,6 +186,7 @@ static float *staging(df_kgpu *g, float **buf, size_t *cap, size_t n) {
 }
 
 static size_t up_align(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; } /* floats: 256-byte parts */
 
 /* 1 when a is in a range df_kgpu_pin locked. */
 static int is_pinned(const df_kgpu *g, const void *a) {
@@ -420,38 +432,129 @@ static int products_of(df_kgpu *g, int n, const df_wmat *const *W, const float *
   return 0;
 }
 
-/* The products of one input: X in once, each matrix's product into its
- * block of ybuf, one copy out, the blocks handed to their Y. */
-int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
-                    size_t ldx, float *const *Y, const size_t *ldy) {
+/* ---- AttnRes and the norm on the device (kgpu.h's df_kgpu_pre) ---- */
+
+#define PRE_KEY_BIT (1ull << 60) /* apart from NORM_KEY_BIT, KDA_KEY_BIT, ids and expert keys */
+
+/* 1 when pre reads only snapshots kept from its pass (and, keeping x,
+ * takes the next slot), for T rows of H. */
+static int pre_fits(const df_kgpu *g, const df_kgpu_pre *p, int T, size_t H) {
+  if (p->nS < 0 || p->nS >= p->slots + !p->keep || p->t0 < 0 || p->t0 + T > p->rows || !p->pass)
+    return 0;
+  if (p->keep && (p->t0 || T != p->rows)) return 0;
+  if (!p->nS) return 1;
+  return g->snap_pass == p->pass && g->snap_rows == p->rows && g->snap && H &&
+         (p->keep ? g->snap_n == p->nS : g->snap_n >= p->nS);
+}
+
+/* AR's norm and projection and the norm as one device block (H floats a
+ * part, 256-byte aligned): from the tier, else copied in. */
+static const float *pre_weights(df_kgpu *g, const df_kgpu_pre *p, size_t H) {
+  size_t part = up64(H), bytes = 3 * part * sizeof(float);
+  uint64_t key = p->id ? PRE_KEY_BIT | p->id : 0;
+  float *d = key ? df_dtier_get(g->tier, key) : NULL;
+  if (d) return d;
+  d = key ? df_dtier_put(g->tier, key, bytes, DF_DTIER_KEEP) : NULL;
+  if (!d) d = scratch(g, &g->wbuf, &g->wcap, bytes);
+  if (!d) return NULL;
+  const float *src[3] = {p->nS ? p->res_norm : NULL, p->nS ? p->res_proj : NULL, p->norm};
+  for (int i = 0; i < 3; i++)
+    if (src[i] && df_cuda_put(g->c, d + i * part, src[i], H * sizeof(float))) return NULL;
+  g->st.weight_h2d_bytes += bytes;
+  g->st.h2d_bytes += bytes;
+  return d;
+}
+
+/* T rows of the stream X (stride ldx) in, xn made into dxn; the lock held,
+ * pre_fits checked. -1 on a CUDA error: the pass's snapshots are then
+ * not read again. */
+static int prologue(df_kgpu *g, const df_kgpu_pre *p, const float *X, int T, size_t H,
+                    size_t ldx, float *dxn) {
+  size_t n = (size_t)T * H;
+  float *dx;
+  if (p->keep) {
+    g->snap_pass = 0; /* until this call has kept x */
+    if (!p->nS && !scratch(g, &g->snap, &g->snapcap, (size_t)p->slots * n * sizeof(float)))
+      return -1;
+    dx = (float *)g->snap + (size_t)p->nS * n;
+  } else {
+    if (!scratch(g, &g->px, &g->pxcap, n * sizeof(float))) return -1;
+    dx = g->px;
+  }
+  const float *dw = staging(g, &g->hp, &g->hpcap, n * sizeof(float)) ? pre_weights(g, p, H) : NULL;
+  size_t part = up64(H), ss = (size_t)p->rows * H;
+  if (!dw || rows_in(g, dx, g->hp, X, (size_t)T, H, ldx) ||
+      df_cuda_attn_res(g->c, dxn, p->nS ? (float *)g->snap + (size_t)p->t0 * H : NULL, ss, p->nS, dx, T,
+                       (int)H, dw, dw + part, dw + 2 * part, p->eps))
+    return -1;
+  if (p->keep) g->snap_pass = p->pass, g->snap_n = p->nS + 1, g->snap_rows = p->rows;
+  g->st.pre_calls++;
+  return 0;
+}
+
+/* The products of one input: X in once (or, with pre, xn made of it into
+ * pxn), each matrix's product into its block of ybuf, one copy out, the
+ * blocks handed to their Y. */
+static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const *W,
+                const float *X, int T, size_t ldx, float *const *Y, const size_t *ldy,
+                uint64_t *xtok) {
   if (n <= 0 || T <= 0) return 0;
   if (n > DF_KGPU_MANY_MAX) return -1;
   int rows = 0;
+  size_t H = (size_t)W[0]->cols;
   for (int i = 0; i < n; i++) {
-    if (W[i]->cols != W[0]->cols) return -1;
+    if ((size_t)W[i]->cols != H) return -1;
     rows += W[i]->rows;
   }
   if (enter(g)) return -1;
+  if (pre && !pre_fits(g, pre, T, H)) {
+    pthread_mutex_unlock(&g->mu);
+    return -1;
+  }
   double t0 = df_now();
   size_t nx, ny;
-  if (buffers(g, rows, W[0]->cols, T, ldx, &nx, &ny)) return fell_back(g);
-  if (x_in(g, X, nx)) return fell_back(g);
+  const float *dx = g->xbuf;
+  if (buffers(g, rows, (int)H, T, pre ? H : ldx, &nx, &ny)) return fell_back(g);
+  if (pre) {
+    g->pxn_tok = 0; /* until this call has made it */
+    if (!scratch(g, &g->pxn, &g->pxncap, (size_t)T * H * sizeof(float)) ||
+        prologue(g, pre, X, T, H, ldx, g->pxn))
+      return fell_back(g);
+    dx = g->pxn, ldx = H;
+  } else if (x_in(g, X, nx)) {
+    return fell_back(g);
+  }
   float *dys[DF_KGPU_MANY_MAX], *dy = g->ybuf;
   for (int i = 0; i < n; i++) {
     dys[i] = dy;
     dy += (size_t)T * (size_t)W[i]->rows;
   }
-  if (products_of(g, n, W, g->xbuf, T, ldx, dys)) return fell_back(g);
+  if (products_of(g, n, W, dx, T, ldx, dys)) return fell_back(g);
   if (df_cuda_get(g->c, g->hy, g->ybuf, ny)) return fell_back(g);
   const float *hy = g->hy;
   for (int i = 0; i < n; i++) {
     y_out(hy, W[i]->rows, T, Y[i], ldy[i]);
     hy += (size_t)T * (size_t)W[i]->rows;
   }
+  if (pre) {
+    g->pxn_tok = ++g->pxn_seq, g->pxn_T = T;
+    if (xtok) *xtok = g->pxn_tok;
+  }
   g->st.d2h_bytes += ny;
   g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
   return 0;
+}
+
+int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
+                    size_t ldx, float *const *Y, const size_t *ldy) {
+  return many(g, NULL, n, W, X, T, ldx, Y, ldy, NULL);
+}
+
+int df_kgpu_mm_pre(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const *W,
+                   const float *X, int T, size_t ldx, float *const *Y, const size_t *ldy,
+                   uint64_t *xtok) {
+  return many(g, pre, n, W, X, T, ldx, Y, ldy, xtok);
 }
 
 /* A gated FFN whole: X in once, gate and up, SiTU, down, the output out
@@ -670,6 +773,10 @@ static int moe_tail(df_kgpu *g, const df_kgpu_moe_tail *a) {
   int *rows = (int *)tb;
   float *w = (float *)(tb + o_w), *rr = (float *)(tb + o_rr), *routed = (float *)(tb + o_up);
   float *dx = (float *)(tb + o_x), *shared = (float *)(tb + o_sh);
+  if (a->xtok && (a->xtok != g->pxn_tok || (size_t)g->pxn_T != T)) {
+    note_error(g, "moe tail: the shared expert's input is no longer on the device (internal error)");
+    return -1;
+  }
   if (flush_experts(g) || df_cuda_put(g->c, rows, a->slot_row, T * K * sizeof(int)) ||
       df_cuda_put(g->c, w, a->slot_w, T * K * sizeof(float)) ||
       df_cuda_moe_combine(g->c, rr, g->ybuf, rows, w, a->T, a->K, (int)Lt))
@@ -682,11 +789,15 @@ static int moe_tail(df_kgpu *g, const df_kgpu_moe_tail *a) {
   }
   if (products_of(g, 1, &a->up, rr, a->T, Lt, &routed)) return -1;
   float *dout = routed;
-  if (I) {
+  if (I && a->xtok) {
+    dx = g->pxn;
+  } else if (I) {
     for (size_t t = 0; t < (a->ldx == H ? 1 : T); t++)
       if (df_cuda_put(g->c, dx + t * H, a->x + t * a->ldx, (a->ldx == H ? T : 1) * H * sizeof(float)))
         return -1;
     g->st.h2d_bytes += ny;
+  }
+  if (I) {
     float *h1 = g->fb1, *h3 = g->fb3;
     if (products_of(g, 2, sh, dx, a->T, H, (float *const[]){h1, h3}) ||
         df_cuda_situ(g->c, h1, h1, h3, (int)(T * I), a->bg, a->bu) ||
@@ -758,7 +869,6 @@ void df_kgpu_unpin(void *ud, void *p, size_t n) {
 
 /* ---- sequence state kept on the device ---- */
 
-static size_t up64(size_t n) { return (n + 63) / 64 * 64; } /* floats: 256-byte parts */
 
 static struct sent *sent_find(df_kgpu *g, uint64_t key) {
   for (int i = 0; i < g->nsents; i++)
@@ -885,12 +995,19 @@ static struct sent *kda_entry(df_kgpu *g, const df_kgpu_kda_args *a, size_t byte
   return d ? sent_add(g, a->skey, d, bytes) : NULL;
 }
 
-/* The fused call's projections in (kgpu.h: df_kgpu_kda_args.x): x staged
- * and copied to d + off[9], q..b and fa made there, f from fa. */
+/* A fused call's input: x staged and copied to dx, or with pre its xn made
+ * there. */
+static int fused_in(df_kgpu *g, const df_kgpu_pre *pre, const float *x, size_t ldx, int T,
+                    size_t H, float *dx, float *hx) {
+  return pre ? prologue(g, pre, x, T, H, ldx, dx) : rows_in(g, dx, hx, x, (size_t)T, H, ldx);
+}
+
+/* The fused call's projections in (kgpu.h: df_kgpu_kda_args.x): x in to
+ * d + off[9], q..b and fa made there, f from fa. */
 static int kda_projections(df_kgpu *g, const df_kgpu_kda_args *a, float *d, float *h,
                            const size_t *off) {
   size_t H = (size_t)a->W[0]->cols;
-  if (rows_in(g, d + off[9], h + off[9], a->x, (size_t)a->T, H, a->ldx)) return -1;
+  if (fused_in(g, a->pre, a->x, a->ldx, a->T, H, d + off[9], h + off[9])) return -1;
   float *dys[6] = {d + off[3], d + off[4], d + off[5], d + off[6], d + off[10], d + off[8]};
   float *df = d + off[7];
   return products_of(g, 6, a->W, d + off[9], a->T, H, dys) ||
@@ -917,6 +1034,10 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   int fused = a->x != NULL;
   if (fused && !kda_fused_fits(a)) return -1;
   if (enter(g)) return -1;
+  if (fused && a->pre && !pre_fits(g, a->pre, a->T, (size_t)a->W[0]->cols)) {
+    pthread_mutex_unlock(&g->mu);
+    return -1;
+  }
   double t0 = df_now();
   size_t P = (size_t)a->heads * (size_t)a->D, T = (size_t)a->T;
   size_t H = fused ? (size_t)a->W[0]->cols : 0;
@@ -1101,6 +1222,10 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   int fused = a->x != NULL;
   if (fused && !mla_fused_fits(a)) return -1;
   if (enter(g)) return -1;
+  if (fused && a->pre && !pre_fits(g, a->pre, a->T, (size_t)a->W[0]->cols)) {
+    pthread_mutex_unlock(&g->mu);
+    return -1;
+  }
   double t0 = df_now();
   size_t T = (size_t)a->T, Hm = (size_t)a->heads, ntot = (size_t)a->n0 + T;
   size_t no = T * Hm * (size_t)a->dv, kr = (size_t)a->kr, w = kr + (size_t)a->dr, valid;
@@ -1124,7 +1249,7 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   float *d = g->xbuf, *h = g->hx, *dnew = d + off[3] + nhost * w;
   if (fused) {
     if ((nhost && rows_in(g, d + off[3], h + off[3], a->cache + valid * w, 1, nhost * w, 0)) ||
-        rows_in(g, d + off[7], h + off[7], a->x, T, H, a->ldx) ||
+        fused_in(g, a->pre, a->x, a->ldx, a->T, H, d + off[7], h + off[7]) ||
         mla_projections(g, a, d + off[7], d + off[8], dnew, d + off[1], d + off[2]))
       return fell_back(g);
   } else {
@@ -1208,6 +1333,12 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
 int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
                     size_t ldx, float *const *Y, const size_t *ldy) {
   (void)g, (void)n, (void)W, (void)X, (void)T, (void)ldx, (void)Y, (void)ldy;
+  return -1;
+}
+int df_kgpu_mm_pre(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const *W,
+                   const float *X, int T, size_t ldx, float *const *Y, const size_t *ldy,
+                   uint64_t *xtok) {
+  (void)g, (void)pre, (void)n, (void)W, (void)X, (void)T, (void)ldx, (void)Y, (void)ldy, (void)xtok;
   return -1;
 }
 int df_kgpu_ffn(df_kgpu *g, const df_wmat *gate, const df_wmat *up, const df_wmat *down,

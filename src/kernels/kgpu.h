@@ -33,6 +33,7 @@ typedef struct df_kgpu_stats {
   uint64_t fallbacks;       /* products the GPU could not take (run on the CPU) */
   uint64_t seq_calls;       /* KDA layers' sequence parts run on the GPU (df_kgpu_kda) */
   uint64_t attn_calls;      /* MLA layers' attention run on the GPU (df_kgpu_mla) */
+  uint64_t pre_calls;       /* AttnRes and norms made on the GPU (df_kgpu_pre) */
   uint64_t seq_bytes;        /* device memory holding sequence state (df_kgpu_seq_*) */
   int seq_entries;
   uint64_t seq_pulls;        /* KDA states copied back because the host needed them */
@@ -68,6 +69,31 @@ int df_kgpu_mm(df_kgpu *g, const df_wmat *W, int r0, int r1, const float *X, int
 int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
                     size_t ldx, float *const *Y, const size_t *ldy);
 #define DF_KGPU_MANY_MAX 16 /* matrices of one df_kgpu_mm_many call */
+/* 5.1's AttnRes and the norm after it, made on the device in front of a
+ * call (kcuda.h's df_cuda_attn_res): the call's x is then the residual
+ * stream the layer reads (h, or p) and the device forms xn = norm(AR(the
+ * pass's snapshots, x)) itself, from the snapshots it keeps for the pass
+ * (x kept as the next one when keep), so a layer's AR and norm cost the
+ * host nothing. A call given one returns -1 with nothing written when the
+ * snapshots it reads are not all there (another pass came between, or one
+ * was not kept): the host then makes xn itself and calls without. */
+typedef struct df_kgpu_pre {
+  uint64_t pass;   /* the forward pass: nonzero, unique in the process */
+  int nS;          /* snapshots AR reads (0: none, xn = norm(x)) */
+  int keep;        /* 1: x (the pass's rows) is kept as snapshot nS */
+  int slots, rows; /* the most snapshots of the pass, its rows */
+  int t0;          /* x's first row among them (keep: 0, and T = rows) */
+  const float *res_norm, *res_proj; /* AR's (hidden floats; unread when nS = 0) */
+  const float *norm;
+  float eps;
+  uint64_t id;     /* keys the three in the tier (0: copied every call) */
+} df_kgpu_pre;
+/* df_kgpu_mm_many of xn, with pre's AttnRes and norm made from X on the
+ * device first; xn stays there for the next df_kgpu_moe_tail, which names
+ * it by *xtok. 0 done, -1 not (nothing written). */
+int df_kgpu_mm_pre(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const *W,
+                   const float *X, int T, size_t ldx, float *const *Y, const size_t *ldy,
+                   uint64_t *xtok);
 /* A gated FFN (kernels.h's df_ffn): Y[t] = down(SiTU(gate X[t], up X[t]))
  * with SiTU's betas bg, bu; X in once, the products and SiTU on the device,
  * Y out once. 0 when done there; -1 when not (nothing written). */
@@ -128,9 +154,11 @@ typedef struct df_kgpu_kda_args {
    * (T x hidden, stride ldx) by W[0..5] = q, k, v, g, fa, b, then f = fb(fa)
    * by W[6], and the output through o_proj W[7] into out (T x hidden,
    * stride ldo) in place of o. q, k, v, g, f, b and o are then neither read
-   * nor written; on -1 nothing is, out included. */
+   * nor written; on -1 nothing is, out included. With pre, x is the
+   * residual stream and the layer's input is pre's xn of it. */
   const float *x;
   size_t ldx;
+  const df_kgpu_pre *pre;
   const df_wmat *W[8];
   float *out;
   size_t ldo;
@@ -166,9 +194,11 @@ typedef struct df_kgpu_mla_args {
    * those rows are the cache's n0 .. n0 + T - 1, written to new_rows
    * (T x (kr + dr)) for the host's cache; o_proj's output to out (T x
    * hidden, stride ldo). q, g, o and the cache's rows from n0 on are then
-   * neither read nor written; on -1 nothing is, out and new_rows included. */
+   * neither read nor written; on -1 nothing is, out and new_rows included.
+   * With pre, x is the residual stream and the layer's input pre's xn. */
   const float *x;
   size_t ldx;
+  const df_kgpu_pre *pre;
   const df_wmat *W[5];
   const float *qa_norm, *kva_norm;
   float eps;
@@ -228,6 +258,7 @@ typedef struct df_kgpu_moe_tail {
   float bg, bu;         /* its SiTU's betas */
   const float *x;       /* T x hidden, stride ldx: the shared expert's input */
   size_t ldx;
+  uint64_t xtok;        /* nonzero: x is instead the xn df_kgpu_mm_pre left under this */
   float *out;           /* T x hidden, stride ldo */
   size_t ldo;
 } df_kgpu_moe_tail;

@@ -30,6 +30,7 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,16 @@ typedef struct N(ws) {
   R *lg;      /* float64: the head's rows before they are narrowed (lg_cap values) */
   size_t lg_cap;
   double moe_excl; /* this MoE layer's expert compute + store wait (decode timing) */
+  /* --device cuda: the layer's xn the host has not made (the device makes
+   * it in front of the layer's first call, kgpu.h's df_kgpu_pre): what
+   * xn_host() needs to make it after all; rows t0 .. t0 + nt */
+  struct {
+    int pending, T, nS, t0, nt;
+    const R *x;
+    const float *rn, *rp, *nw;
+  } xq;
+  uint64_t pass, xtok; /* this pass (df_kgpu_pre.pass); the device's xn of a MoE layer */
+  int dsn;             /* snapshots the device keeps of this pass (-1: not all of them) */
 } WS;
 
 /* A state handle: the sequence state, its scratch (NULL until the first
@@ -546,6 +557,54 @@ static void rms_rows(const KT *k, R *y, const R *x, const float *w, int T, int n
   for (int t = 0; t < T; t++) k->rmsnorm(y + (size_t)t * n, x + (size_t)t * n, w, n, eps);
 }
 
+/* A layer's input (5.1 steps 1 and 4, and the head's): xin = AR over the
+ * first nS snapshots and x (x itself when nS is 0), xn = norm(xin), rows
+ * t0 .. t0 + nt of T. With dev set and a device that keeps this pass's
+ * snapshots it is left to the device: pre is filled for the layer's first
+ * call, which makes xn there (kgpu.h's df_kgpu_pre; keep: x is the next
+ * snapshot; id keys the norms there), and the host makes its own only
+ * when something reads it (xn_host). Returns pre then, else NULL with xn
+ * made here. */
+static void xn_host(const df_k3_run *r, ST *s);
+static const df_kgpu_pre *layer_input(const df_k3_run *r, ST *s, int T, int nS, const R *x,
+                                      const float *rn, const float *rp, const float *nw,
+                                      int t0, int nt, int keep, int dev, uint64_t id,
+                                      df_kgpu_pre *pre) {
+  WS *w = s->w;
+  w->xq.pending = 1, w->xq.T = T, w->xq.nS = nS, w->xq.t0 = t0, w->xq.nt = nt;
+  w->xq.x = x, w->xq.rn = rn, w->xq.rp = rp, w->xq.nw = nw;
+#if !R_IS_F64
+  const df_config *c = r->m->cfg;
+  if (dev && r->kc->gpu && w->dsn == nS) {
+    *pre = (df_kgpu_pre){.pass = w->pass, .nS = nS, .keep = keep,
+                         .slots = (c->n_layers + c->attn_res_block - 1) / c->attn_res_block,
+                         .rows = T, .t0 = t0, .res_norm = rn, .res_proj = rp, .norm = nw,
+                         .eps = c->eps, .id = id};
+    return pre;
+  }
+#else
+  (void)keep, (void)dev, (void)id, (void)pre;
+#endif
+  xn_host(r, s);
+  return NULL;
+}
+
+/* The host's xn of the layer's input, when the device was to make it and
+ * something here reads it after all (a fallback, a CPU step). */
+static void xn_host(const df_k3_run *r, ST *s) {
+  WS *w = s->w;
+  if (!w->xq.pending) return;
+  const df_config *c = r->m->cfg;
+  size_t H = (size_t)c->hidden, o = (size_t)w->xq.t0 * H;
+  const R *xa = w->xq.x;
+  if (w->xq.nS > 0) {
+    attn_res(r, s, w->xq.T, w->xq.nS, w->xq.x, w->xq.rn, w->xq.rp, w->xin, w->xq.t0, w->xq.nt);
+    xa = w->xin;
+  }
+  rms_rows(KSEL(r->kc), w->xn + o, xa + o, w->xq.nw, w->xq.nt, (int)H, c->eps);
+  w->xq.pending = 0;
+}
+
 /* ------------------------------------------------------------------ KDA */
 
 typedef struct {
@@ -657,7 +716,8 @@ static void kda_head_task(void *ctx, int h, int thread) {
  * -2 when the device failed holding the only current state (lost).
  * Speculation's per-row boundary states are copied out of the loops row
  * by row, so a pass that keeps them stays here. */
-static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, int fused) {
+static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, int fused,
+                   const df_kgpu_pre *pre) {
   df_kgpu *g = r->kc->gpu;
   SEQ *q = &s->q;
   if (!g || s->nrowmk > 0 || (q->gpu && q->gpu != g)) return -1;
@@ -673,7 +733,8 @@ static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
     /* the projections and o_proj there too: xn in, the layer's output out */
     const df_wmat *W[8] = {&y->q, &y->k, &y->v, &y->g, &y->fa, &y->b, &y->fb, &y->o};
     memcpy(a.W, W, sizeof W);
-    a.x = s->w->xn, a.ldx = (size_t)c->hidden, a.out = s->w->a, a.ldo = (size_t)c->hidden;
+    a.x = pre ? s->w->xq.x : s->w->xn, a.pre = pre;
+    a.ldx = (size_t)c->hidden, a.out = s->w->a, a.ldo = (size_t)c->hidden;
   }
   q->gpu = g;
   int rc = df_kgpu_kda(g, &a);
@@ -689,22 +750,31 @@ static int lost_state(const df_k3_run *r, df_err *e) {
                     r->kc->gpu ? df_kgpu_error(r->kc->gpu) : "no device");
 }
 
-static int kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, df_err *e) {
+static int kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T,
+                     const df_kgpu_pre *pre, df_err *e) {
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, P = (size_t)c->kda_heads * c->kda_head_dim;
 #if !R_IS_F64
-  /* on a device the whole layer in one call; when it cannot, the steps */
-  int fr = kda_gpu(r, s, y, l, T, 1);
+  /* on a device the whole layer in one call (its input made there too
+   * with pre; without, when that cannot be); when it cannot, the steps */
+  int fr = pre ? kda_gpu(r, s, y, l, T, 1, pre) : -1;
+  if (fr == -1) {
+    xn_host(r, s);
+    fr = kda_gpu(r, s, y, l, T, 1, NULL);
+  }
   if (!fr) return 0;
   if (fr == -2 || s->q.lost) return lost_state(r, e);
+#else
+  (void)pre;
 #endif
+  xn_host(r, s);
   mm_many(kc, 6, (const df_wmat *[]){&y->q, &y->k, &y->v, &y->g, &y->fa, &y->b}, s->w->xn, T, H,
           (R *[]){s->w->kq, s->w->kk, s->w->kv, s->w->kg, s->w->kfa, s->w->kb},
           (size_t[]){P, P, P, P, (size_t)c->kda_head_dim, (size_t)c->kda_heads});
   MM(kc, &y->fb, s->w->kfa, T, (size_t)c->kda_head_dim, s->w->kf, P);
 #if !R_IS_F64
-  if (!kda_gpu(r, s, y, l, T, 0)) {
+  if (!kda_gpu(r, s, y, l, T, 0, NULL)) {
     MM(kc, &y->o, s->w->ko, T, P, s->w->a, H);
     return 0;
   }
@@ -782,7 +852,8 @@ static void mla_task(void *ctx, int task, int thread) {
 /* --device cuda: mla_task's work for every (row, head) on the GPU
  * (kgpu.h's df_kgpu_mla, the same floats), the cache's rows kept there
  * (only the new ones copied in); 0 when it did. */
-static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, int fused) {
+static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, int fused,
+                   const df_kgpu_pre *pre) {
   df_kgpu *g = r->kc->gpu;
   if (!g) return -1;
   const df_config *c = r->m->cfg;
@@ -798,7 +869,8 @@ static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
      * output and the cache's new rows out */
     const df_wmat *W[5] = {&y->qa, &y->kva, &y->qb, c->mla_output_gate ? &y->mg : NULL, &y->mo};
     memcpy(a.W, W, sizeof W);
-    a.x = s->w->xn, a.ldx = (size_t)c->hidden, a.out = s->w->a, a.ldo = (size_t)c->hidden;
+    a.x = pre ? s->w->xq.x : s->w->xn, a.pre = pre;
+    a.ldx = (size_t)c->hidden, a.out = s->w->a, a.ldo = (size_t)c->hidden;
     a.qa_norm = y->qa_norm, a.kva_norm = y->kva_norm, a.eps = (R)c->eps;
     a.new_rows = q->mla[l] + (size_t)q->pos * mla_row_floats(c);
     a.q = a.g = NULL, a.o = NULL;
@@ -807,16 +879,23 @@ static int mla_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
 }
 #endif
 
-static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T) {
+static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T,
+                      const df_kgpu_pre *pre) {
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   size_t H = (size_t)c->hidden, Hm = (size_t)c->mla_heads, qr = (size_t)c->q_lora_rank;
   size_t kr = (size_t)c->kv_lora_rank, w = kr + (size_t)c->qk_rope_dim;
   size_t qw = Hm * (size_t)(c->qk_nope_dim + c->qk_rope_dim), ow = Hm * (size_t)c->v_head_dim;
 #if !R_IS_F64
-  /* on a device the whole layer in one call; when it cannot, the steps */
-  if (!mla_gpu(r, s, y, l, T, 1)) return;
+  /* on a device the whole layer in one call (with pre its input too);
+   * when it cannot, the steps */
+  if (pre && !mla_gpu(r, s, y, l, T, 1, pre)) return;
+  xn_host(r, s);
+  if (!mla_gpu(r, s, y, l, T, 1, NULL)) return;
+#else
+  (void)pre;
 #endif
+  xn_host(r, s);
   mm_many(kc, 2, (const df_wmat *[]){&y->qa, &y->kva}, s->w->xn, T, H, (R *[]){s->w->mqa, s->w->mc},
           (size_t[]){qr, w});
   rms_rows(KSEL(kc), s->w->mqa, s->w->mqa, y->qa_norm, T, (int)qr, c->eps);
@@ -829,7 +908,7 @@ static void mla_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, in
   }
   if (c->mla_output_gate) MM(kc, &y->mg, s->w->xn, T, H, s->w->mg, ow);
 #if !R_IS_F64
-  if (!mla_gpu(r, s, y, l, T, 0)) {
+  if (!mla_gpu(r, s, y, l, T, 0, NULL)) {
     MM(kc, &y->mo, s->w->mo, T, ow, s->w->a, H);
     return;
   }
@@ -979,6 +1058,7 @@ static int experts_gpu_tail(const df_k3_run *r, ST *s, const df_k3_layer *y, int
                         .eps = c->eps, .up = &y->lat_up, .sh_gate = sh ? &y->sh_gate : NULL,
                         .sh_up = &y->sh_up, .sh_down = &y->sh_down, .bg = c->situ_beta,
                         .bu = c->situ_linear_beta, .x = w->xn, .ldx = (size_t)c->hidden,
+                        .xtok = w->xq.pending ? w->xtok : 0,
                         .out = w->ffo, .ldo = (size_t)c->hidden};
   if (df_kgpu_experts_end_tail(r->kc->gpu, &a))
     return df_err_set(e, "%s", df_kgpu_error(r->kc->gpu));
@@ -1094,7 +1174,7 @@ static int experts_run(const df_k3_run *r, ST *s, int l, int gpu, const df_k3_la
 }
 
 static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T,
-                     df_err *e) {
+                     const df_kgpu_pre *pre, df_err *e) {
   const df_config *c = r->m->cfg;
   const df_kctx *kc = r->kc;
   const KT *k = KSEL(kc);
@@ -1119,9 +1199,17 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
       Wx[nx] = &r->m->layers[l + 1].router, Yx[nx++] = s->w->gx;
       ahead_sc = s->w->gx;
     }
-    mm_many(kc, nx, Wx, s->w->xn, T, H, Yx, ldy);
+    /* with pre the device makes xn too and keeps it for the shared
+     * experts; the gate-ahead of x + shared(x) wants the host's xin */
+    if (!pre || (ahead && gin == DF_GATE_FROM_X_SHARED) ||
+        df_kgpu_mm_pre(kc->gpu, pre, nx, Wx, s->w->xq.x, T, H, Yx, ldy, &s->w->xtok)) {
+      xn_host(r, s);
+      mm_many(kc, nx, Wx, s->w->xn, T, H, Yx, ldy);
+    }
     lat_done = 1;
   }
+#else
+  (void)pre;
 #endif
   if (!lat_done) MM(kc, &y->router, s->w->xn, T, H, s->w->rl, E);
   for (int t = 0; t < T; t++) {
@@ -1149,7 +1237,10 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
 
   /* the reads start now; everything up to the expert loop overlaps them */
   if (reads_begin(r, s, l, T, 1, e)) return -1;
-  if (ahead && gin == DF_GATE_FROM_X) gate_ahead(r, s, l, T, s->w->xn, ahead_sc);
+  if (ahead && gin == DF_GATE_FROM_X) {
+    if (!ahead_sc) xn_host(r, s);
+    gate_ahead(r, s, l, T, s->w->xn, ahead_sc);
+  }
   /* 8: the shared experts (only needs x). On a device they wait for the
    * batch's end, which runs them there with steps 6-9 (one round trip for
    * the three), unless the gate-ahead wants their output first. */
@@ -1157,8 +1248,10 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
 #if !R_IS_F64
   tail = kc->gpu && !(ahead && gin == DF_GATE_FROM_X_SHARED);
 #endif
-  if (c->n_shared > 0 && !tail)
+  if (c->n_shared > 0 && !tail) {
+    xn_host(r, s);
     gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
+  }
   if (ahead && gin == DF_GATE_FROM_X_SHARED) {
     for (size_t i = 0; i < (size_t)T * H; i++)
       s->w->gx[i] = s->w->xin[i] + (c->n_shared > 0 ? s->w->ffo[i] : 0);
@@ -1192,6 +1285,7 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
     s->w->moe_excl = t_exp + t_wait;
   }
   if (tailed) return 0; /* steps 6-9 and the shared experts done on the device: ffo */
+  xn_host(r, s);
   if (c->n_shared > 0 && tail)
     gated_ffn(kc, c, &y->sh_gate, &y->sh_up, &y->sh_down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
 
@@ -1221,12 +1315,18 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
 
 /* --------------------------------------------------------------- driver */
 
+/* df_kgpu_pre.pass: unique in the process, as the device's snapshots are
+ * shared by every state that runs on it */
+static uint64_t N(next_pass)(void) {
+  static atomic_uint_fast64_t n;
+  return (uint64_t)atomic_fetch_add(&n, 1) + 1;
+}
+
 int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_last,
                  float *logits_all, df_err *e) {
   const df_k3 *m = r->m;
   const df_config *c = m->cfg;
   const df_kctx *kc = r->kc;
-  const KT *k = KSEL(kc);
   if (T <= 0) return df_err_set(e, "forward: empty batch");
   for (int t = 0; t < T; t++)
     if (ids[t] < 0 || ids[t] >= c->vocab)
@@ -1247,19 +1347,19 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
 #endif
   int with_head = logits_all || logits_last;
   int nS = 0, pempty = 1;
+  s->w->pass = N(next_pass)(), s->w->dsn = 0, s->w->xq.pending = 0;
   for (int l = 0; l < c->n_layers; l++) {
     const df_k3_layer *y = df_k3_acquire_layer(m, l, df_k3_next_streamed(m, l, with_head), e);
     if (!y) return -1;
     double tl0 = df_now();
     /* 5.1 step 1 */
-    const R *xattn = s->w->h;
-    if (nS > 0) {
-      attn_res(r, s, T, nS, s->w->h, y->attn_res_norm, y->attn_res_proj, s->w->xin, 0, T);
-      xattn = s->w->xin;
-    }
-    rms_rows(k, s->w->xn, xattn, y->in_norm, T, (int)H, c->eps);
+    int keep = l % c->attn_res_block == 0;
+    df_kgpu_pre pre;
+    const df_kgpu_pre *ap =
+        layer_input(r, s, T, nS, s->w->h, y->attn_res_norm, y->attn_res_proj, y->in_norm, 0, T,
+                    keep, s->nrowmk == 0, y->kind == DF_LAYER_KDA ? y->q.id : y->qa.id, &pre);
     /* step 2 (after x_attn is taken: the snapshot holds this h) */
-    if (l % c->attn_res_block == 0) {
+    if (keep) {
       memcpy(s->w->snaps + (size_t)nS * T * H, s->w->h, sizeof(R) * T * H);
       nS++;
       pempty = 1;
@@ -1271,13 +1371,15 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     }
     /* step 3 */
     if (y->kind == DF_LAYER_KDA) {
-      if (kda_layer(r, s, y, l, T, e)) {
+      if (kda_layer(r, s, y, l, T, ap, e)) {
         df_k3_release(m, l);
         return -1;
       }
     } else {
-      mla_layer(r, s, y, l, T);
+      mla_layer(r, s, y, l, T, ap);
     }
+    /* the device kept h as snapshot nS - 1 only when it made xn from it */
+    if (keep) s->w->dsn = ap && s->w->xq.pending ? nS : -1;
     if (pempty) {
       R *tmp = s->w->p;
       s->w->p = s->w->a;
@@ -1287,10 +1389,10 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     }
     double tl1 = df_now();
     /* step 4-5 */
-    attn_res(r, s, T, nS, s->w->p, y->mlp_res_norm, y->mlp_res_proj, s->w->xin, 0, T);
-    rms_rows(k, s->w->xn, s->w->xin, y->post_norm, T, (int)H, c->eps);
+    const df_kgpu_pre *mp = layer_input(r, s, T, nS, s->w->p, y->mlp_res_norm, y->mlp_res_proj,
+                                        y->post_norm, 0, T, 0, y->moe, y->router.id, &pre);
     if (y->moe) {
-      if (moe_layer(r, s, y, l, T, e)) {
+      if (moe_layer(r, s, y, l, T, mp, e)) {
         df_k3_release(m, l);
         return -1;
       }
@@ -1322,9 +1424,9 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     const df_wmat *head = df_k3_acquire_head(m, df_k3_next_streamed(m, c->n_layers, 1), e);
     if (!head) return -1;
     double th = df_now();
-    attn_res(r, s, T, nS, s->w->h, m->out_res_norm, m->out_res_proj, s->w->xin, t0, nt);
-    rms_rows(k, s->w->xn + (size_t)t0 * H, s->w->xin + (size_t)t0 * H, m->final_norm, nt, (int)H,
-             c->eps);
+    df_kgpu_pre pre;
+    const df_kgpu_pre *hp = layer_input(r, s, T, nS, s->w->h, m->out_res_norm, m->out_res_proj,
+                                        m->final_norm, t0, nt, 0, 1, head->id, &pre);
     size_t V = (size_t)c->vocab;
     float *dst = logits_all ? logits_all : logits_last;
 #if R_IS_F64
@@ -1333,10 +1435,15 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
       s->w->lg = fbuf((size_t)nt * V);
       s->w->lg_cap = (size_t)nt * V;
     }
+    (void)hp; /* no device in float64: xn made */
     MM(kc, head, s->w->xn + (size_t)t0 * H, nt, H, s->w->lg, V);
     for (size_t i = 0; i < (size_t)nt * V; i++) dst[i] = (float)s->w->lg[i];
 #else
-    MM(kc, head, s->w->xn + (size_t)t0 * H, nt, H, dst, V);
+    if (!hp || df_kgpu_mm_pre(kc->gpu, hp, 1, &head, s->w->h + (size_t)t0 * H, nt, H, &dst, &V,
+                              NULL)) {
+      xn_host(r, s);
+      MM(kc, head, s->w->xn + (size_t)t0 * H, nt, H, dst, V);
+    }
 #endif
     if (logits_all && logits_last)
       memcpy(logits_last, logits_all + (size_t)(T - 1) * V, sizeof(float) * V);

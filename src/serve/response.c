@@ -509,6 +509,8 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
          "KDA layers' convolution and recurrence run on the GPU."},
         {"deltafin_gpu_mla_attentions_total", "counter", "attn_calls",
          "MLA layers' attention run on the GPU."},
+        {"deltafin_gpu_layer_inputs_total", "counter", "pre_calls",
+         "Layer inputs (AttnRes and the norm) made on the GPU."},
         {"deltafin_gpu_state_bytes", "gauge", "seq_bytes",
          "GPU memory holding sequence state (KDA states, MLA caches; --gpu-state keep)."},
         {"deltafin_gpu_state_pulls_total", "counter", "seq_pulls",

@@ -378,6 +378,27 @@ static void rmsnorm_rows_case(int n, int rows, int ld) {
   free(x), free(w), free(yc), free(yg);
 }
 
+/* A layer's input: AttnRes over nS snapshots (slots of `rows` rows, the
+ * T read from row t0 on) and the stream, then the norm, against the
+ * forward's loops (kcuda_seq_ref.h). */
+static void attn_res_case(int nS, int rows, int t0, int T, int H) {
+  size_t ss = (size_t)rows * H, n = (size_t)T * H;
+  float *snaps = rnd_vec((int)(nS ? nS * ss : 1), -6, 3), *last = rnd_vec((int)n, -5, 4);
+  float *rn = rnd_vec(H, -2, 1), *rp = rnd_vec(H, -6, 0), *nw = rnd_vec(H, -2, 1);
+  float *yc = malloc(n * 4), *yg = malloc(n * 4), *tmp = malloc(sizeof(float) * (size_t)(H + nS + 1));
+  df_attn_res_ref(yc, snaps + (size_t)t0 * H, ss, nS, last, T, H, rn, rp, nw, 1e-6f, tmp);
+  float *ds = dput(snaps, (nS ? nS * ss : 1) * 4), *dl = dput(last, n * 4), *drn = dput(rn, (size_t)H * 4);
+  float *drp = dput(rp, (size_t)H * 4), *dnw = dput(nw, (size_t)H * 4), *dy = df_cuda_alloc(G, n * 4);
+  ok_or_die(df_cuda_attn_res(G, dy, ds + (size_t)t0 * H, ss, nS, dl, T, H, drn, drp, dnw, 1e-6f));
+  dget(yg, dy, n * 4);
+  char what[96];
+  snprintf(what, sizeof what, "attn res %d snapshots, rows %d..%d of %d, H %d", nS, t0, t0 + T, rows, H);
+  same(what, yc, yg, n, 0);
+  df_cuda_free(G, ds), df_cuda_free(G, dl), df_cuda_free(G, drn), df_cuda_free(G, drp);
+  df_cuda_free(G, dnw), df_cuda_free(G, dy);
+  free(snaps), free(last), free(rn), free(rp), free(nw), free(yc), free(yg), free(tmp);
+}
+
 /* A MoE layer's routed sum (T rows, K slots each, from nY rows of n) and
  * the add after it, against their loops in model/k3_forward_t.h's order. */
 static void moe_combine_case(int T, int K, int n, int nY) {
@@ -606,6 +627,11 @@ int main(void) {
   for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) rmsnorm_case(vn[i], 1), rmsnorm_case(vn[i], 0);
   rmsnorm_rows_case(3072, 1, 3072), rmsnorm_rows_case(3072, 33, 3072), rmsnorm_rows_case(17, 5, 17);
   rmsnorm_rows_case(512, 7, 576), rmsnorm_rows_case(512, 1, 576);
+  /* decode (one row; K3's 8 snapshots, none at layer 0), a prefill chunk,
+   * the head's last row of a chunk, odd sizes, more snapshots than warps */
+  attn_res_case(8, 1, 0, 1, 7168), attn_res_case(0, 1, 0, 1, 7168), attn_res_case(3, 64, 0, 64, 7168);
+  attn_res_case(5, 41, 40, 1, 7168), attn_res_case(2, 5, 1, 3, 17), attn_res_case(20, 2, 0, 2, 100);
+  attn_res_case(1, 1, 0, 1, 1);
   /* a decode step (16 slots of one row), a prefill chunk, odd sizes */
   moe_combine_case(1, 16, 3072, 16), moe_combine_case(64, 16, 3072, 1024);
   moe_combine_case(5, 3, 17, 7), moe_combine_case(2, 1, 1, 2);

@@ -20,8 +20,8 @@
 #     its state matrix less in and out; speculation brings the state back to
 #     the host for its marks and still gives the same ids.
 # Every GPU run's JSON must show products, KDA layers' sequence parts (the
-# conv and the recurrence, df_kgpu_kda) and MLA attention (df_kgpu_mla) run
-# on the GPU and none fallen
+# conv and the recurrence, df_kgpu_kda), MLA attention (df_kgpu_mla) and
+# layer inputs (AttnRes and the norm, df_kgpu_pre) run on the GPU and none fallen
 # back to the CPU, so a run that silently stayed on the CPU cannot pass.
 # Exits 77 (skipped) in a build without CUDA or on a machine without a GPU.
 # PARTS (default "1 2 3 4 5") runs some of them.
@@ -61,6 +61,8 @@ if d["products"] <= 0 or d["fallbacks"] != 0 or d["last_error"] is not None:
     sys.exit("%s: products %d, fallbacks %d, error %s" % (sys.argv[2], d["products"], d["fallbacks"], d["last_error"]))
 if d["seq_calls"] <= 0 or d["attn_calls"] <= 0:  # every model here has KDA and MLA layers
     sys.exit("%s: KDA sequence parts %d, MLA attentions %d on the GPU" % (sys.argv[2], d["seq_calls"], d["attn_calls"]))
+if d["pre_calls"] <= 0:  # a layer's AttnRes and norm on the device
+    sys.exit("%s: no layer input made on the GPU" % sys.argv[2])
 if d["tier_evictions"] + d["tier_refused"] < int(sys.argv[3]):
     sys.exit("%s: expected evictions or refusals: %s" % (sys.argv[2], d))
 PYEOF

@@ -18,7 +18,8 @@
  * kcuda_seq.h: the attention and the gate), copy (device-to-device copies:
  * the sequence state kept on the device going in, coming back, growing;
  * the failed copy writes half of its bytes, as an interrupted one may),
- * get (copies to the host, which a dead device fails: nothing written).
+ * get (copies to the host, which a dead device fails: nothing written),
+ * ar (AttnRes and its norm, df_cuda_attn_res).
  * DF_MOCK_CUDA_MEM=BYTES is the device's memory: an allocation that would
  * take the live total past it fails, as cudaMalloc does when full. */
 #include <stdint.h>
@@ -38,9 +39,9 @@ struct df_cuda {
   char err[256];
 };
 
-enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_KDA, F_MLA, F_COPY, F_GET, F_N };
-static const char *const fail_kind[F_N] = {"alloc", "put",  "gemm", "sync",
-                                           "kda",   "mla",  "copy", "get"};
+enum { F_ALLOC, F_PUT, F_GEMM, F_SYNC, F_KDA, F_MLA, F_COPY, F_GET, F_AR, F_N };
+static const char *const fail_kind[F_N] = {"alloc", "put", "gemm", "sync", "kda",
+                                           "mla",   "copy", "get", "ar"};
 static long calls[F_N];
 
 /* 1 when this call of kind k is the one DF_MOCK_CUDA_FAIL names */
@@ -183,6 +184,17 @@ int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows,
                         int T, int K, int n) {
   (void)c;
   df_moe_combine_ref(out, Y, rows, w, T, K, n);
+  return 0;
+}
+int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
+                     const float *last, int T, int H, const float *res_norm,
+                     const float *res_proj, const float *norm, float eps) {
+  if (T <= 0) return 0;
+  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj)) || !norm) return -1;
+  if (inject(c, F_AR)) return -1;
+  float *tmp = malloc(sizeof(float) * (size_t)(H + nS + 1));
+  df_attn_res_ref(xn, snaps, ss, nS, last, T, H, res_norm, res_proj, norm, eps, tmp);
+  free(tmp);
   return 0;
 }
 int df_cuda_add(df_cuda *c, float *y, const float *a, const float *b, size_t n) {

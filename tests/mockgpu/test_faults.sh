@@ -81,13 +81,21 @@ grep -q "mock mla #1: injected failure; the layers' products run on the CPU from
   fail "mla:1: no warning: $(cat "$T/e")"
 same_st "$T/cpu.st" "$T/mla.st" mla:1 || fail "mla:1: the logits or hidden states differ from the CPU's"
 echo "ok   a failed MLA attention is computed on the CPU with the same floats"
+# and a layer's input (AttnRes and the norm, df_kgpu_pre) failing on the
+# device: the host makes it (from its own snapshots) and goes on
+DF_MOCK_CUDA_FAIL=ar:3 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' \
+  --device cuda --out "$T/ar.st" >/dev/null 2>"$T/e" || fail "logits ar:3: $(cat "$T/e")"
+grep -q "mock ar #3: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
+  fail "ar:3: no warning: $(cat "$T/e")"
+same_st "$T/cpu.st" "$T/ar.st" ar:3 || fail "ar:3: the logits or hidden states differ from the CPU's"
+echo "ok   a failed layer input is made on the CPU with the same floats"
 
 exact=0 again=0 clean=0
 for m in "$T/tiny" "$SRC/models/nano-k3"; do
   "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json --heat '' >"$T/cpu.json" 2>"$T/e" ||
     fail "cpu run: $(cat "$T/e")"
   ref=$(field "$T/cpu.json" "d['output_ids']")
-  for kind in alloc put gemm sync kda mla copy get; do
+  for kind in alloc put gemm sync kda mla copy get ar; do
     for n in 1 3 8 21 55 144; do
       DF_MOCK_CUDA_FAIL=$kind:$n "$BIN" run --model "$m" --prompt-ids "$P" --max-new 8 --json \
         --heat '' --device cuda >"$T/g.json" 2>"$T/e" || fail "$kind:$n on $m: $(cat "$T/e")"

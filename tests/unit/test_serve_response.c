@@ -302,7 +302,7 @@ static void test_metrics_gpu(void **st) {
   const char *js = "{\"expert_bytes_read\":5,\"store\":{},\"device\":{\"products\":1234,"
                    "\"fallbacks\":0,\"tier_hits\":77,\"tier_misses\":3,\"tier_bytes\":4096,"
                    "\"h2d_bytes\":9000,\"weight_h2d_s\":0.5,\"compute_s\":1.25,"
-                   "\"mem_free\":1000000,\"seq_calls\":69,\"attn_calls\":24,"
+                   "\"mem_free\":1000000,\"seq_calls\":69,\"attn_calls\":24,\"pre_calls\":185,"
                    "\"seq_bytes\":441000000,\"seq_pulls\":7}}";
   char *t = df_serve_metrics_text(&m, js);
   assert_non_null(strstr(t, "# TYPE deltafin_gpu_products_total counter\n"));
@@ -316,6 +316,7 @@ static void test_metrics_gpu(void **st) {
   assert_non_null(strstr(t, "deltafin_gpu_memory_free_bytes 1000000\n"));
   assert_non_null(strstr(t, "deltafin_gpu_kda_layers_total 69\n"));
   assert_non_null(strstr(t, "deltafin_gpu_mla_attentions_total 24\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_layer_inputs_total 185\n"));
   assert_non_null(strstr(t, "# TYPE deltafin_gpu_state_bytes gauge\n"));
   assert_non_null(strstr(t, "deltafin_gpu_state_bytes 441000000\n"));
   assert_non_null(strstr(t, "deltafin_gpu_state_pulls_total 7\n"));

@@ -1442,6 +1442,76 @@ extern "C" int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const 
   return 0;
 }
 
+/* Lanes 0..15 of a warp each run one lane-16 chain of a[i] * b[i] (b NULL:
+ * a[i] * a[i]; with w, the product's left side is (a[i] * inv) * w[i], the
+ * rmsnorm's output); lane_reduce's tree by shuffles, the sum in every lane. */
+__device__ static float warp_lane16_dot(const float *a, const float *b, const float *w, float inv,
+                                        int n) {
+  int ln = threadIdx.x & 31;
+  float acc = 0.0f;
+  if (ln < LANES)
+    for (int i = ln; i < n; i += LANES) {
+      float u = w ? __fmul_rn(__fmul_rn(a[i], inv), w[i]) : a[i];
+      acc = __fadd_rn(acc, __fmul_rn(u, b ? b[i] : u));
+    }
+  for (int s = LANES / 2; s >= 1; s >>= 1) acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, s));
+  return __shfl_sync(0xffffffffu, acc, 0);
+}
+
+/* block t: row t. The scores a warp each (16 lanes a chain), the softmax
+ * in thread 0 (softmax_k's loops), the weighted sum a thread per element,
+ * then rmsnorm_k's steps on the row in place. */
+__global__ void attn_res_k(float *xn, const float *snaps, size_t ss, int nS, const float *last,
+                           int H, const float *rn, const float *rp, const float *nw, float eps) {
+  extern __shared__ float sc[];
+  size_t t = blockIdx.x;
+  float *y = xn + t * (size_t)H;
+  const float *lt = last + t * (size_t)H;
+  if (nS > 0) {
+    int nv = nS + 1, nwarp = blockDim.x / 32;
+    for (int i = threadIdx.x / 32; i < nv; i += nwarp) {
+      const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : lt;
+      float sq = warp_lane16_dot(v, NULL, NULL, 0.0f, H);
+      float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, (float)H), eps)));
+      float d = warp_lane16_dot(v, rp, rn, inv, H);
+      if ((threadIdx.x & 31) == 0) sc[i] = d;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float m = sc[0], s = 0.0f;
+      for (int i = 1; i < nv; i++)
+        if (sc[i] > m) m = sc[i];
+      for (int i = 0; i < nv; i++) sc[i] = df_km_expf(__fsub_rn(sc[i], m));
+      for (int i = 0; i < nv; i++) s = __fadd_rn(s, sc[i]);
+      for (int i = 0; i < nv; i++) sc[i] = __fdiv_rn(sc[i], s);
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+      float acc = 0.0f;
+      for (int i = 0; i < nv; i++) {
+        const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : lt;
+        acc = __fadd_rn(acc, __fmul_rn(sc[i], v[d]));
+      }
+      y[d] = acc;
+    }
+    __syncthreads();
+    lt = y;
+  }
+  float sq = lane16_sumsq(lt, H);
+  float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, (float)H), eps)));
+  for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = __fmul_rn(__fmul_rn(lt[i], inv), nw[i]);
+}
+extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
+                                const float *last, int T, int H, const float *res_norm,
+                                const float *res_proj, const float *norm, float eps) {
+  if (T <= 0) return 0;
+  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj)) || !norm) return -1;
+  attn_res_k<<<T, VBLOCK, sizeof(float) * (size_t)(nS + 1), c->s>>>(xn, snaps, ss, nS, last, H,
+                                                                    res_norm, res_proj, norm, eps);
+  LAUNCHED(c, "attn res");
+  return 0;
+}
+
 /* one thread per (row, element): the slots in order, each product rounded */
 __global__ void moe_combine_k(float *out, const float *Y, const int *rows, const float *w, int T,
                               int K, int n) {

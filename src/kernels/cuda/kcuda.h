@@ -121,6 +121,16 @@ int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n,
  * and keep the rest as it is */
 int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, int n, int rows,
                          size_t ld, float eps);
+/* Block AttnRes and the rmsnorm after it (model/k3_forward_t.h's ar_task
+ * and rms_rows) for T rows: with V_i = snaps + i * ss for i < nS and
+ * V_nS = last (rows of H floats, row t at [t * H] in each), row t's scores
+ * are dot(rmsnorm(V_i[t], res_norm), res_proj) in the lane-16 order, their
+ * softmax weighs the V_i[t] in ascending i from +0, and xn[t] is that sum
+ * normed by norm (eps both). nS = 0: xn[t] = rmsnorm(last[t], norm), no
+ * AR. xn may not overlap the inputs. */
+int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
+                     const float *last, int T, int H, const float *res_norm,
+                     const float *res_proj, const float *norm, float eps);
 /* A MoE layer's routed sum (model/k3_forward_t.h's step 6): out[t][d] = the
  * sum over slots k < K, ascending, of w[t][k] * Y[rows[t][k]][d], each
  * product rounded before its add, from +0; rows and w are T x K, Y's rows

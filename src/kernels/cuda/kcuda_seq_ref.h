@@ -159,4 +159,36 @@ static inline void df_moe_combine_ref(float *out, const float *Y, const int *row
     }
 }
 
+/* df_cuda_attn_res's reference: the forward's ar_task and rms_rows (the
+ * scalar table's rmsnorm, dot and softmax); tmp holds H + nS + 1 floats. */
+static inline void df_attn_res_ref(float *xn, const float *snaps, size_t ss, int nS,
+                                   const float *last, int T, int H, const float *res_norm,
+                                   const float *res_proj, const float *norm, float eps,
+                                   float *tmp) {
+  const df_kern *k = df_kern_scalar();
+  float *sc = tmp + H;
+  for (int t = 0; t < T; t++) {
+    const float *lt = last + (size_t)t * H;
+    float *y = xn + (size_t)t * H;
+    if (nS > 0) {
+      for (int i = 0; i <= nS; i++) {
+        const float *v = i < nS ? snaps + (size_t)i * ss + (size_t)t * H : lt;
+        k->rmsnorm(tmp, v, res_norm, H, eps);
+        sc[i] = k->dot(tmp, res_proj, H);
+      }
+      k->softmax(sc, nS + 1);
+      for (int d = 0; d < H; d++) y[d] = 0;
+      for (int i = 0; i <= nS; i++) {
+        const float *v = i < nS ? snaps + (size_t)i * ss + (size_t)t * H : lt;
+        for (int d = 0; d < H; d++) {
+          float q = sc[i] * v[d];
+          y[d] += q;
+        }
+      }
+      lt = y;
+    }
+    k->rmsnorm(y, lt, norm, H, eps);
+  }
+}
+
 #endif
