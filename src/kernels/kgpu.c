@@ -439,7 +439,8 @@ static int products_of(df_kgpu *g, int n, const df_wmat *const *W, const float *
 /* 1 when pre reads only snapshots kept from its pass (and, keeping x,
  * takes the next slot), for T rows of H. */
 static int pre_fits(const df_kgpu *g, const df_kgpu_pre *p, int T, size_t H) {
-  if (p->nS < 0 || p->nS >= p->slots + !p->keep || p->t0 < 0 || p->t0 + T > p->rows || !p->pass)
+  if (p->nS < 0 || p->nS >= p->slots + !p->keep || p->t0 < 0 || p->t0 + T > p->rows || !p->pass ||
+      (size_t)p->nS + 1 > H || T > 65535) /* df_cuda_attn_res's bounds */
     return 0;
   if (p->keep && (p->t0 || T != p->rows)) return 0;
   if (!p->nS) return 1;

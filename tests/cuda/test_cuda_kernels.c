@@ -631,7 +631,7 @@ int main(void) {
    * the head's last row of a chunk, odd sizes, more snapshots than warps */
   attn_res_case(8, 1, 0, 1, 7168), attn_res_case(0, 1, 0, 1, 7168), attn_res_case(3, 64, 0, 64, 7168);
   attn_res_case(5, 41, 40, 1, 7168), attn_res_case(2, 5, 1, 3, 17), attn_res_case(20, 2, 0, 2, 100);
-  attn_res_case(1, 1, 0, 1, 1);
+  attn_res_case(0, 1, 0, 1, 1), attn_res_case(1, 1, 0, 1, 2), attn_res_case(3, 2, 0, 2, 12345);
   /* a decode step (16 slots of one row), a prefill chunk, odd sizes */
   moe_combine_case(1, 16, 3072, 16), moe_combine_case(64, 16, 3072, 1024);
   moe_combine_case(5, 3, 17, 7), moe_combine_case(2, 1, 1, 2);

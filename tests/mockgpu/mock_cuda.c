@@ -190,7 +190,11 @@ int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int n
                      const float *last, int T, int H, const float *res_norm,
                      const float *res_proj, const float *norm, float eps) {
   if (T <= 0) return 0;
-  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj)) || !norm) return -1;
+  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj || nS + 1 > H)) || !norm ||
+      T > 65535) {
+    snprintf(c->err, sizeof c->err, "attn res: %d snapshots, %d rows of %d", nS, T, H);
+    return -1;
+  }
   if (inject(c, F_AR)) return -1;
   float *tmp = malloc(sizeof(float) * (size_t)(H + nS + 1));
   df_attn_res_ref(xn, snaps, ss, nS, last, T, H, res_norm, res_proj, norm, eps, tmp);

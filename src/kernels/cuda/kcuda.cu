@@ -1348,30 +1348,53 @@ __device__ static inline float sigm(float v) {
   return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
 }
 
-/* dot(x, x) in the lane-16 order: threads 0..15 each run one lane's chain. */
-__device__ static float lane16_sumsq(const float *x, int n) {
-  __shared__ float lane[LANES];
-  if (threadIdx.x < LANES) {
-    float a = 0.0f;
-    for (int i = threadIdx.x; i < n; i += LANES) a = __fadd_rn(a, __fmul_rn(x[i], x[i]));
-    lane[threadIdx.x] = a;
+/* The lane-16 sum of f(0) .. f(n - 1) (kernels.h's order: lane j adds the
+ * terms i = j mod 16 in ascending i, then lane_reduce's tree), every
+ * thread of the block getting it. The block computes the terms into
+ * shared memory a chunk at a time and threads 0..15 run the chains over
+ * them: a chain's adds then wait on shared memory, not on a global load
+ * each (16 threads reading a hidden row from global memory one element a
+ * step took a 7168-float AttnRes row hundreds of microseconds). */
+#define CHUNK 4096 /* a multiple of LANES: a chain's lane is the same in every chunk */
+template <class F> __device__ static float lane16_sum(int n, F f) {
+  __shared__ float buf[CHUNK];
+  __shared__ float tot;
+  float acc = 0.0f;
+  for (int c0 = 0; c0 < n; c0 += CHUNK) {
+    int m = n - c0 < CHUNK ? n - c0 : CHUNK;
+    for (int i = threadIdx.x; i < m; i += blockDim.x) buf[i] = f(c0 + i);
+    __syncthreads();
+    if (threadIdx.x < LANES) {
+#pragma unroll 8
+      for (int i = threadIdx.x; i < m; i += LANES) acc = __fadd_rn(acc, buf[i]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < 32) { /* the tree: lane j takes lane j + w's chain, w = 8, 4, 2, 1 */
+    for (int w = LANES / 2; w >= 1; w >>= 1) acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, w));
+    if (threadIdx.x == 0) tot = acc;
   }
   __syncthreads();
-  if (threadIdx.x == 0)
-    for (int w = LANES / 2; w >= 1; w >>= 1)
-      for (int j = 0; j < w; j++) lane[j] = __fadd_rn(lane[j], lane[j + w]);
-  __syncthreads();
-  float r = lane[0];
-  __syncthreads();
+  float r = tot;
+  __syncthreads(); /* tot and buf may be written again by the next call */
   return r;
+}
+
+/* dot(x, x) in the lane-16 order */
+__device__ static float lane16_sumsq(const float *x, int n) {
+  return lane16_sum(n, [=](int i) { return __fmul_rn(x[i], x[i]); });
+}
+
+/* rmsnorm's 1 / sqrt(ss / n + eps) */
+__device__ static float rms_inv(float ss, int n, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
 }
 
 /* block b: the row at b * n */
 __global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, size_t ld, float eps) {
   size_t o = (size_t)blockIdx.x * ld;
   x += o, y += o;
-  float ss = lane16_sumsq(x, n);
-  float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)n), eps)));
+  float inv = rms_inv(lane16_sumsq(x, n), n, eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     float t = __fmul_rn(x[i], inv);
     y[i] = w ? __fmul_rn(t, w[i]) : t;
@@ -1442,46 +1465,36 @@ extern "C" int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const 
   return 0;
 }
 
-/* Lanes 0..15 of a warp each run one lane-16 chain of a[i] * b[i] (b NULL:
- * a[i] * a[i]; with w, the product's left side is (a[i] * inv) * w[i], the
- * rmsnorm's output); lane_reduce's tree by shuffles, the sum in every lane. */
-__device__ static float warp_lane16_dot(const float *a, const float *b, const float *w, float inv,
-                                        int n) {
-  int ln = threadIdx.x & 31;
-  float acc = 0.0f;
-  if (ln < LANES)
-    for (int i = ln; i < n; i += LANES) {
-      float u = w ? __fmul_rn(__fmul_rn(a[i], inv), w[i]) : a[i];
-      acc = __fadd_rn(acc, __fmul_rn(u, b ? b[i] : u));
-    }
-  for (int s = LANES / 2; s >= 1; s >>= 1) acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, s));
-  return __shfl_sync(0xffffffffu, acc, 0);
+/* AttnRes in two kernels (a row's scores are nS + 1 chains of 448 adds at
+ * K3's size, so they go a block each, in parallel). Block (i, t): value
+ * i's score of row t, dot(rmsnorm(V_i[t], rn), rp), into xn[t][i] (the
+ * row's place, until the second kernel overwrites it). */
+__global__ void attn_scores_k(float *xn, const float *snaps, size_t ss, int nS, const float *last,
+                              int H, const float *rn, const float *rp, float eps) {
+  int i = blockIdx.x;
+  size_t t = blockIdx.y;
+  const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : last + t * (size_t)H;
+  float inv = rms_inv(lane16_sumsq(v, H), H, eps);
+  float d = lane16_sum(H, [=](int j) { return __fmul_rn(__fmul_rn(__fmul_rn(v[j], inv), rn[j]), rp[j]); });
+  if (threadIdx.x == 0) xn[t * (size_t)H + i] = d;
 }
 
-/* block t: row t. The scores a warp each (16 lanes a chain), the softmax
- * in thread 0 (softmax_k's loops), the weighted sum a thread per element,
- * then rmsnorm_k's steps on the row in place. */
-__global__ void attn_res_k(float *xn, const float *snaps, size_t ss, int nS, const float *last,
-                           int H, const float *rn, const float *rp, const float *nw, float eps) {
+/* Block t: the softmax of row t's scores in thread 0 (softmax_k's loops),
+ * the weighted sum a thread per element in ascending i from +0, then
+ * rmsnorm_k's steps on the row in place; nS = 0: the norm of last. */
+__global__ void attn_combine_k(float *xn, const float *snaps, size_t ss, int nS,
+                               const float *last, int H, const float *nw, float eps) {
   extern __shared__ float sc[];
   size_t t = blockIdx.x;
   float *y = xn + t * (size_t)H;
   const float *lt = last + t * (size_t)H;
   if (nS > 0) {
-    int nv = nS + 1, nwarp = blockDim.x / 32;
-    for (int i = threadIdx.x / 32; i < nv; i += nwarp) {
-      const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : lt;
-      float sq = warp_lane16_dot(v, NULL, NULL, 0.0f, H);
-      float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, (float)H), eps)));
-      float d = warp_lane16_dot(v, rp, rn, inv, H);
-      if ((threadIdx.x & 31) == 0) sc[i] = d;
-    }
-    __syncthreads();
+    int nv = nS + 1;
     if (threadIdx.x == 0) {
-      float m = sc[0], s = 0.0f;
+      float m = y[0], s = 0.0f;
       for (int i = 1; i < nv; i++)
-        if (sc[i] > m) m = sc[i];
-      for (int i = 0; i < nv; i++) sc[i] = df_km_expf(__fsub_rn(sc[i], m));
+        if (y[i] > m) m = y[i];
+      for (int i = 0; i < nv; i++) sc[i] = df_km_expf(__fsub_rn(y[i], m));
       for (int i = 0; i < nv; i++) s = __fadd_rn(s, sc[i]);
       for (int i = 0; i < nv; i++) sc[i] = __fdiv_rn(sc[i], s);
     }
@@ -1497,17 +1510,25 @@ __global__ void attn_res_k(float *xn, const float *snaps, size_t ss, int nS, con
     __syncthreads();
     lt = y;
   }
-  float sq = lane16_sumsq(lt, H);
-  float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(sq, (float)H), eps)));
+  float inv = rms_inv(lane16_sumsq(lt, H), H, eps);
   for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = __fmul_rn(__fmul_rn(lt[i], inv), nw[i]);
 }
 extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
                                 const float *last, int T, int H, const float *res_norm,
                                 const float *res_proj, const float *norm, float eps) {
   if (T <= 0) return 0;
-  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj)) || !norm) return -1;
-  attn_res_k<<<T, VBLOCK, sizeof(float) * (size_t)(nS + 1), c->s>>>(xn, snaps, ss, nS, last, H,
-                                                                    res_norm, res_proj, norm, eps);
+  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj || nS + 1 > H)) || !norm ||
+      T > 65535) {
+    snprintf(c->err, sizeof c->err, "attn res: %d snapshots, %d rows of %d", nS, T, H);
+    return -1;
+  }
+  if (nS > 0) {
+    attn_scores_k<<<dim3(nS + 1, T), VBLOCK, 0, c->s>>>(xn, snaps, ss, nS, last, H, res_norm,
+                                                         res_proj, eps);
+    LAUNCHED(c, "attn res scores");
+  }
+  attn_combine_k<<<T, VBLOCK, sizeof(float) * (size_t)(nS + 1), c->s>>>(xn, snaps, ss, nS, last, H,
+                                                                        norm, eps);
   LAUNCHED(c, "attn res");
   return 0;
 }

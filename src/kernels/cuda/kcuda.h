@@ -127,7 +127,8 @@ int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, i
  * are dot(rmsnorm(V_i[t], res_norm), res_proj) in the lane-16 order, their
  * softmax weighs the V_i[t] in ascending i from +0, and xn[t] is that sum
  * normed by norm (eps both). nS = 0: xn[t] = rmsnorm(last[t], norm), no
- * AR. xn may not overlap the inputs. */
+ * AR. xn may not overlap the inputs; nS + 1 <= H (xn's rows hold the
+ * scores between its two kernels), T <= 65535. */
 int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
                      const float *last, int T, int H, const float *res_norm,
                      const float *res_proj, const float *norm, float eps);
