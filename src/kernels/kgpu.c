@@ -70,9 +70,9 @@ struct df_kgpu {
   int no_keep; /* --gpu-state copy */
   /* df_kgpu_pre: the pass's snapshots (slot i at [i * snap_rows * H]),
    * the stream when it is not kept, the xn made for a MoE tail, staging */
-  void *snap, *px, *pxn;
+  void *snap, *px, *pxn, *pwork;
   float *hp;
-  size_t snapcap, pxcap, pxncap, hpcap;
+  size_t snapcap, pxcap, pxncap, pworkcap, hpcap;
   uint64_t snap_pass, pxn_tok, pxn_seq;
   int snap_n, snap_rows, pxn_T;
   df_kgpu_stats st;
@@ -141,6 +141,7 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_free(g->c, g->snap);
   df_cuda_free(g->c, g->px);
   df_cuda_free(g->c, g->pxn);
+  df_cuda_free(g->c, g->pwork);
   df_cuda_host_free(g->hp);
   df_cuda_host_free(g->ht);
   df_cuda_host_free(g->hx);
@@ -482,11 +483,12 @@ static int prologue(df_kgpu *g, const df_kgpu_pre *p, const float *X, int T, siz
     if (!scratch(g, &g->px, &g->pxcap, n * sizeof(float))) return -1;
     dx = g->px;
   }
+  if (p->nS && !scratch(g, &g->pwork, &g->pworkcap, n * sizeof(float))) return -1;
   const float *dw = staging(g, &g->hp, &g->hpcap, n * sizeof(float)) ? pre_weights(g, p, H) : NULL;
   size_t part = up64(H), ss = (size_t)p->rows * H;
   if (!dw || rows_in(g, dx, g->hp, X, (size_t)T, H, ldx) ||
-      df_cuda_attn_res(g->c, dxn, p->nS ? (float *)g->snap + (size_t)p->t0 * H : NULL, ss, p->nS, dx, T,
-                       (int)H, dw, dw + part, dw + 2 * part, p->eps))
+      df_cuda_attn_res(g->c, dxn, g->pwork, p->nS ? (float *)g->snap + (size_t)p->t0 * H : NULL, ss,
+                       p->nS, dx, T, (int)H, dw, dw + part, dw + 2 * part, p->eps))
     return -1;
   if (p->keep) g->snap_pass = p->pass, g->snap_n = p->nS + 1, g->snap_rows = p->rows;
   g->st.pre_calls++;

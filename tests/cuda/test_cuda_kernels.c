@@ -389,13 +389,14 @@ static void attn_res_case(int nS, int rows, int t0, int T, int H) {
   df_attn_res_ref(yc, snaps + (size_t)t0 * H, ss, nS, last, T, H, rn, rp, nw, 1e-6f, tmp);
   float *ds = dput(snaps, (nS ? nS * ss : 1) * 4), *dl = dput(last, n * 4), *drn = dput(rn, (size_t)H * 4);
   float *drp = dput(rp, (size_t)H * 4), *dnw = dput(nw, (size_t)H * 4), *dy = df_cuda_alloc(G, n * 4);
-  ok_or_die(df_cuda_attn_res(G, dy, ds + (size_t)t0 * H, ss, nS, dl, T, H, drn, drp, dnw, 1e-6f));
+  float *dwk = df_cuda_alloc(G, n * 4);
+  ok_or_die(df_cuda_attn_res(G, dy, dwk, ds + (size_t)t0 * H, ss, nS, dl, T, H, drn, drp, dnw, 1e-6f));
   dget(yg, dy, n * 4);
   char what[96];
   snprintf(what, sizeof what, "attn res %d snapshots, rows %d..%d of %d, H %d", nS, t0, t0 + T, rows, H);
   same(what, yc, yg, n, 0);
   df_cuda_free(G, ds), df_cuda_free(G, dl), df_cuda_free(G, drn), df_cuda_free(G, drp);
-  df_cuda_free(G, dnw), df_cuda_free(G, dy);
+  df_cuda_free(G, dnw), df_cuda_free(G, dy), df_cuda_free(G, dwk);
   free(snaps), free(last), free(rn), free(rp), free(nw), free(yc), free(yg), free(tmp);
 }
 

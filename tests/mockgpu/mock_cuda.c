@@ -186,11 +186,11 @@ int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows,
   df_moe_combine_ref(out, Y, rows, w, T, K, n);
   return 0;
 }
-int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
+int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float *snaps, size_t ss, int nS,
                      const float *last, int T, int H, const float *res_norm,
                      const float *res_proj, const float *norm, float eps) {
   if (T <= 0) return 0;
-  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj || nS + 1 > H)) || !norm ||
+  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj || !work || nS + 1 > H)) || !norm ||
       T > 65535) {
     snprintf(c->err, sizeof c->err, "attn res: %d snapshots, %d rows of %d", nS, T, H);
     return -1;

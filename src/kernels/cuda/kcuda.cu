@@ -1355,10 +1355,18 @@ __device__ static inline float sigm(float v) {
  * them: a chain's adds then wait on shared memory, not on a global load
  * each (16 threads reading a hidden row from global memory one element a
  * step took a 7168-float AttnRes row hundreds of microseconds). */
-#define CHUNK 4096 /* a multiple of LANES: a chain's lane is the same in every chunk */
+#define CHUNK 8192 /* K3's hidden row in one; a multiple of LANES: a chain's lane is the same in every chunk */
+struct lane16_smem {
+  float buf[CHUNK], tot;
+};
+/* one block of shared memory for every instance of lane16_sum (a static
+ * __shared__ in the template would be one per instance) */
+__device__ static lane16_smem *lane16_buf(void) {
+  __shared__ lane16_smem m;
+  return &m;
+}
 template <class F> __device__ static float lane16_sum(int n, F f) {
-  __shared__ float buf[CHUNK];
-  __shared__ float tot;
+  float *buf = lane16_buf()->buf, &tot = lane16_buf()->tot;
   float acc = 0.0f;
   for (int c0 = 0; c0 < n; c0 += CHUNK) {
     int m = n - c0 < CHUNK ? n - c0 : CHUNK;
@@ -1465,71 +1473,79 @@ extern "C" int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const 
   return 0;
 }
 
-/* AttnRes in two kernels (a row's scores are nS + 1 chains of 448 adds at
- * K3's size, so they go a block each, in parallel). Block (i, t): value
- * i's score of row t, dot(rmsnorm(V_i[t], rn), rp), into xn[t][i] (the
- * row's place, until the second kernel overwrites it). */
-__global__ void attn_scores_k(float *xn, const float *snaps, size_t ss, int nS, const float *last,
+/* AttnRes in three kernels: a row's scores are nS + 1 chains of 448 adds
+ * at K3's size, so they go a block each, in parallel; the weighted sum a
+ * thread an element over as many blocks as the row needs; the norm a block
+ * a row (its 16 chains). Block (i, t): value i's score of row t,
+ * dot(rmsnorm(V_i[t], rn), rp), into work[t][i]. */
+__global__ void attn_scores_k(float *work, const float *snaps, size_t ss, int nS, const float *last,
                               int H, const float *rn, const float *rp, float eps) {
   int i = blockIdx.x;
   size_t t = blockIdx.y;
   const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : last + t * (size_t)H;
   float inv = rms_inv(lane16_sumsq(v, H), H, eps);
   float d = lane16_sum(H, [=](int j) { return __fmul_rn(__fmul_rn(__fmul_rn(v[j], inv), rn[j]), rp[j]); });
-  if (threadIdx.x == 0) xn[t * (size_t)H + i] = d;
+  if (threadIdx.x == 0) work[t * (size_t)H + i] = d;
 }
 
-/* Block t: the softmax of row t's scores in thread 0 (softmax_k's loops),
- * the weighted sum a thread per element in ascending i from +0, then
- * rmsnorm_k's steps on the row in place; nS = 0: the norm of last. */
-__global__ void attn_combine_k(float *xn, const float *snaps, size_t ss, int nS,
-                               const float *last, int H, const float *nw, float eps) {
+/* Block (b, t): the softmax of row t's scores in thread 0 (softmax_k's
+ * loops; every block of the row makes the same), then elements b * VBLOCK
+ * .. of the weighted sum a thread each, in ascending i from +0, into out. */
+__global__ void attn_combine_k(float *out, const float *work, const float *snaps, size_t ss,
+                               int nS, const float *last, int H) {
   extern __shared__ float sc[];
-  size_t t = blockIdx.x;
-  float *y = xn + t * (size_t)H;
-  const float *lt = last + t * (size_t)H;
-  if (nS > 0) {
-    int nv = nS + 1;
-    if (threadIdx.x == 0) {
-      float m = y[0], s = 0.0f;
-      for (int i = 1; i < nv; i++)
-        if (y[i] > m) m = y[i];
-      for (int i = 0; i < nv; i++) sc[i] = df_km_expf(__fsub_rn(y[i], m));
-      for (int i = 0; i < nv; i++) s = __fadd_rn(s, sc[i]);
-      for (int i = 0; i < nv; i++) sc[i] = __fdiv_rn(sc[i], s);
-    }
-    __syncthreads();
-    for (int d = threadIdx.x; d < H; d += blockDim.x) {
-      float acc = 0.0f;
-      for (int i = 0; i < nv; i++) {
-        const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : lt;
-        acc = __fadd_rn(acc, __fmul_rn(sc[i], v[d]));
-      }
-      y[d] = acc;
-    }
-    __syncthreads();
-    lt = y;
+  size_t t = blockIdx.y;
+  const float *scr = work + t * (size_t)H;
+  int nv = nS + 1;
+  if (threadIdx.x == 0) {
+    float m = scr[0], s = 0.0f;
+    for (int i = 1; i < nv; i++)
+      if (scr[i] > m) m = scr[i];
+    for (int i = 0; i < nv; i++) sc[i] = df_km_expf(__fsub_rn(scr[i], m));
+    for (int i = 0; i < nv; i++) s = __fadd_rn(s, sc[i]);
+    for (int i = 0; i < nv; i++) sc[i] = __fdiv_rn(sc[i], s);
   }
-  float inv = rms_inv(lane16_sumsq(lt, H), H, eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = __fmul_rn(__fmul_rn(lt[i], inv), nw[i]);
+  __syncthreads();
+  int d = blockIdx.x * blockDim.x + threadIdx.x;
+  if (d >= H) return;
+  float acc = 0.0f;
+  for (int i = 0; i < nv; i++) {
+    const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : last + t * (size_t)H;
+    acc = __fadd_rn(acc, __fmul_rn(sc[i], v[d]));
+  }
+  out[t * (size_t)H + d] = acc;
 }
-extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
-                                const float *last, int T, int H, const float *res_norm,
-                                const float *res_proj, const float *norm, float eps) {
+
+/* Block t: rmsnorm_k's steps from row t of x into xn. */
+__global__ void attn_norm_k(float *xn, const float *x, int H, const float *nw, float eps) {
+  size_t t = blockIdx.x;
+  const float *r = x + t * (size_t)H;
+  float *y = xn + t * (size_t)H;
+  float inv = rms_inv(lane16_sumsq(r, H), H, eps);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = __fmul_rn(__fmul_rn(r[i], inv), nw[i]);
+}
+extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float *snaps,
+                                size_t ss, int nS, const float *last, int T, int H,
+                                const float *res_norm, const float *res_proj, const float *norm,
+                                float eps) {
   if (T <= 0) return 0;
-  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj || nS + 1 > H)) || !norm ||
+  if (nS < 0 || H <= 0 || (nS > 0 && (!res_norm || !res_proj || !work || nS + 1 > H)) || !norm ||
       T > 65535) {
     snprintf(c->err, sizeof c->err, "attn res: %d snapshots, %d rows of %d", nS, T, H);
     return -1;
   }
+  const float *x = last;
   if (nS > 0) {
-    attn_scores_k<<<dim3(nS + 1, T), VBLOCK, 0, c->s>>>(xn, snaps, ss, nS, last, H, res_norm,
+    attn_scores_k<<<dim3(nS + 1, T), VBLOCK, 0, c->s>>>(work, snaps, ss, nS, last, H, res_norm,
                                                          res_proj, eps);
     LAUNCHED(c, "attn res scores");
+    attn_combine_k<<<dim3((H + VBLOCK - 1) / VBLOCK, T), VBLOCK, sizeof(float) * (size_t)(nS + 1),
+                     c->s>>>(xn, work, snaps, ss, nS, last, H);
+    LAUNCHED(c, "attn res sum");
+    x = xn;
   }
-  attn_combine_k<<<T, VBLOCK, sizeof(float) * (size_t)(nS + 1), c->s>>>(xn, snaps, ss, nS, last, H,
-                                                                        norm, eps);
-  LAUNCHED(c, "attn res");
+  attn_norm_k<<<T, VBLOCK, 0, c->s>>>(xn, x, H, norm, eps);
+  LAUNCHED(c, "attn res norm");
   return 0;
 }
 

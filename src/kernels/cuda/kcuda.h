@@ -127,9 +127,9 @@ int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const float *w, i
  * are dot(rmsnorm(V_i[t], res_norm), res_proj) in the lane-16 order, their
  * softmax weighs the V_i[t] in ascending i from +0, and xn[t] is that sum
  * normed by norm (eps both). nS = 0: xn[t] = rmsnorm(last[t], norm), no
- * AR. xn may not overlap the inputs; nS + 1 <= H (xn's rows hold the
- * scores between its two kernels), T <= 65535. */
-int df_cuda_attn_res(df_cuda *c, float *xn, const float *snaps, size_t ss, int nS,
+ * AR. work: T x H floats of scratch (nS > 0; row t holds its scores, so
+ * nS + 1 <= H); xn and work may not overlap the inputs; T <= 65535. */
+int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float *snaps, size_t ss, int nS,
                      const float *last, int T, int H, const float *res_norm,
                      const float *res_proj, const float *norm, float eps);
 /* A MoE layer's routed sum (model/k3_forward_t.h's step 6): out[t][d] = the
