@@ -433,6 +433,18 @@ static int products_of(df_kgpu *g, int n, const df_wmat *const *W, const float *
   return 0;
 }
 
+/* A device block of `bytes` for a layer's small weights under key (0:
+ * none): the tier's (*fill 0: already filled), else made there, else the
+ * per-use buffer when it refuses (used before the next); *fill 1 then.
+ * NULL: no memory. */
+static float *small_block(df_kgpu *g, uint64_t key, size_t bytes, int *fill) {
+  float *d = key ? df_dtier_get(g->tier, key) : NULL;
+  *fill = d == NULL;
+  if (d) return d;
+  d = key ? df_dtier_put(g->tier, key, bytes, DF_DTIER_KEEP) : NULL;
+  return d ? d : scratch(g, &g->wbuf, &g->wcap, bytes);
+}
+
 /* ---- AttnRes and the norm on the device (kgpu.h's df_kgpu_pre) ---- */
 
 #define PRE_KEY_BIT (1ull << 60) /* apart from NORM_KEY_BIT, KDA_KEY_BIT, ids and expert keys */
@@ -453,12 +465,9 @@ static int pre_fits(const df_kgpu *g, const df_kgpu_pre *p, int T, size_t H) {
  * part, 256-byte aligned): from the tier, else copied in. */
 static const float *pre_weights(df_kgpu *g, const df_kgpu_pre *p, size_t H) {
   size_t part = up64(H), bytes = 3 * part * sizeof(float);
-  uint64_t key = p->id ? PRE_KEY_BIT | p->id : 0;
-  float *d = key ? df_dtier_get(g->tier, key) : NULL;
-  if (d) return d;
-  d = key ? df_dtier_put(g->tier, key, bytes, DF_DTIER_KEEP) : NULL;
-  if (!d) d = scratch(g, &g->wbuf, &g->wcap, bytes);
-  if (!d) return NULL;
+  int fill;
+  float *d = small_block(g, p->id ? PRE_KEY_BIT | p->id : 0, bytes, &fill);
+  if (!d || !fill) return d;
   const float *src[3] = {p->nS ? p->res_norm : NULL, p->nS ? p->res_proj : NULL, p->norm};
   for (int i = 0; i < 3; i++)
     if (src[i] && df_cuda_put(g->c, d + i * part, src[i], H * sizeof(float))) return NULL;
@@ -962,12 +971,9 @@ static float *kda_weights(df_kgpu *g, const df_kgpu_kda_args *a, size_t off[4]) 
   off[2] = off[1] + up64((size_t)a->heads);
   off[3] = off[2] + up64(P);
   size_t bytes = (off[3] + (size_t)a->D) * sizeof(float);
-  uint64_t key = a->id ? KDA_KEY_BIT | a->id : 0;
-  float *d = key ? df_dtier_get(g->tier, key) : NULL;
-  if (d) return d;
-  d = key ? df_dtier_put(g->tier, key, bytes, DF_DTIER_KEEP) : NULL;
-  if (!d) d = scratch(g, &g->wbuf, &g->wcap, bytes);
-  if (!d) return NULL;
+  int fill;
+  float *d = small_block(g, a->id ? KDA_KEY_BIT | a->id : 0, bytes, &fill);
+  if (!d || !fill) return d;
   double t0 = df_now();
   for (int i = 0; i < 3; i++)
     if (df_cuda_put(g->c, d + (size_t)i * nc, a->conv_w[i], nc * sizeof(float))) return NULL;

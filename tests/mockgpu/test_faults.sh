@@ -64,30 +64,27 @@ echo "ok   a device full of kept weights gives the per-use buffers their room"
 Q=$(seq -s, 100 140)
 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' --out "$T/cpu.st" >/dev/null 2>"$T/e" ||
   fail "logits cpu: $(cat "$T/e")"
-DF_MOCK_CUDA_FAIL=kda:2 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' \
-  --device cuda --out "$T/kda.st" >/dev/null 2>"$T/e" || fail "logits kda:2: $(cat "$T/e")"
-grep -q "mock kda #2: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
-  fail "kda:2: no warning: $(cat "$T/e")"
-same_st "$T/cpu.st" "$T/kda.st" kda:2 || fail "kda:2: the logits or hidden states differ from the CPU's"
+# fault_logits KIND:N: logits and hidden states with that call failing on
+# the device equal the CPU's, after the one warning that says so
+fault_logits() {
+  DF_MOCK_CUDA_FAIL=$1 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' \
+    --device cuda --out "$T/f.st" >/dev/null 2>"$T/e" || fail "logits $1: $(cat "$T/e")"
+  grep -q "mock ${1%%:*} #${1#*:}: injected failure; the layers' products run on the CPU from here on" \
+    "$T/e" || fail "$1: no warning: $(cat "$T/e")"
+  same_st "$T/cpu.st" "$T/f.st" "$1" || fail "$1: the logits or hidden states differ from the CPU's"
+}
+fault_logits kda:2
 DF_MOCK_CUDA_FAIL=kda:2 "$BIN" run --model "$T/tiny" --prompt-ids "$Q" --max-new 4 --json --heat '' \
   --device cuda >"$T/g.json" 2>"$T/e" || fail "run kda:2: $(cat "$T/e")"
 [ "$(field "$T/g.json" "(d['stats']['device']['seq_calls'], d['stats']['device']['fallbacks'] > 0)")" = "(1, True)" ] ||
   fail "kda:2: $(field "$T/g.json" "d['stats']['device']")"
 echo "ok   a failed KDA sequence part is computed on the CPU with the same floats"
 # the same for an MLA layer's attention (df_kgpu_mla) failing in its kernel
-DF_MOCK_CUDA_FAIL=mla:1 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' \
-  --device cuda --out "$T/mla.st" >/dev/null 2>"$T/e" || fail "logits mla:1: $(cat "$T/e")"
-grep -q "mock mla #1: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
-  fail "mla:1: no warning: $(cat "$T/e")"
-same_st "$T/cpu.st" "$T/mla.st" mla:1 || fail "mla:1: the logits or hidden states differ from the CPU's"
+fault_logits mla:1
 echo "ok   a failed MLA attention is computed on the CPU with the same floats"
 # and a layer's input (AttnRes and the norm, df_kgpu_pre) failing on the
 # device: the host makes it (from its own snapshots) and goes on
-DF_MOCK_CUDA_FAIL=ar:3 "$BIN" logits --model "$T/tiny" --prompt-ids "$Q" --hidden --heat '' \
-  --device cuda --out "$T/ar.st" >/dev/null 2>"$T/e" || fail "logits ar:3: $(cat "$T/e")"
-grep -q "mock ar #3: injected failure; the layers' products run on the CPU from here on" "$T/e" ||
-  fail "ar:3: no warning: $(cat "$T/e")"
-same_st "$T/cpu.st" "$T/ar.st" ar:3 || fail "ar:3: the logits or hidden states differ from the CPU's"
+fault_logits ar:3
 echo "ok   a failed layer input is made on the CPU with the same floats"
 
 exact=0 again=0 clean=0
