@@ -70,9 +70,13 @@ struct df_kgpu {
   int no_keep; /* --gpu-state copy */
   /* df_kgpu_pre: the pass's snapshots (slot i at [i * snap_rows * H]),
    * the stream when it is not kept, the xn made for a MoE tail, staging */
-  void *snap, *px, *pxn, *pwork;
+  void *snap, *px, *pxn, *pwork, *pa;
   float *hp;
-  size_t snapcap, pxcap, pxncap, pworkcap, hpcap;
+  size_t snapcap, pxcap, pxncap, pworkcap, pacap, hpcap;
+  /* a KDA call's deferred output (df_kgpu_kda_args.defer): pa_ok while pa
+   * holds it, pa_T rows of pa_H */
+  int pa_ok, pa_T;
+  size_t pa_H;
   uint64_t snap_pass, pxn_tok, pxn_seq;
   int snap_n, snap_rows, pxn_T;
   df_kgpu_stats st;
@@ -142,6 +146,7 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_free(g->c, g->px);
   df_cuda_free(g->c, g->pxn);
   df_cuda_free(g->c, g->pwork);
+  df_cuda_free(g->c, g->pa);
   df_cuda_host_free(g->hp);
   df_cuda_host_free(g->ht);
   df_cuda_host_free(g->hx);
@@ -455,7 +460,7 @@ static int pre_fits(const df_kgpu *g, const df_kgpu_pre *p, int T, size_t H) {
   if (p->nS < 0 || p->nS >= p->slots + !p->keep || p->t0 < 0 || p->t0 + T > p->rows || !p->pass ||
       (size_t)p->nS + 1 > H || T > 65535) /* df_cuda_attn_res's bounds */
     return 0;
-  if (p->keep && (p->t0 || T != p->rows)) return 0;
+  if (p->keep && (p->t0 || T != p->rows || p->add)) return 0;
   if (!p->nS) return 1;
   return g->snap_pass == p->pass && g->snap_rows == p->rows && g->snap && H &&
          (p->keep ? g->snap_n == p->nS : g->snap_n >= p->nS);
@@ -495,7 +500,12 @@ static int prologue(df_kgpu *g, const df_kgpu_pre *p, const float *X, int T, siz
   if (p->nS && !scratch(g, &g->pwork, &g->pworkcap, n * sizeof(float))) return -1;
   const float *dw = staging(g, &g->hp, &g->hpcap, n * sizeof(float)) ? pre_weights(g, p, H) : NULL;
   size_t part = up64(H), ss = (size_t)p->rows * H;
-  if (!dw || rows_in(g, dx, g->hp, X, (size_t)T, H, ldx) ||
+  /* the stream: x, or with add x + the deferred output (it alone when x
+   * is NULL), as the host adds them */
+  int in = X ? rows_in(g, dx, g->hp, X, (size_t)T, H, ldx) : 0;
+  if (!in && p->add)
+    in = X ? df_cuda_add(g->c, dx, dx, g->pa, n) : df_cuda_copy(g->c, dx, g->pa, n * sizeof(float));
+  if (!dw || in ||
       df_cuda_attn_res(g->c, dxn, g->pwork, p->nS ? (float *)g->snap + (size_t)p->t0 * H : NULL, ss,
                        p->nS, dx, T, (int)H, dw, dw + part, dw + 2 * part, p->eps))
     return -1;
@@ -519,13 +529,15 @@ static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const 
     rows += W[i]->rows;
   }
   if (enter(g)) return -1;
-  if (pre && !pre_fits(g, pre, T, H)) {
+  if (pre && (!pre_fits(g, pre, T, H) ||
+              (pre->add && (!g->pa_ok || g->pa_T != T || g->pa_H != H || !pre->sum)))) {
     pthread_mutex_unlock(&g->mu);
     return -1;
   }
   double t0 = df_now();
   size_t nx, ny;
   const float *dx = g->xbuf;
+  size_t ldx0 = ldx;
   if (buffers(g, rows, (int)H, T, pre ? H : ldx, &nx, &ny)) return fell_back(g);
   if (pre) {
     g->pxn_tok = 0; /* until this call has made it */
@@ -548,6 +560,12 @@ static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const 
     y_out(hy, W[i]->rows, T, Y[i], ldy[i]);
     hy += (size_t)T * (size_t)W[i]->rows;
   }
+  if (pre && pre->add) { /* the stream back to the host: the deferred output is in it */
+    if (df_cuda_get(g->c, g->hp, g->px, (size_t)T * H * sizeof(float))) return fell_back(g);
+    y_out(g->hp, (int)H, T, pre->sum, ldx0);
+    g->st.d2h_bytes += (size_t)T * H * sizeof(float);
+    g->pa_ok = 0;
+  }
   if (pre) {
     g->pxn_tok = ++g->pxn_seq, g->pxn_T = T;
     if (xtok) *xtok = g->pxn_tok;
@@ -556,6 +574,25 @@ static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const 
   g->st.compute_s += df_now() - t0;
   pthread_mutex_unlock(&g->mu);
   return 0;
+}
+
+/* Tried on a context a failure has marked broken too: a failed product
+ * leaves the memory readable more often than not, and without the output
+ * the pass is lost. */
+int df_kgpu_take(df_kgpu *g, float *out, int T, size_t H, size_t ldo) {
+  pthread_mutex_lock(&g->mu);
+  size_t n = (size_t)T * H * sizeof(float);
+  int rc = g->pa_ok && g->pa_T == T && g->pa_H == H && staging(g, &g->hp, &g->hpcap, n) &&
+                   !df_cuda_use(g->dev) && !df_cuda_get(g->c, g->hp, g->pa, n)
+               ? 0
+               : -1;
+  if (!rc) {
+    y_out(g->hp, (int)H, T, out, ldo);
+    g->st.d2h_bytes += n;
+  }
+  g->pa_ok = 0;
+  pthread_mutex_unlock(&g->mu);
+  return rc;
 }
 
 int df_kgpu_mm_many(df_kgpu *g, int n, const df_wmat *const *W, const float *X, int T,
@@ -1062,7 +1099,12 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   size_t nin = off[nsrc] * sizeof(float), nst = off[2] * sizeof(float), nout = off[3] * sizeof(float);
   size_t nall = off[12] * sizeof(float);
   size_t woff[4];
-  if (!scratch(g, &g->xbuf, &g->xcap, nall) || !staging(g, &g->hx, &g->hxcap, nall))
+  /* the output left on the device for the next call: not with
+   * --gpu-state copy, where the host keeps everything the pass needs */
+  int defer = fused && a->defer && !g->no_keep;
+  g->pa_ok = 0; /* an output left there before is not read after this call */
+  if (!scratch(g, &g->xbuf, &g->xcap, nall) || !staging(g, &g->hx, &g->hxcap, nall) ||
+      (defer && !scratch(g, &g->pa, &g->pacap, T * H * sizeof(float))))
     return fell_back(g);
   struct sent *e = kda_entry(g, a, nst); /* after scratch(): its shrink may not take this */
   if (a->skey && !a->s_host && !e) { /* the caller's bookkeeping is wrong: never guess */
@@ -1090,17 +1132,18 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
     return fell_back(g);
   if (from_entry && df_cuda_copy(g->c, d, e->d, nst)) return fell_back(g);
   if (df_cuda_kda(g->c, &k)) return seq_failed(g);
-  /* what comes back besides the state: o, or (fused) o_proj's output */
+  /* what comes back besides the state: o, or (fused) o_proj's output;
+   * deferred, o_proj's output stays in pa and nothing comes back */
   float *dres = d + off[2], *hres = h + off[2];
   size_t nres = n[2];
   if (fused) {
-    dres = d + off[11], hres = h + off[11], nres = n[11];
+    dres = defer ? g->pa : d + off[11], hres = h + off[11], nres = defer ? 0 : n[11];
     if (products_of(g, 1, &a->W[7], d + off[2], a->T, P, &dres)) return fell_back(g);
   }
   /* kept: the state stays in the entry and only the output comes back */
   int had = e != NULL;
   int kept = had && !df_cuda_copy(g->c, e->d, d, nst) &&
-             !df_cuda_get(g->c, hres, dres, nres * sizeof(float));
+             (!nres || !df_cuda_get(g->c, hres, dres, nres * sizeof(float)));
   if (had && !kept) {
     /* the entry may be half written: nothing reads it again; the state
      * after the call is still in xbuf, so it goes to the host instead */
@@ -1109,7 +1152,7 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
     g->st.fallbacks++;
   }
   if (!kept && (df_cuda_get(g->c, h, d, fused ? nst : nout) ||
-                (fused && df_cuda_get(g->c, hres, dres, nres * sizeof(float))))) {
+                (fused && nres && df_cuda_get(g->c, hres, dres, nres * sizeof(float))))) {
     if (!had) return fell_back(g);
     pthread_mutex_unlock(&g->mu);
     return from_entry ? -2 : -1; /* else the host still has the state before the call */
@@ -1118,9 +1161,10 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
     memcpy(a->S, h + off[0], n[0] * sizeof(float));
     memcpy(a->conv_st, h + off[1], n[1] * sizeof(float));
   }
-  if (fused) y_out(hres, (int)H, a->T, a->out, a->ldo);
+  if (defer) g->pa_T = a->T, g->pa_H = H, g->pa_ok = 1;
+  else if (fused) y_out(hres, (int)H, a->T, a->out, a->ldo);
   else memcpy(a->o, hres, n[2] * sizeof(float));
-  a->kept = kept;
+  a->kept = kept, a->deferred = defer;
   g->st.d2h_bytes += (kept ? 0 : nst) + nres * sizeof(float);
   g->st.seq_calls++;
   g->st.h2d_bytes += nin - in0 * sizeof(float);
@@ -1398,6 +1442,10 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
 }
 int df_kgpu_seq_pull(df_kgpu *g, uint64_t key, float *S, size_t nS, float *conv, size_t nconv) {
   (void)g, (void)key, (void)S, (void)nS, (void)conv, (void)nconv;
+  return -1;
+}
+int df_kgpu_take(df_kgpu *g, float *out, int T, size_t H, size_t ldo) {
+  (void)g, (void)out, (void)T, (void)H, (void)ldo;
   return -1;
 }
 void df_kgpu_seq_drop(df_kgpu *g, uint64_t id) { (void)g, (void)id; }

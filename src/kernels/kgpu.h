@@ -87,6 +87,13 @@ typedef struct df_kgpu_pre {
   const float *norm;
   float eps;
   uint64_t id;     /* keys the three in the tier (0: copied every call) */
+  /* add: the stream is x plus the output a KDA call left on the device
+   * (df_kgpu_kda_args.defer; x NULL: that output alone), the same floats
+   * as the host's adds, and it comes back to sum (T rows, stride ldx): so
+   * the layer's attention output reaches the host with the router's
+   * results, one wait instead of two. keep must be 0. */
+  int add;
+  float *sum;
 } df_kgpu_pre;
 /* df_kgpu_mm_many of xn, with pre's AttnRes and norm made from X on the
  * device first; xn stays there for the next df_kgpu_moe_tail, which names
@@ -149,6 +156,11 @@ typedef struct df_kgpu_kda_args {
   int s_host;
   int kept; /* out: 1 the state after the call is only in the entry (S and
              * conv_st not written), 0 it was written to the host */
+  /* defer (fused): the output may stay on the device for the next call's
+   * df_kgpu_pre.add (or df_kgpu_take) instead of coming back to out, so
+   * the call need not wait for the device; deferred (out): 1 it did (not
+   * with --gpu-state copy, which keeps the host's copy of everything) */
+  int defer, deferred;
   /* The layer's projections too, when x is set (one round trip for the
    * layer instead of four): q, k, v, g, b and fa made on the device from x
    * (T x hidden, stride ldx) by W[0..5] = q, k, v, g, fa, b, then f = fb(fa)
@@ -166,6 +178,10 @@ typedef struct df_kgpu_kda_args {
 /* 0 done; -1 not done (nothing written, the entry as it was); -2 the
  * entry was being written when the device failed: the state is lost. */
 int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a);
+/* A deferred output to the host after all (T rows of H, stride ldo), when
+ * the next call could not take it: 0, or -1 when it is gone (a dead
+ * device: the caller cannot go on with the pass). */
+int df_kgpu_take(df_kgpu *g, float *out, int T, size_t H, size_t ldo);
 
 /* An MLA layer's attention between its projections (model/k3_forward_t.h's
  * mla_task: the query's latent through kv_b's key rows, the scores against

@@ -105,6 +105,10 @@ typedef struct N(ws) {
   } xq;
   uint64_t pass, xtok; /* this pass (df_kgpu_pre.pass); the device's xn of a MoE layer */
   int dsn;             /* snapshots the device keeps of this pass (-1: not all of them) */
+  /* the layer's attention output left on the device (df_kgpu_kda_args.
+   * defer) for the MoE router's call to add to p: a_want the layer may,
+   * a_dev it did (p is then not current here), a_pempty p was empty */
+  int a_want, a_dev, a_pempty;
 } WS;
 
 /* A state handle: the sequence state, its scratch (NULL until the first
@@ -589,10 +593,31 @@ static const df_kgpu_pre *layer_input(const df_k3_run *r, ST *s, int T, int nS, 
   return NULL;
 }
 
+/* The host's p when the layer's attention output was left on the device
+ * and the MoE router's call did not bring it back: taken from there and
+ * added as the forward adds it. A device that cannot give it back loses
+ * the pass (q.lost, which the forward reports after the layer). */
+static void p_host(const df_k3_run *r, ST *s) {
+  WS *w = s->w;
+  if (!w->a_dev) return;
+  w->a_dev = 0;
+  size_t H = (size_t)r->m->cfg->hidden, n = (size_t)w->xq.T * H;
+#if !R_IS_F64
+  if (df_kgpu_take(r->kc->gpu, w->a, w->xq.T, H, H)) {
+    s->q.lost = 1;
+    memset(w->a, 0, sizeof(R) * n);
+  }
+#endif
+  if (w->a_pempty) memcpy(w->p, w->a, sizeof(R) * n);
+  else
+    for (size_t i = 0; i < n; i++) w->p[i] = w->p[i] + w->a[i];
+}
+
 /* The host's xn of the layer's input, when the device was to make it and
  * something here reads it after all (a fallback, a CPU step). */
 static void xn_host(const df_k3_run *r, ST *s) {
   WS *w = s->w;
+  p_host(r, s);
   if (!w->xq.pending) return;
   const df_config *c = r->m->cfg;
   size_t H = (size_t)c->hidden, o = (size_t)w->xq.t0 * H;
@@ -733,11 +758,12 @@ static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
     /* the projections and o_proj there too: xn in, the layer's output out */
     const df_wmat *W[8] = {&y->q, &y->k, &y->v, &y->g, &y->fa, &y->b, &y->fb, &y->o};
     memcpy(a.W, W, sizeof W);
-    a.x = pre ? s->w->xq.x : s->w->xn, a.pre = pre;
+    a.x = pre ? s->w->xq.x : s->w->xn, a.pre = pre, a.defer = pre && s->w->a_want;
     a.ldx = (size_t)c->hidden, a.out = s->w->a, a.ldo = (size_t)c->hidden;
   }
   q->gpu = g;
   int rc = df_kgpu_kda(g, &a);
+  if (!rc) s->w->a_dev = a.deferred;
   if (rc == -2) q->lost = 1;
   if (!rc) q->kda_at[l] = a.kept ? AT_DEV : AT_HOST;
   return rc;
@@ -1200,11 +1226,20 @@ static int moe_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
       ahead_sc = s->w->gx;
     }
     /* with pre the device makes xn too and keeps it for the shared
-     * experts; the gate-ahead of x + shared(x) wants the host's xin */
+     * experts (and adds the attention's output to p, p coming back with
+     * the results); the gate-ahead of x + shared(x) wants the host's xin */
+    df_kgpu_pre pa;
+    if (pre) {
+      pa = *pre;
+      pa.add = s->w->a_dev, pa.sum = s->w->p;
+    }
+    const R *px = s->w->a_dev && s->w->a_pempty ? NULL : s->w->xq.x;
     if (!pre || (ahead && gin == DF_GATE_FROM_X_SHARED) ||
-        df_kgpu_mm_pre(kc->gpu, pre, nx, Wx, s->w->xq.x, T, H, Yx, ldy, &s->w->xtok)) {
+        df_kgpu_mm_pre(kc->gpu, &pa, nx, Wx, px, T, H, Yx, ldy, &s->w->xtok)) {
       xn_host(r, s);
       mm_many(kc, nx, Wx, s->w->xn, T, H, Yx, ldy);
+    } else {
+      s->w->a_dev = 0; /* p came back with the results */
     }
     lat_done = 1;
   }
@@ -1347,7 +1382,7 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
 #endif
   int with_head = logits_all || logits_last;
   int nS = 0, pempty = 1;
-  s->w->pass = N(next_pass)(), s->w->dsn = 0, s->w->xq.pending = 0;
+  s->w->pass = N(next_pass)(), s->w->dsn = 0, s->w->xq.pending = 0, s->w->a_dev = 0;
   for (int l = 0; l < c->n_layers; l++) {
     const df_k3_layer *y = df_k3_acquire_layer(m, l, df_k3_next_streamed(m, l, with_head), e);
     if (!y) return -1;
@@ -1358,6 +1393,7 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     const df_kgpu_pre *ap =
         layer_input(r, s, T, nS, s->w->h, y->attn_res_norm, y->attn_res_proj, y->in_norm, 0, T,
                     keep, s->nrowmk == 0, y->kind == DF_LAYER_KDA ? y->q.id : y->qa.id, &pre);
+    s->w->a_want = y->moe; /* its router's call can take the output */
     /* step 2 (after x_attn is taken: the snapshot holds this h) */
     if (keep) {
       memcpy(s->w->snaps + (size_t)nS * T * H, s->w->h, sizeof(R) * T * H);
@@ -1380,7 +1416,9 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
     }
     /* the device kept h as snapshot nS - 1 only when it made xn from it */
     if (keep) s->w->dsn = ap && s->w->xq.pending ? nS : -1;
-    if (pempty) {
+    if (s->w->a_dev) {
+      s->w->a_pempty = pempty; /* p + a made by the router's call, or p_host */
+    } else if (pempty) {
       R *tmp = s->w->p;
       s->w->p = s->w->a;
       s->w->a = tmp;
@@ -1398,6 +1436,11 @@ int N(forward)(const df_k3_run *r, ST *s, const int *ids, int T, float *logits_l
       }
     } else {
       gated_ffn(kc, c, &y->gate, &y->up, &y->down, s->w->xn, T, s->w->f1, s->w->f2, s->w->ffo);
+    }
+    p_host(r, s); /* (the router's call has brought p back already) */
+    if (s->q.lost) {
+      df_k3_release(m, l);
+      return lost_state(r, e);
     }
     for (size_t i = 0; i < (size_t)T * H; i++) s->w->h[i] = s->w->p[i] + s->w->ffo[i];
     {
