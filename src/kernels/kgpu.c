@@ -71,8 +71,12 @@ struct df_kgpu {
   /* df_kgpu_pre: the pass's snapshots (slot i at [i * snap_rows * H]),
    * the stream when it is not kept, the xn made for a MoE tail, staging */
   void *snap, *px, *pxn, *pwork, *pa;
-  float *hp;
-  size_t snapcap, pxcap, pxncap, pworkcap, pacap, hpcap;
+  /* the layer input's staging, two used in turn: a KDA call that defers
+   * its output returns before its copy from one has run, and the router's
+   * call after it stages into the other (every other call waits) */
+  float *hpb[2];
+  size_t snapcap, pxcap, pxncap, pworkcap, pacap, hpcap[2];
+  int hpi;
   /* a KDA call's deferred output (df_kgpu_kda_args.defer): pa_ok while pa
    * holds it, pa_T rows of pa_H */
   int pa_ok, pa_T;
@@ -147,7 +151,8 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_free(g->c, g->pxn);
   df_cuda_free(g->c, g->pwork);
   df_cuda_free(g->c, g->pa);
-  df_cuda_host_free(g->hp);
+  df_cuda_host_free(g->hpb[0]);
+  df_cuda_host_free(g->hpb[1]);
   df_cuda_host_free(g->ht);
   df_cuda_host_free(g->hx);
   df_cuda_host_free(g->hy);
@@ -498,11 +503,13 @@ static int prologue(df_kgpu *g, const df_kgpu_pre *p, const float *X, int T, siz
     dx = g->px;
   }
   if (p->nS && !scratch(g, &g->pwork, &g->pworkcap, n * sizeof(float))) return -1;
-  const float *dw = staging(g, &g->hp, &g->hpcap, n * sizeof(float)) ? pre_weights(g, p, H) : NULL;
+  g->hpi ^= 1;
+  float *hp = staging(g, &g->hpb[g->hpi], &g->hpcap[g->hpi], n * sizeof(float));
+  const float *dw = hp ? pre_weights(g, p, H) : NULL;
   size_t part = up64(H), ss = (size_t)p->rows * H;
   /* the stream: x, or with add x + the deferred output (it alone when x
    * is NULL), as the host adds them */
-  int in = X ? rows_in(g, dx, g->hp, X, (size_t)T, H, ldx) : 0;
+  int in = X ? rows_in(g, dx, hp, X, (size_t)T, H, ldx) : 0;
   if (!in && p->add)
     in = X ? df_cuda_add(g->c, dx, dx, g->pa, n) : df_cuda_copy(g->c, dx, g->pa, n * sizeof(float));
   if (!dw || in ||
@@ -561,8 +568,9 @@ static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const 
     hy += (size_t)T * (size_t)W[i]->rows;
   }
   if (pre && pre->add) { /* the stream back to the host: the deferred output is in it */
-    if (df_cuda_get(g->c, g->hp, g->px, (size_t)T * H * sizeof(float))) return fell_back(g);
-    y_out(g->hp, (int)H, T, pre->sum, ldx0);
+    float *hp = g->hpb[g->hpi]; /* the prologue's, sized for these rows */
+    if (df_cuda_get(g->c, hp, g->px, (size_t)T * H * sizeof(float))) return fell_back(g);
+    y_out(hp, (int)H, T, pre->sum, ldx0);
     g->st.d2h_bytes += (size_t)T * H * sizeof(float);
     g->pa_ok = 0;
   }
@@ -582,12 +590,12 @@ static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const 
 int df_kgpu_take(df_kgpu *g, float *out, int T, size_t H, size_t ldo) {
   pthread_mutex_lock(&g->mu);
   size_t n = (size_t)T * H * sizeof(float);
-  int rc = g->pa_ok && g->pa_T == T && g->pa_H == H && staging(g, &g->hp, &g->hpcap, n) &&
-                   !df_cuda_use(g->dev) && !df_cuda_get(g->c, g->hp, g->pa, n)
-               ? 0
-               : -1;
+  float *hp = g->pa_ok && g->pa_T == T && g->pa_H == H && !df_cuda_use(g->dev)
+                  ? staging(g, &g->hpb[g->hpi], &g->hpcap[g->hpi], n)
+                  : NULL;
+  int rc = hp && !df_cuda_get(g->c, hp, g->pa, n) ? 0 : -1;
   if (!rc) {
-    y_out(g->hp, (int)H, T, out, ldo);
+    y_out(hp, (int)H, T, out, ldo);
     g->st.d2h_bytes += n;
   }
   g->pa_ok = 0;
