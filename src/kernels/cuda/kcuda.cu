@@ -1475,8 +1475,8 @@ extern "C" int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const 
 
 /* AttnRes in three kernels: a row's scores are nS + 1 chains of 448 adds
  * at K3's size, so they go a block each, in parallel; the weighted sum a
- * thread an element over as many blocks as the row needs; the norm a block
- * a row (its 16 chains). Block (i, t): value i's score of row t,
+ * thread an element over as many blocks as the row needs; the norm
+ * rmsnorm_k's, a block a row. Block (i, t): value i's score of row t,
  * dot(rmsnorm(V_i[t], rn), rp), into work[t][i]. */
 __global__ void attn_scores_k(float *work, const float *snaps, size_t ss, int nS, const float *last,
                               int H, const float *rn, const float *rp, float eps) {
@@ -1516,14 +1516,6 @@ __global__ void attn_combine_k(float *out, const float *work, const float *snaps
   out[t * (size_t)H + d] = acc;
 }
 
-/* Block t: rmsnorm_k's steps from row t of x into xn. */
-__global__ void attn_norm_k(float *xn, const float *x, int H, const float *nw, float eps) {
-  size_t t = blockIdx.x;
-  const float *r = x + t * (size_t)H;
-  float *y = xn + t * (size_t)H;
-  float inv = rms_inv(lane16_sumsq(r, H), H, eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = __fmul_rn(__fmul_rn(r[i], inv), nw[i]);
-}
 extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float *snaps,
                                 size_t ss, int nS, const float *last, int T, int H,
                                 const float *res_norm, const float *res_proj, const float *norm,
@@ -1544,7 +1536,7 @@ extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float 
     LAUNCHED(c, "attn res sum");
     x = xn;
   }
-  attn_norm_k<<<T, VBLOCK, 0, c->s>>>(xn, x, H, norm, eps);
+  rmsnorm_k<<<T, VBLOCK, 0, c->s>>>(xn, x, norm, H, (size_t)H, eps); /* in place after the sum */
   LAUNCHED(c, "attn res norm");
   return 0;
 }
