@@ -279,7 +279,8 @@ int main(int argc, char **argv) {
       }
   }
   /* prefill batches on one expert and a KDA projection: the lanes layout
-   * (8 lanes a thread) against the register tiles (df_cuda_set_gemm_tiles) */
+   * (8 lanes a thread) against the register tiles and one lane a thread
+   * (df_cuda_set_gemm_tiles 1 and 2) */
   static const struct {
     int fmt, rows, cols;
     const char *what;
@@ -293,7 +294,8 @@ int main(int argc, char **argv) {
   size_t np = sizeof ps / sizeof ps[0], npt = sizeof pT / sizeof pT[0];
   printf("  ],\n  \"gemm_prefill\": [\n");
   for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, 8);
-  for (int tiles = 0; tiles < 2; tiles++) {
+  static const char *gname[] = {"lanes 8", "register tiles", "a lane a thread"};
+  for (int tiles = 0; tiles < 3; tiles++) {
     df_cuda_set_gemm_tiles(G, tiles);
     for (size_t i = 0; i < np; i++)
       for (size_t t = 0; t < npt; t++) {
@@ -302,8 +304,8 @@ int main(int argc, char **argv) {
         double gmac = (double)ps[i].rows * ps[i].cols * pT[t] / (us * 1e3);
         printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"T\": %d, \"kernel\": \"%s\", "
                "\"us\": %.2f, \"us_per_vector\": %.2f, \"weight_GBps\": %.1f, \"GMACps\": %.0f}%s\n",
-               fname[ps[i].fmt], ps[i].what, pT[t], tiles ? "register tiles" : "lanes 8", us,
-               us / pT[t], bw / 1e9, gmac, !tiles || i + 1 < np || t + 1 < npt ? "," : "");
+               fname[ps[i].fmt], ps[i].what, pT[t], gname[tiles], us, us / pT[t], bw / 1e9, gmac,
+               tiles < 2 || i + 1 < np || t + 1 < npt ? "," : "");
         fflush(stdout);
       }
   }

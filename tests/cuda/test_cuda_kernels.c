@@ -215,12 +215,12 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   static const int lanes[] = {8, 4, 2};
   /* T == 1 is the GEMV: the row tiles (not for f32), by shape and each
    * variant forced, as layouts 3 to 8; T > 1: the register tiles as
-   * layout 3 */
-  int nlay = T == 1 ? (fmt != F_F32 ? 9 : 3) : 4;
+   * layout 3, one lane a thread as layout 4 */
+  int nlay = T == 1 ? (fmt != F_F32 ? 9 : 3) : 5;
   for (int li = 0; li < nlay; li++) {
     df_cuda_set_gemv_tiled(G, fmt, li >= 3 && T == 1 ? li - 2 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
-    df_cuda_set_gemm_tiles(G, T > 1 && li == 3);
+    df_cuda_set_gemm_tiles(G, T > 1 && li >= 3 ? li - 2 : 0);
     memset(ygpu, 0xff, ny * 4);
     ok_or_die(df_cuda_put(G, dY, ygpu, ny * 4));
     int rc = fmt == F_BF16  ? df_cuda_gemm_bf16(G, w, n, cols, x, T, ldx, dY, ldy)
@@ -235,7 +235,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
                                "row tiles, deep, 4 threads a row"};
     char lay[40];
     if (li < 3) snprintf(lay, sizeof lay, "%d lanes/thread", lanes[li]);
-    else if (T > 1) snprintf(lay, sizeof lay, "register tiles");
+    else if (T > 1) snprintf(lay, sizeof lay, li == 3 ? "register tiles" : "a lane a thread");
     else snprintf(lay, sizeof lay, "%s", tl[li - 3]);
     snprintf(what, sizeof what, "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %s",
              fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lay);

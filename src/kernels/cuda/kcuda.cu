@@ -21,9 +21,9 @@ extern "C" {
 #include "kernels/cuda/kcuda.h"
 }
 #include "kernels/cuda/kmath.h"
+#include "kernels/cuda/kcuda_fmt.cuh"
+#include "kernels/cuda/kcuda_gemm.cuh"
 
-#define LANES 16
-#define HALF 8
 #define GEMV_BLOCK 64 /* small blocks spread a 3072-row expert over more SMs */
 #define PF_CHUNK 1024u /* bytes per L2 prefetch request */
 #define PF_AHEAD 2048u /* how far ahead of the loads the prefetches run */
@@ -35,7 +35,7 @@ struct df_cuda {
   int prefetch;
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-5 forced */
-  int gemm_tiles; /* T > 1: 1 the register tiles (gemm_tile_k), 0 the lanes layout */
+  int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread */
   int sms;      /* multiprocessors */
   int occ[4][5]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char desc[320];
@@ -78,7 +78,7 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   for (int i = 0; i < 4; i++) c->lpt[i] = 8, c->tiled[i] = i != 2;
   /* off: exact on the H200, slower there than the lanes layout (run 14) */
   const char *gt = getenv("DF_CUDA_GEMM_TILES");
-  c->gemm_tiles = gt && gt[0] == '1';
+  c->gemm_tiles = gt && (gt[0] == '1' || gt[0] == '2') ? gt[0] - '0' : 0;
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -155,172 +155,6 @@ extern "C" double df_cuda_elapsed(df_cuda *c) {
     return -1;
   return ms / 1000.0;
 }
-
-/* ---- exact conversions (kernels.h's df_kbf16, df_ke8m0, df_kern_e2m1) ---- */
-
-__device__ static inline float bf16f(uint32_t h) { return __uint_as_float(h << 16); }
-__device__ static inline float e8m0f(uint32_t s) {
-  return __uint_as_float(s ? s << 23 : 0x00400000u);
-}
-/* E2M1 code -> value {0, .5, 1, 1.5, 2, 3, 4, 6} with sign bit 3, from bits
- * (a table in constant memory would serialise on divergent codes). */
-__device__ static inline float e2m1f(uint32_t code) {
-  uint32_t m = code & 7u;
-  uint32_t mag = m >= 2 ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22) : (m ? 0x3f000000u : 0u);
-  return __uint_as_float(mag | ((code & 8u) << 28));
-}
-
-/* ---- GEMV: the weight formats as "LPT lanes of one step" loaders ----
- * LPT (lanes per thread) is 8, 4 or 2: G = 16 / LPT threads share a row,
- * thread g owning lanes g*LPT .. g*LPT + LPT - 1. Fewer lanes per thread
- * means more threads per row (more parallelism for few rows) and narrower
- * loads; df_cuda_set_gemv_lanes picks it (the bench measures each). */
-
-template <int BYTES> struct vraw;
-template <> struct vraw<16> {
-  uint32_t w[4];
-  __device__ void ld(const void *p) {
-    uint4 v = __ldg((const uint4 *)p);
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-  }
-};
-template <> struct vraw<8> {
-  uint32_t w[2];
-  __device__ void ld(const void *p) {
-    uint2 v = __ldg((const uint2 *)p);
-    w[0] = v.x, w[1] = v.y;
-  }
-};
-template <> struct vraw<4> {
-  uint32_t w[1];
-  __device__ void ld(const void *p) { w[0] = __ldg((const uint32_t *)p); }
-};
-template <> struct vraw<2> {
-  uint32_t w[1];
-  __device__ void ld(const void *p) { w[0] = __ldg((const unsigned short *)p); }
-};
-template <> struct vraw<1> {
-  uint32_t w[1];
-  __device__ void ld(const void *p) { w[0] = __ldg((const unsigned char *)p); }
-};
-
-template <int LPT> struct fmt_bf16 {
-  const uint16_t *W;
-  static constexpr int unroll = LPT == 8 ? 8 : 16, step_bytes = 32;
-  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
-  struct raw {
-    vraw<LPT * 2> v;
-  };
-  __device__ raw load(size_t r, int cols, int s, int g) const {
-    raw v;
-    v.v.ld(W + r * cols + (size_t)s * LANES + g * LPT);
-    return v;
-  }
-  __device__ void decode(const raw &v, float w[LPT]) const {
-#pragma unroll
-    for (int m = 0; m < LPT / 2; m++) {
-      w[2 * m] = __uint_as_float(v.v.w[m] << 16);
-      w[2 * m + 1] = __uint_as_float(v.v.w[m] & 0xffff0000u);
-    }
-  }
-  __device__ float one(size_t r, int cols, int c) const { return bf16f(W[r * cols + c]); }
-};
-
-template <int LPT> struct fmt_i8 {
-  const int8_t *W;
-  static constexpr int unroll = 16, step_bytes = 16;
-  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
-  struct raw {
-    vraw<LPT> v;
-  };
-  __device__ raw load(size_t r, int cols, int s, int g) const {
-    raw v;
-    v.v.ld(W + r * cols + (size_t)s * LANES + g * LPT);
-    return v;
-  }
-  /* (float)q exactly, without the quarter-rate int-to-float conversion:
-   * 2^23 + (q + 128) is assembled as bits, then 2^23 + 128 subtracted. */
-  __device__ void decode(const raw &v, float w[LPT]) const {
-#pragma unroll
-    for (int m = 0; m < LPT; m++)
-      w[m] = __fsub_rn(__uint_as_float(__byte_perm(v.v.w[m >> 2] ^ 0x80808080u, 0x4B000000u,
-                                                   0x7540u + (m & 3))),
-                       8388736.0f);
-  }
-  __device__ float one(size_t r, int cols, int c) const { return (float)W[r * cols + c]; }
-};
-
-template <int LPT> struct fmt_f32 {
-  const float *W;
-  static constexpr int unroll = LPT == 8 ? 4 : 8, step_bytes = 64;
-  __device__ const void *row(size_t r, int cols) const { return W + r * cols; }
-  struct raw {
-    float v[LPT];
-  };
-  __device__ raw load(size_t r, int cols, int s, int g) const {
-    raw v;
-    const float4 *p = (const float4 *)(W + r * cols + (size_t)s * LANES + g * LPT);
-    if (LPT >= 4) {
-#pragma unroll
-      for (int q = 0; q < LPT / 4; q++) {
-        float4 a = __ldg(p + q);
-        v.v[4 * q] = a.x, v.v[4 * q + 1] = a.y, v.v[4 * q + 2] = a.z, v.v[4 * q + 3] = a.w;
-      }
-    } else {
-      float2 a = __ldg((const float2 *)p);
-      v.v[0] = a.x, v.v[LPT - 1] = a.y;
-    }
-    return v;
-  }
-  __device__ void decode(const raw &v, float w[LPT]) const {
-#pragma unroll
-    for (int m = 0; m < LPT; m++) w[m] = v.v[m];
-  }
-  __device__ float one(size_t r, int cols, int c) const { return W[r * cols + c]; }
-};
-
-/* MXFP4: LPT codes of one step are LPT / 2 bytes (low nibble = even
- * column); the step's group scale (32 columns = 2 steps) rides along.
- * w = E2M1 * 2^(s-127) rounded as the CPU rounds it. E2M1 values are bf16
- * values: their top and second bytes come from two 8-entry byte tables,
- * looked up four codes at a time by __byte_perm. */
-template <int LPT> struct fmt_mxfp4 {
-  const uint8_t *P, *S;
-  static constexpr int unroll = 16, step_bytes = 8;
-  __device__ const void *row(size_t r, int cols) const { return P + r * (cols / 2); }
-  struct raw {
-    vraw<LPT / 2> v;
-    uint32_t sc;
-  };
-  __device__ raw load(size_t r, int cols, int s, int g) const {
-    raw v;
-    v.v.ld(P + r * (cols / 2) + (size_t)s * HALF + g * (LPT / 2));
-    v.sc = __ldg(S + r * (cols / 32) + s / 2);
-    return v;
-  }
-  __device__ void decode(const raw &v, float w[LPT]) const {
-    float sc = e8m0f(v.sc);
-    uint32_t q = v.v.w[0], mq = q & 0x77777777u;
-#pragma unroll
-    for (int half = 0; half < (LPT + 3) / 4; half++) {
-      uint32_t sel = half ? mq >> 16 : mq & 0xffffu;
-      uint32_t top = __byte_perm(0x3F3F3F00u, 0x40404040u, sel);
-      uint32_t sec = __byte_perm(0xC0800000u, 0xC0804000u, sel);
-      uint32_t p01 = __byte_perm(sec, top, 0x5140u), p23 = __byte_perm(sec, top, 0x7362u);
-      uint32_t b[4] = {p01 << 16, p01 & 0xffff0000u, p23 << 16, p23 & 0xffff0000u};
-#pragma unroll
-      for (int k = 0; k < 4 && half * 4 + k < LPT; k++) {
-        int e = half * 4 + k;
-        uint32_t sign = (q << (28 - 4 * e)) & 0x80000000u;
-        w[e] = __fmul_rn(__uint_as_float(b[k] | sign), sc);
-      }
-    }
-  }
-  __device__ float one(size_t r, int cols, int c) const {
-    uint32_t b = P[r * (cols / 2) + c / 2];
-    return __fmul_rn(e2m1f(c & 1 ? b >> 4 : b), e8m0f(S[r * (cols / 32) + c / 32]));
-  }
-};
 
 /* An L2 prefetch of a contiguous range (the Hopper bulk-copy unit): one
  * request per row and chunk instead of many 32-byte sectors. */
@@ -1168,103 +1002,6 @@ static void gemm_tb(df_cuda *c, const wargs &a, int rows, int cols, const float 
                                          rblocks);
 }
 
-/* ---- GEMM, register tiles (T > 1; df_cuda_set_gemm_tiles) ----
- * The lanes layout above re-reads every weight from L2 for each TB (4-8)
- * vectors and decodes it as often: a 512-row prefill batch reads an expert
- * 64-128 times. Here a block of GT_THREADS threads owns GT_R rows x GT_V
- * vectors; per chunk of GT_CK columns the block decodes the rows' weights
- * once into shared memory as floats (the formats' one(): the scalar
- * reference's value of each weight) and stages the vectors' x beside them,
- * then each thread multiplies 4 rows x 4 vectors x 4 lanes out of shared
- * memory, so a decoded weight serves GT_V vectors and an x value GT_R rows.
- *
- * The order is still the reference's: lane j of output (row, vector) is one
- * accumulator in one thread, taking columns j, j + 16, ... ascending (step
- * by step in a chunk, chunk after chunk), each product rounded before its
- * add. Thread lanes cg = tid & 3 own lanes 4 cg .. 4 cg + 3 of their 16
- * outputs; the tree's levels 8 and 4 are shuffles to cg 0 (partners 2 and
- * 1 lanes down in the same warp: acc[j] + acc[j + 8], then acc[j] +
- * acc[j + 4]), levels 2 and 1 in that thread; then the int8 row scale.
- * Columns past the end (and rows and vectors past theirs) are staged as
- * +0: an accumulator that starts at +0 is never -0 (a rounded sum is -0
- * only when both addends are), so adding +0 * +0 leaves it unchanged, as
- * the scalar loop's untouched lanes are; those outputs are not stored. */
-#define GT_R 32
-#define GT_V 32
-#define GT_CK 64
-#define GT_LD (GT_CK + 4) /* row stride: 8 lanes' 16-byte loads in distinct banks */
-#define GT_THREADS 256
-
-template <class F>
-__global__ void __launch_bounds__(GT_THREADS, 2)
-    gemm_tile_k(F f, int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy,
-                const float *rowscale) {
-  __shared__ __align__(16) float ws[GT_R][GT_LD];
-  __shared__ __align__(16) float xs[GT_V][GT_LD];
-  const int tid = threadIdx.x, cg = tid & 3, vg = (tid >> 2) & 7, rg = tid >> 5;
-  const long r0 = (long)blockIdx.x * GT_R;
-  const int t0 = (int)blockIdx.y * GT_V;
-  float acc[4][4][4]; /* [lane 4 cg + m][row rg * 4 + i][vector vg * 4 + k] */
-#pragma unroll
-  for (int m = 0; m < 4; m++)
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-      for (int k = 0; k < 4; k++) acc[m][i][k] = 0.0f;
-  for (int c0 = 0; c0 < cols; c0 += GT_CK) {
-    for (int e = tid; e < GT_R * GT_CK; e += GT_THREADS) {
-      int rr = e / GT_CK, cc = e % GT_CK, c = c0 + cc;
-      long r = r0 + rr;
-      ws[rr][cc] = r < rows && c < cols ? f.one((size_t)r, cols, c) : 0.0f;
-    }
-    for (int e = tid; e < GT_V * GT_CK; e += GT_THREADS) {
-      int vv = e / GT_CK, cc = e % GT_CK, c = c0 + cc, t = t0 + vv;
-      xs[vv][cc] = t < T && c < cols ? X[(size_t)t * ldx + c] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int st = 0; st < GT_CK / LANES; st++) {
-      float4 w4[4], x4[4];
-#pragma unroll
-      for (int i = 0; i < 4; i++) w4[i] = *(const float4 *)&ws[rg * 4 + i][st * LANES + cg * 4];
-#pragma unroll
-      for (int k = 0; k < 4; k++) x4[k] = *(const float4 *)&xs[vg * 4 + k][st * LANES + cg * 4];
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-          acc[0][i][k] = __fadd_rn(acc[0][i][k], __fmul_rn(w4[i].x, x4[k].x));
-          acc[1][i][k] = __fadd_rn(acc[1][i][k], __fmul_rn(w4[i].y, x4[k].y));
-          acc[2][i][k] = __fadd_rn(acc[2][i][k], __fmul_rn(w4[i].z, x4[k].z));
-          acc[3][i][k] = __fadd_rn(acc[3][i][k], __fmul_rn(w4[i].w, x4[k].w));
-        }
-    }
-    __syncthreads();
-  }
-  /* level 8: lanes 0-7 (cg 0, 1) take lanes 8-15 (cg 2, 3); level 4: cg 0
-   * takes cg 1; every thread of the warp takes part in both shuffles */
-#pragma unroll
-  for (int dl = 2; dl >= 1; dl >>= 1)
-#pragma unroll
-    for (int m = 0; m < 4; m++)
-#pragma unroll
-      for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-          acc[m][i][k] = __fadd_rn(acc[m][i][k], __shfl_down_sync(0xffffffffu, acc[m][i][k], dl));
-  if (cg) return;
-#pragma unroll
-  for (int i = 0; i < 4; i++)
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-      float a0 = __fadd_rn(acc[0][i][k], acc[2][i][k]), a1 = __fadd_rn(acc[1][i][k], acc[3][i][k]);
-      float v = __fadd_rn(a0, a1);
-      long r = r0 + rg * 4 + i;
-      int t = t0 + vg * 4 + k;
-      if (r < rows && t < T) Y[(size_t)t * ldy + r] = rowscale ? __fmul_rn(v, rowscale[r]) : v;
-    }
-}
-
 template <template <int> class F>
 static int gemm_tile_launch(df_cuda *c, const char *what, const wargs &a, int rows, int cols,
                             const float *X, int T, size_t ldx, float *Y, size_t ldy,
@@ -1281,7 +1018,30 @@ static int gemm_tile_launch(df_cuda *c, const char *what, const wargs &a, int ro
   return 0;
 }
 
-extern "C" void df_cuda_set_gemm_tiles(df_cuda *c, int on) { c->gemm_tiles = on != 0; }
+template <template <int> class F>
+static int gemm_lane_launch(df_cuda *c, const char *what, const wargs &a, int rows, int cols,
+                            const float *X, int T, size_t ldx, float *Y, size_t ldy,
+                            const float *rowscale, bool vec) {
+  long rb = ((long)rows + GL_R - 1) / GL_R, vb = ((long)T + GL_V - 1) / GL_V;
+  if (rb > 0x7fffffffL || vb > 65535) {
+    snprintf(c->err, sizeof c->err, "%s: %d rows x %d vectors is too many blocks", what, rows, T);
+    return -1;
+  }
+  F<8> f = a.template as<F<8>>();
+  dim3 grid((unsigned)rb, (unsigned)vb);
+  if (vec)
+    gemm_lane_k<F<8>, true><<<grid, GL_THREADS, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy,
+                                                           rowscale);
+  else
+    gemm_lane_k<F<8>, false><<<grid, GL_THREADS, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy,
+                                                            rowscale);
+  LAUNCHED(c, what);
+  return 0;
+}
+
+extern "C" void df_cuda_set_gemm_tiles(df_cuda *c, int how) {
+  c->gemm_tiles = how >= 0 && how <= 2 ? how : 0;
+}
 
 /* T == 1 is the GEMV itself. The vector loads of x need every vector
  * 16-byte aligned, hence ldx % 4 == 0 besides the GEMV's conditions. */
@@ -1295,8 +1055,11 @@ static int gemm_launch(df_cuda *c, const char *what, wargs a, int rows, int cols
   }
   if (rows <= 0 || T == 0) return 0;
   if (T == 1) return gemv_launch<F>(c, what, a, rows, cols, X, Y, rowscale, vec_ok, lpt);
-  if (c->gemm_tiles) return gemm_tile_launch<F>(c, what, a, rows, cols, X, T, ldx, Y, ldy, rowscale);
+  if (c->gemm_tiles == 1)
+    return gemm_tile_launch<F>(c, what, a, rows, cols, X, T, ldx, Y, ldy, rowscale);
   bool vec = vec_ok && cols % LANES == 0 && ((uintptr_t)X & 15) == 0 && ldx % 4 == 0;
+  if (c->gemm_tiles == 2)
+    return gemm_lane_launch<F>(c, what, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec);
   long rblocks = ((long)(LANES / lpt) * rows + GEMV_BLOCK - 1) / GEMV_BLOCK;
   int tb = T <= 2 ? 2 : T <= 4 ? 4 : gemm_tb_max(lpt);
   if (rblocks * ((T + tb - 1) / tb) > 0x7fffffffL) {

@@ -89,13 +89,15 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
  * the lanes layout. */
 void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 
-/* The GEMMs' kernel for T > 1: 1 register tiles (a block decodes 32 rows'
- * weights once into shared memory for 32 vectors), 0 the lanes layout.
- * Results never depend on it (the test runs both). Default 0, or 1 where
- * the environment has DF_CUDA_GEMM_TILES=1 when the context opens: exact
- * on the H200 but 1.2-1.5x slower than the lanes layout at T 64 and 512
- * (docs/PERFORMANCE.md, run 14), so it stays a choice to measure. */
-void df_cuda_set_gemm_tiles(df_cuda *c, int on);
+/* The GEMMs' kernel for T > 1: 0 the lanes layout; 1 register tiles (a
+ * block decodes 32 rows' weights once into shared memory for 32 vectors),
+ * exact on the H200 but 1.2-1.5x slower than the lanes layout at T 64 and
+ * 512 (docs/PERFORMANCE.md, run 14); 2 one lane a thread (kcuda_gemm.cuh:
+ * the same 32 x 32 blocks, the next chunk's loads behind the current
+ * chunk's products), not yet measured on a GPU. Results never depend on
+ * it (the test runs each). Default 0, or the environment's
+ * DF_CUDA_GEMM_TILES (1 or 2) when the context opens. */
+void df_cuda_set_gemm_tiles(df_cuda *c, int how);
 
 /* Several GEMVs (T = 1) of one format in one launch: y[r] = dot(W[r], x)
  * for r < rows, each matrix with its own x and y, bit for bit its own

@@ -1,0 +1,107 @@
+/* The emulator's scheduler, barriers and the one built-in with a body
+ * (cuda_emu.h). A block's threads are coroutines on stacks of their own;
+ * each runs until it waits at a barrier or returns, then the scheduler
+ * releases every barrier that all its live threads have reached and runs
+ * the released threads again, in thread order. */
+#include "cuda_emu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <ucontext.h>
+
+#include <vector>
+
+enum { EMU_RUN = -2, EMU_DONE = -3, EMU_BLOCK = -1 };
+enum { EMU_STACK = 64 * 1024 };
+
+static struct {
+  int n, live;
+  const std::function<void()> *body;
+  ucontext_t sched;
+  std::vector<ucontext_t> ctx;
+  std::vector<char> stacks;
+  std::vector<int> wait; /* per thread: EMU_RUN, EMU_DONE, EMU_BLOCK or its warp */
+  std::vector<int> parity; /* per thread: its shuffles so far, mod 2 */
+  uint32_t slot[2][32][32];
+} B;
+
+void emu_barrier(int w) {
+  int t = (int)threadIdx.x;
+  B.wait[t] = w < 0 ? EMU_BLOCK : w;
+  swapcontext(&B.ctx[t], &B.sched);
+}
+
+uint32_t *emu_slot(int parity, int lane) {
+  return &B.slot[parity][threadIdx.x / 32][lane];
+}
+int emu_shfl_parity(void) { return B.parity[threadIdx.x] ^= 1; }
+
+static void emu_entry(void) {
+  (*B.body)();
+  B.wait[threadIdx.x] = EMU_DONE;
+  B.live--;
+} /* uc_link returns to the scheduler */
+
+/* every barrier whose live threads have all arrived lets them go; 0 when
+ * none has (the block is stuck) */
+static int emu_release(void) {
+  int all_block = 1, released = 0;
+  for (int t = 0; t < B.n; t++)
+    if (B.wait[t] != EMU_DONE && B.wait[t] != EMU_BLOCK) all_block = 0;
+  if (all_block) {
+    for (int t = 0; t < B.n; t++)
+      if (B.wait[t] == EMU_BLOCK) B.wait[t] = EMU_RUN, released++;
+    return released;
+  }
+  for (int w = 0; w * 32 < B.n; w++) {
+    int end = (w + 1) * 32 < B.n ? (w + 1) * 32 : B.n, all = 1, any = 0;
+    for (int t = w * 32; t < end; t++) {
+      if (B.wait[t] == EMU_DONE) continue;
+      any = 1;
+      if (B.wait[t] != w) all = 0;
+    }
+    if (!any || !all) continue;
+    for (int t = w * 32; t < end; t++)
+      if (B.wait[t] == w) B.wait[t] = EMU_RUN, released++;
+  }
+  return released;
+}
+
+void emu_run_block(const std::function<void()> &body) {
+  int n = (int)blockDim.x;
+  B.n = n, B.live = n, B.body = &body;
+  B.ctx.resize((size_t)n);
+  B.stacks.resize((size_t)n * EMU_STACK);
+  B.wait.assign((size_t)n, EMU_RUN);
+  B.parity.assign((size_t)n, 0);
+  for (int t = 0; t < n; t++) {
+    getcontext(&B.ctx[t]);
+    B.ctx[t].uc_stack.ss_sp = &B.stacks[(size_t)t * EMU_STACK];
+    B.ctx[t].uc_stack.ss_size = EMU_STACK;
+    B.ctx[t].uc_link = &B.sched;
+    makecontext(&B.ctx[t], emu_entry, 0);
+  }
+  while (B.live > 0) {
+    for (int t = 0; t < n; t++) {
+      if (B.wait[t] != EMU_RUN) continue;
+      threadIdx = uint3{(unsigned)t, 0, 0};
+      swapcontext(&B.sched, &B.ctx[t]);
+    }
+    if (B.live > 0 && !emu_release()) {
+      fprintf(stderr, "emu: block (%u, %u, %u) stuck: its live threads wait at different barriers\n",
+              blockIdx.x, blockIdx.y, blockIdx.z);
+      abort();
+    }
+  }
+}
+
+uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  uint64_t v = (uint64_t)y << 32 | x;
+  uint32_t r = 0;
+  for (int n = 0; n < 4; n++) {
+    uint32_t sel = (s >> (4 * n)) & 15u;
+    if (sel & 8u) __builtin_trap(); /* sign replication: no kernel asks for it */
+    r |= (uint32_t)((v >> (8 * sel)) & 0xffu) << (8 * n);
+  }
+  return r;
+}
