@@ -95,6 +95,10 @@ void emu_run_block(const std::function<void()> &body) {
   }
 }
 
+static std::vector<float4> dyn_shared;
+void emu_set_dyn_shared(size_t bytes) { dyn_shared.assign((bytes + 15) / 16, float4{}); }
+void *emu_dyn_shared(void) { return dyn_shared.data(); }
+
 uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   uint64_t v = (uint64_t)y << 32 | x;
   uint32_t r = 0;

@@ -111,6 +111,12 @@ static inline uint32_t __float_as_uint(float f) {
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float a) { return __builtin_sqrtf(a); }
+
+/* a launch's dynamic shared memory (emu_launch_dyn's bytes, 16-aligned) */
+void *emu_dyn_shared(void);
+#define DF_DYN_SHARED(type, name) type *name = (type *)emu_dyn_shared()
 /* prmt's default mode: byte n of the result is byte (s >> 4n) & 7 of the
  * pair {y, x} (x bytes 0-3); the kernels never set a selector's sign bit */
 uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s);
@@ -121,6 +127,7 @@ void emu_run_block(const std::function<void()> &body);
 
 /* Runs kernel(args...) over grid x block (block: x only): blocks in
  * order. */
+void emu_set_dyn_shared(size_t bytes);
 template <class K, class... A> void emu_launch(dim3 grid, dim3 block, K kernel, A... args) {
   if (block.y != 1 || block.z != 1 || block.x < 1 || block.x > 1024) __builtin_trap();
   gridDim = grid, blockDim = block;
@@ -131,6 +138,13 @@ template <class K, class... A> void emu_launch(dim3 grid, dim3 block, K kernel, 
         blockIdx = uint3{bx, by, bz};
         emu_run_block(body);
       }
+}
+/* the same with `bytes` of dynamic shared memory (<<<grid, block, bytes>>>) */
+template <class K, class... A>
+void emu_launch_dyn(dim3 grid, dim3 block, size_t bytes, K kernel, A... args) {
+  emu_set_dyn_shared(bytes);
+  emu_launch(grid, block, kernel, args...);
+  emu_set_dyn_shared(0);
 }
 
 #endif

@@ -1,0 +1,11 @@
+/* kcuda_seq_ref.h's references behind plain C functions: the header is C
+ * (void * conversions C++ refuses), the emulation tests are C++. */
+#include "kernels/cuda/kcuda_seq_ref.h"
+
+#include "seq_ref.h"
+
+void emu_attn_res_ref(float *xn, const float *snaps, size_t ss, int nS, const float *last, int T,
+                      int H, const float *res_norm, const float *res_proj, const float *norm,
+                      float eps, float *tmp) {
+  df_attn_res_ref(xn, snaps, ss, nS, last, T, H, res_norm, res_proj, norm, eps, tmp);
+}
