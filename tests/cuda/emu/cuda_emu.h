@@ -33,6 +33,7 @@
 /* one block runs at a time, so a function-static array is the block's */
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
 
 struct uint3 {
   unsigned x, y, z;
@@ -55,6 +56,10 @@ struct __attribute__((aligned(16))) uint4 {
 };
 static inline float2 make_float2(float a, float b) { return float2{a, b}; }
 static inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+static inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
+  return uint4{a, b, c, d};
+}
 
 /* The running thread's place in the grid (one host thread runs every
  * emulated thread, switching between them at barriers). */
@@ -72,6 +77,10 @@ uint32_t *emu_slot(int parity, int lane);
 int emu_shfl_parity(void);
 
 static inline void __syncthreads(void) { emu_barrier(-1); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  (void)mask;
+  emu_barrier((int)threadIdx.x / 32);
+}
 
 template <class T> static inline T emu_shfl(T v, int src) {
   static_assert(sizeof(T) == 4, "32-bit shuffles only");

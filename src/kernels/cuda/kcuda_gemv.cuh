@@ -1,0 +1,386 @@
+/* The row-tile GEMV kernels (the default GEMV for bf16, int8 and MXFP4),
+ * the single launch and the grouped one. A header of its own, as
+ * kcuda_gemm.cuh, so tests/cuda/emu runs these same kernels on the host
+ * (where cp.async is a plain copy: the emulation checks the rows, lanes and
+ * order, not the asynchronous copies' waits). Needs kcuda_fmt.cuh. */
+#ifndef DF_KERNELS_CUDA_KCUDA_GEMV_CUH
+#define DF_KERNELS_CUDA_KCUDA_GEMV_CUH
+
+extern "C" {
+#include "kernels/cuda/kcuda.h"
+}
+#include "kernels/cuda/kcuda_fmt.cuh"
+
+/* ---- GEMV, row tiles: the default for bf16, int8 and MXFP4 ----
+ * The lanes layout above keeps each thread's loads inside its own row, so
+ * one warp request touches 16 to 32 rows' sectors and only a few hundred
+ * bytes per SM are in flight: 12-50% of the device copy's bandwidth on the
+ * H200 whatever the lanes per thread or the prefetch (docs/PERFORMANCE.md).
+ *
+ * Here a block is one warp owning TROWS consecutive rows, one row per
+ * thread, all 16 lanes of the row in that thread. The rows' column chunks
+ * (TF::RB bytes of each row) are staged in shared memory by cp.async in
+ * 16-byte pieces, so a warp instruction copies whole 128-byte row segments,
+ * with NS - 1 chunks in flight per warp and many warps per SM; x's chunk
+ * (and MXFP4's scales) ride along. The thread then reads its row from shared
+ * memory (rows padded by 16 bytes: 8 consecutive rows' 16-byte loads fall in
+ * distinct banks) and x by broadcast. Small blocks keep the tail of the grid
+ * short: 12288 rows are 384 blocks.
+ *
+ * Stages NS: every block does the same work, so the grid runs in rounds of
+ * (resident blocks per SM) x SMs, and a last round that is nearly empty
+ * costs nearly a full one (57344 rows at 12 blocks an SM: 1.13 rounds).
+ * The variants trade shared memory and registers for blocks per SM:
+ * 2 stages (most blocks), 3, and a deep one (5-6 stages: few blocks, each
+ * with more bytes in flight), also with two threads a row (16-row blocks,
+ * each thread 8 of the 16 lanes, the tree's first level a shuffle) for
+ * shapes with few rows; tile_pick chooses by the shape (the bench measures
+ * each, df_cuda_set_gemv_tiled).
+ *
+ * The order is the scalar reference's: lane j is acc[j] of the row's thread
+ * and takes columns j, j + 16, ... in ascending order (step by step within a
+ * chunk, chunk after chunk), each product rounded before its add; then the
+ * 8-4-2-1 tree in that thread, then the int8 row scale. Only where the bytes
+ * wait and who copies them differ from the lanes layout.
+ *
+ * Misaligned or odd-sized operands (a row not a multiple of 16 bytes, x not
+ * 16-byte aligned, MXFP4 scale rows not a multiple of 8 bytes) are staged
+ * element by element instead: slower, the same products in the same order.
+ * A last chunk shorter than TF::CK runs its whole steps, then the last
+ * partial step's lanes one by one (the lanes past the end stay untouched, as
+ * in the scalar loop's short last block). */
+#define TROWS 32
+#define TILE_WVEC 1
+#define TILE_XVEC 2
+#define TILE_SVEC 4
+
+__device__ static inline void cp_async16(void *sdst, const void *gsrc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(sdst)),
+               "l"(__cvta_generic_to_global(gsrc))
+               : "memory");
+#else
+  *(uint4 *)sdst = *(const uint4 *)gsrc;
+#endif
+}
+__device__ static inline void cp_async8(void *sdst, const void *gsrc) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(
+                   (uint32_t)__cvta_generic_to_shared(sdst)),
+               "l"(__cvta_generic_to_global(gsrc))
+               : "memory");
+#else
+  *(uint2 *)sdst = *(const uint2 *)gsrc;
+#endif
+}
+__device__ static inline void cp_async_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ static inline void cp_async_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+/* N floats of x from shared memory (one address per row half of the warp) */
+template <int N> __device__ __forceinline__ static void tile_xn(const float *x, float xv[N]) {
+#pragma unroll
+  for (int q = 0; q < N / 4; q++) {
+    float4 a = ((const float4 *)x)[q];
+    xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
+  }
+}
+
+/* A format for the tiles: CK columns per chunk, RB bytes of a row per chunk,
+ * UC columns per unit (what one call of unit() takes, in step order). A
+ * unit runs the LPT lanes g * LPT .. g * LPT + LPT - 1 of its row: all 16
+ * (g = 0) where a thread owns the row, 8 where two threads share it. */
+struct tf_bf16 {
+  static constexpr int fmt = 0, CK = 128, RB = 256, UC = 16, scaled = 0, deep = 5;
+  __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols * 2; }
+  template <bool = false, int LPT = 16>
+  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
+                                              float acc[LPT], int g) {
+    uint32_t v[LPT / 2];
+    if constexpr (LPT >= 8) {
+      const uint4 *p = (const uint4 *)(w + u * 32 + g * LPT * 2);
+#pragma unroll
+      for (int i = 0; i < LPT / 8; i++) {
+        uint4 a = p[i];
+        v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+      }
+    } else {
+      uint2 a = *(const uint2 *)(w + u * 32 + g * LPT * 2);
+      v[0] = a.x, v[1] = a.y;
+    }
+    float xv[LPT];
+    tile_xn<LPT>(x + u * 16 + g * LPT, xv);
+#pragma unroll
+    for (int m = 0; m < LPT / 2; m++) {
+      acc[2 * m] = __fadd_rn(acc[2 * m], __fmul_rn(__uint_as_float(v[m] << 16), xv[2 * m]));
+      acc[2 * m + 1] =
+          __fadd_rn(acc[2 * m + 1], __fmul_rn(__uint_as_float(v[m] & 0xffff0000u), xv[2 * m + 1]));
+    }
+  }
+  __device__ static float one(const uint8_t *w, int c) {
+    return __uint_as_float((uint32_t)((const uint16_t *)w)[c] << 16);
+  }
+};
+
+struct tf_i8 {
+  static constexpr int fmt = 1, CK = 128, RB = 128, UC = 16, scaled = 0, deep = 6;
+  __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols; }
+  /* (float)q exactly as in fmt_i8: 2^23 + (q + 128) as bits, less 2^23 + 128 */
+  template <bool = false, int LPT = 16>
+  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
+                                              float acc[LPT], int g) {
+    uint32_t v[LPT / 4];
+    if constexpr (LPT == 16) {
+      uint4 a = ((const uint4 *)w)[u];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    } else if constexpr (LPT == 8) {
+      uint2 a = ((const uint2 *)w)[2 * u + g];
+      v[0] = a.x, v[1] = a.y;
+    } else {
+      v[0] = ((const uint32_t *)w)[4 * u + g];
+    }
+#pragma unroll
+    for (int i = 0; i < LPT / 4; i++) v[i] ^= 0x80808080u;
+    float xv[LPT];
+    tile_xn<LPT>(x + u * 16 + g * LPT, xv);
+#pragma unroll
+    for (int m = 0; m < LPT; m++) {
+      float wf = __fsub_rn(__uint_as_float(__byte_perm(v[m >> 2], 0x4B000000u, 0x7540u + (m & 3))),
+                           8388736.0f);
+      acc[m] = __fadd_rn(acc[m], __fmul_rn(wf, xv[m]));
+    }
+  }
+  __device__ static float one(const uint8_t *w, int c) { return (float)((const int8_t *)w)[c]; }
+};
+
+/* MXFP4: a unit is one 32-column group, 16 bytes (two steps of 16 lanes) and
+ * one scale s. The weight is the scalar reference's e2m1 * 2^(s-127), exact
+ * (two significant bits; never below 2^-149), built in two operations:
+ * the code's bits placed as a float's sign, exponent bits 1..0 and top
+ * mantissa bit are e2m1 * 2^-126 exactly (code 1, 0.5, becomes the
+ * subnormal 2^-127), and one exact multiply by 2^(s-1) scales it, for
+ * s <= 128. Above that 2^(s-1) is not a float, so the product is
+ * e2m1 * 2^(s-127) itself, formed as the reference forms it (the exact
+ * e2m1 first): the same rounding, overflow to inf included. */
+__device__ static inline uint32_t e2m1_bits(uint32_t q, int e) {
+  return (uint32_t)((int32_t)(q << (28 - 4 * e)) >> 6) & 0x81C00000u;
+}
+struct tf_mxfp4 {
+  /* CK / 32 = 8 scales a chunk */
+  static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1, deep = 6;
+  __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols / 2; }
+  /* q: the thread's code words of the group, QW a step, step 0 first; with
+   * 4 lanes a thread, its 4 codes in the low half of each word */
+  template <int LPT> static constexpr int QW = LPT >= 8 ? LPT / 8 : 1;
+  template <bool big, int LPT>
+  __device__ __forceinline__ static void group(const uint32_t *q, uint32_t s,
+                                               const float *x, float acc[LPT]) {
+    float sc = big ? __uint_as_float(s << 23) : __uint_as_float((s + 126u) << 23);
+#pragma unroll
+    for (int st = 0; st < 2; st++) {
+      float xv[LPT];
+      tile_xn<LPT>(x + st * 16, xv);
+#pragma unroll
+      for (int j = 0; j < LPT; j++) {
+        float f = __uint_as_float(e2m1_bits(q[st * QW<LPT> + (j >> 3)], j & 7));
+        float wf = big ? __fmul_rn(__fmul_rn(f, 0x1p126f), sc) : __fmul_rn(f, sc);
+        acc[j] = __fadd_rn(acc[j], __fmul_rn(wf, xv[j]));
+      }
+    }
+  }
+  /* small: s < 128 known for the whole chunk (one test a chunk instead of a
+   * branch a group, so the chunk's groups are one straight run of code) */
+  template <bool small = false, int LPT = 16>
+  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
+                                              float acc[LPT], int g) {
+    uint32_t q[2 * QW<LPT>];
+    if constexpr (LPT == 16) {
+      uint4 a = ((const uint4 *)w)[u];
+      q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
+    } else if constexpr (LPT == 8) {
+      q[0] = ((const uint32_t *)w)[4 * u + g], q[1] = ((const uint32_t *)w)[4 * u + 2 + g];
+    } else { /* lanes 4g .. 4g + 3: half g & 1 of word g >> 1 of each step */
+      int sh = 16 * (g & 1);
+      q[0] = ((const uint32_t *)w)[4 * u + (g >> 1)] >> sh;
+      q[1] = ((const uint32_t *)w)[4 * u + 2 + (g >> 1)] >> sh;
+    }
+    if (small || s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
+    else group<true, LPT>(q, s, x + u * 32 + g * LPT, acc);
+  }
+};
+
+/* blocks per SM the register bound leaves room for, by stages (the shared
+ * memory then decides: about 11, 17 and 35 KB a block for MXFP4) */
+static constexpr int tile_minb(int ns, int g) {
+  return g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4;
+}
+
+/* G threads a row (1, 2 or 4): TR = 32 / G rows a block; thread lane owns row
+ * lane % TR and its lanes g * LPT ..., g = lane / TR, LPT = 16 / G. blk is
+ * the block's place in its matrix (rows blk * TR ...): blockIdx.x for one
+ * matrix, less the matrix's first block in a grouped launch. */
+template <class TF, int NS, int G>
+__device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t *S, int rows,
+                                                int cols, const float *x, float *y,
+                                                const float *rowscale, int flags, long blk) {
+  constexpr int PPR = TF::RB / 16, NG = TF::CK / 32, TR = TROWS / G, LPT = LANES / G;
+  __shared__ __align__(16) uint8_t wt[NS][TR][TF::RB + 16];
+  __shared__ __align__(16) float xt[NS][TF::CK];
+  __shared__ __align__(16) uint8_t st[NS][TR][TF::scaled ? NG : 8];
+  const int lane = threadIdx.x, row = lane % TR, g = lane / TR;
+  const long r0 = blk * TR;
+  const int nr = rows - r0 < TR ? (int)(rows - r0) : TR;
+  const bool live = row < nr;
+  const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
+  const int nch = (cols + TF::CK - 1) / TF::CK;
+
+  /* chunk k of every live row into stage buf */
+  auto stage = [&](int k, int buf) {
+    size_t off = (size_t)k * TF::RB;
+    int rbk = rb - off < (size_t)TF::RB ? (int)(rb - off) : TF::RB;
+    const uint8_t *wb = W + (size_t)r0 * rb + off;
+    if (flags & TILE_WVEC) {
+      int np = rbk >> 4;
+#pragma unroll
+      for (int it = 0; it < TR * PPR / TROWS; it++) {
+        int i = lane + it * TROWS, rr = i / PPR, p = i % PPR;
+        if (rr < nr && p < np) cp_async16(&wt[buf][rr][p * 16], wb + (size_t)rr * rb + p * 16);
+      }
+    } else {
+      for (int i = lane; i < nr * rbk; i += TROWS) {
+        int rr = i / rbk, b = i % rbk;
+        wt[buf][rr][b] = wb[(size_t)rr * rb + b];
+      }
+    }
+    int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
+    if (flags & TILE_XVEC) {
+      for (int i = lane; i < nx / 4; i += TROWS) cp_async16(&xt[buf][4 * i], x + c0 + 4 * i);
+    } else {
+      for (int i = lane; i < nx; i += TROWS) xt[buf][i] = x[c0 + i];
+    }
+    if constexpr (TF::scaled != 0) {
+      const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
+      if (flags & TILE_SVEC) {
+        if (lane < nr) cp_async8(&st[buf][lane][0], sbase + (size_t)lane * sb);
+      } else {
+        int ng = nx / 32;
+        for (int i = lane; i < nr * ng; i += TROWS) {
+          int rr = i / ng, gi = i % ng;
+          st[buf][rr][gi] = sbase[(size_t)rr * sb + gi];
+        }
+      }
+    }
+  };
+
+  float acc[LPT];
+#pragma unroll
+  for (int j = 0; j < LPT; j++) acc[j] = 0.0f;
+
+#pragma unroll
+  for (int k = 0; k < NS - 1; k++) {
+    if (k < nch) stage(k, k);
+    cp_async_commit();
+  }
+  for (int k = 0; k < nch; k++) {
+    cp_async_wait<NS - 2>();
+    __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % NS is read */
+    if (k + NS - 1 < nch) stage(k + NS - 1, (k + NS - 1) % NS);
+    cp_async_commit();
+    if (!live) continue;
+    int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
+    const uint8_t *w = wt[buf][row];
+    const float *xs = xt[buf];
+    uint2 sv = make_uint2(0, 0);
+    if constexpr (TF::scaled != 0) sv = *(const uint2 *)st[buf][row];
+    if (n == TF::CK && TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
+#pragma unroll
+      for (int u = 0; u < TF::CK / TF::UC; u++)
+        TF::template unit<true, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
+                                     acc, g);
+    } else if (n == TF::CK) {
+#pragma unroll
+      for (int u = 0; u < TF::CK / TF::UC; u++)
+        TF::template unit<false, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
+                                      acc, g);
+    } else {
+      int nu = n / TF::UC, c = nu * TF::UC + g * LPT;
+      for (int u = 0; u < nu; u++)
+        TF::template unit<false, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
+                                      acc, g);
+      if constexpr (TF::scaled == 0) { /* MXFP4's columns are whole groups */
+#pragma unroll
+        for (int j = 0; j < LPT; j++)
+          if (c + j < n) acc[j] = __fadd_rn(acc[j], __fmul_rn(TF::one(w, c + j), xs[c + j]));
+      }
+    }
+  }
+  cp_async_wait<0>();
+  /* the tree, its levels written out: kept in registers. With G threads a
+   * row, lane j + 8 is acc[j] of the thread 16 lanes up (g + 2 with four,
+   * g + 1 with two), and with four lane j + 4 that of the thread 8 lanes up
+   * (g + 1): every thread takes part in the shuffles, dead rows included. */
+  if constexpr (G >= 2) {
+#pragma unroll
+    for (int j = 0; j < 16 / G; j++)
+      acc[j] = __fadd_rn(acc[j], __shfl_down_sync(0xffffffffu, acc[j], 16));
+  }
+  if constexpr (G == 4) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[j] = __fadd_rn(acc[j], __shfl_down_sync(0xffffffffu, acc[j], 8));
+  }
+  if (!live || g) return;
+  if constexpr (G == 1) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[j] = __fadd_rn(acc[j], acc[LPT / 2 + j]);
+  }
+  if constexpr (G <= 2) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) acc[j] = __fadd_rn(acc[j], acc[j + 4]);
+  }
+#pragma unroll
+  for (int j = 0; j < 2; j++) acc[j] = __fadd_rn(acc[j], acc[j + 2]);
+  acc[0] = __fadd_rn(acc[0], acc[1]);
+  long r = r0 + row;
+  y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
+}
+
+template <class TF, int NS, int G = 1>
+__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
+    tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
+           const float *rowscale, int flags) {
+  tile_run<TF, NS, G>(W, S, rows, cols, x, y, rowscale, flags, (long)blockIdx.x);
+}
+
+/* Grouped GEMVs (df_cuda_gemv_group): matrix i owns blocks [b0, b0 + its
+ * blocks) of the one grid; each block runs tile_run on its matrix alone, so
+ * a row's floats are those of the matrix's own launch. The table stays in
+ * the parameter space (__grid_constant__), read by every thread. */
+struct tile_one {
+  const uint8_t *W, *S;
+  const float *x, *rs;
+  float *y;
+  int rows, cols, flags, b0;
+};
+struct tile_set {
+  tile_one m[DF_CUDA_GROUP_MAX];
+  int n;
+};
+template <class TF, int NS, int G = 1>
+__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
+    tile_group_k(const __grid_constant__ tile_set q) {
+  long b = (long)blockIdx.x;
+  int i = 0;
+  while (i + 1 < q.n && b >= q.m[i + 1].b0) i++;
+  const tile_one &m = q.m[i];
+  tile_run<TF, NS, G>(m.W, m.S, m.rows, m.cols, m.x, m.y, m.rs, m.flags, b - m.b0);
+}
+
+#endif

@@ -1,0 +1,181 @@
+/* The GPU's row-tile GEMVs (src/kernels/cuda/kcuda_gemv.cuh: the default
+ * GEMV for bf16, int8 and MXFP4) run on the host through cuda_emu.h, in
+ * every variant the launch picks from (2 and 3 stages, deep, deep with two
+ * and four threads a row), with the loads the operands' alignment allows
+ * and element by element, single and grouped, against the scalar
+ * reference's GEMV bit for bit: K3-like rows, rows ending mid-block,
+ * chunks and steps cut short, unaligned weights and x. The bytes around
+ * each y must stay untouched. No GPU needed (label unit); on the GPU,
+ * gpu.test_cuda_kernels runs the same kernels. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "cuda_emu.h"
+
+extern "C" {
+#include "kernels/kernels.h"
+}
+#include "kernels/cuda/kcuda_gemv.cuh"
+
+#define RAND_BITS_SEED 0xbf58476d1ce4e5b9ull
+#include "../rand_bits.h"
+
+static int failures, checks;
+static const char *fname[] = {"bf16", "int8", "", "mxfp4"};
+
+/* one matrix: weights (and scales) in the release's layouts, x, and the
+ * reference's y */
+struct mat {
+  int fmt, rows, cols;
+  std::vector<uint8_t> wbuf, sbuf;
+  std::vector<float> xbuf, ref;
+  const uint8_t *W, *S;
+  const float *x;
+};
+
+/* wshift / xshift: bytes / floats off 16-byte alignment */
+static void mkmat(mat &m, int fmt, int rows, int cols, int wshift, int xshift) {
+  m.fmt = fmt, m.rows = rows, m.cols = cols;
+  size_t n = (size_t)rows * cols;
+  size_t wb = fmt == 0 ? n * 2 : fmt == 1 ? n : n / 2;
+  m.wbuf.assign(wb + 32, 0);
+  uint8_t *w = (uint8_t *)(((uintptr_t)m.wbuf.data() + 15) & ~(uintptr_t)15) + wshift;
+  for (size_t i = 0; i < wb; i++) w[i] = (uint8_t)rnd();
+  if (fmt == 0) /* bf16: no NaN or infinity (an exponent below 2^11) */
+    for (size_t i = 0; i < n; i++) w[2 * i + 1] = (uint8_t)((w[2 * i + 1] & 0x80) | (0x3a + rnd() % 12));
+  m.sbuf.clear();
+  if (fmt == 1) {
+    m.sbuf.resize((size_t)rows * 4);
+    for (int r = 0; r < rows; r++) {
+      float s = fabsf(rndf(-12, -4));
+      memcpy(&m.sbuf[4 * (size_t)r], &s, 4);
+    }
+  } else if (fmt == 3) {
+    m.sbuf.resize(n / 32 + 16);
+    for (size_t i = 0; i < n / 32; i++) {
+      uint32_t v = rnd() % 64;
+      m.sbuf[i] = (uint8_t)(v == 0 ? 0 : v == 1 ? 1 : 100 + v % 40);
+    }
+  }
+  m.xbuf.assign((size_t)cols + 8, 0.0f);
+  float *x = (float *)(((uintptr_t)m.xbuf.data() + 15) & ~(uintptr_t)15) + xshift;
+  for (int i = 0; i < cols; i++) x[i] = rndf(-6, 2);
+  m.W = w, m.S = m.sbuf.empty() ? NULL : m.sbuf.data(), m.x = x;
+  m.ref.assign((size_t)rows, 0.0f);
+  const df_kern *k = df_kern_scalar();
+  if (fmt == 0) k->gemm_bf16((const uint16_t *)w, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
+  else if (fmt == 1)
+    k->gemm_i8((const int8_t *)w, (const float *)m.S, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
+  else k->gemm_mxfp4(w, m.S, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
+}
+
+/* kcuda.cu's tile_flags */
+template <class TF> static int flags_of(const mat &m) {
+  int flags = 0;
+  if (((uintptr_t)m.W & 15) == 0 && TF::rowbytes(m.cols) % 16 == 0) flags |= TILE_WVEC;
+  if (((uintptr_t)m.x & 15) == 0 && m.cols % 4 == 0) flags |= TILE_XVEC;
+  if (TF::scaled && ((uintptr_t)m.S & 7) == 0 && (m.cols / 32) % (TF::CK / 32) == 0) flags |= TILE_SVEC;
+  return flags;
+}
+
+static const char *vname[] = {"2 stages", "3 stages", "deep", "deep, 2 threads a row",
+                              "deep, 4 threads a row"};
+
+/* y with 4 guard floats either side, NaN patterns, as the device test does */
+static void check(const char *what, const mat &m, const std::vector<float> &yb) {
+  size_t bad = 0, first = 0;
+  for (int i = 0; i < m.rows; i++)
+    if (memcmp(&m.ref[(size_t)i], &yb[4 + (size_t)i], 4) && !bad++) first = (size_t)i;
+  uint32_t pat = 0xffffffffu;
+  for (int i = 0; i < 4; i++)
+    if (memcmp(&yb[(size_t)i], &pat, 4) || memcmp(&yb[4 + (size_t)m.rows + i], &pat, 4)) bad++;
+  checks++;
+  if (bad) {
+    failures++;
+    printf("FAIL %s: %zu differ, first [%zu] ref %a got %a\n", what, bad, first,
+           (double)m.ref[first], (double)yb[4 + first]);
+  } else
+    printf("ok   %s\n", what);
+}
+
+template <class TF> static void run_variant(int v, const mat &m, float *y, const float *rs) {
+  int fl = flags_of<TF>(m);
+  unsigned b1 = (unsigned)((m.rows + TROWS - 1) / TROWS);
+  unsigned b2 = (unsigned)((m.rows + TROWS / 2 - 1) / (TROWS / 2));
+  unsigned b4 = (unsigned)((m.rows + TROWS / 4 - 1) / (TROWS / 4));
+  if (v == 0) emu_launch(dim3(b1), dim3(TROWS), tile_k<TF, 2>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
+  else if (v == 1) emu_launch(dim3(b1), dim3(TROWS), tile_k<TF, 3>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
+  else if (v == 2) emu_launch(dim3(b1), dim3(TROWS), tile_k<TF, TF::deep>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
+  else if (v == 3) emu_launch(dim3(b2), dim3(TROWS), tile_k<TF, TF::deep, 2>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
+  else emu_launch(dim3(b4), dim3(TROWS), tile_k<TF, TF::deep, 4>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
+}
+
+template <class TF> static void gemv_case(int rows, int cols, int wshift, int xshift) {
+  mat m;
+  mkmat(m, TF::fmt, rows, cols, wshift, xshift);
+  const float *rs = TF::fmt == 1 ? (const float *)m.S : NULL;
+  for (int v = 0; v < 5; v++) {
+    std::vector<float> yb((size_t)rows + 8);
+    memset(yb.data(), 0xff, yb.size() * 4);
+    run_variant<TF>(v, m, yb.data() + 4, rs);
+    char what[160];
+    snprintf(what, sizeof what, "gemv %s %d x %d, weights +%d, x +%d, flags %d, %s", fname[TF::fmt],
+             rows, cols, wshift, xshift, flags_of<TF>(m), vname[v]);
+    check(what, m, yb);
+  }
+}
+
+/* n matrices in one grouped launch (kcuda.cu's tile_group_launch: 32 / G
+ * rows a block, each matrix's blocks after the previous one's), variant
+ * deep with G threads a row */
+template <class TF, int G> static void group_case(int n, const int (*shape)[2]) {
+  std::vector<mat> ms((size_t)n);
+  std::vector<std::vector<float>> ys((size_t)n);
+  tile_set q;
+  memset(&q, 0, sizeof q);
+  q.n = n;
+  int b0 = 0;
+  for (int i = 0; i < n; i++) {
+    mkmat(ms[(size_t)i], TF::fmt, shape[i][0], shape[i][1], i % 2 ? (TF::fmt == 0 ? 2 : 1) : 0, i % 2);
+    ys[(size_t)i].assign((size_t)shape[i][0] + 8, 0.0f);
+    memset(ys[(size_t)i].data(), 0xff, ys[(size_t)i].size() * 4);
+    const mat &m = ms[(size_t)i];
+    q.m[i] = tile_one{m.W, m.S, m.x, TF::fmt == 1 ? (const float *)m.S : NULL, ys[(size_t)i].data() + 4,
+                      m.rows, m.cols, flags_of<TF>(m), b0};
+    b0 += (m.rows + TROWS / G - 1) / (TROWS / G);
+  }
+  emu_launch(dim3((unsigned)b0), dim3(TROWS), tile_group_k<TF, TF::deep, G>, q);
+  for (int i = 0; i < n; i++) {
+    char what[160];
+    snprintf(what, sizeof what, "grouped gemv %s, %d threads a row: matrix %d of %d, %d x %d",
+             fname[TF::fmt], G, i, n, shape[i][0], shape[i][1]);
+    check(what, ms[(size_t)i], ys[(size_t)i]);
+  }
+}
+
+int main(void) {
+  /* whole chunks, a chunk cut short, rows ending mid-block, unaligned */
+  gemv_case<tf_bf16>(64, 512, 0, 0);
+  gemv_case<tf_bf16>(45, 200, 0, 0);
+  gemv_case<tf_bf16>(33, 136, 2, 1);
+  gemv_case<tf_bf16>(7, 17, 0, 0);
+  gemv_case<tf_i8>(64, 512, 0, 0);
+  gemv_case<tf_i8>(45, 200, 0, 0);
+  gemv_case<tf_i8>(33, 144, 1, 3);
+  gemv_case<tf_i8>(5, 9, 0, 0);
+  gemv_case<tf_mxfp4>(64, 1024, 0, 0);
+  gemv_case<tf_mxfp4>(45, 320, 0, 0);
+  gemv_case<tf_mxfp4>(33, 96, 1, 2);
+  gemv_case<tf_mxfp4>(3, 32, 0, 0);
+  static const int sh[3][2] = {{40, 256}, {17, 160}, {64, 512}};
+  static const int shm[3][2] = {{40, 512}, {17, 256}, {64, 1024}};
+  group_case<tf_bf16, 1>(3, sh);
+  group_case<tf_i8, 2>(3, sh);
+  group_case<tf_mxfp4, 4>(3, shm);
+  printf("%d of %d checks failed\n", failures, checks);
+  return failures ? 1 : 0;
+}
