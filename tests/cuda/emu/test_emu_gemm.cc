@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cuda_emu.h"
+#include "emu_check.h"
 
 extern "C" {
 #include "kernels/kernels.h"
@@ -25,7 +26,6 @@ extern "C" {
 
 enum { F_BF16, F_I8, F_F32, F_MXFP4 };
 static const char *fname[] = {"bf16", "int8", "f32", "mxfp4"};
-static int failures, checks;
 
 /* random weights in the release's layouts (kernels.h): bf16 and f32 row-
  * major, int8 with one float scale a row, MXFP4 packed two codes a byte
@@ -132,19 +132,10 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
     else if (fmt == F_I8) run_kernel(kernel, fmt_i8<8>{(const int8_t *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
     else if (fmt == F_F32) run_kernel(kernel, fmt_f32<8>{(const float *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
     else run_kernel(kernel, fmt_mxfp4<8>{w, sc}, n, cols, x, T, ldx, got.data(), ldy, rs);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < ny; i++)
-      if (memcmp(&ref[i], &got[i], 4) && !bad++) first = i;
-    checks++;
-    if (bad) {
-      failures++;
-      printf("FAIL gemm %s %d x %d rows from %d, T %d, ldx %zu, ldy %zu, %s: %zu of %zu differ, "
-             "first [%zu] ref %a got %a\n",
-             fname[fmt], rows, cols, r0, T, ldx, ldy, kname[kernel], bad, ny, first,
-             (double)ref[first], (double)got[first]);
-    } else
-      printf("ok   gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %s\n", fname[fmt],
-             rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, kname[kernel]);
+    char what[224];
+    snprintf(what, sizeof what, "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %s",
+             fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, kname[kernel]);
+    emu_same(what, ref.data(), got.data(), ny);
   }
 }
 
@@ -166,6 +157,5 @@ int main(void) {
       gemm_case(fmt, 17, 7, 3, 1, 2, 0, 0);
     }
   }
-  printf("%d of %d checks failed\n", failures, checks);
-  return failures ? 1 : 0;
+  return emu_summary();
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_emu.h"
+#include "emu_check.h"
 
 extern "C" {
 #include "kernels/kernels.h"
@@ -24,7 +25,6 @@ extern "C" {
 #define RAND_BITS_SEED 0xbf58476d1ce4e5b9ull
 #include "../rand_bits.h"
 
-static int failures, checks;
 static const char *fname[] = {"bf16", "int8", "", "mxfp4"};
 
 /* one matrix: weights (and scales) in the release's layouts, x, and the
@@ -87,19 +87,12 @@ static const char *vname[] = {"2 stages", "3 stages", "deep", "deep, 2 threads a
 
 /* y with 4 guard floats either side, NaN patterns, as the device test does */
 static void check(const char *what, const mat &m, const std::vector<float> &yb) {
-  size_t bad = 0, first = 0;
-  for (int i = 0; i < m.rows; i++)
-    if (memcmp(&m.ref[(size_t)i], &yb[4 + (size_t)i], 4) && !bad++) first = (size_t)i;
   uint32_t pat = 0xffffffffu;
+  size_t outside = 0;
   for (int i = 0; i < 4; i++)
-    if (memcmp(&yb[(size_t)i], &pat, 4) || memcmp(&yb[4 + (size_t)m.rows + i], &pat, 4)) bad++;
-  checks++;
-  if (bad) {
-    failures++;
-    printf("FAIL %s: %zu differ, first [%zu] ref %a got %a\n", what, bad, first,
-           (double)m.ref[first], (double)yb[4 + first]);
-  } else
-    printf("ok   %s\n", what);
+    outside += (size_t)(memcmp(&yb[(size_t)i], &pat, 4) != 0) +
+               (size_t)(memcmp(&yb[4 + (size_t)m.rows + i], &pat, 4) != 0);
+  emu_same(what, m.ref.data(), yb.data() + 4, (size_t)m.rows, outside);
 }
 
 template <class TF> static void run_variant(int v, const mat &m, float *y, const float *rs) {
@@ -176,6 +169,5 @@ int main(void) {
   group_case<tf_bf16, 1>(3, sh);
   group_case<tf_i8, 2>(3, sh);
   group_case<tf_mxfp4, 4>(3, shm);
-  printf("%d of %d checks failed\n", failures, checks);
-  return failures ? 1 : 0;
+  return emu_summary();
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_emu.h"
+#include "emu_check.h"
 
 extern "C" {
 #include "kernels/kernels.h"
@@ -25,25 +26,10 @@ extern "C" {
 #define RAND_BITS_SEED 0x94d049bb133111ebull
 #include "../rand_bits.h"
 
-static int failures, checks;
-
 static std::vector<float> rnd_vec(size_t n, int lo, int hi) {
   std::vector<float> v(n ? n : 1);
   for (size_t i = 0; i < n; i++) v[i] = rndf(lo, hi);
   return v;
-}
-
-static void same(const char *what, const float *ref, const float *got, size_t n) {
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < n; i++)
-    if (memcmp(&ref[i], &got[i], 4) && !bad++) first = i;
-  checks++;
-  if (bad) {
-    failures++;
-    printf("FAIL %s: %zu of %zu differ, first [%zu] ref %a got %a\n", what, bad, n, first,
-           (double)ref[first], (double)got[first]);
-  } else
-    printf("ok   %s (%zu values)\n", what, n);
 }
 
 /* rows of n floats ld apart, each normed with weight w (or none) */
@@ -58,7 +44,7 @@ static void rmsnorm_case(int rows, int n, size_t ld, int weighted) {
   char what[96];
   snprintf(what, sizeof what, "rmsnorm %d rows of %d, ld %zu%s", rows, n, ld,
            weighted ? "" : ", no weight");
-  same(what, ref.data(), got.data(), ref.size());
+  emu_same(what, ref.data(), got.data(), ref.size());
 }
 
 /* T rows from row t0 of the pass's rows, nS snapshots */
@@ -86,7 +72,7 @@ static void attn_res_case(int nS, int rows, int t0, int T, int H) {
   char what[96];
   snprintf(what, sizeof what, "attn res %d snapshots, rows %d..%d of %d, H %d", nS, t0, t0 + T,
            rows, H);
-  same(what, ref.data(), got.data(), n);
+  emu_same(what, ref.data(), got.data(), n);
 }
 
 int main(void) {
@@ -103,6 +89,5 @@ int main(void) {
   attn_res_case(0, 1, 0, 1, 1);
   attn_res_case(1, 1, 0, 1, 2);
   attn_res_case(3, 2, 0, 2, 12345);
-  printf("%d of %d checks failed\n", failures, checks);
-  return failures ? 1 : 0;
+  return emu_summary();
 }
