@@ -22,13 +22,10 @@ extern "C" {
 }
 #include "kernels/cuda/kmath.h"
 #include "kernels/cuda/kcuda_fmt.cuh"
-#include "kernels/cuda/kcuda_gemm.cuh"
 #include "kernels/cuda/kcuda_gemv.cuh"
+#include "kernels/cuda/kcuda_gemm.cuh"
 #include "kernels/cuda/kcuda_norm.cuh"
 
-#define GEMV_BLOCK 64 /* small blocks spread a 3072-row expert over more SMs */
-#define PF_CHUNK 1024u /* bytes per L2 prefetch request */
-#define PF_AHEAD 2048u /* how far ahead of the loads the prefetches run */
 
 struct df_cuda {
   int dev;
@@ -156,90 +153,6 @@ extern "C" double df_cuda_elapsed(df_cuda *c) {
       cudaEventElapsedTime(&ms, c->ev[0], c->ev[1]) != cudaSuccess)
     return -1;
   return ms / 1000.0;
-}
-
-/* An L2 prefetch of a contiguous range (the Hopper bulk-copy unit): one
- * request per row and chunk instead of many 32-byte sectors. */
-__device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  (void)p, (void)bytes;
-#endif
-}
-
-/* vec: cols % 16 == 0 (whole aligned steps, vector loads); otherwise one
- * element at a time with the columns past the end left out of their lanes
- * (which then stay +0, as the scalar loop's short last block leaves them).
- * The reduction is the lane tree of kern_scalar_t.h, acc[j] += acc[j + w]
- * for w = 8, 4, 2, 1: while w >= LPT lane j + w is in thread g + w / LPT
- * (a shuffle), below that it is in the same thread. */
-template <class F, int LPT, bool vec>
-__global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
-                                                     float *y, const float *rowscale, int pf) {
-  constexpr int G = LANES / LPT;
-  int gt = blockIdx.x * blockDim.x + threadIdx.x;
-  int r = gt / G, g = gt % G;
-  bool live = r < rows;
-  float acc[LPT];
-#pragma unroll
-  for (int j = 0; j < LPT; j++) acc[j] = 0.0f;
-  int nsteps = (cols + LANES - 1) / LANES;
-  if (live) {
-    if (vec) {
-      const char *rowp = (const char *)f.row((size_t)r, cols);
-      uint32_t rowbytes = (uint32_t)nsteps * F::step_bytes, fetched = 0;
-      for (int s0 = 0; s0 < nsteps; s0 += F::unroll) {
-        uint32_t want = (uint32_t)s0 * F::step_bytes + PF_AHEAD;
-        while (pf && g == 0 && fetched < rowbytes && fetched < want) {
-          uint32_t n = rowbytes - fetched < PF_CHUNK ? rowbytes - fetched : PF_CHUNK;
-          l2_prefetch(rowp + fetched, n);
-          fetched += n;
-        }
-        typename F::raw v[F::unroll];
-#pragma unroll
-        for (int u = 0; u < F::unroll; u++)
-          if (s0 + u < nsteps) v[u] = f.load((size_t)r, cols, s0 + u, g);
-#pragma unroll
-        for (int u = 0; u < F::unroll; u++) {
-          if (s0 + u >= nsteps) break;
-          int c0 = (s0 + u) * LANES + g * LPT;
-          float w[LPT], xv[LPT];
-          f.decode(v[u], w);
-          if (LPT >= 4) {
-#pragma unroll
-            for (int q = 0; q < LPT / 4; q++) {
-              float4 a = __ldg((const float4 *)(x + c0) + q);
-              xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
-            }
-          } else {
-            float2 a = __ldg((const float2 *)(x + c0));
-            xv[0] = a.x, xv[LPT - 1] = a.y;
-          }
-#pragma unroll
-          for (int j = 0; j < LPT; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(w[j], xv[j]));
-        }
-      }
-    } else {
-      for (int s = 0; s < nsteps; s++)
-        for (int j = 0; j < LPT; j++) {
-          int c = s * LANES + g * LPT + j;
-          if (c < cols) acc[j] = __fadd_rn(acc[j], __fmul_rn(f.one((size_t)r, cols, c), x[c]));
-        }
-    }
-  }
-#pragma unroll
-  for (int w = LANES / 2; w >= LPT; w >>= 1)
-#pragma unroll
-    for (int j = 0; j < LPT; j++) {
-      float o = __shfl_down_sync(0xffffffffu, acc[j], w / LPT);
-      acc[j] = __fadd_rn(acc[j], o); /* kept only where g < w / LPT: lane g*LPT+j < w */
-    }
-#pragma unroll
-  for (int w = LPT / 2; w >= 1; w >>= 1)
-#pragma unroll
-    for (int j = 0; j < w; j++) acc[j] = __fadd_rn(acc[j], acc[j + w]);
-  if (live && g == 0) y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
 }
 
 template <template <int> class F, int LPT, class A>
@@ -474,134 +387,6 @@ extern "C" int df_cuda_gemv_mxfp4(df_cuda *c, const uint8_t *packed, const uint8
   wargs a = {packed, scales};
   return gemv_launch<fmt_mxfp4>(c, "gemv mxfp4", a, rows, cols, x, y, NULL,
                                 ((uintptr_t)packed & 15) == 0, c->lpt[3]);
-}
-
-/* ---- GEMM: the GEMV's layout, each decoded weight applied to TB vectors ----
- * A thread holds the GEMV's LPT lanes of one row for TB vectors at once
- * (TB x LPT chains); each chain is the one the GEMV runs for that (row,
- * vector), so results equal it bit for bit whatever TB is. One block serves
- * GEMV_BLOCK / G rows for one block of TB vectors, and the vector block
- * varies fastest over blockIdx.x: the blocks reading the same rows are
- * dispatched together, so only the first takes them from HBM and the others
- * find them in L2.
- *
- * Measured on the H200 (ncu), the first version was latency-bound: a
- * quarter of the issue slots used, warps waiting on loads. Hence the vector
- * path's loads are pipelined: the next U steps' weights are in flight while
- * the current ones are used, and a step's x values for all TB vectors are
- * loaded before its products, with no branch between them. A short last
- * vector block therefore reads its last vector again in place of the
- * missing ones (valid memory; those results are not stored).
- *
- * U is below the GEMV's F::unroll: two batches of raw weights are live at
- * once, and with TB vectors each weight feeds TB times the arithmetic, so
- * fewer bytes in flight keep the units busy; the registers go to the
- * accumulators instead. */
-template <class F, int TB> struct gemm_unroll {
-  static constexpr int v = TB >= 8 ? (F::unroll >= 8 ? F::unroll / 4 : 2)
-                           : TB >= 4 ? (F::unroll >= 4 ? F::unroll / 2 : 2)
-                                     : F::unroll / 2;
-};
-
-template <int LPT> __device__ static inline void load_x(const float *p, float xv[LPT]) {
-  if (LPT >= 4) {
-#pragma unroll
-    for (int q = 0; q < LPT / 4; q++) {
-      float4 a = __ldg((const float4 *)p + q);
-      xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
-    }
-  } else {
-    float2 a = __ldg((const float2 *)p);
-    xv[0] = a.x, xv[LPT - 1] = a.y;
-  }
-}
-
-/* at most 128 registers a thread (8 blocks of 64 per SM): the accumulators
- * fit, and enough warps stay resident to cover the loads */
-template <class F, int LPT, bool vec, int TB>
-__global__ void __launch_bounds__(GEMV_BLOCK, 8)
-    gemm_k(F f, int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy,
-           const float *rowscale, int nvb) {
-  constexpr int G = LANES / LPT, U = gemm_unroll<F, TB>::v;
-  int vb = (int)(blockIdx.x % (unsigned)nvb);
-  long gt = (long)(blockIdx.x / (unsigned)nvb) * GEMV_BLOCK + threadIdx.x;
-  int r = (int)(gt / G), g = (int)(gt % G);
-  int t0 = vb * TB, nt = T - t0 < TB ? T - t0 : TB;
-  bool live = r < rows;
-  const float *X0 = X + (size_t)t0 * ldx;
-  float acc[TB][LPT];
-#pragma unroll
-  for (int t = 0; t < TB; t++)
-#pragma unroll
-    for (int j = 0; j < LPT; j++) acc[t][j] = 0.0f;
-  int nsteps = (cols + LANES - 1) / LANES;
-  if (live) {
-    if (vec) {
-      const float *xp[TB];
-#pragma unroll
-      for (int t = 0; t < TB; t++) xp[t] = X0 + (size_t)(t < nt ? t : nt - 1) * ldx + g * LPT;
-      typename F::raw v[U], vn[U];
-#pragma unroll
-      for (int u = 0; u < U; u++)
-        if (u < nsteps) v[u] = f.load((size_t)r, cols, u, g);
-      for (int s0 = 0; s0 < nsteps; s0 += U) {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-          if (s0 + U + u < nsteps) vn[u] = f.load((size_t)r, cols, s0 + U + u, g);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-          if (s0 + u >= nsteps) break;
-          int c = (s0 + u) * LANES;
-          float w[LPT], xv[TB][LPT];
-          f.decode(v[u], w);
-#pragma unroll
-          for (int t = 0; t < TB; t++) load_x<LPT>(xp[t] + c, xv[t]);
-#pragma unroll
-          for (int t = 0; t < TB; t++)
-#pragma unroll
-            for (int j = 0; j < LPT; j++)
-              acc[t][j] = __fadd_rn(acc[t][j], __fmul_rn(w[j], xv[t][j]));
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) v[u] = vn[u];
-      }
-    } else {
-      for (int s = 0; s < nsteps; s++)
-#pragma unroll
-        for (int j = 0; j < LPT; j++) {
-          int c = s * LANES + g * LPT + j;
-          if (c >= cols) break; /* the columns past the end: their lanes stay +0 */
-          float w = f.one((size_t)r, cols, c);
-#pragma unroll
-          for (int t = 0; t < TB; t++) {
-            if (t >= nt) break;
-            acc[t][j] = __fadd_rn(acc[t][j], __fmul_rn(w, X0[(size_t)t * ldx + c]));
-          }
-        }
-    }
-  }
-  /* the GEMV's tree for each vector; every thread of the warp takes part in
-   * the shuffles, dead rows and skipped vectors included */
-#pragma unroll
-  for (int t = 0; t < TB; t++) {
-#pragma unroll
-    for (int w = LANES / 2; w >= LPT; w >>= 1)
-#pragma unroll
-      for (int j = 0; j < LPT; j++) {
-        float o = __shfl_down_sync(0xffffffffu, acc[t][j], w / LPT);
-        acc[t][j] = __fadd_rn(acc[t][j], o);
-      }
-#pragma unroll
-    for (int w = LPT / 2; w >= 1; w >>= 1)
-#pragma unroll
-      for (int j = 0; j < w; j++) acc[t][j] = __fadd_rn(acc[t][j], acc[t][j + w]);
-  }
-  if (live && g == 0)
-#pragma unroll
-    for (int t = 0; t < TB; t++) {
-      if (t >= nt) break;
-      Y[(size_t)(t0 + t) * ldy + r] = rowscale ? __fmul_rn(acc[t][0], rowscale[r]) : acc[t][0];
-    }
 }
 
 template <template <int> class F, int LPT, int TB>

@@ -1,5 +1,5 @@
-/* The row-tile GEMV kernels (the default GEMV for bf16, int8 and MXFP4),
- * the single launch and the grouped one. A header of its own, as
+/* The GEMV kernels: the lanes layout and the row tiles (the default for
+ * bf16, int8 and MXFP4), the single launch and the grouped one. A header of its own, as
  * kcuda_gemm.cuh, so tests/cuda/emu runs these same kernels on the host
  * (where cp.async is a plain copy: the emulation checks the rows, lanes and
  * order, not the asynchronous copies' waits). Needs kcuda_fmt.cuh. */
@@ -10,6 +10,95 @@ extern "C" {
 #include "kernels/cuda/kcuda.h"
 }
 #include "kernels/cuda/kcuda_fmt.cuh"
+
+/* ---- GEMV, lanes layout (f32's GEMV, and every format's where chosen) ---- */
+#define GEMV_BLOCK 64 /* small blocks spread a 3072-row expert over more SMs */
+#define PF_CHUNK 1024u /* bytes per L2 prefetch request */
+#define PF_AHEAD 2048u /* how far ahead of the loads the prefetches run */
+
+/* An L2 prefetch of a contiguous range (the Hopper bulk-copy unit): one
+ * request per row and chunk instead of many 32-byte sectors. */
+__device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+/* vec: cols % 16 == 0 (whole aligned steps, vector loads); otherwise one
+ * element at a time with the columns past the end left out of their lanes
+ * (which then stay +0, as the scalar loop's short last block leaves them).
+ * The reduction is the lane tree of kern_scalar_t.h, acc[j] += acc[j + w]
+ * for w = 8, 4, 2, 1: while w >= LPT lane j + w is in thread g + w / LPT
+ * (a shuffle), below that it is in the same thread. */
+template <class F, int LPT, bool vec>
+__global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
+                                                     float *y, const float *rowscale, int pf) {
+  constexpr int G = LANES / LPT;
+  int gt = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = gt / G, g = gt % G;
+  bool live = r < rows;
+  float acc[LPT];
+#pragma unroll
+  for (int j = 0; j < LPT; j++) acc[j] = 0.0f;
+  int nsteps = (cols + LANES - 1) / LANES;
+  if (live) {
+    if (vec) {
+      const char *rowp = (const char *)f.row((size_t)r, cols);
+      uint32_t rowbytes = (uint32_t)nsteps * F::step_bytes, fetched = 0;
+      for (int s0 = 0; s0 < nsteps; s0 += F::unroll) {
+        uint32_t want = (uint32_t)s0 * F::step_bytes + PF_AHEAD;
+        while (pf && g == 0 && fetched < rowbytes && fetched < want) {
+          uint32_t n = rowbytes - fetched < PF_CHUNK ? rowbytes - fetched : PF_CHUNK;
+          l2_prefetch(rowp + fetched, n);
+          fetched += n;
+        }
+        typename F::raw v[F::unroll];
+#pragma unroll
+        for (int u = 0; u < F::unroll; u++)
+          if (s0 + u < nsteps) v[u] = f.load((size_t)r, cols, s0 + u, g);
+#pragma unroll
+        for (int u = 0; u < F::unroll; u++) {
+          if (s0 + u >= nsteps) break;
+          int c0 = (s0 + u) * LANES + g * LPT;
+          float w[LPT], xv[LPT];
+          f.decode(v[u], w);
+          if (LPT >= 4) {
+#pragma unroll
+            for (int q = 0; q < LPT / 4; q++) {
+              float4 a = __ldg((const float4 *)(x + c0) + q);
+              xv[4 * q] = a.x, xv[4 * q + 1] = a.y, xv[4 * q + 2] = a.z, xv[4 * q + 3] = a.w;
+            }
+          } else {
+            float2 a = __ldg((const float2 *)(x + c0));
+            xv[0] = a.x, xv[LPT - 1] = a.y;
+          }
+#pragma unroll
+          for (int j = 0; j < LPT; j++) acc[j] = __fadd_rn(acc[j], __fmul_rn(w[j], xv[j]));
+        }
+      }
+    } else {
+      for (int s = 0; s < nsteps; s++)
+        for (int j = 0; j < LPT; j++) {
+          int c = s * LANES + g * LPT + j;
+          if (c < cols) acc[j] = __fadd_rn(acc[j], __fmul_rn(f.one((size_t)r, cols, c), x[c]));
+        }
+    }
+  }
+#pragma unroll
+  for (int w = LANES / 2; w >= LPT; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < LPT; j++) {
+      float o = __shfl_down_sync(0xffffffffu, acc[j], w / LPT);
+      acc[j] = __fadd_rn(acc[j], o); /* kept only where g < w / LPT: lane g*LPT+j < w */
+    }
+#pragma unroll
+  for (int w = LPT / 2; w >= 1; w >>= 1)
+#pragma unroll
+    for (int j = 0; j < w; j++) acc[j] = __fadd_rn(acc[j], acc[j + w]);
+  if (live && g == 0) y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
+}
 
 /* ---- GEMV, row tiles: the default for bf16, int8 and MXFP4 ----
  * The lanes layout above keeps each thread's loads inside its own row, so

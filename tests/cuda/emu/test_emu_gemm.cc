@@ -1,6 +1,7 @@
-/* The GPU's shared-memory GEMM kernels (src/kernels/cuda/kcuda_gemm.cuh:
- * the register tiles and one lane a thread, the vector and the element-by-
- * element staging) run on the host through cuda_emu.h, against the scalar
+/* The GPU's GEMM kernels for T > 1 (src/kernels/cuda/kcuda_gemm.cuh: the
+ * lanes layout with 8, 4 and 2 lanes a thread, the register tiles, one lane
+ * a thread; vector and element-by-element loads) run on the host through
+ * cuda_emu.h, launched as kcuda.cu launches them, against the scalar
  * reference table bit for bit (memcmp), in every weight format: shapes
  * whose rows, vectors and columns end inside a block, a step and a chunk,
  * a row range that starts mid-matrix (unaligned weights), x shifted off
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <type_traits>
 
 #include "cuda_emu.h"
 #include "emu_check.h"
@@ -95,6 +98,26 @@ static void run_kernel(int kernel, const F &f, int rows, int cols, const float *
   }
 }
 
+/* The lanes layout (gemm_k) with LPT lanes a thread, its vector block as
+ * kcuda.cu's gemm_tb picks it for T; make(LPT) builds the format. */
+template <int LPT, class M>
+static void run_lanes(const M &make, bool vec, int rows, int cols, const float *X, int T,
+                      size_t ldx, float *Y, size_t ldy, const float *rs) {
+  auto f = make(std::integral_constant<int, LPT>{});
+  using F = decltype(f);
+  long rblocks = ((long)(LANES / LPT) * rows + GEMV_BLOCK - 1) / GEMV_BLOCK;
+  auto go = [&](auto tbc) {
+    constexpr int TB = decltype(tbc)::value;
+    int nvb = (T + TB - 1) / TB;
+    dim3 g((unsigned)(rblocks * nvb));
+    if (vec) emu_launch(g, dim3(GEMV_BLOCK), gemm_k<F, LPT, true, TB>, f, rows, cols, X, T, ldx, Y, ldy, rs, nvb);
+    else emu_launch(g, dim3(GEMV_BLOCK), gemm_k<F, LPT, false, TB>, f, rows, cols, X, T, ldx, Y, ldy, rs, nvb);
+  };
+  if (T <= 2) go(std::integral_constant<int, 2>{});
+  else if (T <= 4) go(std::integral_constant<int, 4>{});
+  else go(std::integral_constant<int, LPT >= 8 ? 4 : 8>{});
+}
+
 /* rows [r0, rows) of a rows x cols matrix for T vectors, x rows ldx =
  * cols + xpad apart starting xoff floats into its buffer, y rows ldy =
  * (rows - r0) + ypad apart */
@@ -123,15 +146,32 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const float *x = X + xoff;
   bool vec = ((uintptr_t)w & 15) == 0 && cols % LANES == 0 && ((uintptr_t)x & 15) == 0 &&
              ldx % 4 == 0;
-  static const char *kname[] = {"register tiles", "a lane a thread", "a lane a thread, vector"};
-  for (int kernel = 0; kernel < 3; kernel++) {
+  static const char *kname[] = {"register tiles", "a lane a thread", "a lane a thread, vector",
+                                "lanes 8", "lanes 4", "lanes 2"};
+  const float *rs = fmt == F_I8 ? (const float *)sc : NULL;
+  for (int kernel = 0; kernel < 6; kernel++) {
     if (kernel == 2 && !vec) continue;
     memset(got.data(), 0xff, ny * 4);
-    const float *rs = fmt == F_I8 ? (const float *)sc : NULL;
-    if (fmt == F_BF16) run_kernel(kernel, fmt_bf16<8>{(const uint16_t *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
-    else if (fmt == F_I8) run_kernel(kernel, fmt_i8<8>{(const int8_t *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
-    else if (fmt == F_F32) run_kernel(kernel, fmt_f32<8>{(const float *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
-    else run_kernel(kernel, fmt_mxfp4<8>{w, sc}, n, cols, x, T, ldx, got.data(), ldy, rs);
+    if (kernel < 3) {
+      if (fmt == F_BF16) run_kernel(kernel, fmt_bf16<8>{(const uint16_t *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
+      else if (fmt == F_I8) run_kernel(kernel, fmt_i8<8>{(const int8_t *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
+      else if (fmt == F_F32) run_kernel(kernel, fmt_f32<8>{(const float *)w}, n, cols, x, T, ldx, got.data(), ldy, rs);
+      else run_kernel(kernel, fmt_mxfp4<8>{w, sc}, n, cols, x, T, ldx, got.data(), ldy, rs);
+    } else {
+      int lpt = kernel == 3 ? 8 : kernel == 4 ? 4 : 2;
+      auto lanes = [&](auto mk) {
+        if (lpt == 8) run_lanes<8>(mk, vec, n, cols, x, T, ldx, got.data(), ldy, rs);
+        else if (lpt == 4) run_lanes<4>(mk, vec, n, cols, x, T, ldx, got.data(), ldy, rs);
+        else run_lanes<2>(mk, vec, n, cols, x, T, ldx, got.data(), ldy, rs);
+      };
+      if (fmt == F_BF16)
+        lanes([&](auto lc) { return fmt_bf16<decltype(lc)::value>{(const uint16_t *)w}; });
+      else if (fmt == F_I8)
+        lanes([&](auto lc) { return fmt_i8<decltype(lc)::value>{(const int8_t *)w}; });
+      else if (fmt == F_F32)
+        lanes([&](auto lc) { return fmt_f32<decltype(lc)::value>{(const float *)w}; });
+      else lanes([&](auto lc) { return fmt_mxfp4<decltype(lc)::value>{w, sc}; });
+    }
     char what[224];
     snprintf(what, sizeof what, "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %s",
              fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, kname[kernel]);

@@ -1,8 +1,9 @@
-/* The GPU's row-tile GEMVs (src/kernels/cuda/kcuda_gemv.cuh: the default
- * GEMV for bf16, int8 and MXFP4) run on the host through cuda_emu.h, in
- * every variant the launch picks from (2 and 3 stages, deep, deep with two
- * and four threads a row), with the loads the operands' alignment allows
- * and element by element, single and grouped, against the scalar
+/* The GPU's GEMVs (src/kernels/cuda/kcuda_gemv.cuh) run on the host
+ * through cuda_emu.h: the row tiles (the default for bf16, int8 and MXFP4)
+ * in every variant the launch picks from (2 and 3 stages, deep, deep with
+ * two and four threads a row), with the loads the operands' alignment
+ * allows and element by element, single and grouped; the lanes layout with
+ * 8, 4 and 2 lanes a thread in every format, against the scalar
  * reference's GEMV bit for bit: K3-like rows, rows ending mid-block,
  * chunks and steps cut short, unaligned weights and x. The bytes around
  * each y must stay untouched. No GPU needed (label unit); on the GPU,
@@ -25,7 +26,7 @@ extern "C" {
 #define RAND_BITS_SEED 0xbf58476d1ce4e5b9ull
 #include "../rand_bits.h"
 
-static const char *fname[] = {"bf16", "int8", "", "mxfp4"};
+static const char *fname[] = {"bf16", "int8", "f32", "mxfp4"};
 
 /* one matrix: weights (and scales) in the release's layouts, x, and the
  * reference's y */
@@ -41,10 +42,15 @@ struct mat {
 static void mkmat(mat &m, int fmt, int rows, int cols, int wshift, int xshift) {
   m.fmt = fmt, m.rows = rows, m.cols = cols;
   size_t n = (size_t)rows * cols;
-  size_t wb = fmt == 0 ? n * 2 : fmt == 1 ? n : n / 2;
+  size_t wb = fmt == 0 ? n * 2 : fmt == 1 ? n : fmt == 2 ? n * 4 : n / 2;
   m.wbuf.assign(wb + 32, 0);
   uint8_t *w = (uint8_t *)(((uintptr_t)m.wbuf.data() + 15) & ~(uintptr_t)15) + wshift;
   for (size_t i = 0; i < wb; i++) w[i] = (uint8_t)rnd();
+  if (fmt == 2)
+    for (size_t i = 0; i < n; i++) {
+      float f = rndf(-10, 1);
+      memcpy(w + 4 * i, &f, 4);
+    }
   if (fmt == 0) /* bf16: no NaN or infinity (an exponent below 2^11) */
     for (size_t i = 0; i < n; i++) w[2 * i + 1] = (uint8_t)((w[2 * i + 1] & 0x80) | (0x3a + rnd() % 12));
   m.sbuf.clear();
@@ -68,6 +74,7 @@ static void mkmat(mat &m, int fmt, int rows, int cols, int wshift, int xshift) {
   m.ref.assign((size_t)rows, 0.0f);
   const df_kern *k = df_kern_scalar();
   if (fmt == 0) k->gemm_bf16((const uint16_t *)w, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
+  else if (fmt == 2) k->gemm_f32((const float *)w, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
   else if (fmt == 1)
     k->gemm_i8((const int8_t *)w, (const float *)m.S, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
   else k->gemm_mxfp4(w, m.S, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
@@ -122,6 +129,39 @@ template <class TF> static void gemv_case(int rows, int cols, int wshift, int xs
   }
 }
 
+/* The lanes layout (gemv_k: f32's GEMV, any format's where chosen) with
+ * 8, 4 and 2 lanes a thread, vector loads (with and without the L2
+ * prefetch's bookkeeping, a no-op here) where the operands allow, and
+ * element by element; launched as kcuda.cu's gemv_go launches it. */
+template <int LPT, class F> static void lanes_one(const F &f, const mat &m, int vec, int pf) {
+  std::vector<float> yb((size_t)m.rows + 8);
+  memset(yb.data(), 0xff, yb.size() * 4);
+  long threads = (long)(LANES / LPT) * m.rows;
+  dim3 g((unsigned)((threads + GEMV_BLOCK - 1) / GEMV_BLOCK));
+  const float *rs = m.fmt == 1 ? (const float *)m.S : NULL;
+  if (vec) emu_launch(g, dim3(GEMV_BLOCK), gemv_k<F, LPT, true>, f, m.rows, m.cols, m.x, yb.data() + 4, rs, pf);
+  else emu_launch(g, dim3(GEMV_BLOCK), gemv_k<F, LPT, false>, f, m.rows, m.cols, m.x, yb.data() + 4, rs, 0);
+  char what[160];
+  snprintf(what, sizeof what, "gemv %s %d x %d, lanes %d, %s%s", fname[m.fmt], m.rows, m.cols, LPT,
+           vec ? "vector" : "element by element", pf ? ", prefetch" : "");
+  check(what, m, yb);
+}
+template <int LPT> static void lanes_lpt(const mat &m, int vec, int pf) {
+  if (m.fmt == 0) lanes_one<LPT>(fmt_bf16<LPT>{(const uint16_t *)m.W}, m, vec, pf);
+  else if (m.fmt == 1) lanes_one<LPT>(fmt_i8<LPT>{(const int8_t *)m.W}, m, vec, pf);
+  else if (m.fmt == 2) lanes_one<LPT>(fmt_f32<LPT>{(const float *)m.W}, m, vec, pf);
+  else lanes_one<LPT>(fmt_mxfp4<LPT>{m.W, m.S}, m, vec, pf);
+}
+static void lanes_case(int fmt, int rows, int cols, int wshift, int xshift) {
+  mat m;
+  mkmat(m, fmt, rows, cols, wshift, xshift);
+  int vec = ((uintptr_t)m.W & 15) == 0 && cols % LANES == 0 && ((uintptr_t)m.x & 15) == 0;
+  for (int k = 0; k < (vec ? 3 : 1); k++) {
+    int v = k > 0, pf = k == 2;
+    lanes_lpt<8>(m, v, pf), lanes_lpt<4>(m, v, pf), lanes_lpt<2>(m, v, pf);
+  }
+}
+
 /* n matrices in one grouped launch (kcuda.cu's tile_group_launch: 32 / G
  * rows a block, each matrix's blocks after the previous one's), variant
  * deep with G threads a row */
@@ -164,6 +204,11 @@ int main(void) {
   gemv_case<tf_mxfp4>(45, 320, 0, 0);
   gemv_case<tf_mxfp4>(33, 96, 1, 2);
   gemv_case<tf_mxfp4>(3, 32, 0, 0);
+  for (int fmt = 0; fmt < 4; fmt++) {
+    lanes_case(fmt, 70, 256, 0, 0);
+    lanes_case(fmt, 33, 96, fmt == 0 ? 2 : fmt == 2 ? 4 : 1, 1);
+    if (fmt != 3) lanes_case(fmt, 9, 23, 0, 0);
+  }
   static const int sh[3][2] = {{40, 256}, {17, 160}, {64, 512}};
   static const int shm[3][2] = {{40, 512}, {17, 256}, {64, 1024}};
   group_case<tf_bf16, 1>(3, sh);
