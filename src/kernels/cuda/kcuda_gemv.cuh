@@ -1,8 +1,9 @@
 /* The GEMV kernels: the lanes layout and the row tiles (the default for
  * bf16, int8 and MXFP4), the single launch and the grouped one. A header of its own, as
  * kcuda_gemm.cuh, so tests/cuda/emu runs these same kernels on the host
- * (where cp.async is a plain copy: the emulation checks the rows, lanes and
- * order, not the asynchronous copies' waits). Needs kcuda_fmt.cuh. */
+ * (where a cp.async copy lands only when a wait_group lets its group
+ * complete, so a stage read before its wait reads stale bytes there too).
+ * Needs kcuda_fmt.cuh. */
 #ifndef DF_KERNELS_CUDA_KCUDA_GEMV_CUH
 #define DF_KERNELS_CUDA_KCUDA_GEMV_CUH
 
@@ -149,6 +150,8 @@ __device__ static inline void cp_async16(void *sdst, const void *gsrc) {
                    (uint32_t)__cvta_generic_to_shared(sdst)),
                "l"(__cvta_generic_to_global(gsrc))
                : "memory");
+#elif defined(DF_CUDA_EMU)
+  emu_cp_async(sdst, gsrc, 16);
 #else
   *(uint4 *)sdst = *(const uint4 *)gsrc;
 #endif
@@ -159,6 +162,8 @@ __device__ static inline void cp_async8(void *sdst, const void *gsrc) {
                    (uint32_t)__cvta_generic_to_shared(sdst)),
                "l"(__cvta_generic_to_global(gsrc))
                : "memory");
+#elif defined(DF_CUDA_EMU)
+  emu_cp_async(sdst, gsrc, 8);
 #else
   *(uint2 *)sdst = *(const uint2 *)gsrc;
 #endif
@@ -166,11 +171,15 @@ __device__ static inline void cp_async8(void *sdst, const void *gsrc) {
 __device__ static inline void cp_async_commit(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;" ::: "memory");
+#elif defined(DF_CUDA_EMU)
+  emu_cp_commit();
 #endif
 }
 template <int N> __device__ static inline void cp_async_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#elif defined(DF_CUDA_EMU)
+  emu_cp_wait(N);
 #endif
 }
 

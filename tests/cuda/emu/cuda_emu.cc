@@ -2,14 +2,27 @@
  * (cuda_emu.h). A block's threads are coroutines on stacks of their own;
  * each runs until it waits at a barrier or returns, then the scheduler
  * releases every barrier that all its live threads have reached and runs
- * the released threads again, in thread order. */
+ * the released threads again, in thread order (odd blocks: reversed). */
 #include "cuda_emu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <ucontext.h>
 
+#include <deque>
 #include <vector>
+
+struct emu_copy {
+  void *dst;
+  const void *src;
+  int bytes;
+};
+/* per thread: copies issued since the last commit, then committed groups
+ * oldest first */
+struct emu_async {
+  std::vector<emu_copy> open;
+  std::deque<std::vector<emu_copy>> groups;
+};
 
 enum { EMU_RUN = -2, EMU_DONE = -3, EMU_BLOCK = -1 };
 enum { EMU_STACK = 64 * 1024 };
@@ -22,6 +35,7 @@ static struct {
   std::vector<char> stacks;
   std::vector<int> wait; /* per thread: EMU_RUN, EMU_DONE, EMU_BLOCK or its warp */
   std::vector<int> parity; /* per thread: its shuffles so far, mod 2 */
+  std::vector<emu_async> async;
   uint32_t slot[2][32][32];
 } B;
 
@@ -74,6 +88,7 @@ void emu_run_block(const std::function<void()> &body) {
   B.stacks.resize((size_t)n * EMU_STACK);
   B.wait.assign((size_t)n, EMU_RUN);
   B.parity.assign((size_t)n, 0);
+  B.async.assign((size_t)n, emu_async());
   for (int t = 0; t < n; t++) {
     getcontext(&B.ctx[t]);
     B.ctx[t].uc_stack.ss_sp = &B.stacks[(size_t)t * EMU_STACK];
@@ -81,8 +96,12 @@ void emu_run_block(const std::function<void()> &body) {
     B.ctx[t].uc_link = &B.sched;
     makecontext(&B.ctx[t], emu_entry, 0);
   }
+  /* odd blocks run their threads last to first: two orders of the same
+   * kernel, so a missing barrier that one order hides the other may show */
+  int rev = (blockIdx.x + blockIdx.y + blockIdx.z) & 1;
   while (B.live > 0) {
-    for (int t = 0; t < n; t++) {
+    for (int i = 0; i < n; i++) {
+      int t = rev ? n - 1 - i : i;
       if (B.wait[t] != EMU_RUN) continue;
       threadIdx = uint3{(unsigned)t, 0, 0};
       swapcontext(&B.sched, &B.ctx[t]);
@@ -92,6 +111,22 @@ void emu_run_block(const std::function<void()> &body) {
               blockIdx.x, blockIdx.y, blockIdx.z);
       abort();
     }
+  }
+}
+
+void emu_cp_async(void *dst, const void *src, int bytes) {
+  B.async[threadIdx.x].open.push_back(emu_copy{dst, src, bytes});
+}
+void emu_cp_commit(void) {
+  emu_async &a = B.async[threadIdx.x];
+  a.groups.push_back(std::move(a.open));
+  a.open.clear();
+}
+void emu_cp_wait(int n) {
+  emu_async &a = B.async[threadIdx.x];
+  while ((int)a.groups.size() > n) {
+    for (const emu_copy &c : a.groups.front()) memcpy(c.dst, c.src, (size_t)c.bytes);
+    a.groups.pop_front();
   }
 }
 

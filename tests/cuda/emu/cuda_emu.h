@@ -13,9 +13,12 @@
  * __fmul_rn are on the GPU; the GPU's own units and speed are not modelled
  * (gpu.test_cuda_kernels on the GPU machine checks those). A barrier that
  * only some threads reach stops the test here (a deadlock the scheduler
- * sees). The threads run in a fixed order between barriers, so a race
- * between two threads gives the same result every time: race freedom is
- * argued in the kernel, not proved here. */
+ * sees). The threads run in a fixed order between barriers (first to last
+ * in even blocks, last to first in odd ones), so a race between two threads
+ * gives the same result every time: a missing barrier shows only where one
+ * of the two orders lets a thread read what another has not yet written or
+ * has already overwritten; race freedom is argued in the kernel, not
+ * proved here. */
 #ifndef DF_TESTS_CUDA_EMU_CUDA_EMU_H
 #define DF_TESTS_CUDA_EMU_CUDA_EMU_H
 
@@ -122,6 +125,15 @@ static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return __builtin_sqrtf(a); }
+
+/* cp.async as PTX defines it: a copy is pending until a wait_group that
+ * leaves at most N of the thread's newer committed groups pending; only
+ * then are its bytes copied (the kernel headers call these under
+ * DF_CUDA_EMU, in place of the PTX) */
+#define DF_CUDA_EMU 1
+void emu_cp_async(void *dst, const void *src, int bytes);
+void emu_cp_commit(void);
+void emu_cp_wait(int n);
 
 /* a launch's dynamic shared memory (emu_launch_dyn's bytes, 16-aligned) */
 void *emu_dyn_shared(void);

@@ -9,3 +9,7 @@ void emu_attn_res_ref(float *xn, const float *snaps, size_t ss, int nS, const fl
                       float eps, float *tmp) {
   df_attn_res_ref(xn, snaps, ss, nS, last, T, H, res_norm, res_proj, norm, eps, tmp);
 }
+
+void emu_kda_ref(const df_cuda_kda_args *a) { df_kda_ref(a); }
+void emu_mla_ref_attn(const df_cuda_mla_args *a) { df_mla_ref_attn(a); }
+void emu_mla_ref_gate(float *o, float *g, size_t n) { df_mla_ref_gate(o, g, n); }

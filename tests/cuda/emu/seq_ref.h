@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include "kernels/cuda/kcuda_seq.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -12,6 +14,10 @@ extern "C" {
 void emu_attn_res_ref(float *xn, const float *snaps, size_t ss, int nS, const float *last, int T,
                       int H, const float *res_norm, const float *res_proj, const float *norm,
                       float eps, float *tmp);
+/* df_kda_ref, df_mla_ref_attn, df_mla_ref_gate */
+void emu_kda_ref(const df_cuda_kda_args *a);
+void emu_mla_ref_attn(const df_cuda_mla_args *a);
+void emu_mla_ref_gate(float *o, float *g, size_t n);
 
 #ifdef __cplusplus
 }
