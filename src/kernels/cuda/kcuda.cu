@@ -525,28 +525,6 @@ __device__ static inline float sigm(float v) {
   return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
 }
 
-/* The max and the sum are one thread's ascending loops: the scalar softmax
- * sums sequentially, so no tree may replace it. */
-__global__ void softmax_k(float *x, int n) {
-  __shared__ float m_s, sum_s;
-  if (threadIdx.x == 0) {
-    float m = x[0];
-    for (int i = 1; i < n; i++)
-      if (x[i] > m) m = x[i];
-    m_s = m;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = df_km_expf(__fsub_rn(x[i], m_s));
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s = __fadd_rn(s, x[i]);
-    sum_s = s;
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = __fdiv_rn(x[i], sum_s);
-}
-
 __global__ void sigmoid_k(float *x, int n, int silu) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     x[i] = silu ? __fmul_rn(x[i], sigm(x[i])) : sigm(x[i]);

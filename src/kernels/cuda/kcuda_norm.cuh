@@ -1,19 +1,15 @@
-/* The lane-16 sums on the GPU and the kernels built on them: rmsnorm and
- * AttnRes (kimi-k3.md 5.1). A header of its own, as kcuda_gemm.cuh, so
+/* The lane-16 sums on the GPU and the kernels built on them, rmsnorm and
+ * AttnRes (kimi-k3.md 5.1), and the block's softmax. A header of its own, as kcuda_gemm.cuh, so
  * tests/cuda/emu runs these same kernels on the host. Needs kcuda_fmt.cuh
  * (LANES) and kmath.h (expf). */
 #ifndef DF_KERNELS_CUDA_KCUDA_NORM_CUH
 #define DF_KERNELS_CUDA_KCUDA_NORM_CUH
 
+#include "kernels/cuda/kcuda_block.cuh"
 #include "kernels/cuda/kcuda_fmt.cuh"
 #include "kernels/cuda/kmath.h"
 
 #define VBLOCK 256 /* the vector kernels' block */
-
-/* a kernel's dynamic shared memory (the emulator declares it its way) */
-#ifndef DF_DYN_SHARED
-#define DF_DYN_SHARED(type, name) extern __shared__ type name[]
-#endif
 
 /* The lane-16 sum of f(0) .. f(n - 1) (kernels.h's order: lane j adds the
  * terms i = j mod 16 in ascending i, then lane_reduce's tree), every
@@ -75,6 +71,8 @@ __global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, size_
     y[i] = w ? __fmul_rn(t, w[i]) : t;
   }
 }
+
+__global__ void softmax_k(float *x, int n) { block_softmax(x, n); }
 
 /* AttnRes in three kernels: a row's scores are nS + 1 chains of 448 adds
  * at K3's size, so they go a block each, in parallel; the weighted sum a

@@ -8,14 +8,10 @@
 extern "C" {
 #include "kernels/cuda/kcuda_seq.h"
 }
+#include "kernels/cuda/kcuda_block.cuh"
 #include "kernels/cuda/kmath.h"
 
 #define SEQ_LANES 16
-
-/* a kernel's dynamic shared memory (the emulator declares it its way) */
-#ifndef DF_DYN_SHARED
-#define DF_DYN_SHARED(type, name) extern __shared__ type name[]
-#endif
 
 /* One thread per (input, channel): the window's sum over the stored inputs
  * then the new one, ascending, as conv_task's. */
@@ -160,7 +156,6 @@ __device__ static inline float mla_w(const df_cuda_mla_args &a, size_t r, int c)
  * sums over the positions, ascending). */
 __global__ void mla_attn_k(df_cuda_mla_args a) {
   DF_DYN_SHARED(float, qlat);
-  __shared__ float m_s, sum_s;
   int t = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
   int dn = a.dn, dr = a.dr, kr = a.kr, n = a.n0 + t + 1;
   size_t w = (size_t)(kr + dr), ntot = (size_t)a.n0 + a.T, r0 = (size_t)h * (dn + a.dv);
@@ -183,22 +178,7 @@ __global__ void mla_attn_k(df_cuda_mla_args a) {
     sc[s] = __fmul_rn(sum, scale);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float m = sc[0];
-    for (int s = 1; s < n; s++)
-      if (sc[s] > m) m = sc[s];
-    m_s = m;
-  }
-  __syncthreads();
-  for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = df_km_expf(__fsub_rn(sc[s], m_s));
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float sum = 0.0f;
-    for (int s = 0; s < n; s++) sum = __fadd_rn(sum, sc[s]);
-    sum_s = sum;
-  }
-  __syncthreads();
-  for (int s = threadIdx.x; s < n; s += blockDim.x) sc[s] = __fdiv_rn(sc[s], sum_s);
+  block_softmax(sc, n);
   __syncthreads();
   for (int i = threadIdx.x; i < kr; i += blockDim.x) {
     float acc = 0.0f;

@@ -1,12 +1,12 @@
 /* The GPU's lane-16 sums and the kernels on them (src/kernels/cuda/
  * kcuda_norm.cuh: rmsnorm over strided rows, AttnRes's scores, weighted
- * sum and norm) run on the host through cuda_emu.h, launched as
- * df_cuda_rmsnorm_rows and df_cuda_attn_res launch them, against the
- * scalar reference (kcuda_seq_ref.h's df_attn_res_ref, the scalar table's
- * rmsnorm) bit for bit: K3's hidden size, rows longer than one shared-memory
- * chunk, one snapshot and twenty, a row range of the pass's snapshots. No
- * GPU needed (label unit); the same kernels run on the GPU in
- * gpu.test_cuda_kernels. */
+ * sum and norm, the block's softmax) run on the host through cuda_emu.h,
+ * launched as df_cuda_rmsnorm_rows and df_cuda_attn_res launch them,
+ * against the scalar reference (kcuda_seq_ref.h's df_attn_res_ref, the
+ * scalar table's rmsnorm and softmax) bit for bit: K3's hidden size, rows
+ * longer than one shared-memory chunk, one snapshot and twenty, a row
+ * range of the pass's snapshots. No GPU needed (label unit); the same
+ * kernels run on the GPU in gpu.test_cuda_kernels. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +47,16 @@ static void rmsnorm_case(int rows, int n, size_t ld, int weighted) {
   emu_same(what, ref.data(), got.data(), ref.size());
 }
 
+/* softmax of n floats by one block, as df_cuda_softmax launches it */
+static void softmax_case(int n, int lo, int hi) {
+  std::vector<float> ref = rnd_vec((size_t)n, lo, hi), got(ref);
+  df_kern_scalar()->softmax(ref.data(), n);
+  emu_launch(dim3(1), dim3(VBLOCK), softmax_k, got.data(), n);
+  char what[64];
+  snprintf(what, sizeof what, "softmax of %d, exponents %d..%d", n, lo, hi);
+  emu_same(what, ref.data(), got.data(), (size_t)n);
+}
+
 /* T rows from row t0 of the pass's rows, nS snapshots */
 static void attn_res_case(int nS, int rows, int t0, int T, int H) {
   size_t ss = (size_t)rows * H, n = (size_t)T * H;
@@ -80,6 +90,9 @@ int main(void) {
   rmsnorm_case(3, 12345, 12350, 1); /* two chunks of shared memory */
   rmsnorm_case(4, 17, 20, 0);
   rmsnorm_case(2, 1, 1, 1);
+  softmax_case(896, -3, 4); /* a router's scores */
+  softmax_case(1, 0, 0);
+  softmax_case(1000, -20, 6);
   attn_res_case(8, 1, 0, 1, 7168);
   attn_res_case(0, 1, 0, 1, 7168);
   attn_res_case(3, 6, 0, 6, 7168);

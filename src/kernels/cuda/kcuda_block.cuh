@@ -1,0 +1,37 @@
+/* What several kernel headers share: a block's softmax and the way a
+ * kernel declares its dynamic shared memory. */
+#ifndef DF_KERNELS_CUDA_KCUDA_BLOCK_CUH
+#define DF_KERNELS_CUDA_KCUDA_BLOCK_CUH
+
+#include "kernels/cuda/kmath.h"
+
+/* a kernel's dynamic shared memory (the emulator declares it its way) */
+#ifndef DF_DYN_SHARED
+#define DF_DYN_SHARED(type, name) extern __shared__ type name[]
+#endif
+
+/* x[0 .. n) = softmax(x) by the whole block (every thread calls it: it
+ * holds barriers). The max and the sum are thread 0's ascending loops: the
+ * scalar softmax sums sequentially, so no tree may replace it; the exps and
+ * the divisions go a thread an element. */
+__device__ static void block_softmax(float *x, int n) {
+  __shared__ float m_s, sum_s;
+  if (threadIdx.x == 0) {
+    float m = x[0];
+    for (int i = 1; i < n; i++)
+      if (x[i] > m) m = x[i];
+    m_s = m;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = df_km_expf(__fsub_rn(x[i], m_s));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s = __fadd_rn(s, x[i]);
+    sum_s = s;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = __fdiv_rn(x[i], sum_s);
+}
+
+#endif
