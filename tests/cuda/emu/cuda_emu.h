@@ -1,5 +1,5 @@
 /* Host stand-ins for the CUDA built-ins that src/kernels/cuda's kernel
- * headers (kcuda_fmt.cuh, kcuda_gemm.cuh) use, so the host compiler builds
+ * headers (the *.cuh files) use, so the host compiler builds
  * those same kernels and emu_launch runs them on the CPU: a grid's blocks
  * one after another, a block's threads as coroutines of one host thread
  * (ucontext), each running until it reaches a barrier; __syncthreads and
@@ -148,7 +148,6 @@ void emu_run_block(const std::function<void()> &body);
 
 /* Runs kernel(args...) over grid x block (block: x only): blocks in
  * order. */
-void emu_set_dyn_shared(size_t bytes);
 template <class K, class... A> void emu_launch(dim3 grid, dim3 block, K kernel, A... args) {
   if (block.y != 1 || block.z != 1 || block.x < 1 || block.x > 1024) __builtin_trap();
   gridDim = grid, blockDim = block;
@@ -161,6 +160,7 @@ template <class K, class... A> void emu_launch(dim3 grid, dim3 block, K kernel, 
       }
 }
 /* the same with `bytes` of dynamic shared memory (<<<grid, block, bytes>>>) */
+void emu_set_dyn_shared(size_t bytes);
 template <class K, class... A>
 void emu_launch_dyn(dim3 grid, dim3 block, size_t bytes, K kernel, A... args) {
   emu_set_dyn_shared(bytes);
