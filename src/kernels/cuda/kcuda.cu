@@ -655,32 +655,14 @@ extern "C" int df_cuda_elementary(df_cuda *c, int which, const float *x, float *
 
 /* ---- the KDA step and the router's top-k ---- */
 
-/* One block per head, one thread per value column j: every sum of the
- * scalar kda_step runs over the key index i for a fixed j, in ascending i,
- * so column j is one thread's sequential loops and no order changes. */
+/* One block per head, one thread per value column j (kda_column). */
 __global__ void kda_step_k(float *S, const float *q, const float *k, const float *v,
                            const float *alpha, const float *beta, float *o, int D) {
   int h = blockIdx.x;
   float *St = S + (size_t)h * D * D;
   const float *qh = q + (size_t)h * D, *kh = k + (size_t)h * D, *ah = alpha + (size_t)h * D;
-  for (int j = threadIdx.x; j < D; j += blockDim.x) {
-    float u = 0.0f;
-    for (int i = 0; i < D; i++) {
-      float *cell = St + (size_t)i * D + j;
-      float sv = __fmul_rn(*cell, ah[i]);
-      *cell = sv;
-      u = __fadd_rn(u, __fmul_rn(sv, kh[i]));
-    }
-    u = __fmul_rn(beta[h], __fsub_rn(v[(size_t)h * D + j], u));
-    float acc = 0.0f;
-    for (int i = 0; i < D; i++) {
-      float *cell = St + (size_t)i * D + j;
-      float sv = __fadd_rn(*cell, __fmul_rn(kh[i], u));
-      *cell = sv;
-      acc = __fadd_rn(acc, __fmul_rn(sv, qh[i]));
-    }
-    o[(size_t)h * D + j] = acc;
-  }
+  for (int j = threadIdx.x; j < D; j += blockDim.x)
+    o[(size_t)h * D + j] = kda_column(St, ah, kh, qh, beta[h], v[(size_t)h * D + j], j, D);
 }
 
 extern "C" int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const float *k,

@@ -1,5 +1,5 @@
-/* What several kernel headers share: a block's softmax and the way a
- * kernel declares its dynamic shared memory. */
+/* What several kernels share: a block's softmax, one column of the KDA
+ * step, and the way a kernel declares its dynamic shared memory. */
 #ifndef DF_KERNELS_CUDA_KCUDA_BLOCK_CUH
 #define DF_KERNELS_CUDA_KCUDA_BLOCK_CUH
 
@@ -32,6 +32,31 @@ __device__ static void block_softmax(float *x, int n) {
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = __fdiv_rn(x[i], sum_s);
+}
+
+/* Column j of one head's KDA step (kernels.h's kda_step): S's column j
+ * decayed by alpha, the delta rule's update with key k, value vj and beta,
+ * then the output S^T q at j, returned. Every sum of the scalar step runs
+ * over the key index i for a fixed j, in ascending i, so a column is one
+ * thread's loops and no order changes. */
+__device__ static inline float kda_column(float *S, const float *alpha, const float *k,
+                                          const float *q, float beta, float vj, int j, int D) {
+  float u = 0.0f;
+  for (int i = 0; i < D; i++) {
+    float *cell = S + (size_t)i * D + j;
+    float sv = __fmul_rn(*cell, alpha[i]);
+    *cell = sv;
+    u = __fadd_rn(u, __fmul_rn(sv, k[i]));
+  }
+  u = __fmul_rn(beta, __fsub_rn(vj, u));
+  float acc = 0.0f;
+  for (int i = 0; i < D; i++) {
+    float *cell = S + (size_t)i * D + j;
+    float sv = __fadd_rn(*cell, __fmul_rn(k[i], u));
+    *cell = sv;
+    acc = __fadd_rn(acc, __fmul_rn(sv, q[i]));
+  }
+  return acc;
 }
 
 #endif

@@ -12,6 +12,8 @@ extern "C" {
 }
 #include "kernels/cuda/kcuda_fmt.cuh"
 
+#include <string.h>
+
 /* ---- GEMV, lanes layout (f32's GEMV, and every format's where chosen) ---- */
 #define GEMV_BLOCK 64 /* small blocks spread a 3072-row expert over more SMs */
 #define PF_CHUNK 1024u /* bytes per L2 prefetch request */
@@ -144,28 +146,24 @@ __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, co
 #define TILE_XVEC 2
 #define TILE_SVEC 4
 
-__device__ static inline void cp_async16(void *sdst, const void *gsrc) {
+/* N (16 or 8) bytes from global to shared memory, asynchronously (16 through
+ * L2 only, 8 also cached in L1, as PTX allows each) */
+template <int N> __device__ static inline void cp_async(void *sdst, const void *gsrc) {
+  static_assert(N == 16 || N == 8, "cp.async copies 16 or 8 bytes here");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                   (uint32_t)__cvta_generic_to_shared(sdst)),
-               "l"(__cvta_generic_to_global(gsrc))
-               : "memory");
+  uint32_t s = (uint32_t)__cvta_generic_to_shared(sdst);
+  if constexpr (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s),
+                 "l"(__cvta_generic_to_global(gsrc))
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s),
+                 "l"(__cvta_generic_to_global(gsrc))
+                 : "memory");
 #elif defined(DF_CUDA_EMU)
-  emu_cp_async(sdst, gsrc, 16);
+  emu_cp_async(sdst, gsrc, N);
 #else
-  *(uint4 *)sdst = *(const uint4 *)gsrc;
-#endif
-}
-__device__ static inline void cp_async8(void *sdst, const void *gsrc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(
-                   (uint32_t)__cvta_generic_to_shared(sdst)),
-               "l"(__cvta_generic_to_global(gsrc))
-               : "memory");
-#elif defined(DF_CUDA_EMU)
-  emu_cp_async(sdst, gsrc, 8);
-#else
-  *(uint2 *)sdst = *(const uint2 *)gsrc;
+  memcpy(sdst, gsrc, N);
 #endif
 }
 __device__ static inline void cp_async_commit(void) {
@@ -350,7 +348,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
 #pragma unroll
       for (int it = 0; it < TR * PPR / TROWS; it++) {
         int i = lane + it * TROWS, rr = i / PPR, p = i % PPR;
-        if (rr < nr && p < np) cp_async16(&wt[buf][rr][p * 16], wb + (size_t)rr * rb + p * 16);
+        if (rr < nr && p < np) cp_async<16>(&wt[buf][rr][p * 16], wb + (size_t)rr * rb + p * 16);
       }
     } else {
       for (int i = lane; i < nr * rbk; i += TROWS) {
@@ -360,14 +358,14 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     }
     int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
     if (flags & TILE_XVEC) {
-      for (int i = lane; i < nx / 4; i += TROWS) cp_async16(&xt[buf][4 * i], x + c0 + 4 * i);
+      for (int i = lane; i < nx / 4; i += TROWS) cp_async<16>(&xt[buf][4 * i], x + c0 + 4 * i);
     } else {
       for (int i = lane; i < nx; i += TROWS) xt[buf][i] = x[c0 + i];
     }
     if constexpr (TF::scaled != 0) {
       const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
       if (flags & TILE_SVEC) {
-        if (lane < nr) cp_async8(&st[buf][lane][0], sbase + (size_t)lane * sb);
+        if (lane < nr) cp_async<8>(&st[buf][lane][0], sbase + (size_t)lane * sb);
       } else {
         int ng = nx / 32;
         for (int i = lane; i < nr * ng; i += TROWS) {

@@ -95,24 +95,8 @@ __global__ void kda_heads_k(df_cuda_kda_args a) {
     }
     __syncthreads();
     float beta = seq_sigm(a.b[(size_t)t * a.heads + h]);
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-      float u = 0.0f;
-      for (int i = 0; i < D; i++) {
-        float *cell = S + (size_t)i * D + j;
-        float sv_ = __fmul_rn(*cell, sa[i]);
-        *cell = sv_;
-        u = __fadd_rn(u, __fmul_rn(sv_, sk[i]));
-      }
-      u = __fmul_rn(beta, __fsub_rn(sv[j], u));
-      float acc = 0.0f;
-      for (int i = 0; i < D; i++) {
-        float *cell = S + (size_t)i * D + j;
-        float sv_ = __fadd_rn(*cell, __fmul_rn(sk[i], u));
-        *cell = sv_;
-        acc = __fadd_rn(acc, __fmul_rn(sv_, sq[i]));
-      }
-      so[j] = acc;
-    }
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+      so[j] = kda_column(S, sa, sk, sq, beta, sv[j], j, D);
     __syncthreads();
     float ss = seq_sumsq(so, D, lane);
     float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), a.eps)));
