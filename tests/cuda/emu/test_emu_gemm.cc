@@ -26,48 +26,10 @@ extern "C" {
 
 #define RAND_BITS_SEED 0x2545f4914f6cdd1dull
 #include "../rand_bits.h"
+#include "emu_data.h"
 
 enum { F_BF16, F_I8, F_F32, F_MXFP4 };
 static const char *fname[] = {"bf16", "int8", "f32", "mxfp4"};
-
-/* random weights in the release's layouts (kernels.h): bf16 and f32 row-
- * major, int8 with one float scale a row, MXFP4 packed two codes a byte
- * with an E8M0 scale per 32 columns (255 excluded, as the loader does) */
-static void mkweights(int fmt, int rows, int cols, std::vector<uint8_t> &W,
-                      std::vector<uint8_t> &S) {
-  size_t n = (size_t)rows * cols;
-  S.clear();
-  if (fmt == F_BF16) {
-    W.resize(n * 2);
-    for (size_t i = 0; i < n; i++) {
-      float f = rndf(-10, 1);
-      uint32_t u;
-      memcpy(&u, &f, 4);
-      uint16_t h = (uint16_t)(u >> 16);
-      memcpy(&W[2 * i], &h, 2);
-    }
-  } else if (fmt == F_I8) {
-    W.resize(n), S.resize((size_t)rows * 4);
-    for (size_t i = 0; i < n; i++) W[i] = (uint8_t)rnd();
-    for (int r = 0; r < rows; r++) {
-      float s = fabsf(rndf(-12, -4));
-      memcpy(&S[4 * (size_t)r], &s, 4);
-    }
-  } else if (fmt == F_F32) {
-    W.resize(n * 4);
-    for (size_t i = 0; i < n; i++) {
-      float f = rndf(-10, 1);
-      memcpy(&W[4 * i], &f, 4);
-    }
-  } else {
-    W.resize(n / 2), S.resize(n / 32);
-    for (size_t i = 0; i < n / 2; i++) W[i] = (uint8_t)rnd();
-    for (size_t i = 0; i < n / 32; i++) {
-      uint32_t v = rnd() % 64;
-      S[i] = (uint8_t)(v == 0 ? 0 : v == 1 ? 1 : 100 + v % 40);
-    }
-  }
-}
 
 static void ref_gemm(int fmt, const uint8_t *W, const uint8_t *S, int cols, int r0, int r1,
                      const float *X, int T, size_t ldx, float *Y, size_t ldy) {
@@ -128,7 +90,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   float *X = (float *)(((uintptr_t)Xb.data() + 15) & ~(uintptr_t)15);
   for (size_t i = 0; i < (size_t)T * ldx + xoff; i++) X[i] = rndf(-6, 2);
   std::vector<uint8_t> W, S;
-  mkweights(fmt, rows, cols, W, S);
+  emu_weights(fmt, rows, cols, W, S);
   std::vector<float> ref(ny), got(ny);
   memset(ref.data(), 0xff, ny * 4);
   ref_gemm(fmt, W.data(), S.data(), cols, r0, rows, X + xoff, T, ldx, ref.data(), ldy);

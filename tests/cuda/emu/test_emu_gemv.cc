@@ -25,6 +25,7 @@ extern "C" {
 
 #define RAND_BITS_SEED 0xbf58476d1ce4e5b9ull
 #include "../rand_bits.h"
+#include "emu_data.h"
 
 static const char *fname[] = {"bf16", "int8", "f32", "mxfp4"};
 
@@ -41,36 +42,16 @@ struct mat {
 /* wshift / xshift: bytes / floats off 16-byte alignment */
 static void mkmat(mat &m, int fmt, int rows, int cols, int wshift, int xshift) {
   m.fmt = fmt, m.rows = rows, m.cols = cols;
-  size_t n = (size_t)rows * cols;
-  size_t wb = fmt == 0 ? n * 2 : fmt == 1 ? n : fmt == 2 ? n * 4 : n / 2;
-  m.wbuf.assign(wb + 32, 0);
+  std::vector<uint8_t> w0;
+  emu_weights(fmt, rows, cols, w0, m.sbuf);
+  m.sbuf.resize(m.sbuf.size() + 16);
+  m.wbuf.assign(w0.size() + 32, 0);
   uint8_t *w = (uint8_t *)(((uintptr_t)m.wbuf.data() + 15) & ~(uintptr_t)15) + wshift;
-  for (size_t i = 0; i < wb; i++) w[i] = (uint8_t)rnd();
-  if (fmt == 2)
-    for (size_t i = 0; i < n; i++) {
-      float f = rndf(-10, 1);
-      memcpy(w + 4 * i, &f, 4);
-    }
-  if (fmt == 0) /* bf16: no NaN or infinity (an exponent below 2^11) */
-    for (size_t i = 0; i < n; i++) w[2 * i + 1] = (uint8_t)((w[2 * i + 1] & 0x80) | (0x3a + rnd() % 12));
-  m.sbuf.clear();
-  if (fmt == 1) {
-    m.sbuf.resize((size_t)rows * 4);
-    for (int r = 0; r < rows; r++) {
-      float s = fabsf(rndf(-12, -4));
-      memcpy(&m.sbuf[4 * (size_t)r], &s, 4);
-    }
-  } else if (fmt == 3) {
-    m.sbuf.resize(n / 32 + 16);
-    for (size_t i = 0; i < n / 32; i++) {
-      uint32_t v = rnd() % 64;
-      m.sbuf[i] = (uint8_t)(v == 0 ? 0 : v == 1 ? 1 : 100 + v % 40);
-    }
-  }
+  memcpy(w, w0.data(), w0.size());
   m.xbuf.assign((size_t)cols + 8, 0.0f);
   float *x = (float *)(((uintptr_t)m.xbuf.data() + 15) & ~(uintptr_t)15) + xshift;
   for (int i = 0; i < cols; i++) x[i] = rndf(-6, 2);
-  m.W = w, m.S = m.sbuf.empty() ? NULL : m.sbuf.data(), m.x = x;
+  m.W = w, m.S = fmt == 1 || fmt == 3 ? m.sbuf.data() : NULL, m.x = x;
   m.ref.assign((size_t)rows, 0.0f);
   const df_kern *k = df_kern_scalar();
   if (fmt == 0) k->gemm_bf16((const uint16_t *)w, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);

@@ -25,16 +25,11 @@ extern "C" {
 
 #define RAND_BITS_SEED 0x94d049bb133111ebull
 #include "../rand_bits.h"
-
-static std::vector<float> rnd_vec(size_t n, int lo, int hi) {
-  std::vector<float> v(n ? n : 1);
-  for (size_t i = 0; i < n; i++) v[i] = rndf(lo, hi);
-  return v;
-}
+#include "emu_data.h"
 
 /* rows of n floats ld apart, each normed with weight w (or none) */
 static void rmsnorm_case(int rows, int n, size_t ld, int weighted) {
-  std::vector<float> x = rnd_vec((size_t)rows * ld, -20, 20), w = rnd_vec((size_t)n, -2, 1);
+  std::vector<float> x = emu_rnd_vec((size_t)rows * ld, -20, 20), w = emu_rnd_vec((size_t)n, -2, 1);
   std::vector<float> ref(x), got(x);
   const df_kern *k = df_kern_scalar();
   for (int r = 0; r < rows; r++)
@@ -49,7 +44,7 @@ static void rmsnorm_case(int rows, int n, size_t ld, int weighted) {
 
 /* softmax of n floats by one block, as df_cuda_softmax launches it */
 static void softmax_case(int n, int lo, int hi) {
-  std::vector<float> ref = rnd_vec((size_t)n, lo, hi), got(ref);
+  std::vector<float> ref = emu_rnd_vec((size_t)n, lo, hi), got(ref);
   df_kern_scalar()->softmax(ref.data(), n);
   emu_launch(dim3(1), dim3(VBLOCK), softmax_k, got.data(), n);
   char what[64];
@@ -60,9 +55,9 @@ static void softmax_case(int n, int lo, int hi) {
 /* T rows from row t0 of the pass's rows, nS snapshots */
 static void attn_res_case(int nS, int rows, int t0, int T, int H) {
   size_t ss = (size_t)rows * H, n = (size_t)T * H;
-  std::vector<float> snaps = rnd_vec(nS ? nS * ss : 1, -6, 3), last = rnd_vec(n, -5, 4);
-  std::vector<float> rn = rnd_vec((size_t)H, -2, 1), rp = rnd_vec((size_t)H, -6, 0);
-  std::vector<float> nw = rnd_vec((size_t)H, -2, 1), tmp((size_t)(H + nS + 1));
+  std::vector<float> snaps = emu_rnd_vec(nS ? nS * ss : 1, -6, 3), last = emu_rnd_vec(n, -5, 4);
+  std::vector<float> rn = emu_rnd_vec((size_t)H, -2, 1), rp = emu_rnd_vec((size_t)H, -6, 0);
+  std::vector<float> nw = emu_rnd_vec((size_t)H, -2, 1), tmp((size_t)(H + nS + 1));
   std::vector<float> ref(n), got(n), work(n);
   const float *sn = snaps.data() + (size_t)t0 * H;
   emu_attn_res_ref(ref.data(), sn, ss, nS, last.data(), T, H, rn.data(), rp.data(), nw.data(),

@@ -20,12 +20,7 @@
 
 #define RAND_BITS_SEED 0xd6e8feb86659fd93ull
 #include "../rand_bits.h"
-
-static std::vector<float> rnd_vec(size_t n, int lo, int hi) {
-  std::vector<float> v(n ? n : 1);
-  for (size_t i = 0; i < n; i++) v[i] = rndf(lo, hi);
-  return v;
-}
+#include "emu_data.h"
 
 /* kcuda_seq.cu's df_cuda_kda, on host memory */
 static void emu_kda(const df_cuda_kda_args *a) {
@@ -64,7 +59,7 @@ static void kda_case(int heads, int D, int K, int T, int split) {
   static const int range[NB][2] = {{-4, 1}, {-4, 1}, {-4, 1}, {-3, 2}, {-3, 1}, {-3, 2}, {-1, 0},
                                    {-8, -1}, {-4, 1}, {-3, 0}, {-2, 1}, {-4, 0}, {-1, 0}};
   std::vector<float> ref[NB], got[NB];
-  for (int i = 0; i < NB; i++) ref[i] = rnd_vec(n[i], range[i][0], range[i][1]);
+  for (int i = 0; i < NB; i++) ref[i] = emu_rnd_vec(n[i], range[i][0], range[i][1]);
   for (size_t i = 0; i < n[B_ON]; i++) ref[B_ON][i] = 1.0f + ref[B_ON][i] / 4;
   for (int i = 0; i < NB; i++) got[i] = ref[i];
   if (split > 0) {
@@ -107,7 +102,7 @@ static void mla_case(int heads, int dn, int dr, int dv, int kr, int n0, int T, i
     } else
       memcpy(&w[4 * i], &f, 4);
   }
-  std::vector<float> scale = rnd_vec(rows, -10, -6), q = rnd_vec(nq, -3, 1), cache = rnd_vec(nc, -3, 1);
+  std::vector<float> scale = emu_rnd_vec(rows, -10, -6), q = emu_rnd_vec(nq, -3, 1), cache = emu_rnd_vec(nc, -3, 1);
   std::vector<float> olat(nl), og(nl), sc(ns), sc2(ns);
   df_cuda_mla_args a;
   memset(&a, 0, sizeof a);
@@ -125,7 +120,7 @@ static void mla_case(int heads, int dn, int dr, int dv, int kr, int n0, int T, i
            heads, dn, dr, dv, kr, n0, T, kn[wkind]);
   emu_same(what, olat.data(), og.data(), nl);
   size_t no = (size_t)T * heads * dv;
-  std::vector<float> o = rnd_vec(no, -3, 1), g = rnd_vec(no, -3, 2), o2 = o, g2 = g;
+  std::vector<float> o = emu_rnd_vec(no, -3, 1), g = emu_rnd_vec(no, -3, 2), o2 = o, g2 = g;
   size_t blocks = (no + 255) / 256;
   emu_launch(dim3((unsigned)(blocks > 65535 ? 65535 : blocks)), dim3(256), mla_gate_k, o2.data(),
              g2.data(), no);
