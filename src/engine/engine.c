@@ -269,6 +269,7 @@ static json_t *device_json(df_engine *en) {
              {"d2h_bytes", offsetof(df_kgpu_stats, d2h_bytes)},
              {"seq_bytes", offsetof(df_kgpu_stats, seq_bytes)},
              {"seq_pulls", offsetof(df_kgpu_stats, seq_pulls)},
+             {"seq_copies", offsetof(df_kgpu_stats, seq_copies)},
              {"pinned_bytes", offsetof(df_kgpu_stats, pinned_bytes)},
              {"pin_failures", offsetof(df_kgpu_stats, pin_failures)}};
   for (size_t i = 0; i < sizeof u64 / sizeof u64[0]; i++) {
@@ -303,13 +304,14 @@ char *df_engine_device_text(df_engine *en) {
                   " layer inputs, %.3f s; %.1f MB in, %.1f MB out\n"
                   "gpu tier %.1f of %.1f MB, %d matrices, %" PRIu64 " hits, %" PRIu64
                   " misses, %" PRIu64 " evicted; weights in %.1f MB, %.3f s\n"
-                  "gpu state %.1f MB in %d layers' entries, %" PRIu64 " copied back\n",
+                  "gpu state %.1f MB in %d layers' entries, %" PRIu64 " copied back, %" PRIu64
+                  " copied there (marks)\n",
                   en->device, g.device, g.products, g.fallbacks, g.seq_calls, g.attn_calls, g.pre_calls,
                   g.compute_s,
                   g.h2d_bytes / 1e6,
                   g.d2h_bytes / 1e6, g.tier_bytes / 1e6, g.tier_cap / 1e6, g.tier_entries, g.hits,
                   g.misses, g.evictions, g.weight_h2d_bytes / 1e6, g.weight_h2d_s,
-                  g.seq_bytes / 1e6, g.seq_entries, g.seq_pulls);
+                  g.seq_bytes / 1e6, g.seq_entries, g.seq_pulls, g.seq_copies);
   return df_xstrdup(s);
 }
 /* One phase's parts on one line, those that ran. */

@@ -966,6 +966,17 @@ static struct sent *sent_add(df_kgpu *g, uint64_t key, float *d, size_t bytes) {
   return e;
 }
 
+/* The entry of key, bytes long: the one there (dropped and made again
+ * when its size differs), else a new one; NULL when there is no room.
+ * Entries may move: pointers taken before do not survive this. */
+static struct sent *sent_get(df_kgpu *g, uint64_t key, size_t bytes) {
+  struct sent *e = sent_find(g, key);
+  if (e && e->bytes == bytes) return e;
+  if (e) sent_free(g, e);
+  float *d = sent_alloc(g, bytes);
+  return d ? sent_add(g, key, d, bytes) : NULL;
+}
+
 void df_kgpu_keep_state(df_kgpu *g, int on) { g->no_keep = !on; }
 
 void df_kgpu_seq_drop(df_kgpu *g, uint64_t id) {
@@ -992,6 +1003,30 @@ int df_kgpu_seq_pull(df_kgpu *g, uint64_t key, float *S, size_t nS, float *conv,
   if (!rc) {
     g->st.seq_pulls++;
     g->st.d2h_bytes += (nS + nconv) * sizeof(float);
+  }
+  pthread_mutex_unlock(&g->mu);
+  return rc;
+}
+
+/* A failed copy may have written half of dst: it goes, so nothing reads
+ * it as a state again. Not on a broken context (enter()'s refusal): the
+ * state then leaves the device, through the caller's pull of src. */
+int df_kgpu_seq_copy(df_kgpu *g, uint64_t dst, uint64_t src) {
+  if (!g || g->no_keep || dst == src) return -1;
+  pthread_mutex_lock(&g->mu);
+  struct sent *e = sent_find(g, src);
+  int rc = -1;
+  /* a broken context: the state leaves the device (the caller pulls src) */
+  if (e && !g->broken && !df_cuda_use(g->dev)) {
+    size_t bytes = e->bytes;
+    struct sent *d = sent_get(g, dst, bytes);
+    e = sent_find(g, src); /* sent_get may have moved it */
+    if (d && e && !df_cuda_copy(g->c, d->d, e->d, bytes)) {
+      rc = 0;
+      g->st.seq_copies++;
+    } else if (d) {
+      sent_free(g, d);
+    }
   }
   pthread_mutex_unlock(&g->mu);
   return rc;
@@ -1081,10 +1116,33 @@ static int kda_fused_fits(const df_kgpu_kda_args *a) {
          a->W[7]->rows == H && a->out;
 }
 
+/* The row marks' entries (df_kgpu_kda_args.rkey), made before the state's
+ * own (kda_entry's pointer must be the last one taken); -1 when one cannot
+ * be had. */
+static int kda_row_entries(df_kgpu *g, const df_kgpu_kda_args *a, int nrow, size_t bytes) {
+  for (int t = 0; t < nrow; t++)
+    if (!sent_get(g, a->rkey[t], bytes)) return -1;
+  return 0;
+}
+
+/* The row states the kernels left at rows (a block of rstride floats a
+ * row, in an entry's layout) into their entries: one copy each. */
+static int kda_rows_out(df_kgpu *g, const df_kgpu_kda_args *a, int nrow, const float *rows,
+                        size_t rstride, size_t bytes) {
+  for (int t = 0; t < nrow; t++) {
+    struct sent *m = sent_find(g, a->rkey[t]);
+    if (!m || df_cuda_copy(g->c, m->d, rows + (size_t)t * rstride, bytes)) return -1;
+    g->st.seq_copies++;
+  }
+  return 0;
+}
+
 int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   a->kept = 0;
   if (a->T <= 0 || a->heads <= 0 || a->D <= 0) return 0;
   if (a->K < 1) return -1;
+  int nrow = a->nrow < a->T ? a->nrow : a->T;
+  if (nrow > 0 && (!a->skey || !a->rkey || g->no_keep)) return -1;
   int fused = a->x != NULL;
   if (fused && !kda_fused_fits(a)) return -1;
   if (enter(g)) return -1;
@@ -1095,17 +1153,19 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   double t0 = df_now();
   size_t P = (size_t)a->heads * (size_t)a->D, T = (size_t)a->T;
   size_t H = fused ? (size_t)a->W[0]->cols : 0;
-  /* S, conv, o, q, k, v, g, f, b; fused: x, fa, out */
-  size_t n[12] = {P * (size_t)a->D, 3 * (size_t)(a->K - 1) * P, T * P, T * P, T * P,
+  /* S, conv, o, q, k, v, g, f, b; fused: x, fa, out; the row states */
+  size_t n[13] = {P * (size_t)a->D, 3 * (size_t)(a->K - 1) * P, T * P, T * P, T * P,
                   T * P, T * P, T * P, T * (size_t)a->heads, T * H, fused ? T * (size_t)a->D : 0,
-                  T * H};
+                  T * H, 0};
   const float *src[9] = {a->S, a->conv_st, NULL, a->q, a->k, a->v, a->g, a->f, a->b};
-  size_t off[13] = {0};
+  size_t off[14] = {0};
   for (int i = 0; i < 12; i++) off[i + 1] = off[i] + up64(n[i]);
+  n[12] = (size_t)nrow * off[2]; /* a row's block: S and the conv windows, as an entry holds them */
+  off[13] = off[12] + n[12];
   /* copied in: the state and (unfused) the products; fused, x goes alone */
   int nsrc = fused ? 2 : 9;
   size_t nin = off[nsrc] * sizeof(float), nst = off[2] * sizeof(float), nout = off[3] * sizeof(float);
-  size_t nall = off[12] * sizeof(float);
+  size_t nall = off[13] * sizeof(float);
   size_t woff[4];
   /* the output left on the device for the next call: not with
    * --gpu-state copy, where the host keeps everything the pass needs */
@@ -1114,6 +1174,7 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   if (!scratch(g, &g->xbuf, &g->xcap, nall) || !staging(g, &g->hx, &g->hxcap, nall) ||
       (defer && !scratch(g, &g->pa, &g->pacap, T * H * sizeof(float))))
     return fell_back(g);
+  if (nrow > 0 && kda_row_entries(g, a, nrow, nst)) return fell_back(g);
   struct sent *e = kda_entry(g, a, nst); /* after scratch(): its shrink may not take this */
   if (a->skey && !a->s_host && !e) { /* the caller's bookkeeping is wrong: never guess */
     pthread_mutex_unlock(&g->mu);
@@ -1135,11 +1196,15 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
                         .eps = a->eps, .S = d + off[0], .conv_st = d + off[1], .o = d + off[2],
                         .q = d + off[3], .k = d + off[4], .v = d + off[5], .g = d + off[6],
                         .f = d + off[7], .b = d + off[8], .conv_w = dw + woff[0],
-                        .A_log = dw + woff[1], .dt_bias = dw + woff[2], .o_norm = dw + woff[3]};
+                        .A_log = dw + woff[1], .dt_bias = dw + woff[2], .o_norm = dw + woff[3],
+                        .nrow = nrow, .rows = d + off[12], .rstride = off[2], .rconv = off[1]};
   if (nin > in0 * sizeof(float) && df_cuda_put(g->c, d + in0, h + in0, nin - in0 * sizeof(float)))
     return fell_back(g);
   if (from_entry && df_cuda_copy(g->c, d, e->d, nst)) return fell_back(g);
   if (df_cuda_kda(g->c, &k)) return seq_failed(g);
+  /* before anything the caller reads is written: a failure here leaves
+   * the state's entry and the caller's buffers as they were */
+  if (nrow > 0 && kda_rows_out(g, a, nrow, d + off[12], off[2], nst)) return fell_back(g);
   /* what comes back besides the state: o, or (fused) o_proj's output;
    * deferred, o_proj's output stays in pa and nothing comes back */
   float *dres = d + off[2], *hres = h + off[2];
@@ -1450,6 +1515,10 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
 }
 int df_kgpu_seq_pull(df_kgpu *g, uint64_t key, float *S, size_t nS, float *conv, size_t nconv) {
   (void)g, (void)key, (void)S, (void)nS, (void)conv, (void)nconv;
+  return -1;
+}
+int df_kgpu_seq_copy(df_kgpu *g, uint64_t dst, uint64_t src) {
+  (void)g, (void)dst, (void)src;
   return -1;
 }
 int df_kgpu_take(df_kgpu *g, float *out, int T, size_t H, size_t ldo) {

@@ -37,6 +37,7 @@ typedef struct df_kgpu_stats {
   uint64_t seq_bytes;        /* device memory holding sequence state (df_kgpu_seq_*) */
   int seq_entries;
   uint64_t seq_pulls;        /* KDA states copied back because the host needed them */
+  uint64_t seq_copies;       /* KDA states copied device to device (speculation's marks) */
   uint64_t h2d_bytes, d2h_bytes, weight_h2d_bytes;
   uint64_t pinned_bytes, pin_failures; /* host memory page-locked by df_kgpu_pin, ranges that failed */
   double weight_h2d_s;      /* weight copies into the tier (or the per-use buffer) */
@@ -135,6 +136,12 @@ void df_kgpu_keep_state(df_kgpu *g, int on);
  * nconv); the entry stays, equal to it. 0, or -1 when it cannot (a dead
  * device): the state is then lost and the caller says so. */
 int df_kgpu_seq_pull(df_kgpu *g, uint64_t key, float *S, size_t nS, float *conv, size_t nconv);
+/* Makes the KDA entry under dst a copy of the one under src (made, or
+ * overwritten), on the device: a mark saved or restored without the state
+ * crossing the bus. 0, or -1 when it cannot (no entry under src, state
+ * not kept, no room, a failed copy): the caller then copies through the
+ * host, and dst's entry, if any, is stale. */
+int df_kgpu_seq_copy(df_kgpu *g, uint64_t dst, uint64_t src);
 /* Frees every entry of state id (its layers). */
 void df_kgpu_seq_drop(df_kgpu *g, uint64_t id);
 
@@ -156,6 +163,13 @@ typedef struct df_kgpu_kda_args {
   int s_host;
   int kept; /* out: 1 the state after the call is only in the entry (S and
              * conv_st not written), 0 it was written to the host */
+  /* speculation's per-row boundary states: the state after row t < nrow
+   * is also kept in the entry under rkey[t] (made, or overwritten), as a
+   * call of t + 1 rows would leave it. Only with skey (and entries kept):
+   * else -1, and the caller's loops write them. On -1 the entries under
+   * rkey are not to be read: some may be half written. */
+  int nrow;
+  const uint64_t *rkey;
   /* defer (fused): the output may stay on the device for the next call's
    * df_kgpu_pre.add (or df_kgpu_take) instead of coming back to out, so
    * the call need not wait for the device; deferred (out): 1 it did (not

@@ -57,7 +57,7 @@ typedef struct N(seq) {
    * df_kgpu_seq_*), keyed by id. The MLA copies are of rows the host has
    * too (gen changes when rows before pos change under them); a KDA
    * layer's copy may be the only current one (kda_at AT_DEV), and every
-   * reader of kda_S / kda_conv brings it back first (seq_host). */
+   * reader of kda_S / kda_conv brings it back first (seq_host_layer). */
   uint64_t id;
   uint32_t gen;
   df_kgpu *gpu;     /* the device holding copies, NULL: none */
@@ -128,6 +128,8 @@ struct N(st) {
    * next pass, rowmk[t] holds the recurrent state as it is then */
   struct N(mark) **rowmk;
   int nrowmk;
+  uint64_t *rkey; /* --device cuda: the marks' entry keys of one layer (kda_gpu) */
+  int rkey_cap;
 };
 
 static int nblocks(const df_config *c) {
@@ -197,19 +199,34 @@ static int seq_host_layer(SEQ *q, const df_config *c, int l) {
 #endif
 }
 
-/* Every layer's, before the host's copies are read (a failure shows as
- * q->lost). The values do not change, only where they are, so a const
- * state may be brought back. */
-static void seq_host(const SEQ *cq, const df_config *c) {
-  SEQ *q = (SEQ *)cq;
-  for (int l = 0; l < c->n_layers; l++) seq_host_layer(q, c, l);
+/* Layer l's KDA state from s to d on the device, when only the device
+ * has s's current one: 0 when done (d's is then there only too), -1 when
+ * it is not (the host copies it). */
+static int seq_copy_layer_dev(SEQ *d, const SEQ *s, int l) {
+#if R_IS_F64
+  (void)d, (void)s, (void)l;
+  return -1;
+#else
+  if (s->kda_at[l] != AT_DEV || s->lost || (d->gpu && d->gpu != s->gpu)) return -1;
+  if (df_kgpu_seq_copy(s->gpu, df_kgpu_seq_key(d->id, l), df_kgpu_seq_key(s->id, l))) return -1;
+  d->gpu = s->gpu;
+  d->kda_at[l] = AT_DEV;
+  return 0;
+#endif
 }
 
-/* The recurrent part and the position (what a mark saves and restores). */
-static void seq_copy_recurrent(SEQ *d, const SEQ *s, const df_config *c) {
-  seq_host(s, c);
+/* The recurrent part and the position (what a mark saves and restores).
+ * dev: a layer whose current state is on the device only is copied there
+ * (speculation's marks, saved and restored every verify pass); without,
+ * it comes to the host first (a clone or a copy kept for later should
+ * not hold device memory). */
+static void seq_copy_recurrent(SEQ *d, const SEQ *s, const df_config *c, int dev) {
   for (int l = 0; l < c->n_layers; l++)
     if (d->kda_S[l]) {
+      if (dev && !seq_copy_layer_dev(d, s, l)) continue;
+      /* only where s's values are changes, so a const s may be brought
+       * back; a failure shows as s->lost */
+      seq_host_layer((SEQ *)s, c, l);
       memcpy(d->kda_S[l], s->kda_S[l], sizeof(R) * kda_s_floats(c));
       memcpy(d->kda_conv[l], s->kda_conv[l], sizeof(R) * kda_conv_floats(c));
       d->kda_at[l] = AT_HOST; /* any device copy of d's is stale now */
@@ -272,6 +289,7 @@ static void free_scratch(WS *w) {
 void N(state_free)(ST *s) {
   if (!s) return;
   seq_free(&s->q, s->m->cfg);
+  free(s->rkey);
   if (s->w) {
     free_scratch(s->w);
     free(s->w->thr);
@@ -306,7 +324,7 @@ ST *N(state_clone)(const ST *s) {
   for (int l = 0; l < c->n_layers; l++)
     if (c->layer_kind[l] == DF_LAYER_MLA && s->q.pos > 0)
       d->q.mla[l] = df_xaligned(64, sizeof(R) * (size_t)s->q.pos * mla_row_floats(c));
-  seq_copy_recurrent(&d->q, &s->q, c);
+  seq_copy_recurrent(&d->q, &s->q, c, 0);
   seq_copy_cache(&d->q, &s->q, c);
   d->q.cap = c->n_mla ? s->q.pos : s->q.cap;
   return d;
@@ -317,7 +335,7 @@ void N(state_copy)(ST *dst, const ST *src) {
   df_err e;
   dst->q.pos = 0; /* nothing of dst's cache needs keeping */
   if (reserve_ctx(dst, src->q.pos, &e)) return; /* src->q.pos was valid for src */
-  seq_copy_recurrent(&dst->q, &src->q, c);
+  seq_copy_recurrent(&dst->q, &src->q, c, 0);
   seq_copy_cache(&dst->q, &src->q, c);
 }
 
@@ -338,11 +356,11 @@ N(mark) *N(mark_new)(const ST *s) {
   return k;
 }
 
-void N(mark_save)(N(mark) *k, const ST *s) { seq_copy_recurrent(&k->q, &s->q, k->c); }
+void N(mark_save)(N(mark) *k, const ST *s) { seq_copy_recurrent(&k->q, &s->q, k->c, 1); }
 
 /* Keeps s's MLA cache and its capacity: the rows past the mark are
  * rewritten before they are read. */
-void N(mark_restore)(ST *s, const N(mark) *k) { seq_copy_recurrent(&s->q, &k->q, k->c); }
+void N(mark_restore)(ST *s, const N(mark) *k) { seq_copy_recurrent(&s->q, &k->q, k->c, 1); }
 
 size_t N(mark_bytes)(const ST *s) {
   const df_config *c = s->m->cfg;
@@ -368,6 +386,11 @@ void N(state_set_route_hook)(ST *s, df_k3_route_hook fn, void *ud) {
 void N(state_set_row_marks)(ST *s, N(mark) **mk, int n) {
   s->rowmk = n > 0 ? mk : NULL;
   s->nrowmk = n > 0 ? n : 0;
+  if (n > s->rkey_cap) {
+    free(s->rkey);
+    s->rkey = df_xmalloc(sizeof *s->rkey * (size_t)n);
+    s->rkey_cap = n;
+  }
 }
 
 void N(state_set_cancel)(ST *s, df_k3_cancel_fn fn, void *ud) {
@@ -739,13 +762,19 @@ static void kda_head_task(void *ctx, int h, int thread) {
  * (kgpu.h's df_kgpu_kda), which computes these loops' floats, the state
  * kept there between passes; 0 when it did, -1 when not (the loops run),
  * -2 when the device failed holding the only current state (lost).
- * Speculation's per-row boundary states are copied out of the loops row
- * by row, so a pass that keeps them stays here. */
+ * Speculation's per-row boundary states stay there too, in the marks'
+ * own entries, so a verify pass moves no state across the bus. */
 static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T, int fused,
                    const df_kgpu_pre *pre) {
   df_kgpu *g = r->kc->gpu;
   SEQ *q = &s->q;
-  if (!g || s->nrowmk > 0 || (q->gpu && q->gpu != g)) return -1;
+  if (!g || (q->gpu && q->gpu != g)) return -1;
+  int nrow = s->nrowmk < T ? s->nrowmk : T;
+  for (int t = 0; t < nrow; t++) {
+    SEQ *mq = &s->rowmk[t]->q;
+    if (mq->gpu && mq->gpu != g) return -1;
+    s->rkey[t] = df_kgpu_seq_key(mq->id, l);
+  }
   const df_config *c = r->m->cfg;
   df_kgpu_kda_args a = {.T = T, .heads = c->kda_heads, .D = c->kda_head_dim, .K = c->kda_conv,
                         .lb = c->kda_gate_lower_bound, .eps = (R)c->eps, .q = s->w->kq,
@@ -753,7 +782,8 @@ static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
                         .o = s->w->ko, .S = q->kda_S[l], .conv_st = q->kda_conv[l],
                         .conv_w = {y->conv[0], y->conv[1], y->conv[2]}, .A_log = y->A_log,
                         .dt_bias = y->dt_bias, .o_norm = y->o_norm, .id = y->q.id,
-                        .skey = df_kgpu_seq_key(q->id, l), .s_host = q->kda_at[l] == AT_HOST};
+                        .skey = df_kgpu_seq_key(q->id, l), .s_host = q->kda_at[l] == AT_HOST,
+                        .nrow = nrow, .rkey = s->rkey};
   if (fused) {
     /* the projections and o_proj there too: xn in, the layer's output out */
     const df_wmat *W[8] = {&y->q, &y->k, &y->v, &y->g, &y->fa, &y->b, &y->fb, &y->o};
@@ -766,6 +796,10 @@ static int kda_gpu(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int T
   if (!rc) s->w->a_dev = a.deferred;
   if (rc == -2) q->lost = 1;
   if (!rc) q->kda_at[l] = a.kept ? AT_DEV : AT_HOST;
+  for (int t = 0; !rc && t < nrow; t++) {
+    s->rowmk[t]->q.gpu = g;
+    s->rowmk[t]->q.kda_at[l] = AT_DEV;
+  }
   return rc;
 }
 #endif
@@ -808,6 +842,7 @@ static int kda_layer(const df_k3_run *r, ST *s, const df_k3_layer *y, int l, int
   /* the loops read and write the host's copy */
   if (seq_host_layer(&s->q, c, l) || s->q.lost) return lost_state(r, e);
   s->q.kda_at[l] = AT_HOST;
+  for (int t = 0; t < s->nrowmk && t < T; t++) s->rowmk[t]->q.kda_at[l] = AT_HOST; /* written below */
   conv_job cj = {.k = KSEL(kc), .y = y, .X = {s->w->kq, s->w->kk, s->w->kv}, .st = s->q.kda_conv[l], .T = T,
                  .P = (int)P, .K = c->kda_conv, .per = 512, .rowmk = s->rowmk,
                  .nrow = s->nrowmk < T ? s->nrowmk : T, .l = l};

@@ -514,7 +514,9 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
         {"deltafin_gpu_state_bytes", "gauge", "seq_bytes",
          "GPU memory holding sequence state (KDA states, MLA caches; --gpu-state keep)."},
         {"deltafin_gpu_state_pulls_total", "counter", "seq_pulls",
-         "KDA states copied back from the GPU because the host read them."}};
+         "KDA states copied back from the GPU because the host read them."},
+        {"deltafin_gpu_state_copies_total", "counter", "seq_copies",
+         "KDA states copied within the GPU (speculation's marks saved and restored)."}};
     for (size_t i = 0; i < sizeof gm / sizeof gm[0]; i++) {
       metric(&b, gm[i][0], gm[i][1], gm[i][3]);
       value(&b, gm[i][0], NULL, jnum(dev, gm[i][2]));

@@ -7,7 +7,8 @@
  * (96 heads x 128, conv 4) for T = 1, 7 and 64 rows, and at odd ones (a
  * head dimension below the 16 lanes, one above the block of 256 threads,
  * conv widths 1 and 2). Also: a prefill split in two calls ends in the
- * state of one call. Then MLA attention's kernels (df_cuda_mla_attn, in
+ * state of one call, and speculation's per-row states equal those of
+ * a call a row. Then MLA attention's kernels (df_cuda_mla_attn, in
  * kv_b's three formats, df_cuda_mla_gate). Exit 77 (ctest: skipped) where
  * no CUDA device is found. */
 #include <math.h>
@@ -127,6 +128,42 @@ static void seq_case(int heads, int D, int K, int T, int split) {
   drop(&b);
 }
 
+/* Speculation's per-row states (df_cuda_kda_args.nrow): one call of T rows
+ * that writes the first nrow rows' states into padded blocks, against the
+ * reference run a row at a time with the state copied after each row. */
+static void seq_rows_case(int heads, int D, int K, int T, int nrow) {
+  bufs b;
+  mk(&b, heads, D, K, T);
+  up(&b);
+  size_t nS = b.n[B_S], nc = b.n[B_C], rconv = nS + 3, rstride = rconv + nc + 5;
+  size_t nr = (size_t)nrow * rstride;
+  float *want = malloc((nr ? nr : 1) * sizeof(float)), *got = malloc((nr ? nr : 1) * sizeof(float));
+  for (size_t i = 0; i < nr; i++) want[i] = -7.25f;
+  float *drows = dput(want, nr);
+  df_cuda_kda_args a = args(&b, 1, heads, D, K, 0, T);
+  a.nrow = nrow, a.rows = drows, a.rstride = rstride, a.rconv = rconv;
+  if (df_cuda_kda(G, &a)) die();
+  for (int t = 0; t < T; t++) {
+    df_cuda_kda_args one = args(&b, 0, heads, D, K, t, 1);
+    df_kda_ref(&one);
+    if (t >= nrow) continue;
+    memcpy(want + (size_t)t * rstride, b.h[B_S], nS * sizeof(float));
+    memcpy(want + (size_t)t * rstride + rconv, b.h[B_C], nc * sizeof(float));
+  }
+  dget(got, drows, nr);
+  char what[128];
+  snprintf(what, sizeof what, "kda %d heads x %d, conv %d, T %d: %d row states", heads, D, K, T, nrow);
+  same(what, want, got, nr);
+  float *o = malloc((b.n[B_O] ? b.n[B_O] : 1) * sizeof(float));
+  dget(o, b.d[B_O], b.n[B_O]);
+  snprintf(what, sizeof what, "kda %d heads x %d, conv %d, T %d with %d row states: o", heads, D, K,
+           T, nrow);
+  same(what, b.h[B_O], o, b.n[B_O]);
+  free(o), free(want), free(got);
+  df_cuda_free(G, drows);
+  drop(&b);
+}
+
 /* MLA attention between its projections (df_cuda_mla_attn: the query's
  * latent through kv_b's key rows in each of kv_b's formats, the scores, the
  * softmax, olat) and the output gate, against the reference. */
@@ -206,6 +243,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++)
     seq_case(odd[i][0], odd[i][1], odd[i][2], odd[i][3], 0);
   seq_case(3, 17, 4, 6, 1);
+  seq_rows_case(96, 128, 4, 5, 4); /* K3's shape, a verify pass of 4 drafts */
+  seq_rows_case(2, 300, 2, 3, 3);
   /* MLA at K3's shape (64 heads; nope 128, rope 64, v 128, latent 512):
    * decode after 100 and 2000 positions, a chunk of 7, a prefill of 64;
    * then odd shapes (lanes left empty, one position) */

@@ -17,8 +17,8 @@
 #  5. the sequence state kept in GPU memory (--gpu-state keep, the default)
 #     gives the ids of --gpu-state copy and the CPU's, and a decode token
 #     moves no KDA state: each KDA layer of each decode pass copies at least
-#     its state matrix less in and out; speculation brings the state back to
-#     the host for its marks and still gives the same ids.
+#     its state matrix less in and out; speculation keeps its marks there
+#     too (no state comes back to the host) and gives the same ids.
 # Every GPU run's JSON must show products, KDA layers' sequence parts (the
 # conv and the recurrence, df_kgpu_kda), MLA attention (df_kgpu_mla) and
 # layer inputs (AttnRes and the norm, df_kgpu_pre) run on the GPU and none fallen
@@ -195,17 +195,41 @@ print("ok: %s: the kept state saves %d B in, %d B out (%d B in GPU memory)"
 PYEOF
   n=$((n + 1))
 done
-# speculation's marks read the state: it comes back to the host (seq_pulls)
-# and the ids stay the CPU's, with both ways of rolling back
+# speculation keeps its marks' states on the device too: a verify pass
+# writes its per-row states into the marks' entries there (rows) or saves
+# the state into one (recompute), a rollback copies one back, and no KDA
+# state comes to the host (seq_pulls 0); each KDA layer of each pass runs
+# there. The device copies are counted exactly: rows, one per drafted
+# token (the state after each row but the last) and one per rollback, in
+# every KDA layer; recompute, one per verify pass (the save) and one per
+# rollback.
 part 5 && for rb in recompute rows; do
   a="--model $T/nano --prompt \"$TXT\" --max-new 24 --json --heat '' --draft ngram --draft-rollback $rb"
   eval "\"$BIN\" run $a" >"$T/sc.json" 2>"$T/e" || fail "cpu ngram $rb: $(cat "$T/e")"
   eval "\"$BIN\" run $a --device cuda" >"$T/sg.json" 2>"$T/e" || fail "cuda ngram $rb: $(cat "$T/e")"
   [ "$(ids "$T/sg.json")" = "$(ids "$T/sc.json")" ] || fail "ngram $rb: GPU ids differ from the CPU's"
   gpu_ok "$T/sg.json" "ngram $rb"
-  [ "$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['stats']['device']['seq_pulls'] > 0)" "$T/sg.json")" = True ] ||
-    fail "ngram $rb: no state came back for the marks"
+  "$PY" - "$T/sg.json" "$T/nano/config.json" "$rb" <<'PYEOF' || fail "ngram $rb: the marks on the GPU"
+import json, sys
+s = json.load(open(sys.argv[1]))["stats"]
+d, sp = s["device"], s["speculation"]
+cfg = json.load(open(sys.argv[2]))
+cfg = cfg.get("text_config", cfg)
+n_kda, rb = len(cfg["linear_attn_config"]["kda_layers"]), sys.argv[3]
+if sp["rollbacks"] <= 0 or sp["verify_blocks"] <= 0:
+    sys.exit("no verify pass rolled back: %s" % sp)
+if d["seq_pulls"] != 0:
+    sys.exit("%d KDA states came back to the host" % d["seq_pulls"])
+want = (sp["drafted"] if rb == "rows" else sp["verify_blocks"]) + sp["rollbacks"]
+if d["seq_copies"] != want * n_kda:
+    sys.exit("%d device copies of a state, not (%d + %d rollbacks) x %d KDA layers"
+             % (d["seq_copies"], want - sp["rollbacks"], sp["rollbacks"], n_kda))
+passes = sp["decode_passes"] + 1  # the prefill's
+if d["seq_calls"] != passes * n_kda:
+    sys.exit("%d KDA layers on the GPU, not %d passes x %d" % (d["seq_calls"], passes, n_kda))
+print("ok: ngram, --draft-rollback %s: the CPU's ids, %d state copies on the GPU, none to the host"
+      % (rb, d["seq_copies"]))
+PYEOF
   n=$((n + 1))
-  echo "ok: ngram, --draft-rollback $rb: the same ids, the state brought back for the marks"
 done
 echo "device forward: ok ($n comparisons)"

@@ -144,6 +144,31 @@ for n in 1 20 40 80 160; do
   [ "$(field "$T/g.json" "d['output_ids']")" = "$ref" ] || fail "get:$n+ --gpu-state copy: ids differ"
 done
 [ "$lost" -gt 0 ] || fail "no dead device met a state kept on it"
+
+# Speculation keeps its marks' states on the device (the per-row states a
+# verify pass writes, the mark saved before it, the restores): a device
+# copy, an allocation or a KDA call failing while marks are there must
+# still give the CPU's ids, in both ways of rolling back. The copies swept
+# are those of the verify passes (after the prefill's and the first decode
+# passes' copies); a run counts as "after marks" when its failure came once
+# marks had been copied there (seq_copies > 0).
+TXT="The cat sat on the mat. The dog sat on the log. The cat sat on the"
+after=0
+for rb in rows recompute; do
+  a="--model $SRC/models/nano-k3 --prompt \"$TXT\" --max-new 16 --json --heat '' --draft ngram --draft-rollback $rb"
+  eval "\"$BIN\" run $a" >"$T/cpu.json" 2>"$T/e" || fail "cpu ngram $rb: $(cat "$T/e")"
+  ref=$(field "$T/cpu.json" "d['output_ids']")
+  for f in copy:160 copy:166 copy:172 copy:178 copy:184 copy:190 copy:196 copy:202 copy:208 \
+           copy:220 copy:226 copy:232 copy:244 alloc:12 alloc:14 alloc:16 kda:30 kda:40; do
+    eval "DF_MOCK_CUDA_FAIL=$f \"$BIN\" run $a --device cuda" >"$T/g.json" 2>"$T/e" ||
+      fail "ngram $rb $f: $(cat "$T/e")"
+    [ "$(field "$T/g.json" "d['output_ids']")" = "$ref" ] || fail "ngram $rb $f: ids differ from the CPU's"
+    [ "$(field "$T/g.json" "d['stats']['device']['fallbacks'] > 0 and d['stats']['device']['seq_copies'] > 0")" = True ] &&
+      after=$((after + 1))
+  done
+done
+[ "$after" -ge 10 ] || fail "only $after failures met marks kept on the device"
+echo "ok   speculation with its marks on the device: $after failures after marks were there, the CPU's ids"
 echo "ok   a device that dies holding the state: $lost runs stop saying so; with --gpu-state copy the CPU's ids"
 [ "$exact" -gt 0 ] || fail "no injected failure was taken over by the CPU"
 [ "$again" -gt 0 ] || fail "no injected failure hit an expert batch"

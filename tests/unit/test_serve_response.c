@@ -303,7 +303,7 @@ static void test_metrics_gpu(void **st) {
                    "\"fallbacks\":0,\"tier_hits\":77,\"tier_misses\":3,\"tier_bytes\":4096,"
                    "\"h2d_bytes\":9000,\"weight_h2d_s\":0.5,\"compute_s\":1.25,"
                    "\"mem_free\":1000000,\"seq_calls\":69,\"attn_calls\":24,\"pre_calls\":185,"
-                   "\"seq_bytes\":441000000,\"seq_pulls\":7}}";
+                   "\"seq_bytes\":441000000,\"seq_pulls\":7,\"seq_copies\":130}}";
   char *t = df_serve_metrics_text(&m, js);
   assert_non_null(strstr(t, "# TYPE deltafin_gpu_products_total counter\n"));
   assert_non_null(strstr(t, "deltafin_gpu_products_total 1234\n"));
@@ -320,6 +320,7 @@ static void test_metrics_gpu(void **st) {
   assert_non_null(strstr(t, "# TYPE deltafin_gpu_state_bytes gauge\n"));
   assert_non_null(strstr(t, "deltafin_gpu_state_bytes 441000000\n"));
   assert_non_null(strstr(t, "deltafin_gpu_state_pulls_total 7\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_state_copies_total 130\n"));
   assert_non_null(strstr(t, "deltafin_expert_bytes_read_total 5\n"));
   free(t);
   t = df_serve_metrics_text(&m, "{\"store\":{},\"device\":null}");

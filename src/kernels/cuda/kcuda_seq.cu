@@ -36,8 +36,7 @@ extern "C" int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
   size_t smem = sizeof(float) * (5 * (size_t)a->D + SEQ_LANES);
   if (smem > 48 * 1024) return seq_fail("kda", "head dimension too large for shared memory");
   cudaStream_t s = df_cuda_stream(c); /* after the copies in, before the copies out */
-  kda_conv_k<<<(unsigned)((3L * P + 255) / 256), 256, 0, s>>>(a->q, a->k, a->v, a->conv_st,
-                                                               a->conv_w, a->T, P, a->K);
+  kda_conv_k<<<(unsigned)((3L * P + 255) / 256), 256, 0, s>>>(*a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return seq_fail("kda conv", cudaGetErrorString(e));
   kda_heads_k<<<a->heads, nt, smem, s>>>(*a);

@@ -14,22 +14,28 @@ extern "C" {
 #define SEQ_LANES 16
 
 /* One thread per (input, channel): the window's sum over the stored inputs
- * then the new one, ascending, as conv_task's. */
-__global__ void kda_conv_k(float *q, float *k, float *v, float *st0, const float *w0, int T,
-                           int P, int K) {
+ * then the new one, ascending, as conv_task's; the window after each of
+ * the first nrow rows copied out as well. */
+__global__ void kda_conv_k(df_cuda_kda_args a) {
   long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  int P = a.heads * a.D, K = a.K;
   if (idx >= 3L * P) return;
   int s = (int)(idx / P), c = (int)(idx % P);
-  float *x = s == 0 ? q : s == 1 ? k : v;
-  float *st = st0 + (size_t)s * (size_t)(K - 1) * P;
-  const float *w = w0 + ((size_t)s * P + c) * (size_t)K;
-  for (int t = 0; t < T; t++) {
+  float *x = s == 0 ? a.q : s == 1 ? a.k : a.v;
+  size_t win = (size_t)s * (size_t)(K - 1) * P;
+  float *st = a.conv_st + win;
+  const float *w = a.conv_w + ((size_t)s * P + c) * (size_t)K;
+  for (int t = 0; t < a.T; t++) {
     float in = x[(size_t)t * P + c], acc = 0.0f;
     for (int i = 0; i < K - 1; i++) acc = __fadd_rn(acc, __fmul_rn(st[(size_t)i * P + c], w[i]));
     acc = __fadd_rn(acc, __fmul_rn(in, w[K - 1]));
     for (int i = 0; i + 1 < K - 1; i++) st[(size_t)i * P + c] = st[(size_t)(i + 1) * P + c];
     if (K > 1) st[(size_t)(K - 2) * P + c] = in;
     x[(size_t)t * P + c] = acc;
+    if (t < a.nrow) {
+      float *b = a.rows + (size_t)t * a.rstride + a.rconv + win;
+      for (int i = 0; i < K - 1; i++) b[(size_t)i * P + c] = st[(size_t)i * P + c];
+    }
   }
 }
 
@@ -60,7 +66,8 @@ __device__ static float seq_sumsq(const float *x, int n, float *lane) {
  * v and alpha kept in shared memory, the two L2 norms, then the KDA step
  * with thread j owning column j of S (each of the step's sums runs over the
  * key index for a fixed column, so a column is one thread's ascending
- * loops, as in the scalar step), then o's norm and gate. */
+ * loops, as in the scalar step), then o's norm and gate. The state after
+ * each of the first nrow rows is copied out column by column. */
 __global__ void kda_heads_k(df_cuda_kda_args a) {
   DF_DYN_SHARED(float, sm);
   int D = a.D, h = blockIdx.x;
@@ -95,8 +102,13 @@ __global__ void kda_heads_k(df_cuda_kda_args a) {
     }
     __syncthreads();
     float beta = seq_sigm(a.b[(size_t)t * a.heads + h]);
-    for (int j = threadIdx.x; j < D; j += blockDim.x)
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
       so[j] = kda_column(S, sa, sk, sq, beta, sv[j], j, D);
+      if (t < a.nrow) { /* column j is this thread's alone: no barrier before its copy */
+        float *b = a.rows + (size_t)t * a.rstride + off * D;
+        for (int i = 0; i < D; i++) b[(size_t)i * D + j] = S[(size_t)i * D + j];
+      }
+    }
     __syncthreads();
     float ss = seq_sumsq(so, D, lane);
     float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), a.eps)));

@@ -27,6 +27,13 @@ typedef struct df_cuda_kda_args {
   const float *A_log;  /* heads */
   const float *dt_bias; /* P */
   const float *o_norm;  /* D */
+  /* Speculation's per-row boundary states (nrow 0: none): after row t <
+   * nrow the state as it then is also goes to rows + t * rstride, S there
+   * and the conv windows at + rconv (kgpu.c's layout of a kept state), so
+   * a rejected draft is undone by a copy, on the device. */
+  int nrow;
+  float *rows;
+  size_t rstride, rconv;
 } df_cuda_kda_args;
 
 /* conv_task then kda_head_task for every head over the T rows in order:
@@ -34,7 +41,8 @@ typedef struct df_cuda_kda_args {
  * then the new one; conv_st moves on T rows), then per row SiLU of q, k, v,
  * L2 norm of q and k, q scaled by 1/sqrt(D), alpha from f, beta's sigmoid,
  * the KDA step on S, o's RMS norm with o_norm, times sigmoid(g). q, k, v, f
- * and g are left as the CPU's loops leave them.
+ * and g are left as the CPU's loops leave them; the first nrow rows'
+ * states are written out as they are reached.
  *
  * Asynchronous as kcuda.h's calls, on the context's stream: after the
  * copies in queued there, before the copies out (a decode layer waits for

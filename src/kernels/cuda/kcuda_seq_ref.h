@@ -21,7 +21,8 @@ static inline void df_kda_ref_conv(const df_cuda_kda_args *a) {
   int K = a->K;
   float *X[3] = {a->q, a->k, a->v};
   for (int s = 0; s < 3; s++) {
-    float *st = a->conv_st + (size_t)s * (size_t)(K - 1) * P, *x = X[s];
+    size_t win = (size_t)s * (size_t)(K - 1) * P;
+    float *st = a->conv_st + win, *x = X[s];
     const float *W = a->conv_w + (size_t)s * P * (size_t)K;
     for (size_t c = 0; c < P; c++) {
       const float *w = W + c * (size_t)K;
@@ -36,6 +37,10 @@ static inline void df_kda_ref_conv(const df_cuda_kda_args *a) {
         for (int i = 0; i + 1 < K - 1; i++) st[(size_t)i * P + c] = st[(size_t)(i + 1) * P + c];
         if (K > 1) st[(size_t)(K - 2) * P + c] = in;
         x[(size_t)t * P + c] = acc;
+        if (t < a->nrow) {
+          float *b = a->rows + (size_t)t * a->rstride + a->rconv + win;
+          for (int i = 0; i < K - 1; i++) b[(size_t)i * P + c] = st[(size_t)i * P + c];
+        }
       }
     }
   }
@@ -79,6 +84,8 @@ static inline void df_kda_ref_heads(const df_cuda_kda_args *a) {
       float beta = a->b[(size_t)t * (size_t)a->heads + (size_t)h];
       k->sigmoid(&beta, 1);
       k->kda_step(S, q, kv, v, f, beta, o, scr, D);
+      if (t < a->nrow)
+        memcpy(a->rows + (size_t)t * a->rstride + off * (size_t)D, S, sizeof(float) * D * D);
       k->rmsnorm(o, o, a->o_norm, D, a->eps);
       float *g = a->g + r;
       k->sigmoid(g, D);

@@ -26,8 +26,7 @@
 static void emu_kda(const df_cuda_kda_args *a) {
   int P = a->heads * a->D, nt = (a->D + 31) / 32 * 32;
   if (nt > 256) nt = 256;
-  emu_launch(dim3((unsigned)((3L * P + 255) / 256)), dim3(256), kda_conv_k, a->q, a->k, a->v,
-             a->conv_st, a->conv_w, a->T, P, a->K);
+  emu_launch(dim3((unsigned)((3L * P + 255) / 256)), dim3(256), kda_conv_k, *a);
   emu_launch_dyn(dim3((unsigned)a->heads), dim3((unsigned)nt),
                  sizeof(float) * (5 * (size_t)a->D + SEQ_LANES), kda_heads_k, *a);
 }
@@ -77,6 +76,46 @@ static void kda_case(int heads, int D, int K, int T, int split) {
     char what[128];
     snprintf(what, sizeof what, "kda %d heads x %d, conv %d, T %d%s: %s", heads, D, K, T,
              split > 0 ? " in two calls" : "", bname[i]);
+    emu_same(what, ref[i].data(), got[i].data(), n[i]);
+  }
+}
+
+/* Speculation's per-row states (df_cuda_kda_args.nrow): one call of T
+ * rows writing the first nrow rows' states, against the reference run a
+ * row at a time with S and the conv windows copied after each row, so
+ * what is checked is "the state after row t", not the reference's own
+ * copy-out. The blocks are padded (rconv and rstride off any round
+ * size) and the padding must stay as it was. */
+static void kda_rows_case(int heads, int D, int K, int T, int nrow) {
+  size_t P = (size_t)heads * D, t = (size_t)T, nS = P * D, nc = 3 * (size_t)(K - 1) * P;
+  size_t n[NB] = {t * P, t * P, t * P, t * P, t * P, t * heads, t * P, nS,
+                  nc, 3 * P * K, (size_t)heads, P, (size_t)D};
+  static const int range[NB][2] = {{-4, 1}, {-4, 1}, {-4, 1}, {-3, 2}, {-3, 1}, {-3, 2}, {-1, 0},
+                                   {-8, -1}, {-4, 1}, {-3, 0}, {-2, 1}, {-4, 0}, {-1, 0}};
+  std::vector<float> ref[NB], got[NB];
+  for (int i = 0; i < NB; i++) ref[i] = emu_rnd_vec(n[i], range[i][0], range[i][1]);
+  for (size_t i = 0; i < n[B_ON]; i++) ref[B_ON][i] = 1.0f + ref[B_ON][i] / 4;
+  for (int i = 0; i < NB; i++) got[i] = ref[i];
+  size_t rconv = nS + 3, rstride = rconv + nc + 5;
+  std::vector<float> want((size_t)nrow * rstride, -7.25f), rows = want;
+  df_cuda_kda_args a = kda_args(got, heads, D, K, 0, T);
+  a.nrow = nrow, a.rows = rows.data(), a.rstride = rstride, a.rconv = rconv;
+  emu_kda(&a);
+  for (int r = 0; r < T; r++) {
+    df_cuda_kda_args one = kda_args(ref, heads, D, K, r, 1);
+    emu_kda_ref(&one);
+    if (r >= nrow) continue;
+    memcpy(&want[(size_t)r * rstride], ref[B_S].data(), sizeof(float) * nS);
+    memcpy(&want[(size_t)r * rstride + rconv], ref[B_C].data(), sizeof(float) * nc);
+  }
+  char what[128];
+  snprintf(what, sizeof what, "kda %d heads x %d, conv %d, T %d, %d row states", heads, D, K, T,
+           nrow);
+  emu_same(what, want.data(), rows.data(), want.size());
+  for (int i = 0; i < NB; i++) {
+    if (i == B_B || i >= B_W) continue;
+    snprintf(what, sizeof what, "kda %d heads x %d, conv %d, T %d, %d row states: %s", heads, D,
+             K, T, nrow, bname[i]);
     emu_same(what, ref[i].data(), got[i].data(), n[i]);
   }
 }
@@ -137,6 +176,10 @@ int main(void) {
   kda_case(3, 17, 4, 5, 0);   /* a head size off the warp */
   kda_case(2, 1, 1, 3, 0);    /* no conv window */
   kda_case(2, 300, 2, 2, 0);  /* more values than threads */
+  kda_rows_case(3, 128, 4, 5, 5); /* a verify pass: every row's state */
+  kda_rows_case(2, 17, 4, 6, 3);  /* rows past the marks */
+  kda_rows_case(2, 300, 2, 3, 2); /* columns a thread owns more than one of */
+  kda_rows_case(2, 8, 1, 3, 3);   /* no conv window */
   for (int wk = 0; wk < 3; wk++) {
     mla_case(2, 128, 64, 128, 512, 5, 2, wk); /* K3's MLA dims */
     mla_case(3, 7, 3, 5, 20, 0, 4, wk);
