@@ -49,18 +49,26 @@ static df_cuda_kda_args kda_args(std::vector<float> *b, int heads, int D, int K,
   return a;
 }
 
-/* the inputs in their usual ranges, a state already carried; the kernels
- * over T rows in one call (split 0) or two, the reference in one */
-static void kda_case(int heads, int D, int K, int T, int split) {
+/* A layer call's inputs in their usual ranges, a state already carried:
+ * ref and got the same, n their sizes. */
+static void kda_inputs(int heads, int D, int K, int T, std::vector<float> *ref,
+                       std::vector<float> *got, size_t *n) {
   size_t P = (size_t)heads * D, t = (size_t)T;
-  size_t n[NB] = {t * P, t * P, t * P, t * P, t * P, t * heads, t * P, P * D,
-                  3 * (size_t)(K - 1) * P, 3 * P * K, (size_t)heads, P, (size_t)D};
+  size_t sz[NB] = {t * P, t * P, t * P, t * P, t * P, t * heads, t * P, P * D,
+                   3 * (size_t)(K - 1) * P, 3 * P * K, (size_t)heads, P, (size_t)D};
   static const int range[NB][2] = {{-4, 1}, {-4, 1}, {-4, 1}, {-3, 2}, {-3, 1}, {-3, 2}, {-1, 0},
                                    {-8, -1}, {-4, 1}, {-3, 0}, {-2, 1}, {-4, 0}, {-1, 0}};
-  std::vector<float> ref[NB], got[NB];
-  for (int i = 0; i < NB; i++) ref[i] = emu_rnd_vec(n[i], range[i][0], range[i][1]);
+  for (int i = 0; i < NB; i++) n[i] = sz[i], ref[i] = emu_rnd_vec(n[i], range[i][0], range[i][1]);
   for (size_t i = 0; i < n[B_ON]; i++) ref[B_ON][i] = 1.0f + ref[B_ON][i] / 4;
   for (int i = 0; i < NB; i++) got[i] = ref[i];
+}
+
+/* the kernels over T rows in one call (split 0) or two, the reference in
+ * one */
+static void kda_case(int heads, int D, int K, int T, int split) {
+  std::vector<float> ref[NB], got[NB];
+  size_t n[NB];
+  kda_inputs(heads, D, K, T, ref, got, n);
   if (split > 0) {
     df_cuda_kda_args a0 = kda_args(got, heads, D, K, 0, split);
     df_cuda_kda_args a1 = kda_args(got, heads, D, K, split, T - split);
@@ -87,16 +95,10 @@ static void kda_case(int heads, int D, int K, int T, int split) {
  * copy-out. The blocks are padded (rconv and rstride off any round
  * size) and the padding must stay as it was. */
 static void kda_rows_case(int heads, int D, int K, int T, int nrow) {
-  size_t P = (size_t)heads * D, t = (size_t)T, nS = P * D, nc = 3 * (size_t)(K - 1) * P;
-  size_t n[NB] = {t * P, t * P, t * P, t * P, t * P, t * heads, t * P, nS,
-                  nc, 3 * P * K, (size_t)heads, P, (size_t)D};
-  static const int range[NB][2] = {{-4, 1}, {-4, 1}, {-4, 1}, {-3, 2}, {-3, 1}, {-3, 2}, {-1, 0},
-                                   {-8, -1}, {-4, 1}, {-3, 0}, {-2, 1}, {-4, 0}, {-1, 0}};
   std::vector<float> ref[NB], got[NB];
-  for (int i = 0; i < NB; i++) ref[i] = emu_rnd_vec(n[i], range[i][0], range[i][1]);
-  for (size_t i = 0; i < n[B_ON]; i++) ref[B_ON][i] = 1.0f + ref[B_ON][i] / 4;
-  for (int i = 0; i < NB; i++) got[i] = ref[i];
-  size_t rconv = nS + 3, rstride = rconv + nc + 5;
+  size_t n[NB];
+  kda_inputs(heads, D, K, T, ref, got, n);
+  size_t nS = n[B_S], nc = n[B_C], rconv = nS + 3, rstride = rconv + nc + 5;
   std::vector<float> want((size_t)nrow * rstride, -7.25f), rows = want;
   df_cuda_kda_args a = kda_args(got, heads, D, K, 0, T);
   a.nrow = nrow, a.rows = rows.data(), a.rstride = rstride, a.rconv = rconv;
