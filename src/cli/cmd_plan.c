@@ -199,7 +199,7 @@ static uint64_t plan_gpu_at_open(void *ud, uint64_t tier_bytes, uint64_t free_by
 }
 
 static void plan_gpu(gpu_section *gs, const df_engine_opts *eo, const df_config *cfg, int int8,
-                     uint64_t record) {
+                     uint64_t record, int ctx) {
   int dev = eo->device;
   gs->want = dev >= 0 || (dev == DF_DEVICE_UNSET && eo->gpu_mem);
   if (!gs->want) return;
@@ -212,7 +212,9 @@ static void plan_gpu(gpu_section *gs, const df_engine_opts *eo, const df_config 
                        .expert_total_bytes = record * (uint64_t)cfg->n_experts *
                                              (uint64_t)(cfg->n_layers - cfg->first_k_dense),
                        .budget = eo->gpu_mem, .outside = DF_PLAN_GPU_UNKNOWN,
-                       .max_rows = PLAN_GPU_ROWS};
+                       .max_rows = PLAN_GPU_ROWS,
+                       /* one sequence at the planned context, as `run` keeps it there */
+                       .state_bytes = eo->gpu_state_copy ? 0 : df_plan_gpu_state_bytes(cfg, ctx, 0, 0)};
   if (eo->gpu_mem) {
     df_plan_gpu_make(&gs->g, &in);
     gs->made = 1;
@@ -427,7 +429,7 @@ int df_cmd_plan(int argc, char **argv) {
                parts[DF_K3_T_HEAD];
   }
   gpu_section gs = {0};
-  plan_gpu(&gs, &pa.eo, &cfg, int8, lay.total);
+  plan_gpu(&gs, &pa.eo, &cfg, int8, lay.total, p.ctx);
   if (pa.as_json) plan_print_json(&p, &q, &cfg, &gs);
   else plan_print_text(&p, &q, &cfg, &gs);
   df_plan_gpu_free(&gs.g);

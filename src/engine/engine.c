@@ -79,6 +79,13 @@ static int make_draft(df_engine *en, const char *v, df_err *e) {
   return en->draft ? 0 : -1;
 }
 
+/* Speculation's rollback marks: none without a draft, else one, or one per
+ * row (--draft-rollback rows). */
+static int draft_marks(const df_engine_opts *o) {
+  if (!o->draft || !strcmp(o->draft, "off")) return 0;
+  return o->draft_rows ? (o->draft_max > 0 ? o->draft_max : 4) : 1;
+}
+
 /* Plans memory (plan/plan.h) and starts the spine stream for what the plan
  * leaves out of memory. */
 static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df_err *e) {
@@ -91,8 +98,7 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df
                           .f64 = o->f64,
                           .draft = o->draft,
                           .draft_rows = DF_DRAFT_MAX + 1,
-                          /* the rollback marks: one, or one per row (--draft-rollback rows) */
-                          .draft_marks = o->draft_rows ? (o->draft_max > 0 ? o->draft_max : 4) : 1};
+                          .draft_marks = draft_marks(o)};
   if (en->draft) df_draft_mem(en->draft, &rq.draft_fixed, &rq.draft_per_pos);
   if (o->mem_limit) {
     rq.mem_limit = o->mem_limit;
@@ -114,6 +120,7 @@ static int plan_memory(df_engine *en, const df_engine_opts *o, long cache_mb, df
 typedef struct gpu_plan_ctx {
   df_engine *en;
   int max_rows;
+  uint64_t state_bytes; /* df_plan_gpu_in's */
 } gpu_plan_ctx;
 
 static uint64_t plan_gpu(void *ud, uint64_t tier_bytes, uint64_t free_bytes) {
@@ -131,7 +138,7 @@ static uint64_t plan_gpu(void *ud, uint64_t tier_bytes, uint64_t free_bytes) {
                                              (uint64_t)(c->n_layers - c->first_k_dense),
                        .budget = tier_bytes,
                        .outside = free_bytes > tier_bytes ? free_bytes - tier_bytes : 0,
-                       .max_rows = x->max_rows};
+                       .max_rows = x->max_rows, .state_bytes = x->state_bytes};
   df_plan_gpu_make(&en->gplan, &in);
   en->gplan_made = 1;
   free(ub);
@@ -157,7 +164,13 @@ static int open_device(df_engine *en, const df_engine_opts *o, df_err *e) {
   if (o->f64)
     return df_err_set(e, "--device cuda:%d with --precision f64: the float64 path runs only on "
                          "the CPU's scalar kernels (drop one of the two)", dev);
-  gpu_plan_ctx px = {en, o->max_rows > 0 ? o->max_rows : 64 /* as plan_memory's */};
+  /* the state of one sequence at the planned context (and --draft self's
+   * second one), the marks; none kept there with --gpu-state copy */
+  int self = o->draft && !strcmp(o->draft, "self");
+  gpu_plan_ctx px = {en, o->max_rows > 0 ? o->max_rows : 64 /* as plan_memory's */,
+                     o->gpu_state_copy ? 0
+                                       : df_plan_gpu_state_bytes(&en->cfg, en->plan.ctx,
+                                                                 draft_marks(o), self)};
   en->gpu = df_kgpu_open(dev, o->gpu_mem, plan_gpu, &px, err, sizeof err);
   if (!en->gpu) return df_err_set(e, "--device cuda:%d: %s", dev, err);
   en->kc.gpu = en->gpu;

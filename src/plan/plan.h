@@ -143,6 +143,8 @@ typedef struct df_plan_gpu_in {
   uint64_t outside;             /* device memory beyond the tier for the per-use buffers;
                                  * DF_PLAN_GPU_UNKNOWN: assumed enough (no device to ask) */
   int max_rows;                 /* largest batch (prefill chunk) */
+  uint64_t state_bytes;         /* sequence state the device keeps beside the tier
+                                 * (df_plan_gpu_state_bytes; 0: --gpu-state copy) */
 } df_plan_gpu_in;
 
 typedef struct df_plan_gpu {
@@ -152,7 +154,8 @@ typedef struct df_plan_gpu {
    * the expert batch's gate and up rows, the weight buffer for the largest
    * matrix not kept (0 when every unit is) */
   uint64_t peruse_act, peruse_experts, peruse_weights, peruse_bytes;
-  uint64_t given_back;          /* per-use bytes past `outside`: the tier gives them up */
+  uint64_t state_bytes;         /* df_plan_gpu_in's: beside the per-use buffers */
+  uint64_t given_back;          /* per-use and state bytes past `outside`: the tier gives them up */
   uint64_t usable;              /* budget - given_back */
   uint64_t spine_total, spine_bytes; /* the spine's products' matrices; those on the GPU */
   uint64_t keep_cap;            /* for df_dtier_keep_cap: UINT64_MAX when all of the spine fits */
@@ -162,6 +165,13 @@ typedef struct df_plan_gpu {
   int nunits, n_gpu, max_rows;
   uint8_t *on_gpu;              /* per unit */
 } df_plan_gpu;
+
+/* What --device cuda keeps of one sequence of ctx positions in device
+ * memory (kgpu.h's df_kgpu_seq_*: taken from the tier when the device is
+ * short, so the plan counts it): its KDA states and MLA caches, marks more
+ * KDA states (speculation's marks, which stay there too), and with self a
+ * second sequence (--draft self). */
+uint64_t df_plan_gpu_state_bytes(const df_config *c, int ctx, int marks, int self);
 
 /* Fills g (never fails: a budget too small for anything leaves every unit
  * per-use, which kgpu handles, slower). */

@@ -125,12 +125,18 @@ static uint64_t choose(const df_plan_gpu_in *in, uint64_t room, uint8_t *on, con
   return got;
 }
 
+uint64_t df_plan_gpu_state_bytes(const df_config *c, int ctx, int marks, int self) {
+  uint64_t one = df_plan_state_bytes(c, ctx);
+  return one * (self ? 2 : 1) + (uint64_t)(marks > 0 ? marks : 0) * df_plan_state_bytes(c, 0);
+}
+
 void df_plan_gpu_make(df_plan_gpu *g, const df_plan_gpu_in *in) {
   const df_config *c = in->cfg;
   int nu = in->nunits > 0 ? in->nunits : 0;
   memset(g, 0, sizeof *g);
   g->budget = in->budget;
   g->outside = in->outside;
+  g->state_bytes = in->state_bytes;
   g->nunits = nu;
   g->max_rows = in->max_rows > 0 ? in->max_rows : 1;
   g->on_gpu = df_xcalloc((size_t)(nu ? nu : 1), 1);
@@ -158,7 +164,7 @@ void df_plan_gpu_make(df_plan_gpu *g, const df_plan_gpu_in *in) {
    * more (it only grows, over a finite set of sizes, so this ends). */
   uint64_t wres = 0;
   for (;;) {
-    uint64_t need = g->peruse_act + g->peruse_experts + wres;
+    uint64_t need = g->peruse_act + g->peruse_experts + wres + g->state_bytes;
     g->given_back = in->outside != DF_PLAN_GPU_UNKNOWN && need > in->outside ? need - in->outside : 0;
     g->usable = in->budget > g->given_back ? in->budget - g->given_back : 0;
     uint64_t room = g->usable > g->expert_min_bytes ? g->usable - g->expert_min_bytes : 0;
@@ -201,11 +207,11 @@ char *df_plan_gpu_text(const df_plan_gpu *g) {
            "gpu      tier %.1f MB%s: spine %.1f of %.1f MB kept (%d of %d units: layers %s; per use: "
            "%s), routed experts %.1f MB (%" PRIu64 " of %" PRIu64 " records, at least %.1f MB)\n"
            "gpu      per-use buffers %.1f MB at %d rows (activations %.1f, expert rows %.1f, "
-           "weights not kept %.1f); %s\n",
+           "weights not kept %.1f); sequence state %.1f MB; %s\n",
            g->usable / 1e6, given, g->spine_bytes / 1e6, g->spine_total / 1e6, g->n_gpu, g->nunits, on,
            off, g->expert_bytes / 1e6, g->expert_records, g->expert_records_all,
            g->expert_min_bytes / 1e6, g->peruse_bytes / 1e6, g->max_rows, g->peruse_act / 1e6,
-           g->peruse_experts / 1e6, g->peruse_weights / 1e6, beyond);
+           g->peruse_experts / 1e6, g->peruse_weights / 1e6, g->state_bytes / 1e6, beyond);
   return t;
 }
 
@@ -232,6 +238,7 @@ char *df_plan_gpu_json(const df_plan_gpu *g) {
   I("peruse_activation_bytes", g->peruse_act);
   I("peruse_expert_bytes", g->peruse_experts);
   I("peruse_weight_bytes", g->peruse_weights);
+  I("state_bytes", g->state_bytes);
 #undef I
   json_t *a = json_array(), *b = json_array();
   for (int u = 0; u < g->nunits; u++) {

@@ -10,7 +10,9 @@
 #     its lines; with room for the whole spine the tier keeps at least the
 #     plan's spine bytes (the sizes mirror what the pass sends to the
 #     device: an undercount shows here), and with a tier too small the kept
-#     bytes stay within the plan's cap and the ids are the CPU's.
+#     bytes stay within the plan's cap and the ids are the CPU's; the
+#     sequence state the device keeps is planned (one sequence at the
+#     context, the marks; none with --gpu-state copy).
 set -eu
 BIN=${DF_BIN:?set DF_BIN}
 SRC=${DF_SRC:?set DF_SRC}
@@ -73,7 +75,25 @@ assert g["budget_bytes"] == d["tier_cap"] or d["tier_cap"] < g["budget_bytes"], 
 # every planned spine byte is kept after a pass; a little more may be (a layer's small weights)
 k, want = d["tier_keep_bytes"], g["spine_gpu_bytes"]
 assert want <= k <= want + want // 20 + 65536, "kept %d, planned %d" % (k, want)
-print("ok: kept %d bytes, planned %d" % (k, want))
+# the sequence state kept there is planned (for the whole context: more than these few rows)
+assert 0 < d["seq_bytes"] <= g["state_bytes"], "state kept %d, planned %d" % (d["seq_bytes"], g["state_bytes"])
+print("ok: kept %d bytes, planned %d; state %d, planned %d" % (k, want, d["seq_bytes"], g["state_bytes"]))
+PYEOF
+# with --gpu-state copy nothing of the state is kept there, nor planned; a
+# draft's marks are (--draft-rollback rows: one a row, KDA states only)
+"$BIN" run --model "$M" --prompt-ids 1,2,3,4,5 --max-new 4 --device cuda --gpu-state copy --json \
+  >"$T/copy.json" || fail "gpu run --gpu-state copy"
+"$BIN" run --model "$M" --prompt-ids 1,2,3,4,5 --max-new 4 --device cuda --draft ngram \
+  --draft-rollback rows --draft-max 3 --json >"$T/marks.json" || fail "gpu run with marks"
+"$PY" - "$T/big.json" "$T/copy.json" "$T/marks.json" <<'PYEOF' || fail "the planned state"
+import json, sys
+big, copy, marks = (json.load(open(p))["stats"] for p in sys.argv[1:4])
+assert copy["plan"]["gpu"]["state_bytes"] == 0 == copy["device"]["seq_bytes"], copy["plan"]["gpu"]
+one = big["plan"]["gpu"]["state_bytes"]
+assert one == big["plan"]["state_bytes"], big["plan"]  # the RAM plan's state: KDA + the cache at ctx
+extra = marks["plan"]["gpu"]["state_bytes"] - one
+assert extra > 0 and extra % 3 == 0, extra  # three marks, each the same KDA state
+print("ok: state planned on the device: %d bytes, %d a mark, none with --gpu-state copy" % (one, extra // 3))
 PYEOF
 # a tier that holds about half of the spine: the cap holds, the ids are the CPU's
 cap=$("$PY" -c "import json,sys; g=json.load(open(sys.argv[1]))['stats']['plan']['gpu']; print(g['spine_total_bytes'] // 2 + g['expert_min_bytes'])" "$T/big.json")

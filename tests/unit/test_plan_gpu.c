@@ -4,8 +4,8 @@
  * sizes so a change of policy fails), the routed experts' share (at least
  * one token's batch of a layer, then the rest), the per-use buffers (and
  * the tier giving back what the device beyond it lacks), invariants over a
- * sweep of budgets, the K3 unit sizes against the RAM planner's, and the
- * summaries. */
+ * sweep of budgets, the K3 unit sizes against the RAM planner's, the
+ * sequence state kept beside the tier, and the summaries. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,6 +151,50 @@ static void test_given_back(void **st) {
   df_plan_gpu_free(&g);
 }
 
+/* The sequence state the device keeps (df_plan_gpu_state_bytes) from the
+ * config's own sizes: KDA matrices and conv windows per KDA layer, the
+ * latent cache's rows per MLA layer; marks are KDA states, --draft self a
+ * second sequence. Beside the per-use buffers it comes out of the tier
+ * when the device beyond it is short, byte for byte. */
+static void test_state(void **st) {
+  (void)st;
+  const df_config *c = &cfg;
+  uint64_t kda = (uint64_t)c->n_kda * 4 *
+                 ((uint64_t)c->kda_heads * c->kda_head_dim * c->kda_head_dim +
+                  3 * (uint64_t)(c->kda_conv - 1) * c->kda_heads * c->kda_head_dim);
+  uint64_t row = (uint64_t)c->n_mla * 4 * (uint64_t)(c->kv_lora_rank + c->qk_rope_dim);
+  assert_true(kda > 0 && row > 0);
+  assert_int_equal(df_plan_gpu_state_bytes(c, 100, 0, 0), kda + 100 * row);
+  assert_int_equal(df_plan_gpu_state_bytes(c, 100, 4, 0), 5 * kda + 100 * row);
+  assert_int_equal(df_plan_gpu_state_bytes(c, 100, 1, 1), 3 * kda + 200 * row);
+  uint64_t big[NU], total = 0;
+  for (int u = 0; u < NU; u++) big[u] = U[u] / 2, total += U[u];
+  df_plan_gpu_in in = in_of(U, big, total + kmin() + 500000, DF_PLAN_GPU_UNKNOWN);
+  df_plan_gpu g;
+  df_plan_gpu_make(&g, &in);
+  uint64_t need = g.peruse_bytes, usable = g.usable;
+  df_plan_gpu_free(&g);
+  in.outside = need, in.state_bytes = 300000; /* room for the buffers, none for the state */
+  df_plan_gpu_make(&g, &in);
+  assert_int_equal(g.state_bytes, 300000);
+  assert_int_equal(g.given_back, 300000);
+  assert_int_equal(g.usable, usable - 300000);
+  assert_int_equal(g.n_gpu, NU); /* the spine still fits; the experts' share gave way */
+  char *j = df_plan_gpu_json(&g);
+  json_t *o = json_loads(j, 0, NULL);
+  assert_int_equal(json_integer_value(json_object_get(o, "state_bytes")), 300000);
+  json_decref(o);
+  free(j);
+  char *t = df_plan_gpu_text(&g);
+  assert_non_null(strstr(t, "sequence state 0.3 MB"));
+  free(t);
+  df_plan_gpu_free(&g);
+  in.outside = need + 300000; /* room for both */
+  df_plan_gpu_make(&g, &in);
+  assert_int_equal(g.given_back, 0);
+  df_plan_gpu_free(&g);
+}
+
 /* Invariants over budgets from nothing to everything, with and without a
  * known device: within the budget, maximal, the experts' minimum first. */
 static void test_sweep(void **st) {
@@ -253,6 +297,7 @@ int main(void) {
       cmocka_unit_test(test_policy_pinned), cmocka_unit_test(test_all_fit),
       cmocka_unit_test(test_given_back),    cmocka_unit_test(test_sweep),
       cmocka_unit_test(test_k3_units),      cmocka_unit_test(test_summaries),
+      cmocka_unit_test(test_state),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

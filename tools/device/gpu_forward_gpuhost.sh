@@ -6,8 +6,8 @@
 # by tools/device/bundle.sh (its header has the recipe) into out/gpu;
 # then `bash tools/device/gpu_forward_gpuhost.sh out/gpu` there with out/gpu
 # carried; results in $OUT/r.tgz (one file: a call brings back only a few).
-# STEPS (default "test kern gbench nano trunk"; also "suite": CPU e2e suites
-# with DF_DEVICE=cuda, where jq and curl are there) picks parts;
+# STEPS (default "test kern gbench nano spec trunk"; also "suite": CPU e2e
+# suites with DF_DEVICE=cuda, where jq and curl are there) picks parts;
 # TRUNK_LAYERS (default 4) the k3-trunk's depth.
 set -u
 D=$(cd "${1:-out/gpu}" && pwd)
@@ -24,7 +24,7 @@ chmod +x /tmp/dfgpu-bin/deltafin
 B=/tmp/dfgpu-bin/deltafin
 ours() { LD_LIBRARY_PATH=$L "$@"; }
 R=$OUT/r; mkdir -p "$R"
-STEPS=${STEPS:-test kern gbench nano trunk}
+STEPS=${STEPS:-test kern gbench nano spec trunk}
 ts() { echo "[$(date +%T)] $*" | tee -a "$R/log.txt"; }
 { nvidia-smi; lscpu | grep -E 'Model name|^CPU\(s\)'; free -g; df -h /tmp; } > "$R/machine.txt" 2>&1
 "$B" --version > "$R/version.txt" 2>&1
@@ -69,6 +69,18 @@ for s in $STEPS; do
       for th in 16 4; do
         "$B" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 64 --json --heat '' \
           --threads $th --device $dev > "$R/nano_${dev}_t$th.json" 2> "$R/nano_${dev}_t$th.err"
+      done
+    done ;;
+  spec)
+    # speculation with its marks kept on the device (no state pulled back):
+    # the n-gram draft on a repetitive text, both ways of rolling back, against --draft off
+    ts "nano-K3 speculation, cpu and cuda"
+    TXT="The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on the"
+    for dev in cpu cuda; do
+      for d in off recompute rows; do
+        a=(--draft ngram --draft-rollback "$d"); [ "$d" = off ] && a=()
+        "$B" run --model "$SRC/models/nano-k3" --prompt "$TXT" --max-new 96 --json --heat '' \
+          --threads 16 --device $dev "${a[@]}" > "$R/spec_${dev}_$d.json" 2> "$R/spec_${dev}_$d.err"
       done
     done ;;
   trunk)
