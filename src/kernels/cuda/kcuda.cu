@@ -25,6 +25,7 @@ extern "C" {
 #include "kernels/cuda/kcuda_gemv.cuh"
 #include "kernels/cuda/kcuda_gemm.cuh"
 #include "kernels/cuda/kcuda_norm.cuh"
+#include "kernels/cuda/kcuda_elem.cuh"
 
 
 struct df_cuda {
@@ -521,32 +522,6 @@ extern "C" int df_cuda_gemm_mxfp4(df_cuda *c, const uint8_t *packed, const uint8
 /* ---- vector functions: one block; the reductions as the scalar loops ---- */
 
 
-__device__ static inline float sigm(float v) {
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
-}
-
-__global__ void sigmoid_k(float *x, int n, int silu) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    x[i] = silu ? __fmul_rn(x[i], sigm(x[i])) : sigm(x[i]);
-}
-
-__global__ void situ_k(float *out, const float *g, const float *u, int n, float bg, float bu) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    float gate = __fmul_rn(bg, df_km_tanhf(__fdiv_rn(g[i], bg)));
-    gate = __fmul_rn(gate, sigm(g[i]));
-    float up = __fmul_rn(bu, df_km_tanhf(__fdiv_rn(u[i], bu)));
-    out[i] = __fmul_rn(gate, up);
-  }
-}
-
-__global__ void elementary_k(int which, const float *x, float *y, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float v = x[i];
-    y[i] = which == 0 ? df_km_expf(v) : which == 1 ? df_km_tanhf(v) : __fdiv_rn(1.0f, __fsqrt_rn(v));
-  }
-}
-
 static int grid_for(long n) {
   long b = (n + VBLOCK - 1) / VBLOCK;
   return (int)(b < 1 ? 1 : b > 65535 ? 65535 : b);
@@ -592,18 +567,6 @@ extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float 
   return 0;
 }
 
-/* one thread per (row, element): the slots in order, each product rounded */
-__global__ void moe_combine_k(float *out, const float *Y, const int *rows, const float *w, int T,
-                              int K, int n) {
-  for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (long)T * n;
-       i += (long)gridDim.x * blockDim.x) {
-    int t = (int)(i / n), d = (int)(i % n);
-    float acc = 0.0f;
-    for (int k = 0; k < K; k++)
-      acc = __fadd_rn(acc, __fmul_rn(w[t * K + k], Y[(size_t)rows[t * K + k] * n + d]));
-    out[i] = acc;
-  }
-}
 extern "C" int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows,
                                    const float *w, int T, int K, int n) {
   if (T <= 0 || n <= 0) return 0;
@@ -612,11 +575,6 @@ extern "C" int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const
   return 0;
 }
 
-__global__ void add_k(float *y, const float *a, const float *b, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    y[i] = __fadd_rn(a[i], b[i]);
-}
 extern "C" int df_cuda_add(df_cuda *c, float *y, const float *a, const float *b, size_t n) {
   if (!n) return 0;
   add_k<<<grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, c->s>>>(y, a, b, n);
@@ -655,16 +613,6 @@ extern "C" int df_cuda_elementary(df_cuda *c, int which, const float *x, float *
 
 /* ---- the KDA step and the router's top-k ---- */
 
-/* One block per head, one thread per value column j (kda_column). */
-__global__ void kda_step_k(float *S, const float *q, const float *k, const float *v,
-                           const float *alpha, const float *beta, float *o, int D) {
-  int h = blockIdx.x;
-  float *St = S + (size_t)h * D * D;
-  const float *qh = q + (size_t)h * D, *kh = k + (size_t)h * D, *ah = alpha + (size_t)h * D;
-  for (int j = threadIdx.x; j < D; j += blockDim.x)
-    o[(size_t)h * D + j] = kda_column(St, ah, kh, qh, beta[h], v[(size_t)h * D + j], j, D);
-}
-
 extern "C" int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const float *k,
                                 const float *v, const float *alpha, const float *beta, float *o,
                                 int heads, int D) {
@@ -672,45 +620,6 @@ extern "C" int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const floa
   kda_step_k<<<heads, D < 256 ? D : 256, 0, c->s>>>(S, q, k, v, alpha, beta, o, D);
   LAUNCHED(c, "kda step");
   return 0;
-}
-
-#define ROUTER_MAX_K 64
-
-/* One thread per row: the insertion of model/router.c, the same
- * comparisons in the same order (ties keep the lower id), then the same
- * sequential sum and scaling. */
-__global__ void router_k(const float *sc, const float *bias, int E, int K, int norm, float scale,
-                         int rows, int *ids, float *w) {
-  int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  const float *s = sc + (size_t)r * E;
-  int *id = ids + (size_t)r * K;
-  float *wr = w + (size_t)r * K;
-  float best[ROUTER_MAX_K];
-  int n = 0;
-  for (int e = 0; e < E; e++) {
-    float b = __fadd_rn(s[e], bias[e]);
-    int at = n;
-    while (at > 0 && best[at - 1] < b) at--;
-    if (at >= K) continue;
-    int last = n < K ? n : K - 1;
-    for (int i = last; i > at; i--) best[i] = best[i - 1], id[i] = id[i - 1];
-    best[at] = b;
-    id[at] = e;
-    if (n < K) n++;
-  }
-  for (int i = 1; i < K; i++)
-    for (int j = i; j > 0 && id[j - 1] > id[j]; j--) {
-      int t = id[j];
-      id[j] = id[j - 1];
-      id[j - 1] = t;
-    }
-  float sum = 0.0f;
-  for (int i = 0; i < K; i++) sum = __fadd_rn(sum, s[id[i]]);
-  for (int i = 0; i < K; i++) {
-    float v = norm ? __fdiv_rn(s[id[i]], sum) : s[id[i]];
-    wr[i] = __fmul_rn(v, scale);
-  }
 }
 
 extern "C" int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bias, int n_experts,

@@ -1,5 +1,6 @@
-/* What several kernels share: a block's softmax, one column of the KDA
- * step, and the way a kernel declares its dynamic shared memory. */
+/* What several kernels share: the sigmoid, a block's softmax, one column
+ * of the KDA step, and the way a kernel declares its dynamic shared
+ * memory. */
 #ifndef DF_KERNELS_CUDA_KCUDA_BLOCK_CUH
 #define DF_KERNELS_CUDA_KCUDA_BLOCK_CUH
 
@@ -9,6 +10,11 @@
 #ifndef DF_DYN_SHARED
 #define DF_DYN_SHARED(type, name) extern __shared__ type name[]
 #endif
+
+/* the scalar table's sigmoid: 1 / (1 + exp(-v)), each step rounded */
+__device__ static inline float sigm(float v) {
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
+}
 
 /* x[0 .. n) = softmax(x) by the whole block (every thread calls it: it
  * holds barriers). The max and the sum are thread 0's ascending loops: the

@@ -39,10 +39,6 @@ __global__ void kda_conv_k(df_cuda_kda_args a) {
   }
 }
 
-__device__ static inline float seq_sigm(float v) {
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, df_km_expf(-v)));
-}
-
 /* dot(x, x) of n shared floats in the scalar dot's order: lane j sums
  * x[j], x[j + 16], ... ascending, then the 8, 4, 2, 1 tree. Every thread
  * of the block calls it (it holds barriers) and gets the sum. */
@@ -81,13 +77,13 @@ __global__ void kda_heads_k(df_cuda_kda_args a) {
     size_t r = (size_t)t * P + off;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
       float x = a.q[r + d];
-      sq[d] = __fmul_rn(x, seq_sigm(x));
+      sq[d] = __fmul_rn(x, sigm(x));
       x = a.k[r + d];
-      sk[d] = __fmul_rn(x, seq_sigm(x));
+      sk[d] = __fmul_rn(x, sigm(x));
       x = a.v[r + d];
-      sv[d] = __fmul_rn(x, seq_sigm(x));
+      sv[d] = __fmul_rn(x, sigm(x));
       float y = __fmul_rn(expA, __fadd_rn(a.f[r + d], dtb[d]));
-      sa[d] = df_km_expf(__fmul_rn(a.lb, seq_sigm(y)));
+      sa[d] = df_km_expf(__fmul_rn(a.lb, sigm(y)));
     }
     __syncthreads();
     float invq = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(seq_sumsq(sq, D, lane), 1e-6f)));
@@ -101,7 +97,7 @@ __global__ void kda_heads_k(df_cuda_kda_args a) {
       a.f[r + d] = sa[d];
     }
     __syncthreads();
-    float beta = seq_sigm(a.b[(size_t)t * a.heads + h]);
+    float beta = sigm(a.b[(size_t)t * a.heads + h]);
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
       so[j] = kda_column(S, sa, sk, sq, beta, sv[j], j, D);
       if (t < a.nrow) { /* column j is this thread's alone: no barrier before its copy */
@@ -113,7 +109,7 @@ __global__ void kda_heads_k(df_cuda_kda_args a) {
     float ss = seq_sumsq(so, D, lane);
     float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)D), a.eps)));
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      float g = seq_sigm(a.g[r + d]);
+      float g = sigm(a.g[r + d]);
       a.g[r + d] = g;
       a.o[r + d] = __fmul_rn(__fmul_rn(__fmul_rn(so[d], inv), a.o_norm[d]), g);
     }
@@ -186,7 +182,7 @@ __global__ void mla_attn_k(df_cuda_mla_args a) {
 __global__ void mla_gate_k(float *o, float *g, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float s = seq_sigm(g[i]);
+    float s = sigm(g[i]);
     g[i] = s;
     o[i] = __fmul_rn(o[i], s);
   }

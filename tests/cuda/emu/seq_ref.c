@@ -13,3 +13,7 @@ void emu_attn_res_ref(float *xn, const float *snaps, size_t ss, int nS, const fl
 void emu_kda_ref(const df_cuda_kda_args *a) { df_kda_ref(a); }
 void emu_mla_ref_attn(const df_cuda_mla_args *a) { df_mla_ref_attn(a); }
 void emu_mla_ref_gate(float *o, float *g, size_t n) { df_mla_ref_gate(o, g, n); }
+void emu_moe_combine_ref(float *out, const float *Y, const int *rows, const float *w, int T, int K,
+                         int n) {
+  df_moe_combine_ref(out, Y, rows, w, T, K, n);
+}
