@@ -11,7 +11,7 @@
 #     sizes (one so small that it evicts and refuses), memory limits (down to
 #     every spine layer streamed), batch splits and thread counts;
 #  3. speculation (n-gram, the nano-draft, the nano-DSpark) gives the same
-#     ids on both devices;
+#     ids on both devices, its marks kept on the GPU (none pulled back);
 #  4. the GPU's weight tier sits above the RAM cache: an expert it holds is
 #     not requested from the store again;
 #  5. the sequence state kept in GPU memory (--gpu-state keep, the default)
@@ -125,8 +125,10 @@ part 3 && for d in ngram "$SRC/models/nano-draft" "dspark:$SRC/models/nano-dspar
   [ "$(ids "$T/s.cpu.json")" = "$(ids "$T/off.json")" ] || fail "draft $d on the CPU: ids differ from --draft off"
   [ "$(ids "$T/s.cuda.json")" = "$(ids "$T/s.cpu.json")" ] || fail "draft $d: GPU ids $(ids "$T/s.cuda.json"), CPU $(ids "$T/s.cpu.json")"
   gpu_ok "$T/s.cuda.json" "draft $d"
+  [ "$("$PY" -c "import json,sys; d=json.load(open(sys.argv[1]))['stats']['device']; print(d['seq_pulls'], d['seq_copies'] > 0)" "$T/s.cuda.json")" = "0 True" ] ||
+    fail "draft $d: the marks did not stay on the GPU (seq_pulls, seq_copies)"
   n=$((n + 1))
-  echo "ok: --draft $d: the same ids on both devices"
+  echo "ok: --draft $d: the same ids on both devices, the marks kept on the GPU"
 done
 part 4 && echo "== 4. the GPU's tier above the RAM cache: what it holds is not read"
 # --cache-mb 0, so every expert a CPU pass uses is requested from the store;
