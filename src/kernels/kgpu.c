@@ -1174,7 +1174,10 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   if (!scratch(g, &g->xbuf, &g->xcap, nall) || !staging(g, &g->hx, &g->hxcap, nall) ||
       (defer && !scratch(g, &g->pa, &g->pacap, T * H * sizeof(float))))
     return fell_back(g);
-  if (nrow > 0 && kda_row_entries(g, a, nrow, nst)) return fell_back(g);
+  if (nrow > 0 && kda_row_entries(g, a, nrow, nst)) { /* a full device, not an error: */
+    pthread_mutex_unlock(&g->mu);                      /* the CPU's loops write the marks */
+    return -1;
+  }
   struct sent *e = kda_entry(g, a, nst); /* after scratch(): its shrink may not take this */
   if (a->skey && !a->s_host && !e) { /* the caller's bookkeeping is wrong: never guess */
     pthread_mutex_unlock(&g->mu);

@@ -12,7 +12,7 @@
  *
  * DF_MOCK_CUDA_FAIL=KIND:N makes the N-th call (1-based) of KIND fail as a
  * CUDA error would (KIND:N+ the N-th and every later one, as a device that
- * died does): alloc (device allocations), put (copies to the device),
+ * died does; KIND:N-M the N-th to the M-th, as a device full for a while): alloc (device allocations), put (copies to the device),
  * gemm (products), sync (waits, which report errors of queued work), kda
  * (a KDA layer's sequence part, kcuda_seq.h), mla (MLA attention's kernels,
  * kcuda_seq.h: the attention and the gate), copy (device-to-device copies:
@@ -51,8 +51,10 @@ static int inject(df_cuda *c, int k) {
   size_t n = strlen(fail_kind[k]);
   if (!f || strncmp(f, fail_kind[k], n) || f[n] != ':') return 0;
   char *end;
-  long at = strtol(f + n + 1, &end, 10);
-  if (*end == '+' ? calls[k] < at : calls[k] != at) return 0;
+  long at = strtol(f + n + 1, &end, 10), to = at;
+  if (*end == '+') to = -1;
+  else if (*end == '-') to = strtol(end + 1, NULL, 10);
+  if (calls[k] < at || (to >= 0 && calls[k] > to)) return 0;
   if (c) snprintf(c->err, sizeof c->err, "mock %s #%ld: injected failure", fail_kind[k], calls[k]);
   return 1;
 }
