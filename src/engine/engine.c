@@ -79,6 +79,9 @@ static int make_draft(df_engine *en, const char *v, df_err *e) {
   return en->draft ? 0 : -1;
 }
 
+/* --draft self: the model drafts for itself, from a second sequence. */
+static int draft_self(const df_engine_opts *o) { return o->draft && !strcmp(o->draft, "self"); }
+
 /* Speculation's rollback marks: none without a draft, else one, or one per
  * row (--draft-rollback rows). */
 static int draft_marks(const df_engine_opts *o) {
@@ -166,11 +169,10 @@ static int open_device(df_engine *en, const df_engine_opts *o, df_err *e) {
                          "the CPU's scalar kernels (drop one of the two)", dev);
   /* the state of one sequence at the planned context (and --draft self's
    * second one), the marks; none kept there with --gpu-state copy */
-  int self = o->draft && !strcmp(o->draft, "self");
   gpu_plan_ctx px = {en, o->max_rows > 0 ? o->max_rows : 64 /* as plan_memory's */,
                      o->gpu_state_copy ? 0
                                        : df_plan_gpu_state_bytes(&en->cfg, en->plan.ctx,
-                                                                 draft_marks(o), self)};
+                                                                 draft_marks(o), draft_self(o))};
   en->gpu = df_kgpu_open(dev, o->gpu_mem, plan_gpu, &px, err, sizeof err);
   if (!en->gpu) return df_err_set(e, "--device cuda:%d: %s", dev, err);
   en->kc.gpu = en->gpu;
@@ -215,7 +217,7 @@ int df_engine_open(df_engine **out, const df_engine_opts *o, df_err *e) {
   /* a draft model loads before the plan, which budgets its weights and
    * cache; the self draft needs a session, so it comes after (the plan
    * counts its second state by name) */
-  int self = o->draft && !strcmp(o->draft, "self");
+  int self = draft_self(o);
   if (o->draft && strcmp(o->draft, "off") && !self && make_draft(en, o->draft, e)) goto fail;
   if (plan_memory(en, o, so.cache_mb, e)) goto fail;
   if (!en->plan.cache_given && en->plan.cache_bytes < en->cache_cap)
