@@ -205,38 +205,64 @@ int main(int argc, char **argv) {
       {F_BF16, 12288, 7168, "kda q 12288x7168"},
       {F_BF16, 7168, 12288, "kda o 7168x12288"},
       {F_BF16, 36864, 7168, "kda qkv 36864x7168"},
+      {F_I8, 163840, 7168, "lm head 163840x7168"},
   };
   size_t nc = sizeof cs / sizeof cs[0];
   /* each kernel: the row tiles with the variant chosen by the shape (the
-   * default), forced to 2, 3, deep stages and deep with two and four threads a row;
-   * then the lanes layout with 8, 4 or 2 of a row's 16 lanes per thread
-   * (the prefetch off, its default; run 2 of 2026-12-01 measured it on and
-   * off) */
-  static const int lanes[] = {8, 4, 2};
-  static const char *kname[] = {"tiled",         "tiled_2stages",       "tiled_3stages",
-                                "tiled_deep",    "tiled_deep_2threads", "tiled_deep_4threads",
-                                "lanes",         "lanes",               "lanes"};
-  enum { NK = 9, NT = 6 }; /* NT tiled kinds first */
+   * default), forced to each variant (df_cuda_set_gemv_tiled), some also
+   * with the L2 prefetch in 2 KB windows; then the lanes layout with 8, 4
+   * or 2 of a row's 16 lanes per thread (the prefetch off, its default;
+   * run 2 of 2026-12-01 measured it on and off) */
+  static const struct {
+    const char *name;
+    int tiled, lanes;
+    unsigned pf;
+  } ks[] = {
+      {"tiled", 1, 16, 0},
+      {"tiled_2stages", 2, 16, 0},
+      {"tiled_3stages", 3, 16, 0},
+      {"tiled_deep", 4, 16, 0},
+      {"tiled_deep_2threads", 5, 8, 0},
+      {"tiled_deep_4threads", 6, 4, 0},
+      {"tiled_wide_2stages", 7, 16, 0},
+      {"tiled_wide_3stages_2threads", 8, 8, 0},
+      {"tiled_wide_5stages_4threads", 9, 4, 0},
+      {"tiled_pf2k", 1, 16, 2048},
+      {"tiled_3stages_pf2k", 3, 16, 2048},
+      {"tiled_deep_4threads_pf2k", 6, 4, 2048},
+      {"tiled_wide_5stages_4threads_pf2k", 9, 4, 2048},
+      {"lanes", 0, 8, 0},
+      {"lanes", 0, 4, 0},
+      {"lanes", 0, 2, 0},
+  };
+  enum { NK = sizeof ks / sizeof ks[0], NT = NK - 3 }; /* NT tiled kinds first */
   double res_bw[NK][16], res_us[NK][16];
+  const char *only = getenv("DF_BENCH_GEMV_ONLY"); /* a shape's name: that one alone */
   for (int li = 0; li < NK; li++) {
     for (int f = 0; f < 4; f++) {
-      df_cuda_set_gemv_tiled(G, f, li < NT ? li + 1 : 0);
-      if (li >= NT) df_cuda_set_gemv_lanes(G, f, lanes[li - NT]);
+      df_cuda_set_gemv_tiled(G, f, ks[li].tiled);
+      df_cuda_set_gemv_tile_prefetch(G, f, ks[li].pf);
+      if (!ks[li].tiled) df_cuda_set_gemv_lanes(G, f, ks[li].lanes);
     }
     for (size_t i = 0; i < nc; i++) {
+      res_bw[li][i] = res_us[li][i] = 0;
+      if (only && !strstr(cs[i].what, only)) continue;
       double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, 0, reps, &us);
       res_bw[li][i] = bw, res_us[li][i] = us;
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
-             "\"lanes_per_thread\": %d, \"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f}%s\n",
-             fname[cs[i].fmt], cs[i].what, kname[li],
-             li >= NT ? lanes[li - NT] : li == 4 ? 8 : li == 5 ? 4 : 16, us, bw / 1e9,
-             bw / copy, li < NK - 1 || i + 1 < nc ? "," : "");
+             "\"lanes_per_thread\": %d, \"l2_prefetch\": %u, \"us\": %.2f, \"GBps\": %.1f, "
+             "\"of_copy\": %.3f},\n",
+             fname[cs[i].fmt], cs[i].what, ks[li].name, ks[li].lanes, ks[li].pf, us, bw / 1e9,
+             bw / copy);
       fflush(stdout);
     }
   }
-  for (int f = 0; f < 4; f++) df_cuda_set_gemv_tiled(G, f, 1), df_cuda_set_gemv_lanes(G, f, 8);
-  /* per shape: the default (row tiles, stages by shape) against the best
-   * forced stage count and the best lanes layout */
+  printf("    {}\n");
+  for (int f = 0; f < 4; f++)
+    df_cuda_set_gemv_tiled(G, f, 1), df_cuda_set_gemv_lanes(G, f, 8),
+        df_cuda_set_gemv_tile_prefetch(G, f, 0);
+  /* per shape: the default (row tiles, variant by shape) against the best
+   * forced tile variant and the best lanes layout */
   printf("  ],\n  \"gemv_compare\": [\n");
   for (size_t i = 0; i < nc; i++) {
     int bt = 1, bl = NT;
@@ -248,10 +274,16 @@ int main(int argc, char **argv) {
            "\"tiled_of_copy\": %.3f, \"tiled_best_forced\": \"%s\", \"tiled_best_forced_of_copy\": "
            "%.3f, \"lanes_best_us\": %.2f, \"lanes_best_of_copy\": %.3f, "
            "\"lanes_best_lanes_per_thread\": %d, \"speedup\": %.2f}%s\n",
-           fname[cs[i].fmt], cs[i].what, res_us[0][i], res_bw[0][i] / copy, kname[bt],
-           res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, lanes[bl - NT],
-           res_us[bl][i] / res_us[0][i], i + 1 < nc ? "," : "");
+           fname[cs[i].fmt], cs[i].what, res_us[0][i], res_bw[0][i] / copy, ks[bt].name,
+           res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, ks[bl].lanes,
+           res_us[0][i] > 0 ? res_us[bl][i] / res_us[0][i] : 0.0, i + 1 < nc ? "," : "");
   }
+  if (only) {
+    printf("  ]\n}\n");
+    df_cuda_close(G);
+    return 0;
+  }
+  static const int lanes[] = {8, 4, 2};
   /* GEMM: prefill-sized batches on the stacked experts and the KDA q
    * projection, each layout; weight_GBps is the weights' bytes over the time
    * (above copy_GBps means one pass over them served several vectors) */

@@ -133,13 +133,17 @@ static void gemv_case(int fmt, int rows, int cols) {
   static const int lanes[] = {8, 4, 2};
   static const char *tiles[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
                                 "row tiles, deep", "row tiles, deep, 2 threads a row",
-                                "row tiles, deep, 4 threads a row"};
+                                "row tiles, deep, 4 threads a row", "row tiles, wide, 2 stages",
+                                "row tiles, wide, 3 stages, 2 threads a row",
+                                "row tiles, wide, 5 stages, 4 threads a row"};
   enum { NV = sizeof tiles / sizeof tiles[0] };
-  for (int v = fmt == F_F32 ? NV : 0; v < NV + 6; v++) {
-    int li = v >= NV ? (v - NV) / 2 : 0, pf = v >= NV ? (v - NV) % 2 : 0;
-    df_cuda_set_gemv_tiled(G, fmt, v < NV ? v + 1 : 0);
+  /* the row tiles each with the L2 prefetch off and in 1 KB windows */
+  for (int v = fmt == F_F32 ? 2 * NV : 0; v < 2 * NV + 6; v++) {
+    int li = v >= 2 * NV ? (v - 2 * NV) / 2 : 0, pf = v >= 2 * NV ? (v - 2 * NV) % 2 : v % 2;
+    df_cuda_set_gemv_tiled(G, fmt, v < 2 * NV ? v / 2 + 1 : 0);
+    df_cuda_set_gemv_tile_prefetch(G, fmt, v < 2 * NV && pf ? 1024 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li]);
-    df_cuda_set_prefetch(G, pf);
+    df_cuda_set_prefetch(G, v >= 2 * NV && pf);
     memset(ygpu, 0xff, (size_t)rows * 4);
     ok_or_die(df_cuda_put(G, dy, ygpu, (size_t)rows * 4));
     int rc = fmt == F_BF16  ? df_cuda_gemv_bf16(G, dW, rows, cols, dx, dy)
@@ -149,14 +153,16 @@ static void gemv_case(int fmt, int rows, int cols) {
     ok_or_die(rc);
     dget(ygpu, dy, (size_t)rows * 4);
     char what[96];
-    if (v < NV)
-      snprintf(what, sizeof what, "gemv %s %d x %d, %s", fname[fmt], rows, cols, tiles[v]);
+    if (v < 2 * NV)
+      snprintf(what, sizeof what, "gemv %s %d x %d, %s%s", fname[fmt], rows, cols, tiles[v / 2],
+               pf ? ", L2 prefetch 1 KB" : "");
     else
       snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt],
                rows, cols, lanes[li], pf ? "on" : "off");
     same(what, ycpu, ygpu, (size_t)rows, 0);
   }
   df_cuda_set_gemv_tiled(G, fmt, 1);
+  df_cuda_set_gemv_tile_prefetch(G, fmt, 0);
   df_cuda_set_prefetch(G, 0);
   df_cuda_set_gemv_lanes(G, fmt, 8);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dx), df_cuda_free(G, dy);
@@ -214,9 +220,9 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const float *x = dX + xoff;
   static const int lanes[] = {8, 4, 2};
   /* T == 1 is the GEMV: the row tiles (not for f32), by shape and each
-   * variant forced, as layouts 3 to 8; T > 1: the register tiles as
+   * variant forced, as layouts 3 to 11; T > 1: the register tiles as
    * layout 3, one lane a thread as layout 4 */
-  int nlay = T == 1 ? (fmt != F_F32 ? 9 : 3) : 5;
+  int nlay = T == 1 ? (fmt != F_F32 ? 12 : 3) : 5;
   for (int li = 0; li < nlay; li++) {
     df_cuda_set_gemv_tiled(G, fmt, li >= 3 && T == 1 ? li - 2 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
@@ -232,8 +238,10 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
     char what[224];
     static const char *tl[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
                                "row tiles, deep", "row tiles, deep, 2 threads a row",
-                               "row tiles, deep, 4 threads a row"};
-    char lay[40];
+                               "row tiles, deep, 4 threads a row", "row tiles, wide, 2 stages",
+                               "row tiles, wide, 3 stages, 2 threads a row",
+                               "row tiles, wide, 5 stages, 4 threads a row"};
+    char lay[48];
     if (li < 3) snprintf(lay, sizeof lay, "%d lanes/thread", lanes[li]);
     else if (T > 1) snprintf(lay, sizeof lay, li == 3 ? "register tiles" : "a lane a thread");
     else snprintf(lay, sizeof lay, "%s", tl[li - 3]);
@@ -276,10 +284,18 @@ static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
     m[i] = (df_cuda_gemv_one){(uint8_t *)dW[i] + (off ? (fmt == F_BF16 ? 2 : 1) : 0), dS[i], rows,
                               cols, dx[i] + off, dy[i] + 1};
   }
-  static const char *tl[] = {"by shape", "2 stages",  "3 stages", "deep", "deep, 2 threads a row",
-                             "deep, 4 threads a row"};
-  for (int v = 0; v < 6; v++) {
+  static const char *tl[] = {"by shape",
+                             "2 stages",
+                             "3 stages",
+                             "deep",
+                             "deep, 2 threads a row",
+                             "deep, 4 threads a row",
+                             "wide, 2 stages",
+                             "wide, 3 stages, 2 threads a row",
+                             "wide, 5 stages, 4 threads a row, L2 prefetch 2 KB"};
+  for (int v = 0; v < 9; v++) {
     df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
+    df_cuda_set_gemv_tile_prefetch(G, fmt, v == 8 ? 2048 : 0);
     for (int i = 0; i < n; i++) {
       float *nanpat = malloc((size_t)(shape[i][0] + 2) * 4);
       memset(nanpat, 0xff, (size_t)(shape[i][0] + 2) * 4);
@@ -312,6 +328,7 @@ static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
              tl[v]);
   }
   df_cuda_set_gemv_tiled(G, fmt, 1);
+  df_cuda_set_gemv_tile_prefetch(G, fmt, 0);
   for (int i = 0; i < n; i++) {
     df_cuda_free(G, dW[i]), df_cuda_free(G, dS[i]), df_cuda_free(G, dx[i]), df_cuda_free(G, dy[i]);
     free(W[i]), free(S[i]), free(x[i]), free(yc[i]);

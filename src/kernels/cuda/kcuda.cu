@@ -34,10 +34,11 @@ struct df_cuda {
   cudaEvent_t ev[2];
   int prefetch;
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
-  int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-5 forced */
+  int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-9 forced */
+  unsigned tile_pf[4]; /* the row tiles' L2 prefetch window, bytes (0: none) */
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread */
   int sms;      /* multiprocessors */
-  int occ[4][5]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
+  int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char desc[320];
   char err[256];
 };
@@ -191,14 +192,14 @@ template <class TF, int NS, int G> static int tile_occ1(void) {
     cudaGetLastError();
   return n > 0 ? n : 1;
 }
-/* the variants: 0 2 stages, 1 3 stages, 2 deep, 3 deep with two threads a
- * row, 4 deep with four */
+/* the variants: kcuda_gemv.cuh's tile_variant */
 template <class TF> static int tile_occ(df_cuda *c, int v) {
   int *o = c->occ[TF::fmt];
-  if (!o[0])
-    o[0] = tile_occ1<TF, 2, 1>(), o[1] = tile_occ1<TF, 3, 1>(),
-    o[2] = tile_occ1<TF, TF::deep, 1>(), o[3] = tile_occ1<TF, TF::deep, 2>(),
-    o[4] = tile_occ1<TF, TF::deep, 4>();
+  if (!o[v])
+    tile_variant<TF>(v, [&](auto t) {
+      typedef decltype(t) V;
+      o[v] = tile_occ1<typename V::F, V::NS, V::G>();
+    });
   return o[v];
 }
 
@@ -224,36 +225,19 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   return e2 > e3 + 0.05 ? 0 : 1;
 }
 
-/* which loads a matrix's alignment and shape allow */
-template <class TF> static int tile_flags(const void *W, const void *S, int cols, const float *x) {
-  int flags = 0;
-  if (((uintptr_t)W & 15) == 0 && TF::rowbytes(cols) % 16 == 0) flags |= TILE_WVEC;
-  if (((uintptr_t)x & 15) == 0 && cols % 4 == 0) flags |= TILE_XVEC;
-  if (TF::scaled && ((uintptr_t)S & 7) == 0 && (cols / 32) % (TF::CK / 32) == 0) flags |= TILE_SVEC;
-  return flags;
-}
-
 template <class TF>
 static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
                        int cols, const float *x, float *y, const float *rowscale) {
-  int flags = tile_flags<TF>(W, S, cols, x);
+  int flags = tile_flags<TF>(W, S, cols, x, c->tile_pf[TF::fmt]);
   long blocks = ((long)rows + TROWS - 1) / TROWS;
-  tile_occ<TF>(c, 0);
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2 : tile_pick<TF>(c, blocks);
   const uint8_t *w8 = (const uint8_t *)W, *s8 = (const uint8_t *)S;
-  if (v == 0)
-    tile_k<TF, 2><<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
-  else if (v == 1)
-    tile_k<TF, 3><<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
-  else if (v == 2)
-    tile_k<TF, TF::deep>
-        <<<(unsigned)blocks, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
-  else if (v == 3)
-    tile_k<TF, TF::deep, 2><<<(unsigned)(((long)rows + TROWS / 2 - 1) / (TROWS / 2)), TROWS, 0,
-                              c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
-  else
-    tile_k<TF, TF::deep, 4><<<(unsigned)(((long)rows + TROWS / 4 - 1) / (TROWS / 4)), TROWS, 0,
-                              c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
+  tile_variant<TF>(v, [&](auto t) {
+    typedef decltype(t) V;
+    unsigned nb = (unsigned)(((long)rows + V::rows - 1) / V::rows);
+    tile_k<typename V::F, V::NS, V::G>
+        <<<nb, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
+  });
   LAUNCHED(c, what);
   return 0;
 }
@@ -267,10 +251,10 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
   memset(&q, 0, sizeof q);
   long rows = 0;
   for (int i = 0; i < n; i++) rows += m[i].rows > 0 ? m[i].rows : 0;
-  tile_occ<TF>(c, 0);
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2
                                  : tile_pick<TF>(c, (rows + TROWS - 1) / TROWS);
-  long tr = v == 3 ? TROWS / 2 : v == 4 ? TROWS / 4 : TROWS, b = 0;
+  long tr = TROWS, b = 0;
+  tile_variant<TF>(v, [&](auto t) { tr = decltype(t)::rows; });
   for (int i = 0; i < n; i++) {
     if (m[i].rows <= 0) continue;
     tile_one *o = &q.m[q.n++];
@@ -278,7 +262,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
     o->S = TF::scaled ? (const uint8_t *)m[i].S : NULL;
     o->rs = TF::fmt == 1 ? (const float *)m[i].S : NULL;
     o->x = m[i].x, o->y = m[i].y, o->rows = m[i].rows, o->cols = m[i].cols;
-    o->flags = tile_flags<TF>(m[i].W, o->S, m[i].cols, m[i].x);
+    o->flags = tile_flags<TF>(m[i].W, o->S, m[i].cols, m[i].x, c->tile_pf[TF::fmt]);
     o->b0 = (int)b;
     b += (m[i].rows + tr - 1) / tr;
   }
@@ -287,11 +271,10 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
     snprintf(c->err, sizeof c->err, "%s: %ld row blocks is too many", what, b);
     return -1;
   }
-  if (v == 0) tile_group_k<TF, 2><<<(unsigned)b, TROWS, 0, c->s>>>(q);
-  else if (v == 1) tile_group_k<TF, 3><<<(unsigned)b, TROWS, 0, c->s>>>(q);
-  else if (v == 2) tile_group_k<TF, TF::deep><<<(unsigned)b, TROWS, 0, c->s>>>(q);
-  else if (v == 3) tile_group_k<TF, TF::deep, 2><<<(unsigned)b, TROWS, 0, c->s>>>(q);
-  else tile_group_k<TF, TF::deep, 4><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  tile_variant<TF>(v, [&](auto t) {
+    typedef decltype(t) V;
+    tile_group_k<typename V::F, V::NS, V::G><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+  });
   LAUNCHED(c, what);
   return 0;
 }
@@ -358,7 +341,11 @@ extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
   if (fmt >= 0 && fmt < 4 && (lanes == 2 || lanes == 4 || lanes == 8)) c->lpt[fmt] = lanes;
 }
 extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how) {
-  if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 6) c->tiled[fmt] = how;
+  if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 1 + TILE_VARIANTS) c->tiled[fmt] = how;
+}
+extern "C" void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes) {
+  if (fmt >= 0 && fmt < 4 && bytes / TILE_PF_UNIT < (1u << (31 - TILE_PF_SHIFT)))
+    c->tile_pf[fmt] = bytes / TILE_PF_UNIT * TILE_PF_UNIT;
 }
 
 extern "C" int df_cuda_gemv_bf16(df_cuda *c, const uint16_t *W, int rows, int cols, const float *x,

@@ -83,11 +83,17 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
 /* The GEMVs' kernel for fmt 0 bf16, 1 int8, 3 MXFP4 (f32 has only the
  * lanes layout): 1 (default) the row tiles staged in shared memory, their
  * variant chosen by the shape; 2, 3, 4, 5, 6 the row tiles with 2 stages,
- * 3, deep, deep with two threads a row, deep with four; 0 the lanes layout above
+ * 3, deep, deep with two threads a row, deep with four; 7, 8, 9 their wide
+ * form (512 bytes of a row a chunk) with 2 stages, 3 stages and two
+ * threads a row, 5 stages and four; 0 the lanes layout above
  * (df_cuda_set_gemv_lanes, df_cuda_set_prefetch). The bench measures each;
  * results never depend on it (the test runs each). The GEMMs for T > 1 use
  * the lanes layout. */
 void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
+/* The row tiles' L2 prefetch for fmt: each row's bytes asked of the memory
+ * in windows of `bytes` (rounded down to 512; 0, the default: none) ahead
+ * of the stages. Speed only, never a result (the test runs it). */
+void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes);
 
 /* The GEMMs' kernel for T > 1: 0 the lanes layout; 1 register tiles (a
  * block decodes 32 rows' weights once into shared memory for 32 vectors),

@@ -145,6 +145,11 @@ __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, co
 #define TILE_WVEC 1
 #define TILE_XVEC 2
 #define TILE_SVEC 4
+/* flags >> TILE_PF_SHIFT: each row's L2 prefetch window in TILE_PF_UNIT
+ * bytes (0: none); only with TILE_WVEC (the bulk prefetch wants 16-byte
+ * aligned ranges) */
+#define TILE_PF_SHIFT 8
+#define TILE_PF_UNIT 512
 
 /* N (16 or 8) bytes from global to shared memory, asynchronously (16 through
  * L2 only, 8 also cached in L1, as PTX allows each) */
@@ -313,10 +318,72 @@ struct tf_mxfp4 {
   }
 };
 
+/* A format's wide form: RBX bytes of each row a chunk (512, against 128 or
+ * 256), so each row's reads are longer runs of consecutive bytes, at the
+ * cost of fewer stages in the same shared memory. The same units in the
+ * same order: only how many a chunk holds differs. */
+template <class B, int CKX, int RBX> struct tf_wide : B {
+  static constexpr int CK = CKX, RB = RBX;
+};
+typedef tf_wide<tf_bf16, 256, 512> tf_bf16w;
+typedef tf_wide<tf_i8, 512, 512> tf_i8w;
+typedef tf_wide<tf_mxfp4, 1024, 512> tf_mxfp4w;
+
+/* The variants a launch picks from, in kcuda.cu's numbering (the
+ * emulation runs the same table): 0 2 stages, 1 3 stages, 2 deep, 3 deep
+ * with two threads a row, 4 deep with four; then the wide form: 5 2
+ * stages, 6 3 stages with two threads a row, 7 5 stages with four. fn is
+ * called with a tile_v<format, stages, threads a row>. */
+#define TILE_VARIANTS 8
+template <class TF> struct tile_wide_of;
+template <> struct tile_wide_of<tf_bf16> {
+  typedef tf_bf16w type;
+};
+template <> struct tile_wide_of<tf_i8> {
+  typedef tf_i8w type;
+};
+template <> struct tile_wide_of<tf_mxfp4> {
+  typedef tf_mxfp4w type;
+};
+template <class F_, int NS_, int G_> struct tile_v {
+  typedef F_ F;
+  static constexpr int NS = NS_, G = G_, rows = TROWS / G_;
+};
+template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn fn) {
+  typedef typename tile_wide_of<TF>::type TW;
+  switch (v) {
+  case 0: fn(tile_v<TF, 2, 1>()); break;
+  case 1: fn(tile_v<TF, 3, 1>()); break;
+  case 2: fn(tile_v<TF, TF::deep, 1>()); break;
+  case 3: fn(tile_v<TF, TF::deep, 2>()); break;
+  case 4: fn(tile_v<TF, TF::deep, 4>()); break;
+  case 5: fn(tile_v<TW, 2, 1>()); break;
+  case 6: fn(tile_v<TW, 3, 2>()); break;
+  default: fn(tile_v<TW, 5, 4>()); break;
+  }
+}
+
+/* Which loads a matrix's alignment and shape allow (kcuda.cu's launches
+ * and the emulation's alike): whole 16-byte pieces of the rows and of x,
+ * MXFP4's scales 8 at a time (every chunk's but a short last one's are
+ * whole 8s when a row's groups are); and the L2 prefetch window, pf bytes
+ * (a multiple of TILE_PF_UNIT; 0: none). */
+template <class TF>
+__host__ static inline int tile_flags(const void *W, const void *S, int cols, const float *x,
+                                      unsigned pf) {
+  int flags = 0;
+  if (((uintptr_t)W & 15) == 0 && TF::rowbytes(cols) % 16 == 0) flags |= TILE_WVEC;
+  if (((uintptr_t)x & 15) == 0 && cols % 4 == 0) flags |= TILE_XVEC;
+  if (TF::scaled && ((uintptr_t)S & 7) == 0 && (cols / 32) % 8 == 0) flags |= TILE_SVEC;
+  return flags | (int)((pf / TILE_PF_UNIT) << TILE_PF_SHIFT);
+}
+
 /* blocks per SM the register bound leaves room for, by stages (the shared
- * memory then decides: about 11, 17 and 35 KB a block for MXFP4) */
-static constexpr int tile_minb(int ns, int g) {
-  return g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4;
+ * memory then decides: about 11, 17 and 35 KB a block for MXFP4); the wide
+ * form's 32 to 44 KB leave room for 5 or fewer, so all the registers its
+ * unrolled chunk wants (under more blocks' bound it spilled) */
+static constexpr int tile_minb(int ns, int g, int rb) {
+  return rb > 256 ? 4 : g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4;
 }
 
 /* G threads a row (1, 2 or 4): TR = 32 / G rows a block; thread lane owns row
@@ -364,8 +431,13 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     }
     if constexpr (TF::scaled != 0) {
       const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
-      if (flags & TILE_SVEC) {
-        if (lane < nr) cp_async<8>(&st[buf][lane][0], sbase + (size_t)lane * sb);
+      if (flags & TILE_SVEC) { /* 8 scales a piece: a short last chunk has fewer pieces */
+        constexpr int SP = NG / 8;
+        int np = nx / 256;
+        for (int i = lane; i < nr * SP; i += TROWS) {
+          int rr = i / SP, p = i % SP;
+          if (p < np) cp_async<8>(&st[buf][rr][p * 8], sbase + (size_t)rr * sb + p * 8);
+        }
       } else {
         int ng = nx / 32;
         for (int i = lane; i < nr * ng; i += TROWS) {
@@ -380,6 +452,17 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
 #pragma unroll
   for (int j = 0; j < LPT; j++) acc[j] = 0.0f;
 
+  /* the L2 prefetch: thread g == 0 of each row asks for its row's bytes a
+   * window ahead of the stages (the first two at the start, the next each
+   * time the stages enter one), so the memory sees runs of pfw consecutive
+   * bytes a row; the stages then read them from L2 */
+  const uint32_t pfw = (uint32_t)(flags >> TILE_PF_SHIFT) * TILE_PF_UNIT;
+  const bool pfon = pfw && (flags & TILE_WVEC) && live && g == 0;
+  const uint8_t *prow = W + (size_t)(r0 + row) * rb;
+  auto prefetch = [&](size_t from) {
+    if (from < rb) l2_prefetch(prow + from, (uint32_t)(rb - from < pfw ? rb - from : pfw));
+  };
+  if (pfon) prefetch(0), prefetch(pfw);
 #pragma unroll
   for (int k = 0; k < NS - 1; k++) {
     if (k < nch) stage(k, k);
@@ -388,29 +471,41 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   for (int k = 0; k < nch; k++) {
     cp_async_wait<NS - 2>();
     __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % NS is read */
-    if (k + NS - 1 < nch) stage(k + NS - 1, (k + NS - 1) % NS);
+    if (k + NS - 1 < nch) {
+      size_t at = (size_t)(k + NS - 1) * TF::RB;
+      if (pfon && at % pfw < TF::RB) prefetch(at / pfw * pfw + pfw);
+      stage(k + NS - 1, (k + NS - 1) % NS);
+    }
     cp_async_commit();
     if (!live) continue;
     int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
     const uint8_t *w = wt[buf][row];
     const float *xs = xt[buf];
-    uint2 sv = make_uint2(0, 0);
-    if constexpr (TF::scaled != 0) sv = *(const uint2 *)st[buf][row];
-    if (n == TF::CK && TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
+    /* a whole chunk: its units 8 at a time, with the 8 scales they use
+     * (MXFP4: one a unit) */
+    constexpr int NU = TF::CK / TF::UC, UB = NU < 8 ? NU : 8;
+    if (n == TF::CK) {
 #pragma unroll
-      for (int u = 0; u < TF::CK / TF::UC; u++)
-        TF::template unit<true, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
-                                     acc, g);
-    } else if (n == TF::CK) {
+      for (int u0 = 0; u0 < NU; u0 += UB) {
+        uint2 sv = make_uint2(0, 0);
+        if constexpr (TF::scaled != 0) sv = *(const uint2 *)&st[buf][row][u0];
+        if (TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
 #pragma unroll
-      for (int u = 0; u < TF::CK / TF::UC; u++)
-        TF::template unit<false, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
-                                      acc, g);
+          for (int u = 0; u < UB; u++)
+            TF::template unit<true, LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
+                                         xs, acc, g);
+        } else {
+#pragma unroll
+          for (int u = 0; u < UB; u++)
+            TF::template unit<false, LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
+                                          xs, acc, g);
+        }
+      }
     } else {
       int nu = n / TF::UC, c = nu * TF::UC + g * LPT;
       for (int u = 0; u < nu; u++)
-        TF::template unit<false, LPT>(w, u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xs,
-                                      acc, g);
+        TF::template unit<false, LPT>(w, u, TF::scaled ? (uint32_t)st[buf][row][u] : 0u, xs, acc,
+                                      g);
       if constexpr (TF::scaled == 0) { /* MXFP4's columns are whole groups */
 #pragma unroll
         for (int j = 0; j < LPT; j++)
@@ -449,7 +544,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
 }
 
 template <class TF, int NS, int G = 1>
-__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
+__global__ void __launch_bounds__(TROWS, tile_minb(NS, G, TF::RB))
     tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
            const float *rowscale, int flags) {
   tile_run<TF, NS, G>(W, S, rows, cols, x, y, rowscale, flags, (long)blockIdx.x);
@@ -470,7 +565,7 @@ struct tile_set {
   int n;
 };
 template <class TF, int NS, int G = 1>
-__global__ void __launch_bounds__(TROWS, tile_minb(NS, G))
+__global__ void __launch_bounds__(TROWS, tile_minb(NS, G, TF::RB))
     tile_group_k(const __grid_constant__ tile_set q) {
   long b = (long)blockIdx.x;
   int i = 0;

@@ -61,17 +61,18 @@ static void mkmat(mat &m, int fmt, int rows, int cols, int wshift, int xshift) {
   else k->gemm_mxfp4(w, m.S, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
 }
 
-/* kcuda.cu's tile_flags */
-template <class TF> static int flags_of(const mat &m) {
-  int flags = 0;
-  if (((uintptr_t)m.W & 15) == 0 && TF::rowbytes(m.cols) % 16 == 0) flags |= TILE_WVEC;
-  if (((uintptr_t)m.x & 15) == 0 && m.cols % 4 == 0) flags |= TILE_XVEC;
-  if (TF::scaled && ((uintptr_t)m.S & 7) == 0 && (m.cols / 32) % (TF::CK / 32) == 0) flags |= TILE_SVEC;
-  return flags;
+template <class TF> static int flags_of(const mat &m, unsigned pf = 0) {
+  return tile_flags<TF>(m.W, m.S, m.cols, m.x, pf);
 }
 
-static const char *vname[] = {"2 stages", "3 stages", "deep", "deep, 2 threads a row",
-                              "deep, 4 threads a row"};
+static const char *vname[] = {"2 stages",
+                              "3 stages",
+                              "deep",
+                              "deep, 2 threads a row",
+                              "deep, 4 threads a row",
+                              "wide, 2 stages",
+                              "wide, 3 stages, 2 threads a row",
+                              "wide, 5 stages, 4 threads a row"};
 
 /* y with 4 guard floats either side, NaN patterns, as the device test does */
 static void check(const char *what, const mat &m, const std::vector<float> &yb) {
@@ -83,31 +84,32 @@ static void check(const char *what, const mat &m, const std::vector<float> &yb) 
   emu_same(what, m.ref.data(), yb.data() + 4, (size_t)m.rows, outside);
 }
 
-template <class TF> static void run_variant(int v, const mat &m, float *y, const float *rs) {
-  int fl = flags_of<TF>(m);
-  unsigned b1 = (unsigned)((m.rows + TROWS - 1) / TROWS);
-  unsigned b2 = (unsigned)((m.rows + TROWS / 2 - 1) / (TROWS / 2));
-  unsigned b4 = (unsigned)((m.rows + TROWS / 4 - 1) / (TROWS / 4));
-  if (v == 0) emu_launch(dim3(b1), dim3(TROWS), tile_k<TF, 2>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
-  else if (v == 1) emu_launch(dim3(b1), dim3(TROWS), tile_k<TF, 3>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
-  else if (v == 2) emu_launch(dim3(b1), dim3(TROWS), tile_k<TF, TF::deep>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
-  else if (v == 3) emu_launch(dim3(b2), dim3(TROWS), tile_k<TF, TF::deep, 2>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
-  else emu_launch(dim3(b4), dim3(TROWS), tile_k<TF, TF::deep, 4>, m.W, m.S, m.rows, m.cols, m.x, y, rs, fl);
+/* launched as kcuda.cu's tile_launch launches variant v; pf the L2
+ * prefetch window (a no-op here, but its bookkeeping runs) */
+template <class TF> static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned pf) {
+  int fl = flags_of<TF>(m, pf);
+  tile_variant<TF>(v, [&](auto t) {
+    typedef decltype(t) V;
+    unsigned nb = (unsigned)((m.rows + V::rows - 1) / V::rows);
+    emu_launch(dim3(nb), dim3(TROWS), tile_k<typename V::F, V::NS, V::G>, m.W, m.S, m.rows, m.cols, m.x, y,
+               rs, fl);
+  });
 }
 
 template <class TF> static void gemv_case(int rows, int cols, int wshift, int xshift) {
   mat m;
   mkmat(m, TF::fmt, rows, cols, wshift, xshift);
   const float *rs = TF::fmt == 1 ? (const float *)m.S : NULL;
-  for (int v = 0; v < 5; v++) {
-    std::vector<float> yb((size_t)rows + 8);
-    memset(yb.data(), 0xff, yb.size() * 4);
-    run_variant<TF>(v, m, yb.data() + 4, rs);
-    char what[160];
-    snprintf(what, sizeof what, "gemv %s %d x %d, weights +%d, x +%d, flags %d, %s", fname[TF::fmt],
-             rows, cols, wshift, xshift, flags_of<TF>(m), vname[v]);
-    check(what, m, yb);
-  }
+  for (int v = 0; v < TILE_VARIANTS; v++)
+    for (unsigned pf = 0; pf <= 1024; pf += 1024) {
+      std::vector<float> yb((size_t)rows + 8);
+      memset(yb.data(), 0xff, yb.size() * 4);
+      run_variant<TF>(v, m, yb.data() + 4, rs, pf);
+      char what[160];
+      snprintf(what, sizeof what, "gemv %s %d x %d, weights +%d, x +%d, flags %d, %s", fname[TF::fmt],
+               rows, cols, wshift, xshift, flags_of<TF>(m, pf), vname[v]);
+      check(what, m, yb);
+    }
 }
 
 /* The lanes layout (gemv_k: f32's GEMV, any format's where chosen) with
@@ -143,30 +145,33 @@ static void lanes_case(int fmt, int rows, int cols, int wshift, int xshift) {
   }
 }
 
-/* n matrices in one grouped launch (kcuda.cu's tile_group_launch: 32 / G
- * rows a block, each matrix's blocks after the previous one's), variant
- * deep with G threads a row */
-template <class TF, int G> static void group_case(int n, const int (*shape)[2]) {
+/* n matrices in one grouped launch (kcuda.cu's tile_group_launch: each
+ * matrix's blocks of the variant's rows after the previous one's) */
+template <class TF> static void group_case(int v, int n, const int (*shape)[2]) {
   std::vector<mat> ms((size_t)n);
   std::vector<std::vector<float>> ys((size_t)n);
   tile_set q;
   memset(&q, 0, sizeof q);
   q.n = n;
-  int b0 = 0;
+  int b0 = 0, tr = TROWS;
+  tile_variant<TF>(v, [&](auto t) { tr = decltype(t)::rows; });
   for (int i = 0; i < n; i++) {
     mkmat(ms[(size_t)i], TF::fmt, shape[i][0], shape[i][1], i % 2 ? (TF::fmt == 0 ? 2 : 1) : 0, i % 2);
     ys[(size_t)i].assign((size_t)shape[i][0] + 8, 0.0f);
     memset(ys[(size_t)i].data(), 0xff, ys[(size_t)i].size() * 4);
     const mat &m = ms[(size_t)i];
     q.m[i] = tile_one{m.W, m.S, m.x, TF::fmt == 1 ? (const float *)m.S : NULL, ys[(size_t)i].data() + 4,
-                      m.rows, m.cols, flags_of<TF>(m), b0};
-    b0 += (m.rows + TROWS / G - 1) / (TROWS / G);
+                      m.rows, m.cols, flags_of<TF>(m, 1024), b0};
+    b0 += (m.rows + tr - 1) / tr;
   }
-  emu_launch(dim3((unsigned)b0), dim3(TROWS), tile_group_k<TF, TF::deep, G>, q);
+  tile_variant<TF>(v, [&](auto t) {
+    typedef decltype(t) V;
+    emu_launch(dim3((unsigned)b0), dim3(TROWS), tile_group_k<typename V::F, V::NS, V::G>, q);
+  });
   for (int i = 0; i < n; i++) {
     char what[160];
-    snprintf(what, sizeof what, "grouped gemv %s, %d threads a row: matrix %d of %d, %d x %d",
-             fname[TF::fmt], G, i, n, shape[i][0], shape[i][1]);
+    snprintf(what, sizeof what, "grouped gemv %s, %s: matrix %d of %d, %d x %d", fname[TF::fmt], vname[v],
+             i, n, shape[i][0], shape[i][1]);
     check(what, ms[(size_t)i], ys[(size_t)i]);
   }
 }
@@ -185,6 +190,14 @@ int main(void) {
   gemv_case<tf_mxfp4>(45, 320, 0, 0);
   gemv_case<tf_mxfp4>(33, 96, 1, 2);
   gemv_case<tf_mxfp4>(3, 32, 0, 0);
+  /* the wide form's chunks whole and cut short: int8 512 columns a chunk,
+   * bf16 256, MXFP4 1024 (1280 and 1536: a last chunk of 8 and 16 groups;
+   * 1120: groups not whole 8s, the scales staged one by one) */
+  gemv_case<tf_i8>(40, 1200, 0, 0);
+  gemv_case<tf_bf16>(24, 600, 0, 0);
+  gemv_case<tf_mxfp4>(40, 1280, 0, 0);
+  gemv_case<tf_mxfp4>(20, 1536, 0, 0);
+  gemv_case<tf_mxfp4>(17, 1120, 0, 0);
   for (int fmt = 0; fmt < 4; fmt++) {
     lanes_case(fmt, 70, 256, 0, 0);
     lanes_case(fmt, 33, 96, fmt == 0 ? 2 : fmt == 2 ? 4 : 1, 1);
@@ -192,8 +205,12 @@ int main(void) {
   }
   static const int sh[3][2] = {{40, 256}, {17, 160}, {64, 512}};
   static const int shm[3][2] = {{40, 512}, {17, 256}, {64, 1024}};
-  group_case<tf_bf16, 1>(3, sh);
-  group_case<tf_i8, 2>(3, sh);
-  group_case<tf_mxfp4, 4>(3, shm);
+  static const int shw[3][2] = {{40, 1280}, {17, 1536}, {9, 1024}};
+  group_case<tf_bf16>(2, 3, sh);
+  group_case<tf_i8>(3, 3, sh);
+  group_case<tf_mxfp4>(4, 3, shm);
+  group_case<tf_bf16>(5, 3, sh);
+  group_case<tf_i8>(6, 3, shw);
+  group_case<tf_mxfp4>(7, 3, shw);
   return emu_summary();
 }
