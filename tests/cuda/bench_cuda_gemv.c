@@ -297,6 +297,7 @@ int main(int argc, char **argv) {
   static const int gT[] = {4, 16, 64};
   size_t ng = sizeof gs / sizeof gs[0], nt = sizeof gT / sizeof gT[0];
   printf("  ],\n  \"gemm\": [\n");
+  df_cuda_set_gemm_tiles(G, 0); /* the lanes layout at every T (by T it is not, from 32) */
   for (int li = 0; li < 3; li++) {
     for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, lanes[li]);
     for (size_t i = 0; i < ng; i++)
@@ -322,7 +323,7 @@ int main(int argc, char **argv) {
       {F_I8, 12288, 7168, "kda q 12288x7168"},
       {F_BF16, 12288, 7168, "kda q 12288x7168"},
   };
-  static const int pT[] = {64, 512};
+  static const int pT[] = {16, 32, 64, 512};
   size_t np = sizeof ps / sizeof ps[0], npt = sizeof pT / sizeof pT[0];
   printf("  ],\n  \"gemm_prefill\": [\n");
   for (int f = 0; f < 4; f++) df_cuda_set_gemv_lanes(G, f, 8);
@@ -341,7 +342,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
       }
   }
-  df_cuda_set_gemm_tiles(G, 0);
+  df_cuda_set_gemm_tiles(G, -1);
   printf("  ]\n}\n");
   df_cuda_close(G);
   return 0;

@@ -251,7 +251,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   }
   df_cuda_set_gemv_tiled(G, fmt, 1);
   df_cuda_set_gemv_lanes(G, fmt, 8);
-  df_cuda_set_gemm_tiles(G, 0);
+  df_cuda_set_gemm_tiles(G, -1);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dX), df_cuda_free(G, dY);
   free(W), free(S), free(X), free(ycpu), free(ygpu);
 }

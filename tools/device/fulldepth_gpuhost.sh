@@ -32,7 +32,7 @@
 # --gpu-mem 57G, the tier holding the spine only, and cuda_decode_copy:
 # --gpu-state copy; cuda_bench / cpu_bench: `bench --model`, a cold warm-up then a warm
 # PREFILL-token prompt and 8 new tokens, and the disk's ceiling; cuda_bench_gl: cuda_bench
-# with DF_CUDA_GEMM_TILES=2), KEEP=1 keeps the model.
+# with DF_CUDA_GEMM_TILES=2, cuda_bench_lanes with 0), KEEP=1 keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
 # 82.1 GB generated in 71 s; decode ids equal on both devices; the CUDA
@@ -231,8 +231,10 @@ for step in $STEPS; do
   cuda_decode_copy) run cuda_decode_copy cuda 1,2,3 4 --gpu-state copy ;;
   # warm prefill and decode in one process, and the disk's ceiling (bench above)
   cuda_bench) bench cuda_bench cuda ;;
-  # the same with the T > 1 products on one lane a thread (kcuda_gemm.cuh's gemm_lane_k)
+  # the same with the T > 1 products on one lane a thread (kcuda_gemm.cuh's gemm_lane_k;
+  # the default from 32 vectors since 2026-12-05), and on the lanes layout at every T
   cuda_bench_gl) export DF_CUDA_GEMM_TILES=2; bench cuda_bench_gl cuda; unset DF_CUDA_GEMM_TILES ;;
+  cuda_bench_lanes) export DF_CUDA_GEMM_TILES=0; bench cuda_bench_lanes cuda; unset DF_CUDA_GEMM_TILES ;;
   cpu_bench) bench cpu_bench cpu ;;
   esac
 done

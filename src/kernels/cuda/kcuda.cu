@@ -36,7 +36,7 @@ struct df_cuda {
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-9 forced */
   unsigned tile_pf[4]; /* the row tiles' L2 prefetch window, bytes (0: none) */
-  int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread */
+  int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char desc[320];
@@ -79,7 +79,7 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   for (int i = 0; i < 4; i++) c->lpt[i] = 8, c->tiled[i] = i != 2;
   /* off: exact on the H200, slower there than the lanes layout (run 14) */
   const char *gt = getenv("DF_CUDA_GEMM_TILES");
-  c->gemm_tiles = gt && (gt[0] == '1' || gt[0] == '2') ? gt[0] - '0' : 0;
+  c->gemm_tiles = gt && gt[0] >= '0' && gt[0] <= '2' ? gt[0] - '0' : -1;
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -204,17 +204,24 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
 }
 
 /* The variant for `blocks` 32-row blocks. Within one round of 3-stage
- * blocks, a deep one where the SMs would otherwise hold under 64 KB in
- * flight (few rows: KDA q's 12288 are 3 blocks an SM), with four threads a
- * row where the SMs hold four times the blocks, else two where twice (more
- * threads for the arithmetic too: on the H200 four beat two on every such
- * shape but bf16 KDA q's, where they tie, docs/PERFORMANCE.md); beyond one
- * round, 2 stages where their rounds are clearly fuller (the last round's
- * share of a full one). */
+ * blocks: for bf16 and int8 the wide form (512 bytes of a row a chunk)
+ * with the most threads a row that still fits one round (on the H200,
+ * int8 KDA o 0.37 -> 0.62 of the copy bandwidth, KDA q 0.53 -> 0.60, bf16
+ * 0.76-0.80 -> 0.80-0.83: docs/PERFORMANCE.md, 2026-12-05); for MXFP4 (no
+ * gain there: its codes' arithmetic, not the bytes, bounds it) a deep one
+ * where the SMs would otherwise hold under 64 KB in flight, with four
+ * threads a row where the SMs hold four times the blocks, else two where
+ * twice (more threads for the arithmetic too); beyond one round, 2 stages
+ * where their rounds are clearly fuller (the last round's share of a full
+ * one). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
   long kd4 = tile_occ<TF>(c, 4);
   long k2 = tile_occ<TF>(c, 0), sms = c->sms;
+  if (blocks <= k3 * sms && !TF::scaled) {
+    if (4 * blocks <= tile_occ<TF>(c, 7) * sms) return 7;
+    if (2 * blocks <= tile_occ<TF>(c, 6) * sms) return 6;
+  }
   if (blocks <= k3 * sms) {
     long w = (blocks + sms - 1) / sms;
     if (w * 2 * TROWS * TF::RB >= 64 * 1024) return 1;
@@ -443,7 +450,7 @@ static int gemm_lane_launch(df_cuda *c, const char *what, const wargs &a, int ro
 }
 
 extern "C" void df_cuda_set_gemm_tiles(df_cuda *c, int how) {
-  c->gemm_tiles = how >= 0 && how <= 2 ? how : 0;
+  c->gemm_tiles = how >= 0 && how <= 2 ? how : -1;
 }
 
 /* T == 1 is the GEMV itself. The vector loads of x need every vector
@@ -458,10 +465,14 @@ static int gemm_launch(df_cuda *c, const char *what, wargs a, int rows, int cols
   }
   if (rows <= 0 || T == 0) return 0;
   if (T == 1) return gemv_launch<F>(c, what, a, rows, cols, X, Y, rowscale, vec_ok, lpt);
-  if (c->gemm_tiles == 1)
+  /* by T: a lane a thread where its blocks' 32 vectors are full (on the
+   * H200 about twice the lanes layout's speed at T 64 and 512,
+   * docs/PERFORMANCE.md, 2026-12-05), the lanes layout below */
+  int how = c->gemm_tiles >= 0 ? c->gemm_tiles : T >= DF_CUDA_LANE_GEMM_T ? 2 : 0;
+  if (how == 1)
     return gemm_tile_launch<F>(c, what, a, rows, cols, X, T, ldx, Y, ldy, rowscale);
   bool vec = vec_ok && cols % LANES == 0 && ((uintptr_t)X & 15) == 0 && ldx % 4 == 0;
-  if (c->gemm_tiles == 2)
+  if (how == 2)
     return gemm_lane_launch<F>(c, what, a, rows, cols, X, T, ldx, Y, ldy, rowscale, vec);
   long rblocks = ((long)(LANES / lpt) * rows + GEMV_BLOCK - 1) / GEMV_BLOCK;
   int tb = T <= 2 ? 2 : T <= 4 ? 4 : gemm_tb_max(lpt);

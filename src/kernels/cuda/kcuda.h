@@ -100,9 +100,12 @@ void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes);
  * exact on the H200 but 1.2-1.5x slower than the lanes layout at T 64 and
  * 512 (docs/PERFORMANCE.md, run 14); 2 one lane a thread (kcuda_gemm.cuh:
  * the same 32 x 32 blocks, the next chunk's loads behind the current
- * chunk's products), not yet measured on a GPU. Results never depend on
- * it (the test runs each). Default 0, or the environment's
- * DF_CUDA_GEMM_TILES (1 or 2) when the context opens. */
+ * chunk's products), about twice the lanes layout's speed at T 64 and 512
+ * on the H200; -1 (the default) by T: 2 from DF_CUDA_LANE_GEMM_T vectors,
+ * else 0. Results never depend on it (the test runs each). The
+ * environment's DF_CUDA_GEMM_TILES (0, 1 or 2) forces one when the context
+ * opens. */
+#define DF_CUDA_LANE_GEMM_T 32
 void df_cuda_set_gemm_tiles(df_cuda *c, int how);
 
 /* Several GEMVs (T = 1) of one format in one launch: y[r] = dot(W[r], x)
