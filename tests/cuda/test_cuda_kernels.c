@@ -131,12 +131,7 @@ static void gemv_case(int fmt, int rows, int cols) {
    * (lanes per thread) with the L2 prefetch on and off: they change which
    * thread holds a lane and when bytes arrive, never a result */
   static const int lanes[] = {8, 4, 2};
-  static const char *tiles[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
-                                "row tiles, deep", "row tiles, deep, 2 threads a row",
-                                "row tiles, deep, 4 threads a row", "row tiles, wide, 2 stages",
-                                "row tiles, wide, 3 stages, 2 threads a row",
-                                "row tiles, wide, 5 stages, 4 threads a row"};
-  enum { NV = sizeof tiles / sizeof tiles[0] };
+  enum { NV = 9 }; /* by shape, then each variant forced */
   /* the row tiles each with the L2 prefetch off and in 1 KB windows */
   for (int v = fmt == F_F32 ? 2 * NV : 0; v < 2 * NV + 6; v++) {
     int li = v >= 2 * NV ? (v - 2 * NV) / 2 : 0, pf = v >= 2 * NV ? (v - 2 * NV) % 2 : v % 2;
@@ -152,9 +147,10 @@ static void gemv_case(int fmt, int rows, int cols) {
                             : df_cuda_gemv_mxfp4(G, dW, dS, rows, cols, dx, dy);
     ok_or_die(rc);
     dget(ygpu, dy, (size_t)rows * 4);
-    char what[96];
+    char what[160];
     if (v < 2 * NV)
-      snprintf(what, sizeof what, "gemv %s %d x %d, %s%s", fname[fmt], rows, cols, tiles[v / 2],
+      snprintf(what, sizeof what, "gemv %s %d x %d, row tiles, %s%s", fname[fmt], rows, cols,
+               df_cuda_tile_name(v / 2 - 1),
                pf ? ", L2 prefetch 1 KB" : "");
     else
       snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt],
@@ -236,15 +232,10 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
     ok_or_die(rc);
     dget(ygpu, dY, ny * 4);
     char what[224];
-    static const char *tl[] = {"row tiles", "row tiles, 2 stages", "row tiles, 3 stages",
-                               "row tiles, deep", "row tiles, deep, 2 threads a row",
-                               "row tiles, deep, 4 threads a row", "row tiles, wide, 2 stages",
-                               "row tiles, wide, 3 stages, 2 threads a row",
-                               "row tiles, wide, 5 stages, 4 threads a row"};
     char lay[48];
     if (li < 3) snprintf(lay, sizeof lay, "%d lanes/thread", lanes[li]);
     else if (T > 1) snprintf(lay, sizeof lay, li == 3 ? "register tiles" : "a lane a thread");
-    else snprintf(lay, sizeof lay, "%s", tl[li - 3]);
+    else snprintf(lay, sizeof lay, "row tiles, %s", df_cuda_tile_name(li - 4));
     snprintf(what, sizeof what, "gemm %s %d x %d rows from %d, T %d, ldx %zu%s, ldy %zu, %s",
              fname[fmt], rows, cols, r0, T, ldx, xoff ? " shifted" : "", ldy, lay);
     same(what, ycpu, ygpu, ny, 0);
@@ -284,18 +275,9 @@ static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
     m[i] = (df_cuda_gemv_one){(uint8_t *)dW[i] + (off ? (fmt == F_BF16 ? 2 : 1) : 0), dS[i], rows,
                               cols, dx[i] + off, dy[i] + 1};
   }
-  static const char *tl[] = {"by shape",
-                             "2 stages",
-                             "3 stages",
-                             "deep",
-                             "deep, 2 threads a row",
-                             "deep, 4 threads a row",
-                             "wide, 2 stages",
-                             "wide, 3 stages, 2 threads a row",
-                             "wide, 5 stages, 4 threads a row, L2 prefetch 2 KB"};
   for (int v = 0; v < 9; v++) {
     df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
-    df_cuda_set_gemv_tile_prefetch(G, fmt, v == 8 ? 2048 : 0);
+    df_cuda_set_gemv_tile_prefetch(G, fmt, v == 8 ? 2048 : 0); /* the last with the L2 prefetch */
     for (int i = 0; i < n; i++) {
       float *nanpat = malloc((size_t)(shape[i][0] + 2) * 4);
       memset(nanpat, 0xff, (size_t)(shape[i][0] + 2) * 4);
@@ -313,7 +295,7 @@ static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
       if (memcmp(yc[i], yg + 1, (size_t)rows * 4) || lo != 0xffffffffu || hi != 0xffffffffu) {
         char what[128];
         snprintf(what, sizeof what, "gemv group %s, matrix %d of %d (%d x %d%s), %s", fname[fmt], i,
-                 n, rows, shape[i][1], shift && (i & 1) ? ", unaligned" : "", tl[v]);
+                 n, rows, shape[i][1], shift && (i & 1) ? ", unaligned" : "", df_cuda_tile_name(v - 1));
         same(what, yc[i], yg + 1, (size_t)rows, 0);
         if (lo != 0xffffffffu || hi != 0xffffffffu) {
           failures++;
@@ -325,7 +307,7 @@ static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
     }
     if (!bad)
       printf("ok   gemv group %s, %d matrices%s, %s\n", fname[fmt], n, shift ? ", mixed alignment" : "",
-             tl[v]);
+             df_cuda_tile_name(v - 1));
   }
   df_cuda_set_gemv_tiled(G, fmt, 1);
   df_cuda_set_gemv_tile_prefetch(G, fmt, 0);

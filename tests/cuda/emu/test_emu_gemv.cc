@@ -65,14 +65,6 @@ template <class TF> static int flags_of(const mat &m, unsigned pf = 0) {
   return tile_flags<TF>(m.W, m.S, m.cols, m.x, pf);
 }
 
-static const char *vname[] = {"2 stages",
-                              "3 stages",
-                              "deep",
-                              "deep, 2 threads a row",
-                              "deep, 4 threads a row",
-                              "wide, 2 stages",
-                              "wide, 3 stages, 2 threads a row",
-                              "wide, 5 stages, 4 threads a row"};
 
 /* y with 4 guard floats either side, NaN patterns, as the device test does */
 static void check(const char *what, const mat &m, const std::vector<float> &yb) {
@@ -107,7 +99,7 @@ template <class TF> static void gemv_case(int rows, int cols, int wshift, int xs
       run_variant<TF>(v, m, yb.data() + 4, rs, pf);
       char what[160];
       snprintf(what, sizeof what, "gemv %s %d x %d, weights +%d, x +%d, flags %d, %s", fname[TF::fmt],
-               rows, cols, wshift, xshift, flags_of<TF>(m, pf), vname[v]);
+               rows, cols, wshift, xshift, flags_of<TF>(m, pf), df_cuda_tile_name(v));
       check(what, m, yb);
     }
 }
@@ -170,7 +162,7 @@ template <class TF> static void group_case(int v, int n, const int (*shape)[2]) 
   });
   for (int i = 0; i < n; i++) {
     char what[160];
-    snprintf(what, sizeof what, "grouped gemv %s, %s: matrix %d of %d, %d x %d", fname[TF::fmt], vname[v],
+    snprintf(what, sizeof what, "grouped gemv %s, %s: matrix %d of %d, %d x %d", fname[TF::fmt], df_cuda_tile_name(v),
              i, n, shape[i][0], shape[i][1]);
     check(what, ms[(size_t)i], ys[(size_t)i]);
   }
