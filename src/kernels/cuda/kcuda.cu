@@ -179,14 +179,18 @@ struct wargs {
   }
 };
 
-/* Once per format: shared memory preferred over L1 for the tile kernels
- * (only the element-by-element staging reads through L1), then how many
- * blocks of each variant an SM holds. */
+/* Once per format and variant, before its first launch: shared memory
+ * preferred over L1 for the tile kernels, single and grouped (only the
+ * element-by-element staging reads through L1), then how many blocks of
+ * the variant an SM holds. */
 template <class TF, int NS, int G> static int tile_occ1(void) {
   int n = 0;
   if (cudaFuncSetAttribute(tile_k<TF, NS, G>, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared) != cudaSuccess)
     cudaGetLastError(); /* a hint: the default split still runs */
+  if (cudaFuncSetAttribute(tile_group_k<TF, NS, G>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    cudaGetLastError();
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, tile_k<TF, NS, G>, TROWS, 0) !=
       cudaSuccess)
     cudaGetLastError();
@@ -238,6 +242,7 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
   int flags = tile_flags<TF>(W, S, cols, x, c->tile_pf[TF::fmt]);
   long blocks = ((long)rows + TROWS - 1) / TROWS;
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2 : tile_pick<TF>(c, blocks);
+  tile_occ<TF>(c, v); /* its shared-memory carveout set, forced or picked */
   const uint8_t *w8 = (const uint8_t *)W, *s8 = (const uint8_t *)S;
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
@@ -260,6 +265,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
   for (int i = 0; i < n; i++) rows += m[i].rows > 0 ? m[i].rows : 0;
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2
                                  : tile_pick<TF>(c, (rows + TROWS - 1) / TROWS);
+  tile_occ<TF>(c, v);
   long tr = TROWS, b = 0;
   tile_variant<TF>(v, [&](auto t) { tr = decltype(t)::rows; });
   for (int i = 0; i < n; i++) {
