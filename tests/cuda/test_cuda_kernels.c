@@ -131,7 +131,7 @@ static void gemv_case(int fmt, int rows, int cols) {
    * (lanes per thread) with the L2 prefetch on and off: they change which
    * thread holds a lane and when bytes arrive, never a result */
   static const int lanes[] = {8, 4, 2};
-  enum { NV = 9 }; /* by shape, then each variant forced */
+  enum { NV = 1 + DF_CUDA_TILE_VARIANTS }; /* by shape, then each variant forced */
   /* the row tiles each with the L2 prefetch off and in 1 KB windows */
   for (int v = fmt == F_F32 ? 2 * NV : 0; v < 2 * NV + 6; v++) {
     int li = v >= 2 * NV ? (v - 2 * NV) / 2 : 0, pf = v >= 2 * NV ? (v - 2 * NV) % 2 : v % 2;
@@ -218,7 +218,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   /* T == 1 is the GEMV: the row tiles (not for f32), by shape and each
    * variant forced, as layouts 3 to 11; T > 1: the register tiles as
    * layout 3, one lane a thread as layout 4 */
-  int nlay = T == 1 ? (fmt != F_F32 ? 12 : 3) : 5;
+  int nlay = T == 1 ? (fmt != F_F32 ? 4 + DF_CUDA_TILE_VARIANTS : 3) : 5;
   for (int li = 0; li < nlay; li++) {
     df_cuda_set_gemv_tiled(G, fmt, li >= 3 && T == 1 ? li - 2 : 0);
     df_cuda_set_gemv_lanes(G, fmt, lanes[li % 3]);
@@ -275,9 +275,10 @@ static void group_case(int fmt, int n, const int (*shape)[2], int shift) {
     m[i] = (df_cuda_gemv_one){(uint8_t *)dW[i] + (off ? (fmt == F_BF16 ? 2 : 1) : 0), dS[i], rows,
                               cols, dx[i] + off, dy[i] + 1};
   }
-  for (int v = 0; v < 9; v++) {
+  for (int v = 0; v <= DF_CUDA_TILE_VARIANTS; v++) {
     df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
-    df_cuda_set_gemv_tile_prefetch(G, fmt, v == 8 ? 2048 : 0); /* the last with the L2 prefetch */
+    /* the last with the L2 prefetch */
+    df_cuda_set_gemv_tile_prefetch(G, fmt, v == DF_CUDA_TILE_VARIANTS ? 2048 : 0);
     for (int i = 0; i < n; i++) {
       float *nanpat = malloc((size_t)(shape[i][0] + 2) * 4);
       memset(nanpat, 0xff, (size_t)(shape[i][0] + 2) * 4);

@@ -90,10 +90,12 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
  * results never depend on it (the test runs each). The GEMMs for T > 1 use
  * the lanes layout. */
 void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
-/* The row tiles' variant v (how - 2 above; kcuda_gemv.cuh's tile_variant)
- * in words, for the tests and the bench; anything else is "by shape". */
+/* How many row-tile variants there are (how 2 .. 1 + this above), and
+ * variant v (how - 2; kcuda_gemv.cuh's tile_variant) in words, for the
+ * tests and the bench; anything else is "by shape". */
+#define DF_CUDA_TILE_VARIANTS 8
 static inline const char *df_cuda_tile_name(int v) {
-  static const char *const n[] = {"2 stages",
+  static const char *const n[DF_CUDA_TILE_VARIANTS] = {"2 stages",
                                   "3 stages",
                                   "deep",
                                   "deep, 2 threads a row",
@@ -101,7 +103,7 @@ static inline const char *df_cuda_tile_name(int v) {
                                   "wide, 2 stages",
                                   "wide, 3 stages, 2 threads a row",
                                   "wide, 5 stages, 4 threads a row"};
-  return v >= 0 && v < (int)(sizeof n / sizeof n[0]) ? n[v] : "by shape";
+  return v >= 0 && v < DF_CUDA_TILE_VARIANTS ? n[v] : "by shape";
 }
 /* The row tiles' L2 prefetch for fmt: each row's bytes asked of the memory
  * in windows of `bytes` (rounded down to 512; 0, the default: none) ahead

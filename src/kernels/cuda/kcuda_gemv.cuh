@@ -334,7 +334,7 @@ typedef tf_wide<tf_mxfp4, 1024, 512> tf_mxfp4w;
  * with two threads a row, 4 deep with four; then the wide form: 5 2
  * stages, 6 3 stages with two threads a row, 7 5 stages with four. fn is
  * called with a tile_v<format, stages, threads a row>. */
-#define TILE_VARIANTS 8
+#define TILE_VARIANTS DF_CUDA_TILE_VARIANTS /* kcuda.h */
 template <class TF> struct tile_wide_of;
 template <> struct tile_wide_of<tf_bf16> {
   typedef tf_bf16w type;
