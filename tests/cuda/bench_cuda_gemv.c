@@ -210,35 +210,44 @@ int main(int argc, char **argv) {
   size_t nc = sizeof cs / sizeof cs[0];
   /* each kernel: the row tiles with the variant chosen by the shape (the
    * default), forced to each variant (df_cuda_set_gemv_tiled), some also
-   * with the L2 prefetch in 2 KB windows; then the lanes layout with 8, 4
+   * with the L2 prefetch in 2 KB windows, some as dependent launches (each
+   * GEMV staging its first weights while the one before it ends:
+   * df_cuda_set_pdl); then the lanes layout with 8, 4
    * or 2 of a row's 16 lanes per thread (the prefetch off, its default;
    * run 2 of 2026-12-01 measured it on and off) */
   static const struct {
     const char *name;
     int tiled, lanes;
     unsigned pf;
+    int pdl;
   } ks[] = {
-      {"tiled", 1, 16, 0},
-      {"tiled_2stages", 2, 16, 0},
-      {"tiled_3stages", 3, 16, 0},
-      {"tiled_deep", 4, 16, 0},
-      {"tiled_deep_2threads", 5, 8, 0},
-      {"tiled_deep_4threads", 6, 4, 0},
-      {"tiled_wide_2stages", 7, 16, 0},
-      {"tiled_wide_3stages_2threads", 8, 8, 0},
-      {"tiled_wide_5stages_4threads", 9, 4, 0},
-      {"tiled_pf2k", 1, 16, 2048},
-      {"tiled_3stages_pf2k", 3, 16, 2048},
-      {"tiled_deep_4threads_pf2k", 6, 4, 2048},
-      {"tiled_wide_5stages_4threads_pf2k", 9, 4, 2048},
-      {"lanes", 0, 8, 0},
-      {"lanes", 0, 4, 0},
-      {"lanes", 0, 2, 0},
+      {"tiled", 1, 16, 0, 0},
+      {"tiled_2stages", 2, 16, 0, 0},
+      {"tiled_3stages", 3, 16, 0, 0},
+      {"tiled_deep", 4, 16, 0, 0},
+      {"tiled_deep_2threads", 5, 8, 0, 0},
+      {"tiled_deep_4threads", 6, 4, 0, 0},
+      {"tiled_wide_2stages", 7, 16, 0, 0},
+      {"tiled_wide_3stages_2threads", 8, 8, 0, 0},
+      {"tiled_wide_5stages_4threads", 9, 4, 0, 0},
+      {"tiled_pf2k", 1, 16, 2048, 0},
+      {"tiled_3stages_pf2k", 3, 16, 2048, 0},
+      {"tiled_deep_4threads_pf2k", 6, 4, 2048, 0},
+      {"tiled_wide_5stages_4threads_pf2k", 9, 4, 2048, 0},
+      {"tiled_pdl", 1, 16, 0, 1},
+      {"tiled_3stages_pdl", 3, 16, 0, 1},
+      {"tiled_deep_4threads_pdl", 6, 4, 0, 1},
+      {"tiled_wide_3stages_2threads_pdl", 8, 8, 0, 1},
+      {"tiled_wide_5stages_4threads_pdl", 9, 4, 0, 1},
+      {"lanes", 0, 8, 0, 0},
+      {"lanes", 0, 4, 0, 0},
+      {"lanes", 0, 2, 0, 0},
   };
   enum { NK = sizeof ks / sizeof ks[0], NT = NK - 3 }; /* NT tiled kinds first */
   double res_bw[NK][16], res_us[NK][16];
   const char *only = getenv("DF_BENCH_GEMV_ONLY"); /* a shape's name: that one alone */
   for (int li = 0; li < NK; li++) {
+    df_cuda_set_pdl(G, ks[li].pdl);
     for (int f = 0; f < 4; f++) {
       df_cuda_set_gemv_tiled(G, f, ks[li].tiled);
       df_cuda_set_gemv_tile_prefetch(G, f, ks[li].pf);
@@ -250,20 +259,23 @@ int main(int argc, char **argv) {
       double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, 0, reps, &us);
       res_bw[li][i] = bw, res_us[li][i] = us;
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
-             "\"lanes_per_thread\": %d, \"l2_prefetch\": %u, \"us\": %.2f, \"GBps\": %.1f, "
-             "\"of_copy\": %.3f},\n",
-             fname[cs[i].fmt], cs[i].what, ks[li].name, ks[li].lanes, ks[li].pf, us, bw / 1e9,
-             bw / copy);
+             "\"lanes_per_thread\": %d, \"l2_prefetch\": %u, \"dependent_launch\": %d, "
+             "\"us\": %.2f, \"GBps\": %.1f, \"of_copy\": %.3f},\n",
+             fname[cs[i].fmt], cs[i].what, ks[li].name, ks[li].lanes, ks[li].pf, ks[li].pdl, us,
+             bw / 1e9, bw / copy);
       fflush(stdout);
     }
   }
   printf("    {}\n");
+  df_cuda_set_pdl(G, 0);
   for (int f = 0; f < 4; f++)
     df_cuda_set_gemv_tiled(G, f, 1), df_cuda_set_gemv_lanes(G, f, 8),
         df_cuda_set_gemv_tile_prefetch(G, f, 0);
   /* per shape: the default (row tiles, variant by shape) against the best
    * forced tile variant and the best lanes layout */
   printf("  ],\n  \"gemv_compare\": [\n");
+  int kp = 0; /* the default's choice as dependent launches */
+  while (strcmp(ks[kp].name, "tiled_pdl")) kp++;
   for (size_t i = 0; i < nc; i++) {
     int bt = 1, bl = NT;
     for (int li = 2; li < NT; li++)
@@ -271,10 +283,11 @@ int main(int argc, char **argv) {
     for (int li = NT + 1; li < NK; li++)
       if (res_bw[li][i] > res_bw[bl][i]) bl = li;
     printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"tiled_us\": %.2f, "
-           "\"tiled_of_copy\": %.3f, \"tiled_best_forced\": \"%s\", \"tiled_best_forced_of_copy\": "
+           "\"tiled_of_copy\": %.3f, \"tiled_pdl_of_copy\": %.3f, \"tiled_best_forced\": \"%s\", \"tiled_best_forced_of_copy\": "
            "%.3f, \"lanes_best_us\": %.2f, \"lanes_best_of_copy\": %.3f, "
            "\"lanes_best_lanes_per_thread\": %d, \"speedup\": %.2f}%s\n",
-           fname[cs[i].fmt], cs[i].what, res_us[0][i], res_bw[0][i] / copy, ks[bt].name,
+           fname[cs[i].fmt], cs[i].what, res_us[0][i], res_bw[0][i] / copy, res_bw[kp][i] / copy,
+           ks[bt].name,
            res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, ks[bl].lanes,
            res_us[0][i] > 0 ? res_us[bl][i] / res_us[0][i] : 0.0, i + 1 < nc ? "," : "");
   }

@@ -2,7 +2,8 @@
  * random inputs at K3's shapes and at odd ones (columns that leave lanes
  * empty, one row, rows that end mid-block), the GEMMs for T vectors with
  * padded, unaligned and shifted x and y (T = 1: the GEMVs, row tiles in
- * each variant and every lanes layout), the vector functions, and the
+ * each variant and every lanes layout, and as dependent launches in a
+ * chain), the vector functions, and the
  * elementary functions over a strided sweep of all 2^32 float bit patterns.
  * Exit 77 (ctest: skipped) where no CUDA device is found. */
 #include <math.h>
@@ -117,6 +118,14 @@ static void cpu_gemm(int fmt, const void *W, const void *S, int cols, int r0, in
   else k->gemm_mxfp4(W, S, cols, r0, r1, X, T, ldx, Y, ldy);
 }
 
+static int gemv_fmt(int fmt, const void *W, const void *S, int rows, int cols, const float *x,
+                    float *y) {
+  return fmt == F_BF16  ? df_cuda_gemv_bf16(G, W, rows, cols, x, y)
+         : fmt == F_I8  ? df_cuda_gemv_i8(G, W, S, rows, cols, x, y)
+         : fmt == F_F32 ? df_cuda_gemv_f32(G, W, rows, cols, x, y)
+                        : df_cuda_gemv_mxfp4(G, W, S, rows, cols, x, y);
+}
+
 static void gemv_case(int fmt, int rows, int cols) {
   float *x = rnd_vec(cols, -6, 2), *ycpu = malloc((size_t)rows * 4), *ygpu = malloc((size_t)rows * 4);
   void *W, *S;
@@ -141,11 +150,7 @@ static void gemv_case(int fmt, int rows, int cols) {
     df_cuda_set_prefetch(G, v >= 2 * NV && pf);
     memset(ygpu, 0xff, (size_t)rows * 4);
     ok_or_die(df_cuda_put(G, dy, ygpu, (size_t)rows * 4));
-    int rc = fmt == F_BF16  ? df_cuda_gemv_bf16(G, dW, rows, cols, dx, dy)
-             : fmt == F_I8  ? df_cuda_gemv_i8(G, dW, dS, rows, cols, dx, dy)
-             : fmt == F_F32 ? df_cuda_gemv_f32(G, dW, rows, cols, dx, dy)
-                            : df_cuda_gemv_mxfp4(G, dW, dS, rows, cols, dx, dy);
-    ok_or_die(rc);
+    ok_or_die(gemv_fmt(fmt, dW, dS, rows, cols, dx, dy));
     dget(ygpu, dy, (size_t)rows * 4);
     char what[160];
     if (v < 2 * NV)
@@ -163,6 +168,68 @@ static void gemv_case(int fmt, int rows, int cols) {
   df_cuda_set_gemv_lanes(G, fmt, 8);
   df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dx), df_cuda_free(G, dy);
   free(W), free(S), free(x), free(ycpu), free(ygpu);
+}
+
+/* The row tiles as dependent launches (df_cuda_set_pdl), in a chain whose
+ * every kernel reads what the one before it wrote: add_k writes x over NaN,
+ * GEMV 1 reads it into y1, GEMV 2 (a grouped launch of one on odd rounds)
+ * reads y1 and writes its result over x, which GEMV 1 reads, so a GEMV that
+ * read its x before its predecessor ended, or wrote before its own wait,
+ * would change a result. Each round must give the reference's y1 and y2, in
+ * the variant chosen by the shape and in each one forced. On a GPU without
+ * dependent launches (before sm_90) these are plain launches. */
+static void pdl_case(int fmt, int r1, int c1, int rounds) {
+  int r2 = c1, c2 = r1;
+  void *W1, *S1, *W2, *S2;
+  size_t wb1, sb1, wb2, sb2;
+  mkweights(fmt, r1, c1, &W1, &wb1, &S1, &sb1);
+  mkweights(fmt, r2, c2, &W2, &wb2, &S2, &sb2);
+  float *x = rnd_vec(c1, -6, 2), *zero = calloc((size_t)c1, 4), *nan = malloc((size_t)c1 * 4);
+  float *y1c = malloc((size_t)r1 * 4), *y2c = malloc((size_t)r2 * 4);
+  float *y1g = malloc((size_t)r1 * 4), *y2g = malloc((size_t)r2 * 4);
+  for (int i = 0; i < c1; i++) x[i] += 0.0f; /* what add_k gives */
+  memset(nan, 0xff, (size_t)c1 * 4);
+  cpu_gemm(fmt, W1, S1, c1, 0, r1, x, 1, (size_t)c1, y1c, (size_t)r1);
+  cpu_gemm(fmt, W2, S2, c2, 0, r2, y1c, 1, (size_t)c2, y2c, (size_t)r2);
+  void *dW1 = dput(W1, wb1), *dS1 = S1 ? dput(S1, sb1) : NULL;
+  void *dW2 = dput(W2, wb2), *dS2 = S2 ? dput(S2, sb2) : NULL;
+  float *dxa = dput(x, (size_t)c1 * 4), *dz = dput(zero, (size_t)c1 * 4);
+  float *dx = df_cuda_alloc(G, (size_t)c1 * 4), *dy1 = df_cuda_alloc(G, (size_t)r1 * 4);
+  df_cuda_set_pdl(G, 1);
+  for (int v = 0; v <= DF_CUDA_TILE_VARIANTS; v++) {
+    df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
+    int bad = 0;
+    for (int k = 0; k < rounds && !bad; k++) {
+      ok_or_die(df_cuda_put(G, dx, nan, (size_t)c1 * 4));
+      ok_or_die(df_cuda_put(G, dy1, nan, (size_t)r1 * 4));
+      ok_or_die(df_cuda_add(G, dx, dxa, dz, (size_t)c1));
+      ok_or_die(gemv_fmt(fmt, dW1, dS1, r1, c1, dx, dy1));
+      if (k & 1) {
+        df_cuda_gemv_one m = {dW2, dS2, r2, c2, dy1, dx};
+        ok_or_die(df_cuda_gemv_group(G, fmt, 1, &m));
+      } else
+        ok_or_die(gemv_fmt(fmt, dW2, dS2, r2, c2, dy1, dx));
+      dget(y1g, dy1, (size_t)r1 * 4);
+      dget(y2g, dx, (size_t)r2 * 4);
+      if (memcmp(y1c, y1g, (size_t)r1 * 4) || memcmp(y2c, y2g, (size_t)r2 * 4)) {
+        char what[160];
+        snprintf(what, sizeof what, "gemv %s dependent launches, %d x %d then %d x %d, %s, round %d",
+                 fname[fmt], r1, c1, r2, c2, df_cuda_tile_name(v - 1), k);
+        same(what, y1c, y1g, (size_t)r1, 0);
+        same(what, y2c, y2g, (size_t)r2, 0);
+        bad = 1;
+      }
+    }
+    if (!bad)
+      printf("ok   gemv %s dependent launches, %d x %d then %d x %d, %s, %d rounds\n", fname[fmt], r1,
+             c1, r2, c2, df_cuda_tile_name(v - 1), rounds);
+  }
+  df_cuda_set_pdl(G, 0);
+  df_cuda_set_gemv_tiled(G, fmt, 1);
+  df_cuda_free(G, dW1), df_cuda_free(G, dS1), df_cuda_free(G, dW2), df_cuda_free(G, dS2);
+  df_cuda_free(G, dxa), df_cuda_free(G, dz), df_cuda_free(G, dx), df_cuda_free(G, dy1);
+  free(W1), free(S1), free(W2), free(S2), free(x), free(zero), free(nan);
+  free(y1c), free(y2c), free(y1g), free(y2g);
 }
 
 /* The reference GEMM split over the CPUs by rows (K3's shapes at T = 64 are
@@ -556,6 +623,10 @@ int main(void) {
   gemv_case(F_MXFP4, 16 * 3584, 3072);
   gemv_case(F_I8, 36864, 7168);
   gemv_case(F_BF16, 36864, 7168);
+  /* dependent launches: K3's KDA projections' sizes, and a small pair where
+   * the whole chain fits the GPU at once */
+  for (int f = 0; f < 4; f++)
+    if (f != F_F32) pdl_case(f, 3072, 7168, 8), pdl_case(f, 96, 256, 8);
   /* odd shapes: rows that leave the last 32-row tile short (33, 257, 1000),
    * columns that leave a last partial step (7, 17, 100, 200, 12345), a
    * short last chunk with whole 16-byte rows (4000, 7184; MXFP4 288: its

@@ -32,7 +32,8 @@
 # --gpu-mem 57G, the tier holding the spine only, and cuda_decode_copy:
 # --gpu-state copy; cuda_bench / cpu_bench: `bench --model`, a cold warm-up then a warm
 # PREFILL-token prompt and 8 new tokens, and the disk's ceiling; cuda_bench_gl: cuda_bench
-# with DF_CUDA_GEMM_TILES=2, cuda_bench_lanes with 0), KEEP=1 keeps the model.
+# with DF_CUDA_GEMM_TILES=2, cuda_bench_lanes with 0; cuda_bench_pdl and cuda_decode_pdl
+# with DF_CUDA_PDL=1), KEEP=1 keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
 # 82.1 GB generated in 71 s; decode ids equal on both devices; the CUDA
@@ -235,6 +236,9 @@ for step in $STEPS; do
   # the default from 32 vectors since 2026-12-05), and on the lanes layout at every T
   cuda_bench_gl) export DF_CUDA_GEMM_TILES=2; bench cuda_bench_gl cuda; unset DF_CUDA_GEMM_TILES ;;
   cuda_bench_lanes) export DF_CUDA_GEMM_TILES=0; bench cuda_bench_lanes cuda; unset DF_CUDA_GEMM_TILES ;;
+  # the row-tile GEMVs as dependent launches (df_cuda_set_pdl; off by default until measured)
+  cuda_bench_pdl) export DF_CUDA_PDL=1; bench cuda_bench_pdl cuda; unset DF_CUDA_PDL ;;
+  cuda_decode_pdl) export DF_CUDA_PDL=1; run cuda_decode_pdl cuda 1,2,3 4; unset DF_CUDA_PDL ;;
   cpu_bench) bench cpu_bench cpu ;;
   esac
 done
@@ -248,5 +252,11 @@ for k in decode prefill; do
   else ts "ids $k: not compared (cpu [$a], cuda [$b])"; [ "$status" = 1 ] || status=2
   fi
 done
+# the dependent launches' decode, where it ran, against the plain launches'
+a=$(ids_of cuda_decode); b=$(ids_of cuda_decode_pdl)
+if [ -n "$b" ]; then
+  if [ "$a" = "$b" ]; then ts "ids decode, dependent launches: EQUAL [$b]"
+  else ts "ids decode, dependent launches: DIFFER cuda [$a] pdl [$b]"; status=1; fi
+fi
 ts "done"
 exit $status

@@ -37,6 +37,9 @@ struct df_cuda {
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-9 forced */
   unsigned tile_pf[4]; /* the row tiles' L2 prefetch window, bytes (0: none) */
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
+  int pdl;      /* the row tiles as dependent launches: asked for (df_cuda_set_pdl) */
+  int pdl_cap;  /* the device has them (sm_90 and later) */
+  int after_kernel; /* the stream's last work is one of this file's kernels */
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char desc[320];
@@ -52,7 +55,11 @@ static int fail(df_cuda *c, const char *what, cudaError_t e) {
     cudaError_t e_ = (call);                            \
     if (e_ != cudaSuccess) return fail(c, what, e_);    \
   } while (0)
-#define LAUNCHED(c, what) CK(c, what, cudaGetLastError())
+#define LAUNCHED(c, what)                 \
+  do {                                    \
+    CK(c, what, cudaGetLastError());      \
+    (c)->after_kernel = 1;                \
+  } while (0)
 
 extern "C" int df_cuda_device_count(void) {
   int n = 0;
@@ -80,10 +87,13 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   /* off: exact on the H200, slower there than the lanes layout (run 14) */
   const char *gt = getenv("DF_CUDA_GEMM_TILES");
   c->gemm_tiles = gt && gt[0] >= '0' && gt[0] <= '2' ? gt[0] - '0' : -1;
+  const char *pd = getenv("DF_CUDA_PDL");
+  c->pdl = pd && pd[0] == '1'; /* off until a GPU run measures it */
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
   if (e == cudaSuccess) c->sms = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
+  if (e == cudaSuccess) c->pdl_cap = p.major >= 9;
   if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreate(&c->ev[0]);
   if (e == cudaSuccess) e = cudaEventCreate(&c->ev[1]);
@@ -107,6 +117,7 @@ extern "C" void df_cuda_close(df_cuda *c) {
 }
 
 extern "C" void df_cuda_set_prefetch(df_cuda *c, int on) { c->prefetch = on != 0; }
+extern "C" void df_cuda_set_pdl(df_cuda *c, int on) { c->pdl = on != 0; }
 
 extern "C" const char *df_cuda_describe(const df_cuda *c) { return c->desc; }
 extern "C" const char *df_cuda_error(const df_cuda *c) { return c->err; }
@@ -125,19 +136,23 @@ extern "C" void df_cuda_free(df_cuda *c, void *p) {
   if (p) cudaFree(p);
 }
 extern "C" int df_cuda_put(df_cuda *c, void *dst, const void *src, size_t n) {
+  c->after_kernel = 0;
   CK(c, "copy to device", cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->s));
   return 0;
 }
 extern "C" int df_cuda_get(df_cuda *c, void *dst, const void *src, size_t n) {
+  c->after_kernel = 0;
   CK(c, "copy to host", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->s));
   CK(c, "copy to host", cudaStreamSynchronize(c->s));
   return 0;
 }
 extern "C" int df_cuda_get_async(df_cuda *c, void *dst, const void *src, size_t n) {
+  c->after_kernel = 0;
   CK(c, "copy to host", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->s));
   return 0;
 }
 extern "C" int df_cuda_copy(df_cuda *c, void *dst, const void *src, size_t n) {
+  c->after_kernel = 0;
   CK(c, "device copy", cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->s));
   return 0;
 }
@@ -146,6 +161,7 @@ extern "C" int df_cuda_sync(df_cuda *c) {
   return 0;
 }
 extern "C" int df_cuda_mark(df_cuda *c, int which) {
+  c->after_kernel = 0; /* a dependent launch's predecessor is a kernel, never an event */
   CK(c, "event", cudaEventRecord(c->ev[which ? 1 : 0], c->s));
   return 0;
 }
@@ -236,6 +252,26 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   return e2 > e3 + 0.05 ? 0 : 1;
 }
 
+/* A row-tile kernel on the stream: as a dependent launch (kcuda_pdl.cuh)
+ * where asked for, the device has it and the stream's last work is one of
+ * this file's kernels (so the early start only ever overlaps a kernel that
+ * writes no weights, never a copy), else as a plain launch. */
+template <class... P, class... A>
+static void tile_go(df_cuda *c, void (*k)(P...), unsigned blocks, A... args) {
+  if (c->pdl && c->pdl_cap && c->after_kernel) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(TROWS), cfg.stream = c->s;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
+    cudaGetLastError(); /* refused: the plain launch below, from now on */
+    c->pdl_cap = 0;
+  }
+  k<<<blocks, TROWS, 0, c->s>>>(args...);
+}
+
 template <class TF>
 static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
                        int cols, const float *x, float *y, const float *rowscale) {
@@ -247,8 +283,7 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
     unsigned nb = (unsigned)(((long)rows + V::rows - 1) / V::rows);
-    tile_k<typename V::F, V::NS, V::G>
-        <<<nb, TROWS, 0, c->s>>>(w8, s8, rows, cols, x, y, rowscale, flags);
+    tile_go(c, tile_k<typename V::F, V::NS, V::G>, nb, w8, s8, rows, cols, x, y, rowscale, flags);
   });
   LAUNCHED(c, what);
   return 0;
@@ -286,7 +321,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
   }
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
-    tile_group_k<typename V::F, V::NS, V::G><<<(unsigned)b, TROWS, 0, c->s>>>(q);
+    tile_go(c, tile_group_k<typename V::F, V::NS, V::G>, (unsigned)b, q);
   });
   LAUNCHED(c, what);
   return 0;

@@ -5,6 +5,7 @@
 #define DF_KERNELS_CUDA_KCUDA_BLOCK_CUH
 
 #include "kernels/cuda/kmath.h"
+#include "kernels/cuda/kcuda_pdl.cuh"
 
 /* a kernel's dynamic shared memory (the emulator declares it its way) */
 #ifndef DF_DYN_SHARED

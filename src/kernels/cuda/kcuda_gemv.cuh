@@ -11,6 +11,7 @@ extern "C" {
 #include "kernels/cuda/kcuda.h"
 }
 #include "kernels/cuda/kcuda_fmt.cuh"
+#include "kernels/cuda/kcuda_pdl.cuh"
 
 #include <string.h>
 
@@ -38,6 +39,7 @@ __device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
 template <class F, int LPT, bool vec>
 __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
                                                      float *y, const float *rowscale, int pf) {
+  pdl_trigger();
   constexpr int G = LANES / LPT;
   int gt = blockIdx.x * blockDim.x + threadIdx.x;
   int r = gt / G, g = gt % G;
@@ -405,8 +407,8 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
   const int nch = (cols + TF::CK - 1) / TF::CK;
 
-  /* chunk k of every live row into stage buf */
-  auto stage = [&](int k, int buf) {
+  /* chunk k of every live row's weights (and scales) into stage buf */
+  auto stage_w = [&](int k, int buf) {
     size_t off = (size_t)k * TF::RB;
     int rbk = rb - off < (size_t)TF::RB ? (int)(rb - off) : TF::RB;
     const uint8_t *wb = W + (size_t)r0 * rb + off;
@@ -423,13 +425,8 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
         wt[buf][rr][b] = wb[(size_t)rr * rb + b];
       }
     }
-    int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
-    if (flags & TILE_XVEC) {
-      for (int i = lane; i < nx / 4; i += TROWS) cp_async<16>(&xt[buf][4 * i], x + c0 + 4 * i);
-    } else {
-      for (int i = lane; i < nx; i += TROWS) xt[buf][i] = x[c0 + i];
-    }
     if constexpr (TF::scaled != 0) {
+      int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
       const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
       if (flags & TILE_SVEC) { /* 8 scales a piece: a short last chunk has fewer pieces */
         constexpr int SP = NG / 8;
@@ -445,6 +442,15 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
           st[buf][rr][gi] = sbase[(size_t)rr * sb + gi];
         }
       }
+    }
+  };
+  /* chunk k of x into stage buf */
+  auto stage_x = [&](int k, int buf) {
+    int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
+    if (flags & TILE_XVEC) {
+      for (int i = lane; i < nx / 4; i += TROWS) cp_async<16>(&xt[buf][4 * i], x + c0 + 4 * i);
+    } else {
+      for (int i = lane; i < nx; i += TROWS) xt[buf][i] = x[c0 + i];
     }
   };
 
@@ -463,9 +469,17 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     if (from < rb) l2_prefetch(prow + from, (uint32_t)(rb - from < pfw ? rb - from : pfw));
   };
   if (pfon) prefetch(0), prefetch(pfw);
+  /* The first stages' weights before pdl_wait (kcuda_pdl.cuh: no kernel
+   * writes them), so a dependent launch has them on the way while the
+   * kernel before it ends; their x after it. The weights' copies join the
+   * first group: chunk 0 waits for them all, the rest as before. */
+#pragma unroll
+  for (int k = 0; k < NS - 1; k++)
+    if (k < nch) stage_w(k, k);
+  pdl_wait();
 #pragma unroll
   for (int k = 0; k < NS - 1; k++) {
-    if (k < nch) stage(k, k);
+    if (k < nch) stage_x(k, k);
     cp_async_commit();
   }
   for (int k = 0; k < nch; k++) {
@@ -474,7 +488,8 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     if (k + NS - 1 < nch) {
       size_t at = (size_t)(k + NS - 1) * TF::RB;
       if (pfon && at % pfw < TF::RB) prefetch(at / pfw * pfw + pfw);
-      stage(k + NS - 1, (k + NS - 1) % NS);
+      stage_w(k + NS - 1, (k + NS - 1) % NS);
+      stage_x(k + NS - 1, (k + NS - 1) % NS);
     }
     cp_async_commit();
     if (!live) continue;
@@ -547,6 +562,7 @@ template <class TF, int NS, int G = 1>
 __global__ void __launch_bounds__(TROWS, tile_minb(NS, G, TF::RB))
     tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
            const float *rowscale, int flags) {
+  pdl_trigger();
   tile_run<TF, NS, G>(W, S, rows, cols, x, y, rowscale, flags, (long)blockIdx.x);
 }
 
@@ -567,6 +583,7 @@ struct tile_set {
 template <class TF, int NS, int G = 1>
 __global__ void __launch_bounds__(TROWS, tile_minb(NS, G, TF::RB))
     tile_group_k(const __grid_constant__ tile_set q) {
+  pdl_trigger();
   long b = (long)blockIdx.x;
   int i = 0;
   while (i + 1 < q.n && b >= q.m[i + 1].b0) i++;

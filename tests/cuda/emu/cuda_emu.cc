@@ -14,7 +14,7 @@
 
 struct emu_copy {
   void *dst;
-  const void *src;
+  unsigned char src[16]; /* read at issue */
   int bytes;
 };
 /* per thread: copies issued since the last commit, then committed groups
@@ -36,6 +36,7 @@ static struct {
   std::vector<int> wait; /* per thread: EMU_RUN, EMU_DONE, EMU_BLOCK or its warp */
   std::vector<int> parity; /* per thread: its shuffles so far, mod 2 */
   std::vector<emu_async> async;
+  int pdl_waited; /* a thread of this block has reached pdl_wait */
   uint32_t slot[2][32][32];
 } B;
 
@@ -89,6 +90,7 @@ void emu_run_block(const std::function<void()> &body) {
   B.wait.assign((size_t)n, EMU_RUN);
   B.parity.assign((size_t)n, 0);
   B.async.assign((size_t)n, emu_async());
+  B.pdl_waited = 0;
   for (int t = 0; t < n; t++) {
     getcontext(&B.ctx[t]);
     B.ctx[t].uc_stack.ss_sp = &B.stacks[(size_t)t * EMU_STACK];
@@ -115,7 +117,11 @@ void emu_run_block(const std::function<void()> &body) {
 }
 
 void emu_cp_async(void *dst, const void *src, int bytes) {
-  B.async[threadIdx.x].open.push_back(emu_copy{dst, src, bytes});
+  emu_copy c;
+  if (bytes < 1 || bytes > (int)sizeof c.src) abort();
+  c.dst = dst, c.bytes = bytes;
+  memcpy(c.src, src, (size_t)bytes);
+  B.async[threadIdx.x].open.push_back(c);
 }
 void emu_cp_commit(void) {
   emu_async &a = B.async[threadIdx.x];
@@ -128,6 +134,12 @@ void emu_cp_wait(int n) {
     for (const emu_copy &c : a.groups.front()) memcpy(c.dst, c.src, (size_t)c.bytes);
     a.groups.pop_front();
   }
+}
+
+void emu_pdl_wait(void) {
+  if (!B.pdl_waited && emu_on_pdl_wait) emu_on_pdl_wait();
+  B.pdl_waited = 1;
+  emu_pdl_waits++;
 }
 
 static std::vector<float4> dyn_shared;

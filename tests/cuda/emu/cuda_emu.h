@@ -128,12 +128,23 @@ static inline float __fsqrt_rn(float a) { return __builtin_sqrtf(a); }
 
 /* cp.async as PTX defines it: a copy is pending until a wait_group that
  * leaves at most N of the thread's newer committed groups pending; only
- * then are its bytes copied (the kernel headers call these under
- * DF_CUDA_EMU, in place of the PTX) */
+ * then do its bytes land. They are read when it is issued, the earliest
+ * the GPU may read them, so a copy issued before pdl_wait reads what the
+ * memory held then (the kernel headers call these under DF_CUDA_EMU, in
+ * place of the PTX). */
 #define DF_CUDA_EMU 1
 void emu_cp_async(void *dst, const void *src, int bytes);
 void emu_cp_commit(void);
 void emu_cp_wait(int n);
+
+/* kcuda_pdl.cuh's pdl_wait: counts each thread's waits in emu_pdl_waits
+ * and, at a block's first one, calls emu_on_pdl_wait (when set); a test
+ * sets emu_on_block to make the memory a dependent launch may not read
+ * before its wait unreadable (NaN) at each block's start, and
+ * emu_on_pdl_wait to put it back, as the kernel before it would finish. */
+void emu_pdl_wait(void);
+inline std::function<void()> emu_on_block, emu_on_pdl_wait;
+inline long emu_pdl_waits;
 
 /* a launch's dynamic shared memory (emu_launch_dyn's bytes, 16-aligned) */
 void *emu_dyn_shared(void);
@@ -156,6 +167,7 @@ template <class K, class... A> void emu_launch(dim3 grid, dim3 block, K kernel, 
     for (unsigned by = 0; by < grid.y; by++)
       for (unsigned bx = 0; bx < grid.x; bx++) {
         blockIdx = uint3{bx, by, bz};
+        if (emu_on_block) emu_on_block();
         emu_run_block(body);
       }
 }

@@ -26,6 +26,13 @@ static void emu_same(const char *what, const float *ref, const float *got, size_
     printf("ok   %s (%zu values)\n", what, n);
 }
 
+/* a property the kernel must have, with what was seen */
+static inline void emu_true(const char *what, bool ok, const char *seen) {
+  checks++;
+  if (!ok) failures++;
+  printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ", ok ? "" : seen);
+}
+
 static int emu_summary(void) {
   printf("%d of %d checks failed\n", failures, checks);
   return failures ? 1 : 0;

@@ -6,7 +6,8 @@
  * 8, 4 and 2 lanes a thread in every format, against the scalar
  * reference's GEMV bit for bit: K3-like rows, rows ending mid-block,
  * chunks and steps cut short, unaligned weights and x. The bytes around
- * each y must stay untouched. No GPU needed (label unit); on the GPU,
+ * each y must stay untouched. Every row-tile launch also sees memory as a
+ * dependent launch would (pdl_guard). No GPU needed (label unit); on the GPU,
  * gpu.test_cuda_kernels runs the same kernels. */
 #include <math.h>
 #include <stdio.h>
@@ -76,16 +77,64 @@ static void check(const char *what, const mat &m, const std::vector<float> &yb) 
   emu_same(what, m.ref.data(), yb.data() + 4, (size_t)m.rows, outside);
 }
 
+/* Every row-tile launch runs as a dependent launch sees its memory
+ * (kcuda_pdl.cuh): each block starts with every x NaN, as if the kernel
+ * before it had not written them yet, and gets them at its first pdl_wait;
+ * no y may change before then, and every thread must wait exactly once.
+ * A read of x before the wait makes y NaN, which the comparison catches. */
+struct pdl_guard {
+  struct span {
+    float *p;
+    std::vector<float> real;
+  };
+  std::vector<span> xs;
+  std::vector<span> ys; /* snapshots at each block's start */
+  long early = 0;
+  pdl_guard() {
+    emu_pdl_waits = 0;
+    emu_on_block = [this] {
+      for (span &x : xs)
+        for (size_t i = 0; i < x.real.size(); i++) x.p[i] = NAN;
+      for (span &y : ys) memcpy(y.real.data(), y.p, y.real.size() * 4);
+    };
+    emu_on_pdl_wait = [this] {
+      for (span &x : xs) memcpy(x.p, x.real.data(), x.real.size() * 4);
+      for (span &y : ys) early += memcmp(y.real.data(), y.p, y.real.size() * 4) != 0;
+    };
+  }
+  void x(const float *p, int n) { xs.push_back(span{(float *)p, std::vector<float>(p, p + n)}); }
+  void y(float *p, int n) { ys.push_back(span{p, std::vector<float>((size_t)n)}); }
+  /* threads: the launch's; puts x back */
+  void finish(const char *what, long threads) {
+    for (span &x : xs) memcpy(x.p, x.real.data(), x.real.size() * 4);
+    emu_on_block = nullptr, emu_on_pdl_wait = nullptr;
+    char w[240], seen[120];
+    snprintf(w, sizeof w, "%s: as a dependent launch (x only from pdl_wait, y untouched before it)",
+             what);
+    snprintf(seen, sizeof seen, "%ld pdl_waits for %ld threads, y written before the wait in %ld blocks",
+             emu_pdl_waits, threads, early);
+    emu_true(w, emu_pdl_waits == threads && early == 0, seen);
+  }
+};
+
 /* launched as kcuda.cu's tile_launch launches variant v; pf the L2
  * prefetch window (a no-op here, but its bookkeeping runs) */
 template <class TF> static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned pf) {
   int fl = flags_of<TF>(m, pf);
+  pdl_guard pg;
+  pg.x(m.x, m.cols), pg.y(y, m.rows);
+  long threads = 0;
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
     unsigned nb = (unsigned)((m.rows + V::rows - 1) / V::rows);
+    threads = (long)nb * TROWS;
     emu_launch(dim3(nb), dim3(TROWS), tile_k<typename V::F, V::NS, V::G>, m.W, m.S, m.rows, m.cols, m.x, y,
                rs, fl);
   });
+  char what[160];
+  snprintf(what, sizeof what, "gemv %s %d x %d, %s, prefetch %u", fname[TF::fmt], m.rows, m.cols,
+           df_cuda_tile_name(v), pf);
+  pg.finish(what, threads);
 }
 
 template <class TF> static void gemv_case(int rows, int cols, int wshift, int xshift) {
@@ -156,10 +205,15 @@ template <class TF> static void group_case(int v, int n, const int (*shape)[2]) 
                       m.rows, m.cols, flags_of<TF>(m, 1024), b0};
     b0 += (m.rows + tr - 1) / tr;
   }
+  pdl_guard pg;
+  for (int i = 0; i < n; i++) pg.x(ms[(size_t)i].x, shape[i][1]), pg.y(ys[(size_t)i].data() + 4, shape[i][0]);
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
     emu_launch(dim3((unsigned)b0), dim3(TROWS), tile_group_k<typename V::F, V::NS, V::G>, q);
   });
+  char gw[120];
+  snprintf(gw, sizeof gw, "grouped gemv %s, %s", fname[TF::fmt], df_cuda_tile_name(v));
+  pg.finish(gw, (long)b0 * TROWS);
   for (int i = 0; i < n; i++) {
     char what[160];
     snprintf(what, sizeof what, "grouped gemv %s, %s: matrix %d of %d, %d x %d", fname[TF::fmt], df_cuda_tile_name(v),

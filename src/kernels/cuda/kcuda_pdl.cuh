@@ -1,0 +1,32 @@
+/* Programmatic dependent launch, the device side (sm_90 and later; a no-op
+ * elsewhere and in a launch without the attribute).
+ *
+ * A kernel launched with it (kcuda.cu: only the row-tile GEMVs, and only
+ * after one of this file's kernels) may start while the kernel before it is
+ * still running; pdl_wait then holds it until that kernel has finished and
+ * its writes are visible. Before its pdl_wait a kernel reads only what no
+ * kernel writes (a GEMV's weights and scales, uploaded by copies that the
+ * stream orders as usual) and writes nothing to global memory; every thread of every block
+ * reaches pdl_wait exactly once, so the kernel's own end still implies its
+ * predecessor's and the chain stays ordered. pdl_trigger lets the next
+ * kernel start early; it says nothing of this kernel's writes, so it can
+ * sit at the top of every kernel. Neither changes an operation or its
+ * order: the bits are those of a plain launch. */
+#ifndef DF_KERNELS_CUDA_KCUDA_PDL_CUH
+#define DF_KERNELS_CUDA_KCUDA_PDL_CUH
+
+__device__ __forceinline__ static void pdl_wait(void) {
+#if defined(DF_CUDA_EMU)
+  emu_pdl_wait();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ static void pdl_trigger(void) {
+#if !defined(DF_CUDA_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+#endif
