@@ -173,6 +173,26 @@ extern "C" double df_cuda_elapsed(df_cuda *c) {
   return ms / 1000.0;
 }
 
+/* A kernel on the stream: as a dependent launch (kcuda_pdl.cuh) where
+ * asked for, the device has it and the stream's last work is one of this
+ * file's kernels (so the early start only ever overlaps a kernel, which
+ * writes no weights, never a copy), else as a plain launch. */
+template <class... P, class... A>
+static void go(df_cuda *c, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A... args) {
+  if (c->pdl && c->pdl_cap && c->after_kernel) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1] = {};
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = c->s;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
+    cudaGetLastError(); /* refused: the plain launch below, from now on */
+    c->pdl_cap = 0;
+  }
+  k<<<grid, block, smem, c->s>>>(args...);
+}
+
 template <template <int> class F, int LPT, class A>
 static void gemv_go(df_cuda *c, const A &args, int rows, int cols, const float *x, float *y,
                     const float *rowscale, bool vec) {
@@ -180,10 +200,10 @@ static void gemv_go(df_cuda *c, const A &args, int rows, int cols, const float *
   long threads = (long)(LANES / LPT) * rows;
   int blocks = (int)((threads + GEMV_BLOCK - 1) / GEMV_BLOCK);
   if (vec)
-    gemv_k<F<LPT>, LPT, true><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale,
-                                                                c->prefetch);
+    go(c, gemv_k<F<LPT>, LPT, true>, blocks, GEMV_BLOCK, 0, f, rows, cols, x, y, rowscale,
+       c->prefetch);
   else
-    gemv_k<F<LPT>, LPT, false><<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, x, y, rowscale, 0);
+    go(c, gemv_k<F<LPT>, LPT, false>, blocks, GEMV_BLOCK, 0, f, rows, cols, x, y, rowscale, 0);
 }
 
 struct wargs {
@@ -252,26 +272,6 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   return e2 > e3 + 0.05 ? 0 : 1;
 }
 
-/* A row-tile kernel on the stream: as a dependent launch (kcuda_pdl.cuh)
- * where asked for, the device has it and the stream's last work is one of
- * this file's kernels (so the early start only ever overlaps a kernel that
- * writes no weights, never a copy), else as a plain launch. */
-template <class... P, class... A>
-static void tile_go(df_cuda *c, void (*k)(P...), unsigned blocks, A... args) {
-  if (c->pdl && c->pdl_cap && c->after_kernel) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(TROWS), cfg.stream = c->s;
-    cfg.attrs = at, cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
-    cudaGetLastError(); /* refused: the plain launch below, from now on */
-    c->pdl_cap = 0;
-  }
-  k<<<blocks, TROWS, 0, c->s>>>(args...);
-}
-
 template <class TF>
 static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
                        int cols, const float *x, float *y, const float *rowscale) {
@@ -283,7 +283,8 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
     unsigned nb = (unsigned)(((long)rows + V::rows - 1) / V::rows);
-    tile_go(c, tile_k<typename V::F, V::NS, V::G>, nb, w8, s8, rows, cols, x, y, rowscale, flags);
+    go(c, tile_k<typename V::F, V::NS, V::G>, nb, TROWS, 0, w8, s8, rows, cols, x, y, rowscale,
+       flags);
   });
   LAUNCHED(c, what);
   return 0;
@@ -321,7 +322,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
   }
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
-    tile_go(c, tile_group_k<typename V::F, V::NS, V::G>, (unsigned)b, q);
+    go(c, tile_group_k<typename V::F, V::NS, V::G>, (unsigned)b, TROWS, 0, q);
   });
   LAUNCHED(c, what);
   return 0;
@@ -433,11 +434,11 @@ static void gemm_go(df_cuda *c, const wargs &a, int rows, int cols, const float 
   int nvb = (T + TB - 1) / TB;
   unsigned blocks = (unsigned)(rblocks * nvb);
   if (vec)
-    gemm_k<F<LPT>, LPT, true, TB>
-        <<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy, rowscale, nvb);
+    go(c, gemm_k<F<LPT>, LPT, true, TB>, blocks, GEMV_BLOCK, 0, f, rows, cols, X, T, ldx, Y, ldy,
+       rowscale, nvb);
   else
-    gemm_k<F<LPT>, LPT, false, TB>
-        <<<blocks, GEMV_BLOCK, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy, rowscale, nvb);
+    go(c, gemm_k<F<LPT>, LPT, false, TB>, blocks, GEMV_BLOCK, 0, f, rows, cols, X, T, ldx, Y, ldy,
+       rowscale, nvb);
 }
 
 /* The vector block: 32 accumulators a thread at most (8 x 8 spilled). */
@@ -463,8 +464,8 @@ static int gemm_tile_launch(df_cuda *c, const char *what, const wargs &a, int ro
     return -1;
   }
   F<8> f = a.template as<F<8>>();
-  gemm_tile_k<F<8>><<<dim3((unsigned)rb, (unsigned)vb), GT_THREADS, 0, c->s>>>(
-      f, rows, cols, X, T, ldx, Y, ldy, rowscale);
+  go(c, gemm_tile_k<F<8>>, dim3((unsigned)rb, (unsigned)vb), GT_THREADS, 0, f, rows, cols, X, T,
+     ldx, Y, ldy, rowscale);
   LAUNCHED(c, what);
   return 0;
 }
@@ -481,11 +482,11 @@ static int gemm_lane_launch(df_cuda *c, const char *what, const wargs &a, int ro
   F<8> f = a.template as<F<8>>();
   dim3 grid((unsigned)rb, (unsigned)vb);
   if (vec)
-    gemm_lane_k<F<8>, true><<<grid, GL_THREADS, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy,
-                                                           rowscale);
+    go(c, gemm_lane_k<F<8>, true>, grid, GL_THREADS, 0, f, rows, cols, X, T, ldx, Y, ldy,
+       rowscale);
   else
-    gemm_lane_k<F<8>, false><<<grid, GL_THREADS, 0, c->s>>>(f, rows, cols, X, T, ldx, Y, ldy,
-                                                            rowscale);
+    go(c, gemm_lane_k<F<8>, false>, grid, GL_THREADS, 0, f, rows, cols, X, T, ldx, Y, ldy,
+       rowscale);
   LAUNCHED(c, what);
   return 0;
 }
@@ -568,7 +569,7 @@ static int grid_for(long n) {
 
 extern "C" int df_cuda_rmsnorm(df_cuda *c, float *y, const float *x, const float *w, int n,
                                float eps) {
-  rmsnorm_k<<<1, VBLOCK, 0, c->s>>>(y, x, w, n, (size_t)n, eps);
+  go(c, rmsnorm_k, 1, VBLOCK, 0, y, x, w, n, (size_t)n, eps);
   LAUNCHED(c, "rmsnorm");
   return 0;
 }
@@ -576,7 +577,7 @@ extern "C" int df_cuda_rmsnorm_rows(df_cuda *c, float *y, const float *x, const 
                                     int rows, size_t ld, float eps) {
   if (rows <= 0) return 0;
   if (ld < (size_t)n) return -1;
-  rmsnorm_k<<<rows, VBLOCK, 0, c->s>>>(y, x, w, n, ld, eps);
+  go(c, rmsnorm_k, rows, VBLOCK, 0, y, x, w, n, ld, eps);
   LAUNCHED(c, "rmsnorm rows");
   return 0;
 }
@@ -593,59 +594,59 @@ extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float 
   }
   const float *x = last;
   if (nS > 0) {
-    attn_scores_k<<<dim3(nS + 1, T), VBLOCK, 0, c->s>>>(work, snaps, ss, nS, last, H, res_norm,
-                                                         res_proj, eps);
+    go(c, attn_scores_k, dim3(nS + 1, T), VBLOCK, 0, work, snaps, ss, nS, last, H, res_norm,
+       res_proj, eps);
     LAUNCHED(c, "attn res scores");
-    attn_combine_k<<<dim3((H + VBLOCK - 1) / VBLOCK, T), VBLOCK, sizeof(float) * (size_t)(nS + 1),
-                     c->s>>>(xn, work, snaps, ss, nS, last, H);
+    go(c, attn_combine_k, dim3((H + VBLOCK - 1) / VBLOCK, T), VBLOCK,
+       sizeof(float) * (size_t)(nS + 1), xn, work, snaps, ss, nS, last, H);
     LAUNCHED(c, "attn res sum");
     x = xn;
   }
-  rmsnorm_k<<<T, VBLOCK, 0, c->s>>>(xn, x, norm, H, (size_t)H, eps); /* in place after the sum */
-  LAUNCHED(c, "attn res norm");
+  go(c, rmsnorm_k, T, VBLOCK, 0, xn, x, norm, H, (size_t)H, eps); /* in place after the sum */
+     LAUNCHED(c, "attn res norm");
   return 0;
 }
 
 extern "C" int df_cuda_moe_combine(df_cuda *c, float *out, const float *Y, const int *rows,
                                    const float *w, int T, int K, int n) {
   if (T <= 0 || n <= 0) return 0;
-  moe_combine_k<<<grid_for((long)T * n), VBLOCK, 0, c->s>>>(out, Y, rows, w, T, K, n);
+  go(c, moe_combine_k, grid_for((long)T * n), VBLOCK, 0, out, Y, rows, w, T, K, n);
   LAUNCHED(c, "moe combine");
   return 0;
 }
 
 extern "C" int df_cuda_add(df_cuda *c, float *y, const float *a, const float *b, size_t n) {
   if (!n) return 0;
-  add_k<<<grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, c->s>>>(y, a, b, n);
+  go(c, add_k, grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, y, a, b, n);
   LAUNCHED(c, "add");
   return 0;
 }
 
 extern "C" int df_cuda_softmax(df_cuda *c, float *x, int n) {
   if (n <= 0) return 0;
-  softmax_k<<<1, VBLOCK, 0, c->s>>>(x, n);
+  go(c, softmax_k, 1, VBLOCK, 0, x, n);
   LAUNCHED(c, "softmax");
   return 0;
 }
 extern "C" int df_cuda_sigmoid(df_cuda *c, float *x, int n) {
-  sigmoid_k<<<grid_for(n), VBLOCK, 0, c->s>>>(x, n, 0);
+  go(c, sigmoid_k, grid_for(n), VBLOCK, 0, x, n, 0);
   LAUNCHED(c, "sigmoid");
   return 0;
 }
 extern "C" int df_cuda_silu(df_cuda *c, float *x, int n) {
-  sigmoid_k<<<grid_for(n), VBLOCK, 0, c->s>>>(x, n, 1);
+  go(c, sigmoid_k, grid_for(n), VBLOCK, 0, x, n, 1);
   LAUNCHED(c, "silu");
   return 0;
 }
 extern "C" int df_cuda_situ(df_cuda *c, float *out, const float *g, const float *u, int n,
                             float bg, float bu) {
-  situ_k<<<grid_for(n), VBLOCK, 0, c->s>>>(out, g, u, n, bg, bu);
+  go(c, situ_k, grid_for(n), VBLOCK, 0, out, g, u, n, bg, bu);
   LAUNCHED(c, "situ");
   return 0;
 }
 extern "C" int df_cuda_elementary(df_cuda *c, int which, const float *x, float *y, size_t n) {
-  elementary_k<<<grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, c->s>>>(which, x,
-                                                                                      y, n);
+  go(c, elementary_k, grid_for((long)(n < (1u << 30) ? n : (1u << 30))), VBLOCK, 0, which, x,
+     y, n);
   LAUNCHED(c, "elementary");
   return 0;
 }
@@ -656,7 +657,7 @@ extern "C" int df_cuda_kda_step(df_cuda *c, float *S, const float *q, const floa
                                 const float *v, const float *alpha, const float *beta, float *o,
                                 int heads, int D) {
   if (heads <= 0 || D <= 0) return 0;
-  kda_step_k<<<heads, D < 256 ? D : 256, 0, c->s>>>(S, q, k, v, alpha, beta, o, D);
+  go(c, kda_step_k, heads, D < 256 ? D : 256, 0, S, q, k, v, alpha, beta, o, D);
   LAUNCHED(c, "kda step");
   return 0;
 }
@@ -670,8 +671,8 @@ extern "C" int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bia
     return -1;
   }
   if (rows <= 0) return 0;
-  router_k<<<(rows + 63) / 64, 64, 0, c->s>>>(sc, bias, n_experts, top_k, norm_topk_prob,
-                                              routed_scale, rows, ids, w);
+  go(c, router_k, (rows + 63) / 64, 64, 0, sc, bias, n_experts, top_k, norm_topk_prob,
+     routed_scale, rows, ids, w);
   LAUNCHED(c, "router");
   return 0;
 }

@@ -10,13 +10,13 @@
 #include "kernels/cuda/kmath.h"
 
 __global__ void sigmoid_k(float *x, int n, int silu) {
-  pdl_trigger();
+  pdl_enter();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     x[i] = silu ? __fmul_rn(x[i], sigm(x[i])) : sigm(x[i]);
 }
 
 __global__ void situ_k(float *out, const float *g, const float *u, int n, float bg, float bu) {
-  pdl_trigger();
+  pdl_enter();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     float gate = __fmul_rn(bg, df_km_tanhf(__fdiv_rn(g[i], bg)));
     gate = __fmul_rn(gate, sigm(g[i]));
@@ -26,7 +26,7 @@ __global__ void situ_k(float *out, const float *g, const float *u, int n, float 
 }
 
 __global__ void elementary_k(int which, const float *x, float *y, size_t n) {
-  pdl_trigger();
+  pdl_enter();
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float v = x[i];
@@ -37,7 +37,7 @@ __global__ void elementary_k(int which, const float *x, float *y, size_t n) {
 /* one thread per (row, element): the slots in order, each product rounded */
 __global__ void moe_combine_k(float *out, const float *Y, const int *rows, const float *w, int T,
                               int K, int n) {
-  pdl_trigger();
+  pdl_enter();
   for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < (long)T * n;
        i += (long)gridDim.x * blockDim.x) {
     int t = (int)(i / n), d = (int)(i % n);
@@ -48,7 +48,7 @@ __global__ void moe_combine_k(float *out, const float *Y, const int *rows, const
   }
 }
 __global__ void add_k(float *y, const float *a, const float *b, size_t n) {
-  pdl_trigger();
+  pdl_enter();
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
     y[i] = __fadd_rn(a[i], b[i]);
@@ -56,7 +56,7 @@ __global__ void add_k(float *y, const float *a, const float *b, size_t n) {
 /* One block per head, one thread per value column j (kda_column). */
 __global__ void kda_step_k(float *S, const float *q, const float *k, const float *v,
                            const float *alpha, const float *beta, float *o, int D) {
-  pdl_trigger();
+  pdl_enter();
   int h = blockIdx.x;
   float *St = S + (size_t)h * D * D;
   const float *qh = q + (size_t)h * D, *kh = k + (size_t)h * D, *ah = alpha + (size_t)h * D;
@@ -71,7 +71,7 @@ __global__ void kda_step_k(float *S, const float *q, const float *k, const float
  * sequential sum and scaling. */
 __global__ void router_k(const float *sc, const float *bias, int E, int K, int norm, float scale,
                          int rows, int *ids, float *w) {
-  pdl_trigger();
+  pdl_enter();
   int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const float *s = sc + (size_t)r * E;

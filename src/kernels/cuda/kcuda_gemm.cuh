@@ -54,7 +54,7 @@ template <class F, int LPT, bool vec, int TB>
 __global__ void __launch_bounds__(GEMV_BLOCK, 8)
     gemm_k(F f, int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy,
            const float *rowscale, int nvb) {
-  pdl_trigger();
+  pdl_enter();
   constexpr int G = LANES / LPT, U = gemm_unroll<F, TB>::v;
   int vb = (int)(blockIdx.x % (unsigned)nvb);
   long gt = (long)(blockIdx.x / (unsigned)nvb) * GEMV_BLOCK + threadIdx.x;
@@ -168,7 +168,7 @@ template <class F>
 __global__ void __launch_bounds__(GT_THREADS, 2)
     gemm_tile_k(F f, int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy,
                 const float *rowscale) {
-  pdl_trigger();
+  pdl_enter();
   __shared__ __align__(16) float ws[GT_R][GT_LD];
   __shared__ __align__(16) float xs[GT_V][GT_LD];
   const int tid = threadIdx.x, cg = tid & 3, vg = (tid >> 2) & 7, rg = tid >> 5;
@@ -317,7 +317,7 @@ template <class F, bool vec>
 __global__ void __launch_bounds__(GL_THREADS, 2)
     gemm_lane_k(F f, int rows, int cols, const float *X, int T, size_t ldx, float *Y, size_t ldy,
                 const float *rowscale) {
-  pdl_trigger();
+  pdl_enter();
   __shared__ __align__(16) float ws[2][GL_R][GL_LD];
   __shared__ __align__(16) float xs[2][GL_V][GL_LD];
   const int tid = threadIdx.x, j = tid & 15, p = tid >> 4, rg = p & 3, vg = p >> 2;

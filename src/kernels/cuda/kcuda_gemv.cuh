@@ -39,7 +39,7 @@ __device__ static inline void l2_prefetch(const void *p, uint32_t bytes) {
 template <class F, int LPT, bool vec>
 __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, const float *x,
                                                      float *y, const float *rowscale, int pf) {
-  pdl_trigger();
+  pdl_enter();
   constexpr int G = LANES / LPT;
   int gt = blockIdx.x * blockDim.x + threadIdx.x;
   int r = gt / G, g = gt % G;

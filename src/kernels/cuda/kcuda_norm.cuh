@@ -63,7 +63,7 @@ __device__ static float rms_inv(float ss, int n, float eps) {
 
 /* block b: the row at b * n */
 __global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, size_t ld, float eps) {
-  pdl_trigger();
+  pdl_enter();
   size_t o = (size_t)blockIdx.x * ld;
   x += o, y += o;
   float inv = rms_inv(lane16_sumsq(x, n), n, eps);
@@ -73,7 +73,7 @@ __global__ void rmsnorm_k(float *y, const float *x, const float *w, int n, size_
   }
 }
 
-__global__ void softmax_k(float *x, int n) { pdl_trigger(); block_softmax(x, n); }
+__global__ void softmax_k(float *x, int n) { pdl_enter(); block_softmax(x, n); }
 
 /* AttnRes in three kernels: a row's scores are nS + 1 chains of 448 adds
  * at K3's size, so they go a block each, in parallel; the weighted sum a
@@ -82,7 +82,7 @@ __global__ void softmax_k(float *x, int n) { pdl_trigger(); block_softmax(x, n);
  * dot(rmsnorm(V_i[t], rn), rp), into work[t][i]. */
 __global__ void attn_scores_k(float *work, const float *snaps, size_t ss, int nS, const float *last,
                               int H, const float *rn, const float *rp, float eps) {
-  pdl_trigger();
+  pdl_enter();
   int i = blockIdx.x;
   size_t t = blockIdx.y;
   const float *v = i < nS ? snaps + (size_t)i * ss + t * (size_t)H : last + t * (size_t)H;
@@ -96,7 +96,7 @@ __global__ void attn_scores_k(float *work, const float *snaps, size_t ss, int nS
  * .. of the weighted sum a thread each, in ascending i from +0, into out. */
 __global__ void attn_combine_k(float *out, const float *work, const float *snaps, size_t ss,
                                int nS, const float *last, int H) {
-  pdl_trigger();
+  pdl_enter();
   DF_DYN_SHARED(float, sc);
   size_t t = blockIdx.y;
   const float *scr = work + t * (size_t)H;

@@ -17,7 +17,7 @@ extern "C" {
  * then the new one, ascending, as conv_task's; the window after each of
  * the first nrow rows copied out as well. */
 __global__ void kda_conv_k(df_cuda_kda_args a) {
-  pdl_trigger();
+  pdl_enter();
   long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
   int P = a.heads * a.D, K = a.K;
   if (idx >= 3L * P) return;
@@ -66,7 +66,7 @@ __device__ static float seq_sumsq(const float *x, int n, float *lane) {
  * loops, as in the scalar step), then o's norm and gate. The state after
  * each of the first nrow rows is copied out column by column. */
 __global__ void kda_heads_k(df_cuda_kda_args a) {
-  pdl_trigger();
+  pdl_enter();
   DF_DYN_SHARED(float, sm);
   int D = a.D, h = blockIdx.x;
   float *sq = sm, *sk = sq + D, *sv = sk + D, *sa = sv + D, *so = sa + D, *lane = so + D;
@@ -149,7 +149,7 @@ __device__ static inline float mla_w(const df_cuda_mla_args &a, size_t r, int c)
  * thread's ascending loops, as the scalar softmax), then olat (thread i
  * sums over the positions, ascending). */
 __global__ void mla_attn_k(df_cuda_mla_args a) {
-  pdl_trigger();
+  pdl_enter();
   DF_DYN_SHARED(float, qlat);
   int t = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
   int dn = a.dn, dr = a.dr, kr = a.kr, n = a.n0 + t + 1;
@@ -183,7 +183,7 @@ __global__ void mla_attn_k(df_cuda_mla_args a) {
 }
 
 __global__ void mla_gate_k(float *o, float *g, size_t n) {
-  pdl_trigger();
+  pdl_enter();
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     float s = sigm(g[i]);
