@@ -444,11 +444,14 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
       }
     }
   };
-  /* chunk k of x into stage buf */
-  auto stage_x = [&](int k, int buf) {
+  /* chunk k of x into stage buf: by cp.async, or (now) by plain loads */
+  auto stage_x = [&](int k, int buf, bool now) {
     int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
-    if (flags & TILE_XVEC) {
+    if ((flags & TILE_XVEC) && !now) {
       for (int i = lane; i < nx / 4; i += TROWS) cp_async<16>(&xt[buf][4 * i], x + c0 + 4 * i);
+    } else if (flags & TILE_XVEC) {
+      for (int i = lane; i < nx / 4; i += TROWS)
+        *(float4 *)&xt[buf][4 * i] = *(const float4 *)(x + c0 + 4 * i);
     } else {
       for (int i = lane; i < nx; i += TROWS) xt[buf][i] = x[c0 + i];
     }
@@ -470,18 +473,19 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   };
   if (pfon) prefetch(0), prefetch(pfw);
   /* The first stages' weights before pdl_wait (kcuda_pdl.cuh: no kernel
-   * writes them), so a dependent launch has them on the way while the
-   * kernel before it ends; their x after it. The weights' copies join the
-   * first group: chunk 0 waits for them all, the rest as before. */
-#pragma unroll
-  for (int k = 0; k < NS - 1; k++)
-    if (k < nch) stage_w(k, k);
-  pdl_wait();
+   * writes them), a group each as in the loop, so a dependent launch has
+   * them on the way while the kernel before it ends; their x after it, by
+   * plain loads (a later group would hold chunk 0 back until every first
+   * stage had landed), whose latency the weights' own covers. */
 #pragma unroll
   for (int k = 0; k < NS - 1; k++) {
-    if (k < nch) stage_x(k, k);
+    if (k < nch) stage_w(k, k);
     cp_async_commit();
   }
+  pdl_wait();
+#pragma unroll
+  for (int k = 0; k < NS - 1; k++)
+    if (k < nch) stage_x(k, k, true);
   for (int k = 0; k < nch; k++) {
     cp_async_wait<NS - 2>();
     __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % NS is read */
@@ -489,7 +493,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
       size_t at = (size_t)(k + NS - 1) * TF::RB;
       if (pfon && at % pfw < TF::RB) prefetch(at / pfw * pfw + pfw);
       stage_w(k + NS - 1, (k + NS - 1) % NS);
-      stage_x(k + NS - 1, (k + NS - 1) % NS);
+      stage_x(k + NS - 1, (k + NS - 1) % NS, false);
     }
     cp_async_commit();
     if (!live) continue;
