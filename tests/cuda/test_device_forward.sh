@@ -23,6 +23,8 @@
 # conv and the recurrence, df_kgpu_kda), MLA attention (df_kgpu_mla) and
 # layer inputs (AttnRes and the norm, df_kgpu_pre) run on the GPU and none fallen
 # back to the CPU, so a run that silently stayed on the CPU cannot pass.
+# With DF_CUDA_PDL=1 (the kernels as dependent launches) every check must
+# hold the same, and on sm_90 the runs must say they used them.
 # Exits 77 (skipped) in a build without CUDA or on a machine without a GPU.
 # PARTS (default "1 2 3 4 5") runs some of them.
 set -eu
@@ -52,7 +54,7 @@ same_st() { "$PY" "$SRC/tests/cuda/same_st.py" "$1" "$2" "$3" || fail "$3: the f
 # gpu_ok JSON LABEL [min-evictions]: the run's products, KDA sequence parts and MLA attention ran on the GPU, none fell back
 gpu_ok() {
   "$PY" - "$1" "$2" "${3:-0}" <<'PYEOF' || fail "$2: GPU counters"
-import json, sys
+import json, os, sys
 s = json.load(open(sys.argv[1]))["stats"]
 d = s.get("device")
 if s.get("device_name", "cpu") == "cpu" or not d:
@@ -65,6 +67,9 @@ if d["pre_calls"] <= 0:  # a layer's AttnRes and norm on the device
     sys.exit("%s: no layer input made on the GPU" % sys.argv[2])
 if d["tier_evictions"] + d["tier_refused"] < int(sys.argv[3]):
     sys.exit("%s: expected evictions or refusals: %s" % (sys.argv[2], d))
+# DF_CUDA_PDL=1 asks for dependent launches: on an sm_90 device they must be what ran
+if os.environ.get("DF_CUDA_PDL") == "1" and "sm_9" in d["name"] and "dependent launches" not in d["name"]:
+    sys.exit("%s: DF_CUDA_PDL=1 but the launches were plain (%s)" % (sys.argv[2], d["name"]))
 PYEOF
 }
 ids() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['output_ids'])" "$1"; }

@@ -42,7 +42,8 @@ struct df_cuda {
   int after_kernel; /* the stream's last work is one of this file's kernels */
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
-  char desc[320];
+  char base[300]; /* the device's name, its architecture and memory */
+  char desc[340]; /* base, and whether the launches are dependent */
   char err[256];
 };
 
@@ -68,6 +69,12 @@ extern "C" int df_cuda_device_count(void) {
     return 0;
   }
   return n;
+}
+
+/* what --stats and stats.device.name show: a run's dependent launches too */
+static void describe(df_cuda *c) {
+  snprintf(c->desc, sizeof c->desc, "%s%s)", c->base,
+           c->pdl && c->pdl_cap ? ", dependent launches" : "");
 }
 
 extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
@@ -102,8 +109,9 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
     free(c);
     return NULL;
   }
-  snprintf(c->desc, sizeof c->desc, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+  snprintf(c->base, sizeof c->base, "%s (sm_%d%d, %.1f GiB", p.name, p.major, p.minor,
            (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  describe(c);
   return c;
 }
 
@@ -117,7 +125,10 @@ extern "C" void df_cuda_close(df_cuda *c) {
 }
 
 extern "C" void df_cuda_set_prefetch(df_cuda *c, int on) { c->prefetch = on != 0; }
-extern "C" void df_cuda_set_pdl(df_cuda *c, int on) { c->pdl = on != 0; }
+extern "C" void df_cuda_set_pdl(df_cuda *c, int on) {
+  c->pdl = on != 0;
+  describe(c);
+}
 
 extern "C" const char *df_cuda_describe(const df_cuda *c) { return c->desc; }
 extern "C" const char *df_cuda_error(const df_cuda *c) { return c->err; }
@@ -189,6 +200,7 @@ static void go(df_cuda *c, void (*k)(P...), dim3 grid, dim3 block, size_t smem, 
     if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
     cudaGetLastError(); /* refused: the plain launch below, from now on */
     c->pdl_cap = 0;
+    describe(c);
   }
   k<<<grid, block, smem, c->s>>>(args...);
 }

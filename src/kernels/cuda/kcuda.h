@@ -27,7 +27,8 @@ int df_cuda_device_count(void);
 /* Opens device dev; NULL with a message in err on failure. */
 df_cuda *df_cuda_open(int dev, char *err, size_t errlen);
 void df_cuda_close(df_cuda *c);
-/* "NVIDIA H200 (sm_90, 139.8 GiB)" */
+/* "NVIDIA H200 (sm_90, 139.8 GiB)", or "NVIDIA H200 (sm_90, 139.8 GiB,
+ * dependent launches)" while df_cuda_set_pdl's launches are on */
 const char *df_cuda_describe(const df_cuda *c);
 const char *df_cuda_error(const df_cuda *c);
 
