@@ -37,7 +37,7 @@ struct df_cuda {
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-9 forced */
   unsigned tile_pf[4]; /* the row tiles' L2 prefetch window, bytes (0: none) */
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
-  int pdl;      /* the row tiles as dependent launches: asked for (df_cuda_set_pdl) */
+  int pdl;      /* the kernels as dependent launches: asked for (df_cuda_set_pdl) */
   int pdl_cap;  /* the device has them (sm_90 and later) */
   int after_kernel; /* the stream's last work is one of this file's kernels */
   int sms;      /* multiprocessors */
