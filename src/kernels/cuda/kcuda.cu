@@ -26,6 +26,7 @@ extern "C" {
 #include "kernels/cuda/kcuda_gemm.cuh"
 #include "kernels/cuda/kcuda_norm.cuh"
 #include "kernels/cuda/kcuda_elem.cuh"
+#include "kernels/cuda/kcuda_launch.cuh"
 
 
 struct df_cuda {
@@ -59,7 +60,7 @@ static int fail(df_cuda *c, const char *what, cudaError_t e) {
 #define LAUNCHED(c, what)                 \
   do {                                    \
     CK(c, what, cudaGetLastError());      \
-    (c)->after_kernel = 1;                \
+    df_cuda_launched(c, false);           \
   } while (0)
 
 extern "C" int df_cuda_device_count(void) {
@@ -184,25 +185,23 @@ extern "C" double df_cuda_elapsed(df_cuda *c) {
   return ms / 1000.0;
 }
 
-/* A kernel on the stream: as a dependent launch (kcuda_pdl.cuh) where
- * asked for, the device has it and the stream's last work is one of this
- * file's kernels (so the early start only ever overlaps a kernel, which
- * writes no weights, never a copy), else as a plain launch. */
+/* Whether the next kernel may go as a dependent launch (kcuda_pdl.cuh):
+ * asked for, the device has it and the stream's last work is one of the
+ * context's kernels, so the early start only ever overlaps a kernel (which
+ * writes no weights), never a copy. */
+bool df_cuda_launch_dependent(df_cuda *c) { return c->pdl && c->pdl_cap && c->after_kernel; }
+/* after each kernel's launch; refused: the dependent form was, so plain
+ * launches from now on */
+void df_cuda_launched(df_cuda *c, bool refused) {
+  c->after_kernel = 1;
+  if (refused && c->pdl_cap) c->pdl_cap = 0, describe(c);
+}
+
+/* a kernel of this file on the context's stream */
 template <class... P, class... A>
 static void go(df_cuda *c, void (*k)(P...), dim3 grid, dim3 block, size_t smem, A... args) {
-  if (c->pdl && c->pdl_cap && c->after_kernel) {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1] = {};
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = c->s;
-    cfg.attrs = at, cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
-    cudaGetLastError(); /* refused: the plain launch below, from now on */
-    c->pdl_cap = 0;
-    describe(c);
-  }
-  k<<<grid, block, smem, c->s>>>(args...);
+  bool dep = df_cuda_launch_dependent(c);
+  if (!df_launch(c->s, dep, k, grid, block, smem, args...)) df_cuda_launched(c, true);
 }
 
 template <template <int> class F, int LPT, class A>

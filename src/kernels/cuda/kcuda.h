@@ -198,6 +198,11 @@ int df_cuda_router_topk(df_cuda *c, const float *sc, const float *bias, int n_ex
  * one stream, so their work is ordered with the copies and GEMMs around it
  * without a wait (the .cu file includes cuda_runtime.h first). */
 cudaStream_t df_cuda_stream(df_cuda *c);
+/* Their launches' form (kcuda_launch.cuh's df_launch): whether the next may
+ * be a dependent one, and, once it went, that a kernel did (refused: the
+ * dependent form was, so none is asked for again). */
+bool df_cuda_launch_dependent(df_cuda *c);
+void df_cuda_launched(df_cuda *c, bool refused);
 #endif
 
 #endif

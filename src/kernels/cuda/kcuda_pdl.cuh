@@ -1,8 +1,8 @@
 /* Programmatic dependent launch, the device side (sm_90 and later; a no-op
  * elsewhere and in a launch without the attribute).
  *
- * A kernel launched with it (kcuda.cu's launches where asked for, and only
- * after one of its own kernels, never after a copy) may start while the
+ * A kernel launched with it (kcuda_launch.cuh, where the context asks for
+ * it, and only after another kernel, never after a copy) may start while the
  * kernel before it is still running; pdl_wait then holds it until that
  * kernel has finished and its writes are visible. Before its pdl_wait a
  * kernel reads only what no kernel writes (a GEMV's weights and scales,

@@ -17,6 +17,7 @@ extern "C" {
 }
 #include "kernels/cuda/kmath.h"
 #include "kernels/cuda/kcuda_seq.cuh"
+#include "kernels/cuda/kcuda_launch.cuh"
 
 static thread_local char seq_err[256];
 
@@ -27,6 +28,19 @@ static int seq_fail(const char *what, const char *why) {
   return -1;
 }
 
+/* a kernel on the context's stream, dependent where the context says so
+ * (kcuda.h's df_cuda_launch_dependent); 0, or -1 with seq_err */
+template <class... P, class... A>
+static int seq_go(df_cuda *c, const char *what, void (*k)(P...), dim3 grid, dim3 block,
+                  size_t smem, A... args) {
+  bool ok =
+      df_launch(df_cuda_stream(c), df_cuda_launch_dependent(c), k, grid, block, smem, args...);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return seq_fail(what, cudaGetErrorString(e));
+  df_cuda_launched(c, !ok);
+  return 0;
+}
+
 extern "C" int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
   int P = a->heads * a->D;
   if (a->T <= 0 || a->heads <= 0 || a->D <= 0) return 0;
@@ -35,29 +49,21 @@ extern "C" int df_cuda_kda(df_cuda *c, const df_cuda_kda_args *a) {
   if (nt > 256) nt = 256;
   size_t smem = sizeof(float) * (5 * (size_t)a->D + SEQ_LANES);
   if (smem > 48 * 1024) return seq_fail("kda", "head dimension too large for shared memory");
-  cudaStream_t s = df_cuda_stream(c); /* after the copies in, before the copies out */
-  kda_conv_k<<<(unsigned)((3L * P + 255) / 256), 256, 0, s>>>(*a);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return seq_fail("kda conv", cudaGetErrorString(e));
-  kda_heads_k<<<a->heads, nt, smem, s>>>(*a);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return seq_fail("kda heads", cudaGetErrorString(e));
-  return 0;
+  /* on the context's stream: after the copies in, before the copies out */
+  if (seq_go(c, "kda conv", kda_conv_k, (unsigned)((3L * P + 255) / 256), 256, 0, *a)) return -1;
+  return seq_go(c, "kda heads", kda_heads_k, a->heads, nt, smem, *a);
 }
 
 extern "C" int df_cuda_mla_attn(df_cuda *c, const df_cuda_mla_args *a) {
   if (a->T <= 0 || a->heads <= 0) return 0;
   size_t smem = sizeof(float) * (size_t)(a->kr > 0 ? a->kr : 1);
   if (smem > 48 * 1024) return seq_fail("mla", "kv_lora_rank too large for shared memory");
-  mla_attn_k<<<a->T * a->heads, 256, smem, df_cuda_stream(c)>>>(*a);
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? 0 : seq_fail("mla attention", cudaGetErrorString(e));
+  return seq_go(c, "mla attention", mla_attn_k, a->T * a->heads, 256, smem, *a);
 }
 
 extern "C" int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n) {
   if (!n) return 0;
   size_t blocks = (n + 255) / 256;
-  mla_gate_k<<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, df_cuda_stream(c)>>>(o, g, n);
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? 0 : seq_fail("mla gate", cudaGetErrorString(e));
+  return seq_go(c, "mla gate", mla_gate_k, (unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0,
+                o, g, n);
 }
