@@ -287,6 +287,7 @@ template <class TF>
 static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
                        int cols, const float *x, float *y, const float *rowscale) {
   int flags = tile_flags<TF>(W, S, cols, x, c->tile_pf[TF::fmt]);
+  if (df_cuda_launch_dependent(c)) flags |= TILE_DEP; /* go() below decides the same */
   long blocks = ((long)rows + TROWS - 1) / TROWS;
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2 : tile_pick<TF>(c, blocks);
   tile_occ<TF>(c, v); /* its shared-memory carveout set, forced or picked */
@@ -323,6 +324,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
     o->rs = TF::fmt == 1 ? (const float *)m[i].S : NULL;
     o->x = m[i].x, o->y = m[i].y, o->rows = m[i].rows, o->cols = m[i].cols;
     o->flags = tile_flags<TF>(m[i].W, o->S, m[i].cols, m[i].x, c->tile_pf[TF::fmt]);
+    if (df_cuda_launch_dependent(c)) o->flags |= TILE_DEP; /* as go() will launch it */
     o->b0 = (int)b;
     b += (m[i].rows + tr - 1) / tr;
   }

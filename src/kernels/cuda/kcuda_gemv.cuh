@@ -147,6 +147,9 @@ __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, co
 #define TILE_WVEC 1
 #define TILE_XVEC 2
 #define TILE_SVEC 4
+/* a dependent launch (kcuda_pdl.cuh): the first stages' weights before
+ * pdl_wait, their x after it; without it the stages go as they always did */
+#define TILE_DEP 8
 /* flags >> TILE_PF_SHIFT: each row's L2 prefetch window in TILE_PF_UNIT
  * bytes (0: none); only with TILE_WVEC (the bulk prefetch wants 16-byte
  * aligned ranges) */
@@ -472,20 +475,29 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     if (from < rb) l2_prefetch(prow + from, (uint32_t)(rb - from < pfw ? rb - from : pfw));
   };
   if (pfon) prefetch(0), prefetch(pfw);
-  /* The first stages' weights before pdl_wait (kcuda_pdl.cuh: no kernel
-   * writes them), a group each as in the loop, so a dependent launch has
-   * them on the way while the kernel before it ends; their x after it, by
-   * plain loads (a later group would hold chunk 0 back until every first
-   * stage had landed), whose latency the weights' own covers. */
+  if (flags & TILE_DEP) {
+    /* The first stages' weights before pdl_wait (kcuda_pdl.cuh: no kernel
+     * writes them), a group each as in the loop, so they are on the way
+     * while the kernel before this one ends; their x after it, by plain
+     * loads (a later group would hold chunk 0 back until every first stage
+     * had landed), whose latency the weights' own covers. */
 #pragma unroll
-  for (int k = 0; k < NS - 1; k++) {
-    if (k < nch) stage_w(k, k);
-    cp_async_commit();
+    for (int k = 0; k < NS - 1; k++) {
+      if (k < nch) stage_w(k, k);
+      cp_async_commit();
+    }
+    pdl_wait();
+#pragma unroll
+    for (int k = 0; k < NS - 1; k++)
+      if (k < nch) stage_x(k, k, true);
+  } else {
+    pdl_wait(); /* a no-op outside a dependent launch: every thread still waits once */
+#pragma unroll
+    for (int k = 0; k < NS - 1; k++) {
+      if (k < nch) stage_w(k, k), stage_x(k, k, false);
+      cp_async_commit();
+    }
   }
-  pdl_wait();
-#pragma unroll
-  for (int k = 0; k < NS - 1; k++)
-    if (k < nch) stage_x(k, k, true);
   for (int k = 0; k < nch; k++) {
     cp_async_wait<NS - 2>();
     __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % NS is read */

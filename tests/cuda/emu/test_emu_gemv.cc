@@ -77,11 +77,12 @@ static void check(const char *what, const mat &m, const std::vector<float> &yb) 
   emu_same(what, m.ref.data(), yb.data() + 4, (size_t)m.rows, outside);
 }
 
-/* Every row-tile launch runs as a dependent launch sees its memory
- * (kcuda_pdl.cuh): each block starts with every x NaN, as if the kernel
- * before it had not written them yet, and gets them at its first pdl_wait;
- * no y may change before then, and every thread must wait exactly once.
- * A read of x before the wait makes y NaN, which the comparison catches. */
+/* A row-tile launch with TILE_DEP runs as a dependent launch sees its
+ * memory (kcuda_pdl.cuh): each block starts with every x NaN, as if the
+ * kernel before it had not written them yet, and gets them at its first
+ * pdl_wait; no y may change before then, and every thread must wait
+ * exactly once (without TILE_DEP too). A read of x before the wait makes y
+ * NaN, which the comparison catches. */
 struct pdl_guard {
   struct span {
     float *p;
@@ -90,8 +91,10 @@ struct pdl_guard {
   std::vector<span> xs;
   std::vector<span> ys; /* snapshots at each block's start */
   long early = 0;
-  pdl_guard() {
+  bool on;
+  explicit pdl_guard(bool dep) : on(dep) {
     emu_pdl_waits = 0;
+    if (!on) return;
     emu_on_block = [this] {
       for (span &x : xs)
         for (size_t i = 0; i < x.real.size(); i++) x.p[i] = NAN;
@@ -109,8 +112,9 @@ struct pdl_guard {
     for (span &x : xs) memcpy(x.p, x.real.data(), x.real.size() * 4);
     emu_on_block = nullptr, emu_on_pdl_wait = nullptr;
     char w[240], seen[120];
-    snprintf(w, sizeof w, "%s: as a dependent launch (x only from pdl_wait, y untouched before it)",
-             what);
+    snprintf(w, sizeof w, "%s: %s", what,
+             on ? "as a dependent launch (x only from pdl_wait, y untouched before it)"
+                : "every thread waits once");
     snprintf(seen, sizeof seen, "%ld pdl_waits for %ld threads, y written before the wait in %ld blocks",
              emu_pdl_waits, threads, early);
     emu_true(w, emu_pdl_waits == threads && early == 0, seen);
@@ -119,9 +123,10 @@ struct pdl_guard {
 
 /* launched as kcuda.cu's tile_launch launches variant v; pf the L2
  * prefetch window (a no-op here, but its bookkeeping runs) */
-template <class TF> static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned pf) {
-  int fl = flags_of<TF>(m, pf);
-  pdl_guard pg;
+template <class TF>
+static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned pf, bool dep) {
+  int fl = flags_of<TF>(m, pf) | (dep ? TILE_DEP : 0);
+  pdl_guard pg(dep);
   pg.x(m.x, m.cols), pg.y(y, m.rows);
   long threads = 0;
   tile_variant<TF>(v, [&](auto t) {
@@ -132,8 +137,8 @@ template <class TF> static void run_variant(int v, const mat &m, float *y, const
                rs, fl);
   });
   char what[160];
-  snprintf(what, sizeof what, "gemv %s %d x %d, %s, prefetch %u", fname[TF::fmt], m.rows, m.cols,
-           df_cuda_tile_name(v), pf);
+  snprintf(what, sizeof what, "gemv %s %d x %d, %s, prefetch %u%s", fname[TF::fmt], m.rows,
+           m.cols, df_cuda_tile_name(v), pf, dep ? ", dependent" : "");
   pg.finish(what, threads);
 }
 
@@ -142,13 +147,16 @@ template <class TF> static void gemv_case(int rows, int cols, int wshift, int xs
   mkmat(m, TF::fmt, rows, cols, wshift, xshift);
   const float *rs = TF::fmt == 1 ? (const float *)m.S : NULL;
   for (int v = 0; v < TILE_VARIANTS; v++)
-    for (unsigned pf = 0; pf <= 1024; pf += 1024) {
+    for (int k = 0; k < 4; k++) {
+      unsigned pf = k & 1 ? 1024 : 0;
+      bool dep = k >= 2;
       std::vector<float> yb((size_t)rows + 8);
       memset(yb.data(), 0xff, yb.size() * 4);
-      run_variant<TF>(v, m, yb.data() + 4, rs, pf);
+      run_variant<TF>(v, m, yb.data() + 4, rs, pf, dep);
       char what[160];
       snprintf(what, sizeof what, "gemv %s %d x %d, weights +%d, x +%d, flags %d, %s", fname[TF::fmt],
-               rows, cols, wshift, xshift, flags_of<TF>(m, pf), df_cuda_tile_name(v));
+               rows, cols, wshift, xshift, flags_of<TF>(m, pf) | (dep ? TILE_DEP : 0),
+               df_cuda_tile_name(v));
       check(what, m, yb);
     }
 }
@@ -187,8 +195,9 @@ static void lanes_case(int fmt, int rows, int cols, int wshift, int xshift) {
 }
 
 /* n matrices in one grouped launch (kcuda.cu's tile_group_launch: each
- * matrix's blocks of the variant's rows after the previous one's) */
-template <class TF> static void group_case(int v, int n, const int (*shape)[2]) {
+ * matrix's blocks of the variant's rows after the previous one's), as a
+ * dependent launch would see it (dep) and plain */
+template <class TF> static void group_once(int v, int n, const int (*shape)[2], bool dep) {
   std::vector<mat> ms((size_t)n);
   std::vector<std::vector<float>> ys((size_t)n);
   tile_set q;
@@ -202,17 +211,18 @@ template <class TF> static void group_case(int v, int n, const int (*shape)[2]) 
     memset(ys[(size_t)i].data(), 0xff, ys[(size_t)i].size() * 4);
     const mat &m = ms[(size_t)i];
     q.m[i] = tile_one{m.W, m.S, m.x, TF::fmt == 1 ? (const float *)m.S : NULL, ys[(size_t)i].data() + 4,
-                      m.rows, m.cols, flags_of<TF>(m, 1024), b0};
+                      m.rows, m.cols, flags_of<TF>(m, 1024) | (dep ? TILE_DEP : 0), b0};
     b0 += (m.rows + tr - 1) / tr;
   }
-  pdl_guard pg;
+  pdl_guard pg(dep);
   for (int i = 0; i < n; i++) pg.x(ms[(size_t)i].x, shape[i][1]), pg.y(ys[(size_t)i].data() + 4, shape[i][0]);
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
     emu_launch(dim3((unsigned)b0), dim3(TROWS), tile_group_k<typename V::F, V::NS, V::G>, q);
   });
   char gw[120];
-  snprintf(gw, sizeof gw, "grouped gemv %s, %s", fname[TF::fmt], df_cuda_tile_name(v));
+  snprintf(gw, sizeof gw, "grouped gemv %s, %s%s", fname[TF::fmt], df_cuda_tile_name(v),
+           dep ? ", dependent" : "");
   pg.finish(gw, (long)b0 * TROWS);
   for (int i = 0; i < n; i++) {
     char what[160];
@@ -220,6 +230,9 @@ template <class TF> static void group_case(int v, int n, const int (*shape)[2]) 
              i, n, shape[i][0], shape[i][1]);
     check(what, ms[(size_t)i], ys[(size_t)i]);
   }
+}
+template <class TF> static void group_case(int v, int n, const int (*shape)[2]) {
+  for (int dep = 0; dep < 2; dep++) group_once<TF>(v, n, shape, dep);
 }
 
 int main(void) {
