@@ -111,13 +111,13 @@ static inline const char *df_cuda_tile_name(int v) {
  * of the stages. Speed only, never a result (the test runs it). */
 void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes);
 
-/* The kernels as programmatic dependent launches (sm_90 and later; those
- * of this file's calls, each after another of them, never after a copy):
- * a kernel starts while the one before it ends, the row-tile GEMVs staging
- * their first weights then, and reads its inputs only once that kernel is
- * done (kcuda_pdl.cuh). Default off, or DF_CUDA_PDL=1 in the environment
- * when the context opens, until a GPU run measures it. Speed only, never a
- * result (the tests run it). */
+/* The kernels as programmatic dependent launches (sm_90 and later; each
+ * launch that follows another kernel on the context's stream, never one
+ * after a copy): a kernel starts while the one before it ends, the
+ * row-tile GEMVs staging their first weights then, and reads its inputs
+ * only once that kernel is done (kcuda_pdl.cuh). Default off, or
+ * DF_CUDA_PDL=1 in the environment when the context opens, until a GPU run
+ * measures it. Speed only, never a result (the tests run it). */
 void df_cuda_set_pdl(df_cuda *c, int on);
 
 /* The GEMMs' kernel for T > 1: 0 the lanes layout; 1 register tiles (a
