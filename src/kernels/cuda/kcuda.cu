@@ -40,7 +40,7 @@ struct df_cuda {
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
   int pdl;      /* the kernels as dependent launches: asked for (df_cuda_set_pdl) */
   int pdl_cap;  /* the device has them (sm_90 and later) */
-  int after_kernel; /* the stream's last work is one of this file's kernels */
+  int after_kernel; /* the stream's last work is one of the context's kernels (df_cuda_launched) */
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char base[300]; /* the device's name, its architecture and memory */
@@ -616,7 +616,7 @@ extern "C" int df_cuda_attn_res(df_cuda *c, float *xn, float *work, const float 
     x = xn;
   }
   go(c, rmsnorm_k, T, VBLOCK, 0, xn, x, norm, H, (size_t)H, eps); /* in place after the sum */
-     LAUNCHED(c, "attn res norm");
+  LAUNCHED(c, "attn res norm");
   return 0;
 }
 
