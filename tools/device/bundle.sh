@@ -4,7 +4,9 @@
 # stripped and packed into OUTDIR/bin.tar.xz, and deltafin's shared
 # libraries (less the C library's own) into OUTDIR/lib.tar.xz. Packed because
 # a device call carries at most 64 MiB with the working tree, and four
-# binaries with the kernels' device code in each are over 20 MB.
+# binaries with the kernels' device code in each are over 20 MB. xz -9e:
+# its 64 MiB window spans all four, so their common device code is packed
+# once (16 MB at xz's default level, 4.5 MB so).
 #   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DDF_CUDA=ON
 #   cmake --build build-gpu -j2 --target deltafin test_cuda_kernels test_cuda_seq deltafin-cuda-bench
 #   bash tools/device/bundle.sh build-gpu out/gpu
@@ -19,5 +21,5 @@ for f in deltafin test_cuda_kernels test_cuda_seq deltafin-cuda-bench cuda_host_
 done
 ldd "$B/deltafin" | awk '/=> \//{print $3}' | grep -v -E '/libc.so|/libm.so|/libresolv' |
   xargs -I{} cp -L {} "$O/lib/"
-(cd "$O" && tar cJf lib.tar.xz lib && tar cJf bin.tar.xz -C bin . && rm -rf lib bin)
+(cd "$O" && export XZ_OPT=-9e && tar cJf lib.tar.xz lib && tar cJf bin.tar.xz -C bin . && rm -rf lib bin)
 ls -l "$O"
