@@ -1,8 +1,12 @@
 /* The emulator's scheduler, barriers and the one built-in with a body
  * (cuda_emu.h). A block's threads are coroutines on stacks of their own;
- * each runs until it waits at a barrier or returns, then the scheduler
- * releases every barrier that all its live threads have reached and runs
- * the released threads again, in thread order (odd blocks: reversed). */
+ * each runs until it waits at a barrier or returns. One warp at a time runs
+ * as far as it can: its threads in thread order, its own barriers released
+ * as soon as its live threads have all reached them, until they all wait
+ * at the block's barrier or are done; then the next warp (odd blocks: the
+ * warps and their threads in reverse order). So a warp runs ahead of the
+ * others as far as the barriers let it, the order that shows a block
+ * barrier missing between two warps' use of shared memory. */
 #include "cuda_emu.h"
 
 #include <stdio.h>
@@ -57,29 +61,25 @@ static void emu_entry(void) {
   B.live--;
 } /* uc_link returns to the scheduler */
 
-/* every barrier whose live threads have all arrived lets them go; 0 when
- * none has (the block is stuck) */
-static int emu_release(void) {
-  int all_block = 1, released = 0;
+/* warp w's own barrier, once all its live threads wait at it: released
+ * (how many threads) */
+static int emu_release_warp(int w) {
+  int end = (w + 1) * 32 < B.n ? (w + 1) * 32 : B.n, n = 0;
+  for (int t = w * 32; t < end; t++)
+    if (B.wait[t] != EMU_DONE && B.wait[t] != w) return 0;
+  for (int t = w * 32; t < end; t++)
+    if (B.wait[t] == w) B.wait[t] = EMU_RUN, n++;
+  return n;
+}
+/* the block's barrier, once all its live threads wait at it; 0 when they
+ * do not (the block is stuck: every warp has run as far as it can) */
+static int emu_release_block(void) {
+  int n = 0;
   for (int t = 0; t < B.n; t++)
-    if (B.wait[t] != EMU_DONE && B.wait[t] != EMU_BLOCK) all_block = 0;
-  if (all_block) {
-    for (int t = 0; t < B.n; t++)
-      if (B.wait[t] == EMU_BLOCK) B.wait[t] = EMU_RUN, released++;
-    return released;
-  }
-  for (int w = 0; w * 32 < B.n; w++) {
-    int end = (w + 1) * 32 < B.n ? (w + 1) * 32 : B.n, all = 1, any = 0;
-    for (int t = w * 32; t < end; t++) {
-      if (B.wait[t] == EMU_DONE) continue;
-      any = 1;
-      if (B.wait[t] != w) all = 0;
-    }
-    if (!any || !all) continue;
-    for (int t = w * 32; t < end; t++)
-      if (B.wait[t] == w) B.wait[t] = EMU_RUN, released++;
-  }
-  return released;
+    if (B.wait[t] != EMU_DONE && B.wait[t] != EMU_BLOCK) return 0;
+  for (int t = 0; t < B.n; t++)
+    if (B.wait[t] == EMU_BLOCK) B.wait[t] = EMU_RUN, n++;
+  return n;
 }
 
 void emu_run_block(const std::function<void()> &body) {
@@ -100,15 +100,20 @@ void emu_run_block(const std::function<void()> &body) {
   }
   /* odd blocks run their threads last to first: two orders of the same
    * kernel, so a missing barrier that one order hides the other may show */
-  int rev = (blockIdx.x + blockIdx.y + blockIdx.z) & 1;
+  int rev = (blockIdx.x + blockIdx.y + blockIdx.z) & 1, nw = (n + 31) / 32;
   while (B.live > 0) {
-    for (int i = 0; i < n; i++) {
-      int t = rev ? n - 1 - i : i;
-      if (B.wait[t] != EMU_RUN) continue;
-      threadIdx = uint3{(unsigned)t, 0, 0};
-      swapcontext(&B.sched, &B.ctx[t]);
+    for (int j = 0; j < nw; j++) {
+      int w = rev ? nw - 1 - j : j, lo = w * 32, hi = lo + 32 < n ? lo + 32 : n;
+      do {
+        for (int i = lo; i < hi; i++) {
+          int t = rev ? hi - 1 - (i - lo) : i;
+          if (B.wait[t] != EMU_RUN) continue;
+          threadIdx = uint3{(unsigned)t, 0, 0};
+          swapcontext(&B.sched, &B.ctx[t]);
+        }
+      } while (emu_release_warp(w));
     }
-    if (B.live > 0 && !emu_release()) {
+    if (B.live > 0 && !emu_release_block()) {
       fprintf(stderr, "emu: block (%u, %u, %u) stuck: its live threads wait at different barriers\n",
               blockIdx.x, blockIdx.y, blockIdx.z);
       abort();

@@ -4,7 +4,9 @@
  * one after another, a block's threads as coroutines of one host thread
  * (ucontext), each running until it reaches a barrier; __syncthreads and
  * the warp shuffles are barriers among the block's (or the warp's) threads
- * that have not yet returned.
+ * that have not yet returned. Each warp runs ahead of the others as far as
+ * its barriers let it (cuda_emu.cc), so shared memory that one warp reads
+ * before a block barrier has let another write it shows.
  *
  * What it checks is a kernel's logic: its indexing, its barriers, its
  * order of operations, which decide whether the result is bit for bit the
