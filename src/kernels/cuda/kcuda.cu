@@ -230,16 +230,27 @@ struct wargs {
  * preferred over L1 for the tile kernels, single and grouped (only the
  * element-by-element staging reads through L1), then how many blocks of
  * the variant an SM holds. */
-template <class TF, int NS, int G> static int tile_occ1(void) {
+template <class V> static int tile_occ1(void) {
+  typedef typename V::F TF;
+  constexpr int NS = V::NS, G = V::G, NW = V::NW;
   int n = 0;
-  if (cudaFuncSetAttribute(tile_k<TF, NS, G>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  if (cudaFuncSetAttribute(tile_k<TF, NS, G, NW>, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared) != cudaSuccess)
     cudaGetLastError(); /* a hint: the default split still runs */
-  if (cudaFuncSetAttribute(tile_group_k<TF, NS, G>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  if (cudaFuncSetAttribute(tile_group_k<TF, NS, G, NW>,
+                           cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared) != cudaSuccess)
     cudaGetLastError();
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, tile_k<TF, NS, G>, TROWS, 0) !=
-      cudaSuccess)
+  if (V::smem()) { /* over 48 KB, which a launch may only ask for once allowed */
+    if (cudaFuncSetAttribute(tile_k<TF, NS, G, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)V::smem()) != cudaSuccess ||
+        cudaFuncSetAttribute(tile_group_k<TF, NS, G, NW>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)V::smem()) != cudaSuccess)
+      cudaGetLastError(); /* its launches then fail, and say so */
+  }
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, tile_k<TF, NS, G, NW>, V::threads,
+                                                    V::smem()) != cudaSuccess)
     cudaGetLastError();
   return n > 0 ? n : 1;
 }
@@ -249,7 +260,7 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
   if (!o[v])
     tile_variant<TF>(v, [&](auto t) {
       typedef decltype(t) V;
-      o[v] = tile_occ1<typename V::F, V::NS, V::G>();
+      o[v] = tile_occ1<V>();
     });
   return o[v];
 }
@@ -295,8 +306,8 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
     unsigned nb = (unsigned)(((long)rows + V::rows - 1) / V::rows);
-    go(c, tile_k<typename V::F, V::NS, V::G>, nb, TROWS, 0, w8, s8, rows, cols, x, y, rowscale,
-       flags);
+    go(c, tile_k<typename V::F, V::NS, V::G, V::NW>, nb, V::threads, V::smem(), w8, s8, rows,
+       cols, x, y, rowscale, flags);
   });
   LAUNCHED(c, what);
   return 0;
@@ -335,7 +346,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
   }
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
-    go(c, tile_group_k<typename V::F, V::NS, V::G>, (unsigned)b, TROWS, 0, q);
+    go(c, tile_group_k<typename V::F, V::NS, V::G, V::NW>, (unsigned)b, V::threads, V::smem(), q);
   });
   LAUNCHED(c, what);
   return 0;

@@ -86,7 +86,8 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
  * variant chosen by the shape; 2, 3, 4, 5, 6 the row tiles with 2 stages,
  * 3, deep, deep with two threads a row, deep with four; 7, 8, 9 their wide
  * form (512 bytes of a row a chunk) with 2 stages, 3 stages and two
- * threads a row, 5 stages and four; 0 the lanes layout above
+ * threads a row, 5 stages and four; 10, 11 those last two in blocks of
+ * four warps that share one copy of x; 0 the lanes layout above
  * (df_cuda_set_gemv_lanes, df_cuda_set_prefetch). The bench measures each;
  * results never depend on it (the test runs each). The GEMMs for T > 1 use
  * the lanes layout. */
@@ -94,7 +95,7 @@ void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 /* How many row-tile variants there are (how 2 .. 1 + this above), and
  * variant v (how - 2; kcuda_gemv.cuh's tile_variant) in words, for the
  * tests and the bench; anything else is "by shape". */
-#define DF_CUDA_TILE_VARIANTS 8
+#define DF_CUDA_TILE_VARIANTS 10
 static inline const char *df_cuda_tile_name(int v) {
   static const char *const n[DF_CUDA_TILE_VARIANTS] = {"2 stages",
                                   "3 stages",
@@ -103,7 +104,9 @@ static inline const char *df_cuda_tile_name(int v) {
                                   "deep, 4 threads a row",
                                   "wide, 2 stages",
                                   "wide, 3 stages, 2 threads a row",
-                                  "wide, 5 stages, 4 threads a row"};
+                                  "wide, 5 stages, 4 threads a row",
+                                  "wide, 3 stages, 2 threads a row, 4 warps sharing x",
+                                  "wide, 5 stages, 4 threads a row, 4 warps sharing x"};
   return v >= 0 && v < DF_CUDA_TILE_VARIANTS ? n[v] : "by shape";
 }
 /* The row tiles' L2 prefetch for fmt: each row's bytes asked of the memory

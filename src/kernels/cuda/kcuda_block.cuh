@@ -21,7 +21,7 @@ __device__ static inline float sigm(float v) {
  * holds barriers). The max and the sum are thread 0's ascending loops: the
  * scalar softmax sums sequentially, so no tree may replace it; the exps and
  * the divisions go a thread an element. */
-__device__ static void block_softmax(float *x, int n) {
+__device__ static inline void block_softmax(float *x, int n) {
   __shared__ float m_s, sum_s;
   if (threadIdx.x == 0) {
     float m = x[0];

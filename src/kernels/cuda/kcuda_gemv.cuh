@@ -11,7 +11,7 @@ extern "C" {
 #include "kernels/cuda/kcuda.h"
 }
 #include "kernels/cuda/kcuda_fmt.cuh"
-#include "kernels/cuda/kcuda_pdl.cuh"
+#include "kernels/cuda/kcuda_block.cuh" /* DF_DYN_SHARED; kcuda_pdl.cuh */
 
 #include <string.h>
 
@@ -334,11 +334,29 @@ typedef tf_wide<tf_bf16, 256, 512> tf_bf16w;
 typedef tf_wide<tf_i8, 512, 512> tf_i8w;
 typedef tf_wide<tf_mxfp4, 1024, 512> tf_mxfp4w;
 
+/* One stage of a block's shared memory: each warp's rows' weights (16
+ * bytes of padding a row, so rows start in different banks) and scales,
+ * and the chunk of x. tile_smem: the bytes a launch asks for, 0 where the
+ * arrays are static (one warp a block). */
+template <class TF, int G, int NW> struct tile_stage {
+  typedef uint8_t w[NW][TROWS / G][TF::RB + 16];
+  typedef float x[TF::CK];
+  typedef uint8_t s[NW][TROWS / G][TF::scaled ? TF::CK / 32 : 8];
+};
+template <class TF, int NS, int G, int NW> static constexpr size_t tile_smem(void) {
+  typedef tile_stage<TF, G, NW> SG;
+  return NW == 1 ? 0 : NS * (sizeof(typename SG::w) + sizeof(typename SG::x) + sizeof(typename SG::s));
+}
+
 /* The variants a launch picks from, in kcuda.cu's numbering (the
  * emulation runs the same table): 0 2 stages, 1 3 stages, 2 deep, 3 deep
  * with two threads a row, 4 deep with four; then the wide form: 5 2
- * stages, 6 3 stages with two threads a row, 7 5 stages with four. fn is
- * called with a tile_v<format, stages, threads a row>. */
+ * stages, 6 3 stages with two threads a row, 7 5 stages with four; 8 and 9
+ * are 6 and 7 in blocks of four warps that stage x once for all four
+ * (a one-warp block of the wide int8 form with four threads a row reads
+ * half as many bytes of x as of weights, each block its own copy through
+ * L2; shared, an eighth). fn is called with a tile_v<format, stages,
+ * threads a row, warps a block>. */
 #define TILE_VARIANTS DF_CUDA_TILE_VARIANTS /* kcuda.h */
 template <class TF> struct tile_wide_of;
 template <> struct tile_wide_of<tf_bf16> {
@@ -350,9 +368,10 @@ template <> struct tile_wide_of<tf_i8> {
 template <> struct tile_wide_of<tf_mxfp4> {
   typedef tf_mxfp4w type;
 };
-template <class F_, int NS_, int G_> struct tile_v {
+template <class F_, int NS_, int G_, int NW_ = 1> struct tile_v {
   typedef F_ F;
-  static constexpr int NS = NS_, G = G_, rows = TROWS / G_;
+  static constexpr int NS = NS_, G = G_, NW = NW_, rows = NW_ * TROWS / G_, threads = NW_ * TROWS;
+  static constexpr size_t smem(void) { return tile_smem<F_, NS_, G_, NW_>(); }
 };
 template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn fn) {
   typedef typename tile_wide_of<TF>::type TW;
@@ -364,7 +383,9 @@ template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn
   case 4: fn(tile_v<TF, TF::deep, 4>()); break;
   case 5: fn(tile_v<TW, 2, 1>()); break;
   case 6: fn(tile_v<TW, 3, 2>()); break;
-  default: fn(tile_v<TW, 5, 4>()); break;
+  case 7: fn(tile_v<TW, 5, 4>()); break;
+  case 8: fn(tile_v<TW, 3, 2, 4>()); break;
+  default: fn(tile_v<TW, 5, 4, 4>()); break;
   }
 }
 
@@ -387,24 +408,41 @@ __host__ static inline int tile_flags(const void *W, const void *S, int cols, co
  * memory then decides: about 11, 17 and 35 KB a block for MXFP4); the wide
  * form's 32 to 44 KB leave room for 5 or fewer, so all the registers its
  * unrolled chunk wants (under more blocks' bound it spilled) */
-static constexpr int tile_minb(int ns, int g, int rb) {
-  return rb > 256 ? 4 : g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4;
+static constexpr int tile_minb(int ns, int g, int rb, int nw = 1) {
+  return ((rb > 256 ? 4 : g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4) + nw - 1) / nw;
 }
 
-/* G threads a row (1, 2 or 4): TR = 32 / G rows a block; thread lane owns row
- * lane % TR and its lanes g * LPT ..., g = lane / TR, LPT = 16 / G. blk is
- * the block's place in its matrix (rows blk * TR ...): blockIdx.x for one
+/* G threads a row (1, 2 or 4): TR = 32 / G rows a warp; thread lane owns row
+ * lane % TR of its warp's and its lanes g * LPT ..., g = lane / TR, LPT =
+ * 16 / G. NW warps a block: warp w has rows (blk * NW + w) * TR ...; each
+ * stages its own rows' weights, and all of the block's threads stage x, so
+ * with NW > 1 a chunk is in when every thread's copies are, a block barrier
+ * apart. blk is the block's place in its matrix: blockIdx.x for one
  * matrix, less the matrix's first block in a grouped launch. */
-template <class TF, int NS, int G>
+template <class TF, int NS, int G, int NW = 1>
 __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t *S, int rows,
                                                 int cols, const float *x, float *y,
                                                 const float *rowscale, int flags, long blk) {
   constexpr int PPR = TF::RB / 16, NG = TF::CK / 32, TR = TROWS / G, LPT = LANES / G;
-  __shared__ __align__(16) uint8_t wt[NS][TR][TF::RB + 16];
-  __shared__ __align__(16) float xt[NS][TF::CK];
-  __shared__ __align__(16) uint8_t st[NS][TR][TF::scaled ? NG : 8];
-  const int lane = threadIdx.x, row = lane % TR, g = lane / TR;
-  const long r0 = blk * TR;
+  typedef tile_stage<TF, G, NW> SG;
+  typename SG::w *wt;
+  typename SG::x *xt;
+  typename SG::s *st;
+  if constexpr (NW == 1) {
+    __shared__ __align__(16) typename SG::w wt1[NS];
+    __shared__ __align__(16) typename SG::x xt1[NS];
+    __shared__ __align__(16) typename SG::s st1[NS];
+    wt = wt1, xt = xt1, st = st1;
+  } else { /* over the 48 KB a block's static arrays may take */
+    DF_DYN_SHARED(uint8_t, tile_dyn);
+    xt = (typename SG::x *)tile_dyn;
+    wt = (typename SG::w *)(tile_dyn + NS * sizeof(typename SG::x));
+    st = (typename SG::s *)(tile_dyn + NS * (sizeof(typename SG::x) + sizeof(typename SG::w)));
+  }
+  constexpr int NT = NW * TROWS;
+  const int tid = threadIdx.x, lane = tid % TROWS, row = lane % TR, g = lane / TR;
+  const int wp = tid / TROWS;
+  const long r0 = (blk * NW + wp) * TR;
   const int nr = rows - r0 < TR ? (int)(rows - r0) : TR;
   const bool live = row < nr;
   const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
@@ -420,12 +458,12 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
 #pragma unroll
       for (int it = 0; it < TR * PPR / TROWS; it++) {
         int i = lane + it * TROWS, rr = i / PPR, p = i % PPR;
-        if (rr < nr && p < np) cp_async<16>(&wt[buf][rr][p * 16], wb + (size_t)rr * rb + p * 16);
+        if (rr < nr && p < np) cp_async<16>(&wt[buf][wp][rr][p * 16], wb + (size_t)rr * rb + p * 16);
       }
     } else {
       for (int i = lane; i < nr * rbk; i += TROWS) {
         int rr = i / rbk, b = i % rbk;
-        wt[buf][rr][b] = wb[(size_t)rr * rb + b];
+        wt[buf][wp][rr][b] = wb[(size_t)rr * rb + b];
       }
     }
     if constexpr (TF::scaled != 0) {
@@ -436,13 +474,13 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
         int np = nx / 256;
         for (int i = lane; i < nr * SP; i += TROWS) {
           int rr = i / SP, p = i % SP;
-          if (p < np) cp_async<8>(&st[buf][rr][p * 8], sbase + (size_t)rr * sb + p * 8);
+          if (p < np) cp_async<8>(&st[buf][wp][rr][p * 8], sbase + (size_t)rr * sb + p * 8);
         }
       } else {
         int ng = nx / 32;
         for (int i = lane; i < nr * ng; i += TROWS) {
           int rr = i / ng, gi = i % ng;
-          st[buf][rr][gi] = sbase[(size_t)rr * sb + gi];
+          st[buf][wp][rr][gi] = sbase[(size_t)rr * sb + gi];
         }
       }
     }
@@ -451,12 +489,12 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   auto stage_x = [&](int k, int buf, bool now) {
     int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
     if ((flags & TILE_XVEC) && !now) {
-      for (int i = lane; i < nx / 4; i += TROWS) cp_async<16>(&xt[buf][4 * i], x + c0 + 4 * i);
+      for (int i = tid; i < nx / 4; i += NT) cp_async<16>(&xt[buf][4 * i], x + c0 + 4 * i);
     } else if (flags & TILE_XVEC) {
-      for (int i = lane; i < nx / 4; i += TROWS)
+      for (int i = tid; i < nx / 4; i += NT)
         *(float4 *)&xt[buf][4 * i] = *(const float4 *)(x + c0 + 4 * i);
     } else {
-      for (int i = lane; i < nx; i += TROWS) xt[buf][i] = x[c0 + i];
+      for (int i = tid; i < nx; i += NT) xt[buf][i] = x[c0 + i];
     }
   };
 
@@ -500,7 +538,9 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   }
   for (int k = 0; k < nch; k++) {
     cp_async_wait<NS - 2>();
-    __syncwarp(); /* chunk k is in for every thread, and stage (k - 1) % NS is read */
+    /* chunk k is in for every thread, and stage (k - 1) % NS is read */
+    if constexpr (NW > 1) __syncthreads();
+    else __syncwarp();
     if (k + NS - 1 < nch) {
       size_t at = (size_t)(k + NS - 1) * TF::RB;
       if (pfon && at % pfw < TF::RB) prefetch(at / pfw * pfw + pfw);
@@ -510,7 +550,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     cp_async_commit();
     if (!live) continue;
     int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
-    const uint8_t *w = wt[buf][row];
+    const uint8_t *w = wt[buf][wp][row];
     const float *xs = xt[buf];
     /* a whole chunk: its units 8 at a time, with the 8 scales they use
      * (MXFP4: one a unit) */
@@ -519,7 +559,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
 #pragma unroll
       for (int u0 = 0; u0 < NU; u0 += UB) {
         uint2 sv = make_uint2(0, 0);
-        if constexpr (TF::scaled != 0) sv = *(const uint2 *)&st[buf][row][u0];
+        if constexpr (TF::scaled != 0) sv = *(const uint2 *)&st[buf][wp][row][u0];
         if (TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
 #pragma unroll
           for (int u = 0; u < UB; u++)
@@ -535,7 +575,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     } else {
       int nu = n / TF::UC, c = nu * TF::UC + g * LPT;
       for (int u = 0; u < nu; u++)
-        TF::template unit<false, LPT>(w, u, TF::scaled ? (uint32_t)st[buf][row][u] : 0u, xs, acc,
+        TF::template unit<false, LPT>(w, u, TF::scaled ? (uint32_t)st[buf][wp][row][u] : 0u, xs, acc,
                                       g);
       if constexpr (TF::scaled == 0) { /* MXFP4's columns are whole groups */
 #pragma unroll
@@ -574,12 +614,12 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   y[r] = rowscale ? __fmul_rn(acc[0], rowscale[r]) : acc[0];
 }
 
-template <class TF, int NS, int G = 1>
-__global__ void __launch_bounds__(TROWS, tile_minb(NS, G, TF::RB))
+template <class TF, int NS, int G = 1, int NW = 1>
+__global__ void __launch_bounds__(NW *TROWS, tile_minb(NS, G, TF::RB, NW))
     tile_k(const uint8_t *W, const uint8_t *S, int rows, int cols, const float *x, float *y,
            const float *rowscale, int flags) {
   pdl_trigger();
-  tile_run<TF, NS, G>(W, S, rows, cols, x, y, rowscale, flags, (long)blockIdx.x);
+  tile_run<TF, NS, G, NW>(W, S, rows, cols, x, y, rowscale, flags, (long)blockIdx.x);
 }
 
 /* Grouped GEMVs (df_cuda_gemv_group): matrix i owns blocks [b0, b0 + its
@@ -596,15 +636,15 @@ struct tile_set {
   tile_one m[DF_CUDA_GROUP_MAX];
   int n;
 };
-template <class TF, int NS, int G = 1>
-__global__ void __launch_bounds__(TROWS, tile_minb(NS, G, TF::RB))
+template <class TF, int NS, int G = 1, int NW = 1>
+__global__ void __launch_bounds__(NW *TROWS, tile_minb(NS, G, TF::RB, NW))
     tile_group_k(const __grid_constant__ tile_set q) {
   pdl_trigger();
   long b = (long)blockIdx.x;
   int i = 0;
   while (i + 1 < q.n && b >= q.m[i + 1].b0) i++;
   const tile_one &m = q.m[i];
-  tile_run<TF, NS, G>(m.W, m.S, m.rows, m.cols, m.x, m.y, m.rs, m.flags, b - m.b0);
+  tile_run<TF, NS, G, NW>(m.W, m.S, m.rows, m.cols, m.x, m.y, m.rs, m.flags, b - m.b0);
 }
 
 #endif

@@ -132,9 +132,9 @@ static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
     unsigned nb = (unsigned)((m.rows + V::rows - 1) / V::rows);
-    threads = (long)nb * TROWS;
-    emu_launch(dim3(nb), dim3(TROWS), tile_k<typename V::F, V::NS, V::G>, m.W, m.S, m.rows, m.cols, m.x, y,
-               rs, fl);
+    threads = (long)nb * V::threads;
+    emu_launch_dyn(dim3(nb), dim3(V::threads), V::smem(), tile_k<typename V::F, V::NS, V::G, V::NW>, m.W, m.S,
+                   m.rows, m.cols, m.x, y, rs, fl);
   });
   char what[160];
   snprintf(what, sizeof what, "gemv %s %d x %d, %s, prefetch %u%s", fname[TF::fmt], m.rows,
@@ -203,8 +203,8 @@ template <class TF> static void group_once(int v, int n, const int (*shape)[2], 
   tile_set q;
   memset(&q, 0, sizeof q);
   q.n = n;
-  int b0 = 0, tr = TROWS;
-  tile_variant<TF>(v, [&](auto t) { tr = decltype(t)::rows; });
+  int b0 = 0, tr = TROWS, nt = TROWS;
+  tile_variant<TF>(v, [&](auto t) { tr = decltype(t)::rows, nt = decltype(t)::threads; });
   for (int i = 0; i < n; i++) {
     mkmat(ms[(size_t)i], TF::fmt, shape[i][0], shape[i][1], i % 2 ? (TF::fmt == 0 ? 2 : 1) : 0, i % 2);
     ys[(size_t)i].assign((size_t)shape[i][0] + 8, 0.0f);
@@ -218,12 +218,13 @@ template <class TF> static void group_once(int v, int n, const int (*shape)[2], 
   for (int i = 0; i < n; i++) pg.x(ms[(size_t)i].x, shape[i][1]), pg.y(ys[(size_t)i].data() + 4, shape[i][0]);
   tile_variant<TF>(v, [&](auto t) {
     typedef decltype(t) V;
-    emu_launch(dim3((unsigned)b0), dim3(TROWS), tile_group_k<typename V::F, V::NS, V::G>, q);
+    emu_launch_dyn(dim3((unsigned)b0), dim3(V::threads), V::smem(), tile_group_k<typename V::F, V::NS, V::G, V::NW>,
+                   q);
   });
   char gw[120];
   snprintf(gw, sizeof gw, "grouped gemv %s, %s%s", fname[TF::fmt], df_cuda_tile_name(v),
            dep ? ", dependent" : "");
-  pg.finish(gw, (long)b0 * TROWS);
+  pg.finish(gw, (long)b0 * nt);
   for (int i = 0; i < n; i++) {
     char what[160];
     snprintf(what, sizeof what, "grouped gemv %s, %s: matrix %d of %d, %d x %d", fname[TF::fmt], df_cuda_tile_name(v),
@@ -257,6 +258,9 @@ int main(void) {
   gemv_case<tf_mxfp4>(40, 1280, 0, 0);
   gemv_case<tf_mxfp4>(20, 1536, 0, 0);
   gemv_case<tf_mxfp4>(17, 1120, 0, 0);
+  /* more rows than one block of four warps holds, the last block's last
+   * warps without rows */
+  gemv_case<tf_i8>(100, 1200, 0, 0);
   for (int fmt = 0; fmt < 4; fmt++) {
     lanes_case(fmt, 70, 256, 0, 0);
     lanes_case(fmt, 33, 96, fmt == 0 ? 2 : fmt == 2 ? 4 : 1, 1);
@@ -271,5 +275,8 @@ int main(void) {
   group_case<tf_bf16>(5, 3, sh);
   group_case<tf_i8>(6, 3, shw);
   group_case<tf_mxfp4>(7, 3, shw);
+  group_case<tf_bf16>(8, 3, sh);
+  group_case<tf_i8>(9, 3, shw);
+  group_case<tf_mxfp4>(9, 3, shw);
   return emu_summary();
 }
