@@ -33,7 +33,8 @@
 # --gpu-state copy; cuda_bench / cpu_bench: `bench --model`, a cold warm-up then a warm
 # PREFILL-token prompt and 8 new tokens, and the disk's ceiling; cuda_bench_gl: cuda_bench
 # with DF_CUDA_GEMM_TILES=2, cuda_bench_lanes with 0; cuda_bench_pdl and cuda_decode_pdl
-# with DF_CUDA_PDL=1), KEEP=1 keeps the model.
+# with DF_CUDA_PDL=1; cuda_bench_sx and cuda_decode_sx with DF_CUDA_SHARED_X=1), KEEP=1
+# keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
 # 82.1 GB generated in 71 s; decode ids equal on both devices; the CUDA
@@ -239,6 +240,9 @@ for step in $STEPS; do
   # the row-tile GEMVs as dependent launches (df_cuda_set_pdl; off by default until measured)
   cuda_bench_pdl) export DF_CUDA_PDL=1; bench cuda_bench_pdl cuda; unset DF_CUDA_PDL ;;
   cuda_decode_pdl) export DF_CUDA_PDL=1; run cuda_decode_pdl cuda 1,2,3 4; unset DF_CUDA_PDL ;;
+  # the wide tiles in blocks of four warps sharing x (DF_CUDA_SHARED_X; off until measured)
+  cuda_bench_sx) export DF_CUDA_SHARED_X=1; bench cuda_bench_sx cuda; unset DF_CUDA_SHARED_X ;;
+  cuda_decode_sx) export DF_CUDA_SHARED_X=1; run cuda_decode_sx cuda 1,2,3 4; unset DF_CUDA_SHARED_X ;;
   cpu_bench) bench cpu_bench cpu ;;
   esac
 done
@@ -252,11 +256,14 @@ for k in decode prefill; do
   else ts "ids $k: not compared (cpu [$a], cuda [$b])"; [ "$status" = 1 ] || status=2
   fi
 done
-# the dependent launches' decode, where it ran, against the plain launches'
-a=$(ids_of cuda_decode); b=$(ids_of cuda_decode_pdl)
-if [ -n "$b" ]; then
-  if [ "$a" = "$b" ]; then ts "ids decode, dependent launches: EQUAL [$b]"
-  else ts "ids decode, dependent launches: DIFFER cuda [$a] pdl [$b]"; status=1; fi
-fi
+# the dependent launches' and the shared-x tiles' decode, where they ran,
+# against the plain launches'
+a=$(ids_of cuda_decode)
+for v in pdl sx; do
+  b=$(ids_of cuda_decode_$v)
+  [ -n "$b" ] || continue
+  if [ "$a" = "$b" ]; then ts "ids decode, $v: EQUAL [$b]"
+  else ts "ids decode, $v: DIFFER cuda [$a] $v [$b]"; status=1; fi
+done
 ts "done"
 exit $status

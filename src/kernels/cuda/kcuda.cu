@@ -40,6 +40,7 @@ struct df_cuda {
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
   int pdl;      /* the kernels as dependent launches: asked for (df_cuda_set_pdl) */
   int pdl_cap;  /* the device has them (sm_90 and later) */
+  int shared_x; /* the wide tiles picked by shape in their four-warp form (variants 10, 11) */
   int after_kernel; /* the stream's last work is one of the context's kernels (df_cuda_launched) */
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
@@ -97,6 +98,8 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   c->gemm_tiles = gt && gt[0] >= '0' && gt[0] <= '2' ? gt[0] - '0' : -1;
   const char *pd = getenv("DF_CUDA_PDL");
   c->pdl = pd && pd[0] == '1'; /* off until a GPU run measures it */
+  const char *sx = getenv("DF_CUDA_SHARED_X");
+  c->shared_x = sx && sx[0] == '1'; /* the same */
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -269,7 +272,8 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
  * blocks: for bf16 and int8 the wide form (512 bytes of a row a chunk)
  * with the most threads a row that still fits one round (on the H200,
  * int8 KDA o 0.37 -> 0.62 of the copy bandwidth, KDA q 0.53 -> 0.60, bf16
- * 0.76-0.80 -> 0.80-0.83: docs/PERFORMANCE.md, 2026-12-05); for MXFP4 (no
+ * 0.76-0.80 -> 0.80-0.83: docs/PERFORMANCE.md, 2026-12-05), in blocks of
+ * four warps sharing x under DF_CUDA_SHARED_X=1 (not measured yet); for MXFP4 (no
  * gain there: its codes' arithmetic, not the bytes, bounds it) a deep one
  * where the SMs would otherwise hold under 64 KB in flight, with four
  * threads a row where the SMs hold four times the blocks, else two where
@@ -281,8 +285,8 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   long kd4 = tile_occ<TF>(c, 4);
   long k2 = tile_occ<TF>(c, 0), sms = c->sms;
   if (blocks <= k3 * sms && !TF::scaled) {
-    if (4 * blocks <= tile_occ<TF>(c, 7) * sms) return 7;
-    if (2 * blocks <= tile_occ<TF>(c, 6) * sms) return 6;
+    if (4 * blocks <= tile_occ<TF>(c, 7) * sms) return c->shared_x ? 9 : 7;
+    if (2 * blocks <= tile_occ<TF>(c, 6) * sms) return c->shared_x ? 8 : 6;
   }
   if (blocks <= k3 * sms) {
     long w = (blocks + sms - 1) / sms;
