@@ -40,7 +40,7 @@ struct df_cuda {
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
   int pdl;      /* the kernels as dependent launches: asked for (df_cuda_set_pdl) */
   int pdl_cap;  /* the device has them (sm_90 and later) */
-  int shared_x; /* the wide tiles picked by shape in their four-warp form (variants 10, 11) */
+  int shared_x; /* the wide tiles picked by shape in their four-warp form (tile variants 8, 9) */
   int after_kernel; /* the stream's last work is one of the context's kernels (df_cuda_launched) */
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
