@@ -61,7 +61,8 @@ void df_cmd_plan_help(void) {
       "                    records) and the per-use buffers of a %d-row batch, as `run\n"
       "                    --device cuda` plans them (its --stats and stats.plan.gpu)\n"
       "  --gpu-mem SIZE    the weight tier's size, as run's --gpu-mem (default: the device's\n"
-      "                    free memory less 2 GiB, which needs the device)\n"
+      "                    free memory less a sixteenth of it, at least 2 GiB, which needs\n"
+      "                    the device)\n"
       "  --json            one JSON object\n", PLAN_GPU_ROWS);
 }
 
@@ -225,7 +226,7 @@ static void plan_gpu(gpu_section *gs, const df_engine_opts *eo, const df_config 
     df_kgpu *k = df_kgpu_open(dev, 0, plan_gpu_at_open, &x, err, sizeof err);
     if (k) {
       df_kgpu_close(k);
-      snprintf(gs->src, sizeof gs->src, "cuda:%d's free memory less 2 GiB", dev);
+      snprintf(gs->src, sizeof gs->src, "cuda:%d's free memory less its reserve", dev);
     } else {
       snprintf(gs->why, sizeof gs->why,
                "the GPU section needs --gpu-mem SIZE or a device (cuda:%d: %s)", dev, err);

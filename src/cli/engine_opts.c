@@ -38,7 +38,7 @@ static const opt_def defs[] = {
      "the same results bit for bit; the norms, AttnRes and routing stay on the CPU"},
     {"--gpu-mem", "SIZE", K_GPU_MEM,
      "--device cuda: GPU memory for the weight tier (spine matrices and routed experts kept "
-     "there; default: the free memory less 2 GiB)"},
+     "there; default: the free memory less a sixteenth of the device, at least 2 GiB)"},
     {"--gpu-state", "keep|copy", K_GPU_STATE,
      "--device cuda: keep (default) the KDA states and MLA caches in GPU memory between passes, "
      "so a token moves only its new rows (a device that dies holding a state ends that "

@@ -56,7 +56,8 @@ typedef struct df_engine_opts {
   int draft_rows;
   /* --device: -1 the CPU, N CUDA device N: the layers' matrix products
    * there, weights kept in a tier of gpu_mem bytes of its memory (0: its
-   * free memory less 2 GiB); same results (kgpu.h). DF_DEVICE_UNSET (the
+   * free memory less a sixteenth of the device, at least 2 GiB); same
+   * results (kgpu.h). DF_DEVICE_UNSET (the
    * default): the environment variable DF_DEVICE (cpu, cuda, cuda:N) if set,
    * so a whole test suite can be run on the GPU unchanged; with
    * --precision f64 that default stays the CPU (f64 has no GPU path). */

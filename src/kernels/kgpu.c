@@ -88,6 +88,18 @@ struct df_kgpu {
 
 static void note_error(df_kgpu *g, const char *why);
 
+/* What the default tier leaves free of a device of `total` bytes: a
+ * sixteenth, at least 2 GiB. Our own buffers take their room from the tier
+ * (scratch below), but what the driver allocates on its own after the
+ * open (a module's code at its first launch, local memory grown for a
+ * kernel that needs more) nothing can give back: with 2 GiB on an 80 GB
+ * H100 whose tier filled, launches failed with "unknown error" and every
+ * product went to the CPU (2026-12-05, docs/PERFORMANCE.md). */
+static uint64_t tier_reserve(uint64_t total) {
+  uint64_t r = total / 16;
+  return r > (2ull << 30) ? r : 2ull << 30;
+}
+
 static void *tier_alloc(void *ud, size_t n) { return df_cuda_alloc(((df_kgpu *)ud)->c, n); }
 /* An evicted entry may still be read by queued work (an expert batch):
  * the stream is drained before its memory goes. */
@@ -113,7 +125,7 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *
     return NULL;
   }
   if (!tier_bytes) {
-    uint64_t keep = 2ull << 30;
+    uint64_t keep = tier_reserve(tot);
     tier_bytes = fr > keep + (256ull << 20) ? fr - keep : 256ull << 20;
   }
   if (tier_bytes > fr) {
@@ -338,8 +350,17 @@ static int run(df_kgpu *g, gemm_fn fn, const void *dw, const void *ds, int rows,
 static void note_error(df_kgpu *g, const char *why) {
   if (g->broken) return;
   snprintf(g->st.last_error, sizeof g->st.last_error, "%s", why ? why : df_cuda_error(g->c));
-  df_log_warn("cuda:%d: %s; the layers' products run on the CPU from here on (same results)",
-              g->dev, g->st.last_error);
+  /* a device with under half the default reserve free: the driver's own
+   * allocations may be what failed (CUDA names that "unknown error") */
+  char full[200] = "";
+  size_t fr, tot;
+  if (!df_cuda_mem_info(g->dev, &fr, &tot) && fr < tier_reserve(tot) / 2)
+    snprintf(full, sizeof full,
+             " (its memory is full: %.0f of %.0f MiB free; a smaller --gpu-mem leaves the "
+             "driver room)",
+             fr / 1048576.0, tot / 1048576.0);
+  df_log_warn("cuda:%d: %s%s; the layers' products run on the CPU from here on (same results)",
+              g->dev, g->st.last_error, full);
   g->broken = 1;
 }
 static int fell_back(df_kgpu *g) {

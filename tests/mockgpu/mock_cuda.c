@@ -20,8 +20,9 @@
  * the failed copy writes half of its bytes, as an interrupted one may),
  * get (copies to the host, which a dead device fails: nothing written),
  * ar (AttnRes and its norm, df_cuda_attn_res).
- * DF_MOCK_CUDA_MEM=BYTES is the device's memory: an allocation that would
- * take the live total past it fails, as cudaMalloc does when full. */
+ * DF_MOCK_CUDA_MEM=BYTES is the device's memory (8 GiB without it): an
+ * allocation that would take the live total past it fails, as cudaMalloc
+ * does when full, and df_cuda_mem_info reports it less the live total. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,9 +242,12 @@ int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n) {
   return 0;
 }
 
+/* 8 GiB, or DF_MOCK_CUDA_MEM, less what is allocated */
 int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
   (void)dev;
-  *free_b = *total_b = (size_t)8 << 30;
+  const char *m = getenv("DF_MOCK_CUDA_MEM");
+  *total_b = m ? (size_t)atoll(m) : (size_t)8 << 30;
+  *free_b = *total_b > live_bytes ? *total_b - live_bytes : 0;
   return 0;
 }
 int df_cuda_use(int dev) { return dev == 0 ? 0 : -1; }

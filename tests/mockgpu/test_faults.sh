@@ -55,6 +55,26 @@ DF_MOCK_CUDA_MEM=7000000 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "
 [ "$(field "$T/g.json" "(d['stats']['device']['fallbacks'], d['stats']['device']['tier_cap'] < 6950000)")" = "(0, True)" ] ||
   fail "tight device: $(field "$T/g.json" "d['stats']['device']")"
 echo "ok   a device full of kept weights gives the per-use buffers their room"
+# ... and a product that fails there says the device is full (the driver's
+# own allocations may be what failed) and what leaves it room
+DF_MOCK_CUDA_MEM=7000000 DF_MOCK_CUDA_FAIL=gemm:3 "$BIN" run --model "$SRC/models/nano-k3" \
+  --prompt-ids "$P" --max-new 8 --json --heat '' --device cuda --gpu-mem 6950000 >"$T/g.json" 2>"$T/e" ||
+  fail "tight device, gemm:3: $(cat "$T/e")"
+[ "$(field "$T/g.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids']")" ] ||
+  fail "tight device, gemm:3: ids differ"
+grep -q "mock gemm #3: injected failure (its memory is full: [0-9]* of 7 MiB free; a smaller --gpu-mem leaves the driver room); the layers' products run on the CPU from here on" \
+  "$T/e" || fail "tight device, gemm:3: $(cat "$T/e")"
+echo "ok   a failure on a full device says so"
+# the default tier leaves a sixteenth of the device free, at least 2 GiB, for
+# what the driver allocates on its own later: 6 GiB of the stand-in's 8, 60
+# of a 64 GiB device
+for mem in 8589934592:6442450944 68719476736:64424509440; do
+  DF_MOCK_CUDA_MEM=${mem%%:*} "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids 1 --max-new 1 \
+    --json --heat '' --device cuda >"$T/g.json" 2>"$T/e" || fail "default tier, ${mem%%:*}: $(cat "$T/e")"
+  [ "$(field "$T/g.json" "d['stats']['device']['tier_cap']")" = "${mem#*:}" ] ||
+    fail "default tier on ${mem%%:*} bytes: $(field "$T/g.json" "d['stats']['device']['tier_cap']"), not ${mem#*:}"
+done
+echo "ok   the default tier leaves the driver a sixteenth of the device, at least 2 GiB"
 
 # a KDA layer's sequence part (df_kgpu_kda) that fails on the GPU, in the
 # prefill's second KDA layer: that layer and the rest computed on the CPU
