@@ -1,7 +1,9 @@
 /* Host-side CUDA helpers for kgpu.c, apart from kcuda.h's kernels: device
  * memory figures for planning the weight tier, and page-locked host memory,
  * without which a copy to the device waits for the stream's earlier work
- * (a pageable copy synchronises first) and nothing overlaps. */
+ * (a pageable copy synchronises first) and nothing overlaps. A program
+ * linking these loads every kernel when its context is made
+ * (CUDA_MODULE_LOADING=EAGER unless set: kcuda_host.cu says why). */
 #ifndef DF_KERNELS_CUDA_KCUDA_HOST_H
 #define DF_KERNELS_CUDA_KCUDA_HOST_H
 
