@@ -26,7 +26,8 @@
 # make-model's log, machine, df, meminfo). MODEL_DIR and the int8 dir must not
 # exist yet: the script deletes only what it made.
 # Knobs: LAYERS (93), EXPERTS (16), PREFILL (512), THREADS (nproc),
-# CACHE_MB (0: every pass reads its experts from the disk), MEM_LIMIT (100G),
+# CACHE_MB (0: every pass reads its experts from the disk), MEM_LIMIT (100G), GPU_MEM (--gpu-mem
+# for the cuda runs; default: none, the default tier),
 # MODEL_DIR ($HOME/dffull), SPINE_DIR, DROP_CACHES (1), SAMPLE (5 s; 0: off), STEPS (default
 # "gen cpu_decode cuda_decode cpu_prefill cuda_prefill"; also cuda_decode_notier:
 # --gpu-mem 57G, the tier holding the spine only, and cuda_decode_copy:
@@ -53,6 +54,8 @@ R=$OUT/r; mkdir -p "$R"
 BUDGET=${BUDGET:-530}
 LAYERS=${LAYERS:-93}; EXPERTS=${EXPERTS:-16}; PREFILL=${PREFILL:-512}
 THREADS=${THREADS:-$(nproc)}; CACHE_MB=${CACHE_MB:-0}; MEM_LIMIT=${MEM_LIMIT:-100G}
+# GPU_MEM: --gpu-mem for every --device cuda run (empty: the default tier)
+GPU_MEM=${GPU_MEM:-}
 M=${MODEL_DIR:-$HOME/dffull}
 STEPS=${STEPS:-gen cpu_decode cuda_decode cpu_prefill cuda_prefill}
 S=""; MOUNTED=""
@@ -124,15 +127,16 @@ esac
 # Each run gets an equal share of what is left, so one slow run (a prefill
 # on a path still being made fast) cannot starve the ones after it.
 RUNS_LEFT=$(echo "$STEPS" | tr ' ' '\n' | grep -c -E '_(decode|prefill|bench)(_[a-z]+)?$')
+gpu_mem() { [ "$1" = cuda ] && [ -n "$GPU_MEM" ] && echo "--gpu-mem $GPU_MEM"; }
 run() { # name device prompt-ids max-new [options]
   local name=$1 dev=$2 ids=$3 n=$4 t=$(( ($(left) - 20) / RUNS_LEFT ))
   RUNS_LEFT=$((RUNS_LEFT - 1))
   shift 4
   if [ "$t" -lt 30 ]; then ts "SKIPPED $name: ${t}s left"; return; fi
-  ts "$name: --device $dev, $(echo "$ids" | tr ',' '\n' | wc -l) prompt ids, --max-new $n $* (timeout ${t}s)"
+  ts "$name: --device $dev, $(echo "$ids" | tr ',' '\n' | wc -l) prompt ids, --max-new $n $(gpu_mem "$dev") $* (timeout ${t}s)"
   timeout "$t" "$B" run --model "$M" --spine int8 --spine-dir "$S" --threads "$THREADS" --heat '' \
     --cache-mb "$CACHE_MB" --mem-limit "$MEM_LIMIT" --prompt-ids "$ids" --max-new "$n" --json --stats \
-    --device "$dev" "$@" > "$OUT/$name.json" 2> "$R/$name.err" &
+    --device "$dev" $(gpu_mem "$dev") "$@" > "$OUT/$name.json" 2> "$R/$name.err" &
   local tp=$!
   [ "${SAMPLE:-5}" -gt 0 ] && sampler "$tp" > "$R/$name.samples" 2>&1 &
   wait "$tp"
@@ -197,10 +201,10 @@ bench() { # name device [options]
   RUNS_LEFT=$((RUNS_LEFT - 1))
   shift 2
   if [ "$t" -lt 30 ]; then ts "SKIPPED $name: ${t}s left"; return; fi
-  ts "$name: bench --device $dev --prompt-tokens $PREFILL --new-tokens 8 --repeat 1 $* (timeout ${t}s)"
+  ts "$name: bench --device $dev --prompt-tokens $PREFILL --new-tokens 8 --repeat 1 $(gpu_mem "$dev") $* (timeout ${t}s)"
   timeout "$t" "$B" bench --model "$M" --spine int8 --spine-dir "$S" --threads "$THREADS" --heat '' \
     --cache-mb "$CACHE_MB" --mem-limit "$MEM_LIMIT" --prompt-tokens "$PREFILL" --prefill-chunk "$PREFILL" \
-    --new-tokens 8 --repeat 1 --json --device "$dev" "$@" > "$OUT/$name.json" 2> "$R/$name.err" &
+    --new-tokens 8 --repeat 1 --json --device "$dev" $(gpu_mem "$dev") "$@" > "$OUT/$name.json" 2> "$R/$name.err" &
   local tp=$!
   [ "${SAMPLE:-5}" -gt 0 ] && sampler "$tp" > "$R/$name.samples" 2>&1 &
   wait "$tp"
