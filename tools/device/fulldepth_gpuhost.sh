@@ -241,10 +241,10 @@ for step in $STEPS; do
   # the default from 32 vectors since 2026-12-05), and on the lanes layout at every T
   cuda_bench_gl) export DF_CUDA_GEMM_TILES=2; bench cuda_bench_gl cuda; unset DF_CUDA_GEMM_TILES ;;
   cuda_bench_lanes) export DF_CUDA_GEMM_TILES=0; bench cuda_bench_lanes cuda; unset DF_CUDA_GEMM_TILES ;;
-  # the row-tile GEMVs as dependent launches (df_cuda_set_pdl; off by default until measured)
+  # the row-tile GEMVs as dependent launches (df_cuda_set_pdl; off by default: mixed in run 23's bench)
   cuda_bench_pdl) export DF_CUDA_PDL=1; bench cuda_bench_pdl cuda; unset DF_CUDA_PDL ;;
   cuda_decode_pdl) export DF_CUDA_PDL=1; run cuda_decode_pdl cuda 1,2,3 4; unset DF_CUDA_PDL ;;
-  # the wide tiles in blocks of four warps sharing x (DF_CUDA_SHARED_X; off until measured)
+  # the wide tiles in blocks of four warps sharing x (DF_CUDA_SHARED_X; off: no clear gain in run 23's bench)
   cuda_bench_sx) export DF_CUDA_SHARED_X=1; bench cuda_bench_sx cuda; unset DF_CUDA_SHARED_X ;;
   cuda_decode_sx) export DF_CUDA_SHARED_X=1; run cuda_decode_sx cuda 1,2,3 4; unset DF_CUDA_SHARED_X ;;
   cpu_bench) bench cpu_bench cpu ;;

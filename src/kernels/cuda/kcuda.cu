@@ -97,9 +97,9 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   const char *gt = getenv("DF_CUDA_GEMM_TILES");
   c->gemm_tiles = gt && gt[0] >= '0' && gt[0] <= '2' ? gt[0] - '0' : -1;
   const char *pd = getenv("DF_CUDA_PDL");
-  c->pdl = pd && pd[0] == '1'; /* off until a GPU run measures it */
+  c->pdl = pd && pd[0] == '1'; /* off: mixed in run 23's bench (kcuda.h) */
   const char *sx = getenv("DF_CUDA_SHARED_X");
-  c->shared_x = sx && sx[0] == '1'; /* the same */
+  c->shared_x = sx && sx[0] == '1'; /* off: no clear gain in run 23 (H100) */
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -273,7 +273,8 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
  * with the most threads a row that still fits one round (on the H200,
  * int8 KDA o 0.37 -> 0.62 of the copy bandwidth, KDA q 0.53 -> 0.60, bf16
  * 0.76-0.80 -> 0.80-0.83: docs/PERFORMANCE.md, 2026-12-05), in blocks of
- * four warps sharing x under DF_CUDA_SHARED_X=1 (not measured yet); for MXFP4 (no
+ * four warps sharing x under DF_CUDA_SHARED_X=1 (no clear gain on the H100,
+ * run 23); for MXFP4 (no
  * gain there: its codes' arithmetic, not the bytes, bounds it) a deep one
  * where the SMs would otherwise hold under 64 KB in flight, with four
  * threads a row where the SMs hold four times the blocks, else two where
