@@ -78,13 +78,21 @@ const char *df_cuda_describe(const df_cuda *c) {
 }
 const char *df_cuda_error(const df_cuda *c) { return c->err; }
 
+/* DF_MOCK_CUDA_MEM into *bytes; 0 where it is not set */
+static int mock_mem(size_t *bytes) {
+  const char *m = getenv("DF_MOCK_CUDA_MEM");
+  if (!m) return 0;
+  *bytes = (size_t)atoll(m);
+  return 1;
+}
+
 /* each allocation carries its size in front, for the live total */
 #define HDR 64
 static size_t live_bytes;
 void *df_cuda_alloc(df_cuda *c, size_t bytes) {
   if (inject(c, F_ALLOC)) return NULL;
-  const char *m = getenv("DF_MOCK_CUDA_MEM");
-  if (m && live_bytes + bytes > (size_t)atoll(m)) {
+  size_t mem;
+  if (mock_mem(&mem) && live_bytes + bytes > mem) {
     snprintf(c->err, sizeof c->err, "mock alloc: out of memory");
     return NULL;
   }
@@ -245,8 +253,8 @@ int df_cuda_mla_gate(df_cuda *c, float *o, float *g, size_t n) {
 /* 8 GiB, or DF_MOCK_CUDA_MEM, less what is allocated */
 int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
   (void)dev;
-  const char *m = getenv("DF_MOCK_CUDA_MEM");
-  *total_b = m ? (size_t)atoll(m) : (size_t)8 << 30;
+  *total_b = (size_t)8 << 30;
+  mock_mem(total_b);
   *free_b = *total_b > live_bytes ? *total_b - live_bytes : 0;
   return 0;
 }
