@@ -1,5 +1,6 @@
 /* The device weight tier's bookkeeping (dtier.h): an open-addressed table
- * of keys and a doubly linked recency list per class through it. */
+ * of keys and a doubly linked recency list per class through it, and a
+ * second table of use counts for the admission of LRU entries. */
 #include "kernels/dtier.h"
 
 #include <stdlib.h>
@@ -15,11 +16,21 @@ typedef struct ent {
   int cls;        /* df_dtier_class */
 } ent;
 
+/* a key's uses (gets, resident or not), halved every aging period */
+typedef struct use {
+  uint64_t key;
+  uint32_t n;
+  int used;
+} use;
+
 struct df_dtier {
   df_dtier_mem mem;
   ent *e;
   int cap_slots, live, dead;
   int head[2], tail[2]; /* per class: most and least recent */
+  use *u;
+  int u_slots, u_live;
+  uint64_t u_since; /* gets since the last aging */
   df_dtier_stats st;
 };
 
@@ -35,6 +46,8 @@ df_dtier *df_dtier_new(uint64_t cap_bytes, df_dtier_mem mem) {
   t->mem = mem;
   t->cap_slots = 64;
   t->e = df_xcalloc((size_t)t->cap_slots, sizeof *t->e);
+  t->u_slots = 64;
+  t->u = df_xcalloc((size_t)t->u_slots, sizeof *t->u);
   t->head[0] = t->head[1] = t->tail[0] = t->tail[1] = -1;
   t->st.cap = cap_bytes;
   t->st.keep_cap = UINT64_MAX;
@@ -46,6 +59,7 @@ void df_dtier_free(df_dtier *t) {
   for (int i = 0; i < t->cap_slots; i++)
     if (t->e[i].used == 1) t->mem.free(t->mem.ud, t->e[i].p);
   free(t->e);
+  free(t->u);
   free(t);
 }
 
@@ -75,7 +89,61 @@ static void push_front(df_dtier *t, int i) {
   if (t->tail[c] < 0) t->tail[c] = i;
 }
 
+/* The slot of key's count in a table of `slots` (a power of two), or the
+ * empty slot where it goes; the table is never full (kept under half). */
+static int use_slot(const use *u, int slots, uint64_t key) {
+  int m = slots - 1, i = (int)(mix(key) & (uint64_t)m);
+  while (u[i].used && u[i].key != key) i = (i + 1) & m;
+  return i;
+}
+
+static uint32_t uses_of(const df_dtier *t, uint64_t key) {
+  int i = use_slot(t->u, t->u_slots, key);
+  return t->u[i].used ? t->u[i].n : 0;
+}
+
+/* The table again, each count halved (those that reach 0 dropped), in
+ * enough slots for the live keys and as many more. */
+static void use_rebuild(df_dtier *t, int halve) {
+  int ns = 64;
+  while (ns < 4 * (t->u_live + 1)) ns *= 2;
+  use *nu = df_xcalloc((size_t)ns, sizeof *nu);
+  int live = 0;
+  for (int i = 0; i < t->u_slots; i++) {
+    if (!t->u[i].used) continue;
+    uint32_t n = halve ? t->u[i].n / 2 : t->u[i].n;
+    if (!n) continue;
+    nu[use_slot(nu, ns, t->u[i].key)] = (use){.key = t->u[i].key, .n = n, .used = 1};
+    live++;
+  }
+  free(t->u);
+  t->u = nu;
+  t->u_slots = ns;
+  t->u_live = live;
+}
+
+/* One use of key; every DF_DTIER_AGE_USES uses per counted key (at least
+ * DF_DTIER_AGE_MIN), every count is halved, so the counts follow what is
+ * used lately. */
+static void count_use(df_dtier *t, uint64_t key) {
+  int i = use_slot(t->u, t->u_slots, key);
+  if (!t->u[i].used) {
+    t->u[i] = (use){.key = key, .n = 1, .used = 1};
+    if (++t->u_live * 2 >= t->u_slots) use_rebuild(t, 0);
+  } else if (t->u[i].n < UINT32_MAX) {
+    t->u[i].n++;
+  }
+  uint64_t period = (uint64_t)t->u_live * DF_DTIER_AGE_USES;
+  if (++t->u_since >= (period > DF_DTIER_AGE_MIN ? period : DF_DTIER_AGE_MIN)) {
+    use_rebuild(t, 1);
+    t->u_since = 0;
+  }
+}
+
+uint32_t df_dtier_uses(const df_dtier *t, uint64_t key) { return uses_of(t, key); }
+
 void *df_dtier_get(df_dtier *t, uint64_t key) {
+  count_use(t, key);
   int i = find(t, key);
   if (i < 0) {
     t->st.misses++;
@@ -143,6 +211,19 @@ static void rehash(df_dtier *t) {
   free(old);
 }
 
+/* 1 when an LRU entry of key may take the room that evicting the least
+ * recent LRU entries would give it: each of those victims must have been
+ * used at least DF_DTIER_ADMIT_MARGIN times fewer than key (dtier.h says
+ * why). No victim needed: admitted. */
+static int admit(const df_dtier *t, uint64_t key, size_t bytes) {
+  uint64_t need = t->st.bytes + bytes, cand = uses_of(t, key);
+  for (int i = t->tail[DF_DTIER_LRU]; need > t->st.cap && i >= 0; i = t->e[i].prev) {
+    if ((uint64_t)uses_of(t, t->e[i].key) + DF_DTIER_ADMIT_MARGIN > cand) return 0;
+    need -= t->e[i].bytes;
+  }
+  return 1;
+}
+
 void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls) {
   /* what the KEEP entries leave is all an entry can ever have */
   if (bytes > t->st.cap - t->st.keep_bytes) {
@@ -152,6 +233,10 @@ void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls) 
   /* a cap set below what is kept already leaves no room, not a wrap-around */
   uint64_t kept = t->st.keep_bytes < t->st.keep_cap ? t->st.keep_bytes : t->st.keep_cap;
   if (cls == DF_DTIER_KEEP && bytes > t->st.keep_cap - kept) {
+    t->st.refused++;
+    return NULL;
+  }
+  if (cls == DF_DTIER_LRU && !admit(t, key, bytes)) {
     t->st.refused++;
     return NULL;
   }

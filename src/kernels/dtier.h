@@ -11,17 +11,31 @@
  * evicts each matrix just before it is needed again and nothing ever hits;
  * so the spine's are KEEP entries, never evicted: once they fill the budget
  * the rest of the spine is used without being kept, and the kept part hits
- * every token. The experts' are LRU entries, evicted least recent first.
+ * every token. The experts' are LRU entries, evicted least recent first, but
+ * only for an expert used more often lately: a trunk whose every expert is
+ * routed every token is the same cycle (run 24, an 80 GB card: 25.9 GB of
+ * experts for about 24.6 GB of room; once the tier was full the drive was
+ * read without pause until the run's time ran out), and the
+ * experts K3 routes most stay in the tier while a rarely routed one cannot
+ * push them out.
  *
- * Policy (pinned by its test): a hit makes the entry the most recent of its
- * class; a new entry of either class evicts LRU entries, least recent first,
- * until it fits, and is refused (the caller uses the bytes without keeping
- * them) when it cannot fit without evicting a KEEP entry, or is larger than
- * the budget; an allocation that fails evicts the least recent LRU entry
- * and is tried again, and is refused when there is none. A KEEP entry is
- * also refused when the KEEP entries would pass their cap
- * (df_dtier_keep_cap; none by default), which leaves the LRU class the rest
- * of the budget. */
+ * Policy (pinned by its test): every get counts a use of its key, held or
+ * not; every DF_DTIER_AGE_USES gets per key counted (at least
+ * DF_DTIER_AGE_MIN) every count is halved, rounding down. A hit makes the
+ * entry the most recent of its class. A new entry is refused (the caller
+ * uses the bytes without keeping them) when it is larger than what the
+ * KEEP entries leave of the budget. A new KEEP entry evicts LRU entries,
+ * least recent first, until it fits, and is refused when the KEEP entries
+ * would pass their cap (df_dtier_keep_cap; none by default), which leaves
+ * the LRU class the rest of the budget. A new LRU entry that does not fit
+ * evicts LRU entries the same way, but only when each of those has at least
+ * DF_DTIER_ADMIT_MARGIN uses fewer than the new key; else it is refused and
+ * nothing is evicted. (A margin of 1 is not enough: in a cycle, the held
+ * entries not yet reached this pass have one use fewer than those already
+ * reached, and an entry that evicts the next one along makes that one miss
+ * in turn, to the end of the pass.) An allocation that fails evicts the
+ * least recent LRU entry and is tried again, and is refused when there is
+ * none. */
 #ifndef DF_KERNELS_DTIER_H
 #define DF_KERNELS_DTIER_H
 
@@ -29,6 +43,10 @@
 #include <stdint.h>
 
 typedef struct df_dtier df_dtier;
+
+#define DF_DTIER_ADMIT_MARGIN 2
+#define DF_DTIER_AGE_USES 16
+#define DF_DTIER_AGE_MIN 4096
 
 typedef enum { DF_DTIER_KEEP = 0, DF_DTIER_LRU = 1 } df_dtier_class;
 
@@ -66,6 +84,8 @@ void df_dtier_shrink(df_dtier *t, uint64_t bytes);
  * plan gave them instead of a spine larger than the budget taking it all.
  * Entries already kept stay. */
 void df_dtier_keep_cap(df_dtier *t, uint64_t bytes);
+/* key's use count as admission reads it (0 when never used or aged out). */
+uint32_t df_dtier_uses(const df_dtier *t, uint64_t key);
 void df_dtier_stats_get(const df_dtier *t, df_dtier_stats *st);
 
 #endif

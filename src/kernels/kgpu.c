@@ -82,6 +82,9 @@ struct df_kgpu {
   int pa_ok, pa_T;
   size_t pa_H;
   uint64_t snap_pass, pxn_tok, pxn_seq;
+  /* what the open left free beyond the tier, up to the reserve: the
+   * driver's, which our own buffers do not take (room_for) */
+  uint64_t drv_floor;
   int snap_n, snap_rows, pxn_T;
   df_kgpu_stats st;
 };
@@ -90,17 +93,26 @@ static void note_error(df_kgpu *g, const char *why);
 
 /* What the default tier leaves free of a device of `total` bytes: a
  * sixteenth, at least 2 GiB. Our own buffers take their room from the tier
- * (scratch below), but what the driver allocates on its own after the
+ * (room_for below), but what the driver allocates on its own after the
  * open (a module's code at its first launch, local memory grown for a
  * kernel that needs more) nothing can give back: with 2 GiB on an 80 GB
  * H100 whose tier filled, launches failed with "unknown error" and every
- * product went to the CPU (2026-12-05, docs/PERFORMANCE.md). */
+ * product went to the CPU (run 23); and with the reserve but the per-use
+ * buffers of a 512-token prefill taken from it, a launch failed with "out
+ * of memory" at 18 MiB free (run 24; docs/PERFORMANCE.md). */
 static uint64_t tier_reserve(uint64_t total) {
   uint64_t r = total / 16;
   return r > (2ull << 30) ? r : 2ull << 30;
 }
 
-static void *tier_alloc(void *ud, size_t n) { return df_cuda_alloc(((df_kgpu *)ud)->c, n); }
+/* Not below the floor (room_for): the tier then evicts or refuses, as
+ * for a device out of memory. */
+static void *tier_alloc(void *ud, size_t n) {
+  df_kgpu *g = ud;
+  size_t fr = 0, tot = 0;
+  if (g->drv_floor && !df_cuda_mem_info(g->dev, &fr, &tot) && fr < n + g->drv_floor) return NULL;
+  return df_cuda_alloc(g->c, n);
+}
 /* An evicted entry may still be read by queued work (an expert batch):
  * the stream is drained before its memory goes. */
 static void tier_free(void *ud, void *p) {
@@ -136,6 +148,8 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *
     return NULL;
   }
   g->tier = df_dtier_new(tier_bytes, (df_dtier_mem){tier_alloc, tier_free, g});
+  g->drv_floor = fr > tier_bytes ? fr - tier_bytes : 0;
+  if (g->drv_floor > tier_reserve(tot)) g->drv_floor = tier_reserve(tot);
   if (plan) df_dtier_keep_cap(g->tier, plan(plan_ud, tier_bytes, fr));
   snprintf(g->st.device, sizeof g->st.device, "%s", df_cuda_describe(c));
   g->st.mem_total = tot;
@@ -174,15 +188,26 @@ void df_kgpu_close(df_kgpu *g) {
   free(g);
 }
 
+/* Device memory for n bytes outside the tier, from the tier's budget when
+ * the device's free memory would drop below the floor (dtier.h's shrink):
+ * a per-use buffer or the sequence state is needed every pass, a kept
+ * matrix only saves a copy, and the floor is what the driver allocates
+ * from on its own. */
+static void room_for(df_kgpu *g, size_t n) {
+  size_t fr = 0, tot = 0;
+  if (!g->drv_floor || df_cuda_mem_info(g->dev, &fr, &tot)) return;
+  if (fr < n + g->drv_floor) df_dtier_shrink(g->tier, n + g->drv_floor - fr);
+}
+
 /* A per-use device buffer of at least n bytes (grown, never shrunk). When
- * the device has no room for it, the weight tier gives its budget up for it
- * (dtier.h's shrink), once: a per-use buffer is needed every pass, a kept
- * matrix only saves a copy. */
+ * the device has no room for it, even below the floor, the weight tier
+ * gives its budget up for it, once. */
 static void *scratch(df_kgpu *g, void **buf, size_t *cap, size_t n) {
   if (*cap >= n) return *buf;
   df_cuda_sync(g->c); /* queued work may still read the old one */
   df_cuda_free(g->c, *buf);
   size_t want = n + n / 4;
+  room_for(g, want);
   *buf = df_cuda_alloc(g->c, want);
   if (!*buf) {
     df_dtier_shrink(g->tier, want);
@@ -966,6 +991,7 @@ static void sent_free(df_kgpu *g, struct sent *e) {
  * device is full (dtier.h's shrink), as for the per-use buffers, since the
  * state is needed every pass. */
 static float *sent_alloc(df_kgpu *g, size_t bytes) {
+  room_for(g, bytes);
   float *d = df_cuda_alloc(g->c, bytes);
   if (!d) {
     df_dtier_shrink(g->tier, bytes);

@@ -1,8 +1,8 @@
 /* --device cuda: the matrix products of the fp32 drivers (df_mm*, kernels.h)
  * on a CUDA device, with the weights kept in device memory between passes
  * (the weight tier, dtier.h: spine matrices by df_wmat.id, kept; routed
- * experts by their key, least recent out: an expert tier above the RAM
- * cache).
+ * experts by their key, least recent out for one used more often lately:
+ * an expert tier above the RAM cache).
  *
  * Exactness: the GPU kernels compute the scalar reference's bits
  * (kcuda.h), so a product gives the same floats on either side, and a

@@ -75,6 +75,17 @@ for mem in 8589934592:6442450944 68719476736:64424509440; do
     fail "default tier on ${mem%%:*} bytes: $(field "$T/g.json" "d['stats']['device']['tier_cap']"), not ${mem#*:}"
 done
 echo "ok   the default tier leaves the driver a sixteenth of the device, at least 2 GiB"
+# ... and what the open left beyond the tier (up to that reserve) stays free
+# to the end: the per-use buffers and the state take their room from the
+# tier, not from it (run 24: a 512-token prefill's buffers took the reserve
+# and a launch failed at 18 MiB free). 14 MB with a 10 MB tier: 4 MB stay.
+DF_MOCK_CUDA_MEM=14000000 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 \
+  --json --heat '' --device cuda --gpu-mem 10000000 >"$T/g.json" 2>"$T/e" || fail "floor: $(cat "$T/e")"
+[ "$(field "$T/g.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids']")" ] ||
+  fail "floor: ids differ"
+[ "$(field "$T/g.json" "(d['stats']['device']['fallbacks'], d['stats']['device']['mem_free'] >= 4000000, d['stats']['device']['tier_cap'] < 10000000)")" = "(0, True, True)" ] ||
+  fail "floor: $(field "$T/g.json" "d['stats']['device']")"
+echo "ok   the per-use buffers leave the driver what the open left it"
 
 # a KDA layer's sequence part (df_kgpu_kda) that fails on the GPU, in the
 # prefill's second KDA layer: that layer and the rest computed on the CPU

@@ -3,7 +3,10 @@
  * refreshes, an entry over the budget is refused, a failed allocation
  * evicts and retries; KEEP entries are never evicted, so a cycle of spine
  * matrices larger than the budget keeps hitting on its kept part where an
- * LRU would never hit; and, against a reference model (plain arrays kept
+ * LRU would never hit; an LRU entry evicts only entries with 2 uses fewer
+ * (a cycle of experts larger than the budget hits on the part held, in any
+ * order; a hot key gets in, a scan does not), counts halved every period;
+ * and, against a reference model (plain arrays kept
  * in recency order) over a long random sequence of both classes, the same
  * entries present after every step, so a change of the policy or a
  * hash-table slip (lost key, stale tombstone) shows. */
@@ -42,20 +45,33 @@ static df_dtier *mk(heap *h, uint64_t cap) {
   return df_dtier_new(cap, (df_dtier_mem){h_alloc, h_free, h});
 }
 
+/* n gets of key, as the engine's misses before a put */
+static void uses(df_dtier *t, uint64_t key, int n) {
+  for (int i = 0; i < n; i++) df_dtier_get(t, key);
+}
+
 static void test_lru_order(void **st) {
   (void)st;
   heap h;
   df_dtier *t = mk(&h, 300);
-  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_LRU)); /* room: no uses needed */
   assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_LRU));
   assert_non_null(df_dtier_put(t, 3, 100, DF_DTIER_LRU));
   assert_non_null(df_dtier_get(t, 1)); /* 1 is now the most recent: 2 goes first */
+  uses(t, 4, 2);                       /* 2 uses against 2's 0: admitted */
   assert_non_null(df_dtier_put(t, 4, 100, DF_DTIER_LRU));
   assert_null(df_dtier_get(t, 2));
   assert_non_null(df_dtier_get(t, 1));
   assert_non_null(df_dtier_get(t, 3));
   assert_non_null(df_dtier_get(t, 4));
-  /* a 200-byte entry needs two evictions: 1 (least recent now), then 3 */
+  /* a 200-byte entry needs two evictions: 1 (least recent now, 2 uses),
+   * then 3 (1 use); 3 uses of 5 are not 2 more than 1's: refused, and
+   * nothing is evicted; a fourth use admits it */
+  uses(t, 5, 3);
+  assert_null(df_dtier_put(t, 5, 200, DF_DTIER_LRU));
+  assert_int_equal(h.live, 3);
+  uses(t, 5, 1);
+  assert_int_equal(df_dtier_uses(t, 5), 4);
   assert_non_null(df_dtier_put(t, 5, 200, DF_DTIER_LRU));
   assert_null(df_dtier_get(t, 1));
   assert_null(df_dtier_get(t, 3));
@@ -65,11 +81,108 @@ static void test_lru_order(void **st) {
   assert_int_equal(s.entries, 2);
   assert_int_equal(s.bytes, 300);
   assert_int_equal(s.evictions, 3);
+  assert_int_equal(s.refused, 1);
   assert_int_equal(s.hits, 5);
-  assert_int_equal(s.misses, 3);
+  assert_int_equal(s.misses, 9);
   assert_int_equal(h.live, 2);
   df_dtier_free(t);
   assert_int_equal(h.live, 0);
+}
+
+/* A cycle of 12 experts with room for 10, every one used every pass (a
+ * trunk routing all its experts): the first 10 get in and hit on every
+ * later pass, the other 2 are refused every time, nothing is evicted. A
+ * plain LRU would evict each just before its use and never hit. Then the
+ * same held set under an order that interleaves the refused ones with the
+ * held: still 10 hits a pass (with a margin of 1, the first refused one
+ * would evict the next held one, which would evict the next, to the end of
+ * the pass). */
+static void test_admission_cycle(void **st) {
+  (void)st;
+  static const uint64_t mixed[12] = {1, 11, 2, 12, 3, 4, 5, 6, 7, 8, 9, 10};
+  heap h;
+  df_dtier *t = mk(&h, 1000);
+  for (int pass = 0; pass < 40; pass++) {
+    int hits = 0;
+    for (int j = 0; j < 12; j++) {
+      uint64_t k = pass < 20 ? (uint64_t)j + 1 : mixed[j];
+      if (df_dtier_get(t, k)) {
+        hits++;
+        continue;
+      }
+      void *p = df_dtier_put(t, k, 100, DF_DTIER_LRU);
+      assert_true((p != NULL) == (pass == 0 && k <= 10));
+    }
+    assert_int_equal(hits, pass ? 10 : 0);
+  }
+  df_dtier_stats s;
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.evictions, 0);
+  assert_int_equal(s.refused, 2 * 40);
+  df_dtier_free(t);
+  assert_int_equal(h.live, 0);
+}
+
+/* Skew: a key used often displaces the least recent held one once it has 2
+ * uses more; a key used once never displaces one used as often. */
+static void test_admission_hot(void **st) {
+  (void)st;
+  heap h;
+  df_dtier *t = mk(&h, 300);
+  for (uint64_t k = 1; k <= 3; k++) {
+    uses(t, k, 1);
+    assert_non_null(df_dtier_put(t, k, 100, DF_DTIER_LRU));
+  }
+  for (uint64_t k = 100; k < 200; k++) { /* a scan of keys used once */
+    uses(t, k, 1);
+    assert_null(df_dtier_put(t, k, 100, DF_DTIER_LRU));
+  }
+  uses(t, 50, 2); /* 2 uses against 1's 1: not yet */
+  assert_null(df_dtier_put(t, 50, 100, DF_DTIER_LRU));
+  uses(t, 50, 1); /* 3: in, and 1, the least recent, out */
+  assert_non_null(df_dtier_put(t, 50, 100, DF_DTIER_LRU));
+  assert_false(df_dtier_has(t, 1));
+  assert_true(df_dtier_has(t, 2) && df_dtier_has(t, 3) && df_dtier_has(t, 50));
+  df_dtier_stats s;
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.evictions, 1);
+  assert_int_equal(s.refused, 101);
+  df_dtier_free(t);
+}
+
+/* Aging: after DF_DTIER_AGE_MIN gets (few keys counted) every count is
+ * halved, rounding down; a count of 1 becomes 0 and the key is forgotten. */
+static void test_aging(void **st) {
+  (void)st;
+  heap h;
+  df_dtier *t = mk(&h, 300);
+  uses(t, 7, 5);
+  uses(t, 8, 1);
+  uses(t, 9, DF_DTIER_AGE_MIN - 7); /* one get short of the period */
+  assert_int_equal(df_dtier_uses(t, 7), 5);
+  assert_int_equal(df_dtier_uses(t, 8), 1);
+  uses(t, 9, 1);
+  assert_int_equal(df_dtier_uses(t, 7), 2);
+  assert_int_equal(df_dtier_uses(t, 8), 0);
+  assert_int_equal(df_dtier_uses(t, 9), (DF_DTIER_AGE_MIN - 6) / 2);
+  /* the next period starts from 0 */
+  uses(t, 7, DF_DTIER_AGE_MIN - 1);
+  assert_int_equal(df_dtier_uses(t, 7), 2 + DF_DTIER_AGE_MIN - 1);
+  uses(t, 7, 1);
+  assert_int_equal(df_dtier_uses(t, 7), (2 + DF_DTIER_AGE_MIN) / 2);
+  /* with many keys the period is DF_DTIER_AGE_USES gets per key */
+  df_dtier_free(t);
+  t = mk(&h, 300);
+  int nk = 2 * DF_DTIER_AGE_MIN / DF_DTIER_AGE_USES; /* enough keys to pass AGE_MIN */
+  for (int k = 0; k < nk; k++) uses(t, 1000 + (uint64_t)k, 1);
+  uses(t, 5, 2);
+  uses(t, 6, 1); /* nk + 2 keys, nk + 3 gets */
+  int period = (nk + 2) * DF_DTIER_AGE_USES;
+  uses(t, 6, period - (nk + 3) - 1); /* one short */
+  assert_int_equal(df_dtier_uses(t, 5), 2);
+  uses(t, 6, 1);
+  assert_int_equal(df_dtier_uses(t, 5), 1);
+  df_dtier_free(t);
 }
 
 static void test_refuse_and_alloc_failure(void **st) {
@@ -158,6 +271,7 @@ static void test_keep_cap(void **st) {
   /* the experts' share: 500 - 250, evicted among themselves */
   assert_non_null(df_dtier_put(t, 10, 125, DF_DTIER_LRU));
   assert_non_null(df_dtier_put(t, 11, 125, DF_DTIER_LRU));
+  uses(t, 12, 2); /* admitted over 10's 0 uses */
   assert_non_null(df_dtier_put(t, 12, 125, DF_DTIER_LRU));
   assert_null(df_dtier_get(t, 10));
   df_dtier_stats s;
@@ -213,14 +327,30 @@ static void test_shrink(void **st) {
 }
 
 /* The reference: keys in recency order (most recent first) with sizes and
- * classes; eviction takes the last LRU one. */
+ * classes; eviction takes the last LRU one; use counts by the key's id
+ * (below 600, as the test draws them), halved every period. */
 typedef struct ref {
   uint64_t key[4096];
   size_t sz[4096];
   int cls[4096];
   int n;
   uint64_t bytes, cap, keep;
+  uint32_t uses[600];
+  uint64_t since;
 } ref;
+
+static int ref_id(uint64_t k) { return (int)(k >> 63 ? (k >> 2) & 0x3ff : k); }
+
+static void ref_use(ref *r, uint64_t k) {
+  r->uses[ref_id(k)]++;
+  uint64_t keys = 0;
+  for (int i = 0; i < 600; i++) keys += r->uses[i] > 0;
+  uint64_t period = keys * DF_DTIER_AGE_USES;
+  if (++r->since >= (period > DF_DTIER_AGE_MIN ? period : DF_DTIER_AGE_MIN)) {
+    for (int i = 0; i < 600; i++) r->uses[i] /= 2;
+    r->since = 0;
+  }
+}
 
 static int ref_find(const ref *r, uint64_t k) {
   for (int i = 0; i < r->n; i++)
@@ -250,6 +380,14 @@ static void ref_front(ref *r, int i) {
 /* 1 when kept */
 static int ref_put(ref *r, uint64_t k, size_t z, int c) {
   if (z > r->cap - r->keep) return 0;
+  if (c == DF_DTIER_LRU) { /* each LRU victim 2 uses short of k, or refused */
+    uint64_t need = r->bytes + z;
+    for (int i = r->n - 1; i >= 0 && need > r->cap; i--) {
+      if (r->cls[i] != DF_DTIER_LRU) continue;
+      if (r->uses[ref_id(r->key[i])] + 2 > r->uses[ref_id(k)]) return 0;
+      need -= r->sz[i];
+    }
+  }
   while (r->bytes + z > r->cap) {
     int i = r->n - 1;
     while (r->cls[i] != DF_DTIER_LRU) i--;
@@ -277,6 +415,7 @@ static void test_against_reference(void **st) {
     if (k & 1) k = 1ull << 63 | k << 2;
     int i = ref_find(&r, k);
     void *p = df_dtier_get(t, k);
+    ref_use(&r, k);
     assert_true((i >= 0) == (p != NULL));
     if (i >= 0) {
       ref_front(&r, i);
@@ -319,6 +458,7 @@ static void test_has_is_a_look(void **st) {
   assert_int_equal(s.hits, 0);
   assert_int_equal(s.misses, 0);
   /* 1 is still the least recent: a get would have made it the most recent */
+  uses(t, 3, 2);
   assert_non_null(df_dtier_put(t, 3, 100, DF_DTIER_LRU));
   assert_false(df_dtier_has(t, 1));
   assert_true(df_dtier_has(t, 2));
@@ -330,6 +470,9 @@ static void test_has_is_a_look(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lru_order),
+      cmocka_unit_test(test_admission_cycle),
+      cmocka_unit_test(test_admission_hot),
+      cmocka_unit_test(test_aging),
       cmocka_unit_test(test_refuse_and_alloc_failure),
       cmocka_unit_test(test_keep),
       cmocka_unit_test(test_keep_cap),
