@@ -225,29 +225,30 @@ static int admit(const df_dtier *t, uint64_t key, size_t bytes) {
 }
 
 void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls) {
-  /* what the KEEP entries leave is all an entry can ever have */
-  if (bytes > t->st.cap - t->st.keep_bytes) {
-    t->st.refused++;
-    return NULL;
-  }
   /* a cap set below what is kept already leaves no room, not a wrap-around */
   uint64_t kept = t->st.keep_bytes < t->st.keep_cap ? t->st.keep_bytes : t->st.keep_cap;
   if (cls == DF_DTIER_KEEP && bytes > t->st.keep_cap - kept) {
     t->st.refused++;
     return NULL;
   }
-  if (cls == DF_DTIER_LRU && !admit(t, key, bytes)) {
-    t->st.refused++;
-    return NULL;
-  }
-  while (t->st.bytes + bytes > t->st.cap && t->tail[DF_DTIER_LRU] >= 0) evict_tail(t);
   void *p;
-  while (!(p = t->mem.alloc(t->mem.ud, bytes))) {
+  for (;;) {
+    /* what the KEEP entries leave is all an entry can ever have */
+    if (bytes > t->st.cap - t->st.keep_bytes || (cls == DF_DTIER_LRU && !admit(t, key, bytes))) {
+      t->st.refused++;
+      return NULL;
+    }
+    while (t->st.bytes + bytes > t->st.cap && t->tail[DF_DTIER_LRU] >= 0) evict_tail(t);
+    if ((p = t->mem.alloc(t->mem.ud, bytes))) break;
     if (t->tail[DF_DTIER_LRU] < 0) {
       t->st.refused++;
       return NULL;
     }
-    evict_tail(t);
+    /* the device holds no more than the entries now: the budget becomes
+     * that, and the entry is tried again under it (evicting to fit
+     * needs the admission again, else an LRU entry missing every pass
+     * would take each held one in turn) */
+    t->st.cap = t->st.bytes;
   }
   if ((t->live + 1 + t->dead) * 4 >= t->cap_slots * 3) rehash(t);
   int m = t->cap_slots - 1, j = (int)(mix(key) & (uint64_t)m);

@@ -33,9 +33,11 @@
  * nothing is evicted. (A margin of 1 is not enough: in a cycle, the held
  * entries not yet reached this pass have one use fewer than those already
  * reached, and an entry that evicts the next one along makes that one miss
- * in turn, to the end of the pass.) An allocation that fails evicts the
- * least recent LRU entry and is tried again, and is refused when there is
- * none. */
+ * in turn, to the end of the pass.) An allocation that fails means the
+ * device holds no more than the entries now: the budget becomes what they
+ * hold, and the entry is tried again under it as above (so a KEEP entry
+ * evicts LRU ones, and an LRU entry needs the margin over those it would
+ * evict); it is refused when no LRU entry is left. */
 #ifndef DF_KERNELS_DTIER_H
 #define DF_KERNELS_DTIER_H
 

@@ -1,7 +1,7 @@
 /* The device weight tier's policy (kernels/dtier.c), on a host allocator
  * that counts and can be told to fail: least recently used out first, a hit
  * refreshes, an entry over the budget is refused, a failed allocation
- * evicts and retries; KEEP entries are never evicted, so a cycle of spine
+ * lowers the budget to what is held and retries under it; KEEP entries are never evicted, so a cycle of spine
  * matrices larger than the budget keeps hitting on its kept part where an
  * LRU would never hit; an LRU entry evicts only entries with 2 uses fewer
  * (a cycle of experts larger than the budget hits on the part held, in any
@@ -189,23 +189,38 @@ static void test_refuse_and_alloc_failure(void **st) {
   (void)st;
   heap h;
   df_dtier *t = mk(&h, 300);
+  df_dtier_stats s;
   assert_null(df_dtier_put(t, 9, 301, DF_DTIER_LRU)); /* over the whole budget: refused, nothing evicted */
   assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_LRU));
   assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_LRU));
   h.fail_after = 0; /* the device is out of memory although the budget is not */
+  uses(t, 3, 1);
+  /* the budget becomes the 200 held; 3 would have to evict 1, which has
+   * not 2 uses fewer: refused, nothing evicted */
   assert_null(df_dtier_put(t, 3, 50, DF_DTIER_LRU));
-  assert_null(df_dtier_get(t, 1)); /* both evicted trying */
-  assert_null(df_dtier_get(t, 2));
-  h.fail_after = 1;                /* one more succeeds, then memory runs out */
-  assert_non_null(df_dtier_put(t, 4, 10, DF_DTIER_LRU));
-  /* fails with 4 present: 4 is evicted, the retry fails too: refused */
-  assert_null(df_dtier_put(t, 5, 10, DF_DTIER_LRU));
-  df_dtier_stats s;
   df_dtier_stats_get(t, &s);
-  assert_int_equal(s.refused, 3);
-  assert_int_equal(s.entries, 0);
-  assert_int_equal(h.live, 0);
+  assert_int_equal(s.cap, 200);
+  assert_true(df_dtier_has(t, 1) && df_dtier_has(t, 2));
+  uses(t, 3, 2);
+  /* now admitted over 1, whose eviction does not help: the budget becomes
+   * the 100 held, 2 goes too, and with no LRU entry left it is refused */
+  assert_null(df_dtier_put(t, 3, 50, DF_DTIER_LRU));
+  assert_false(df_dtier_has(t, 1) || df_dtier_has(t, 2));
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 100);
+  h.fail_after = 1; /* one more succeeds, then memory runs out */
+  assert_non_null(df_dtier_put(t, 4, 10, DF_DTIER_LRU));
+  /* fails with 4 present: the budget becomes 10, and 5 is no hotter than 4 */
+  assert_null(df_dtier_put(t, 5, 10, DF_DTIER_LRU));
+  assert_true(df_dtier_has(t, 4));
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.refused, 4);
+  assert_int_equal(s.evictions, 2);
+  assert_int_equal(s.cap, 10);
+  assert_int_equal(s.entries, 1);
+  assert_int_equal(h.live, 1);
   df_dtier_free(t);
+  assert_int_equal(h.live, 0);
 }
 
 /* KEEP: never evicted; an entry that would need a KEEP entry's room is
@@ -240,7 +255,8 @@ static void test_keep(void **st) {
   df_dtier_free(t);
   assert_int_equal(h.live, 0);
 
-  /* a failed allocation evicts LRU entries only, then refuses */
+  /* a failed allocation: the budget becomes the 200 held, the KEEP entry
+   * evicts the LRU one, fails again, and with no LRU entry left is refused */
   t = mk(&h, 1000);
   assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_KEEP));
   assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_LRU));
@@ -248,6 +264,8 @@ static void test_keep(void **st) {
   assert_null(df_dtier_put(t, 3, 100, DF_DTIER_KEEP));
   assert_null(df_dtier_get(t, 2));
   assert_non_null(df_dtier_get(t, 1));
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 200);
   df_dtier_free(t);
   assert_int_equal(h.live, 0);
 }
