@@ -105,13 +105,19 @@ static uint64_t tier_reserve(uint64_t total) {
   return r > (2ull << 30) ? r : 2ull << 30;
 }
 
+/* How far n more bytes would take the device's free memory below the
+ * floor (0: not below it, or no floor). */
+static uint64_t below_floor(df_kgpu *g, size_t n) {
+  size_t fr = 0, tot = 0;
+  if (!g->drv_floor || df_cuda_mem_info(g->dev, &fr, &tot) || fr >= n + g->drv_floor) return 0;
+  return n + g->drv_floor - fr;
+}
+
 /* Not below the floor (room_for): the tier then evicts or refuses, as
  * for a device out of memory. */
 static void *tier_alloc(void *ud, size_t n) {
   df_kgpu *g = ud;
-  size_t fr = 0, tot = 0;
-  if (g->drv_floor && !df_cuda_mem_info(g->dev, &fr, &tot) && fr < n + g->drv_floor) return NULL;
-  return df_cuda_alloc(g->c, n);
+  return below_floor(g, n) ? NULL : df_cuda_alloc(g->c, n);
 }
 /* An evicted entry may still be read by queued work (an expert batch):
  * the stream is drained before its memory goes. */
@@ -194,9 +200,8 @@ void df_kgpu_close(df_kgpu *g) {
  * matrix only saves a copy, and the floor is what the driver allocates
  * from on its own. */
 static void room_for(df_kgpu *g, size_t n) {
-  size_t fr = 0, tot = 0;
-  if (!g->drv_floor || df_cuda_mem_info(g->dev, &fr, &tot)) return;
-  if (fr < n + g->drv_floor) df_dtier_shrink(g->tier, n + g->drv_floor - fr);
+  uint64_t short_by = below_floor(g, n);
+  if (short_by) df_dtier_shrink(g->tier, short_by);
 }
 
 /* A per-use device buffer of at least n bytes (grown, never shrunk). When

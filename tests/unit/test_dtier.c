@@ -1,15 +1,16 @@
 /* The device weight tier's policy (kernels/dtier.c), on a host allocator
  * that counts and can be told to fail: least recently used out first, a hit
  * refreshes, an entry over the budget is refused, a failed allocation
- * lowers the budget to what is held and retries under it; KEEP entries are never evicted, so a cycle of spine
- * matrices larger than the budget keeps hitting on its kept part where an
- * LRU would never hit; an LRU entry evicts only entries with 2 uses fewer
- * (a cycle of experts larger than the budget hits on the part held, in any
- * order; a hot key gets in, a scan does not), counts halved every period;
- * and, against a reference model (plain arrays kept
- * in recency order) over a long random sequence of both classes, the same
- * entries present after every step, so a change of the policy or a
- * hash-table slip (lost key, stale tombstone) shows. */
+ * lowers the budget to what is held and retries under it; KEEP entries are
+ * never evicted, so a cycle of spine matrices larger than the budget keeps
+ * hitting on its kept part where an LRU would never hit; an LRU entry
+ * evicts only entries with 2 uses fewer (a cycle of experts larger than the
+ * budget hits on the part held, in any order; a hot key gets in, a scan
+ * does not; skewed routing hits more than an LRU), counts halved every
+ * period; and, against a reference model (plain arrays kept in recency
+ * order) over a long random sequence of both classes, the same entries
+ * present after every step, so a change of the policy or a hash-table slip
+ * (lost key, stale tombstone) shows. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
