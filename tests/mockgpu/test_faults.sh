@@ -79,12 +79,25 @@ echo "ok   the default tier leaves the driver a sixteenth of the device, at leas
 # to the end: the per-use buffers and the state take their room from the
 # tier, not from it (run 24: a 512-token prefill's buffers took the reserve
 # and a launch failed at 18 MiB free). 14 MB with a 10 MB tier: 4 MB stay.
-DF_MOCK_CUDA_MEM=14000000 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 \
-  --json --heat '' --device cuda --gpu-mem 10000000 >"$T/g.json" 2>"$T/e" || fail "floor: $(cat "$T/e")"
-[ "$(field "$T/g.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids']")" ] ||
-  fail "floor: ids differ"
-[ "$(field "$T/g.json" "(d['stats']['device']['fallbacks'], d['stats']['device']['mem_free'] >= 4000000, d['stats']['device']['tier_cap'] < 10000000)")" = "(0, True, True)" ] ||
-  fail "floor: $(field "$T/g.json" "d['stats']['device']")"
+# One new token: the buffers come first and the tier fills after them (its
+# own allocations stop at the floor); 8: the buffers grow after the tier
+# filled (they shrink it).
+for n in 1 8; do
+  DF_MOCK_CUDA_MEM=14000000 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new $n \
+    --json --heat '' --device cuda --gpu-mem 10000000 >"$T/g.json" 2>"$T/e" || fail "floor, $n: $(cat "$T/e")"
+  [ "$(field "$T/g.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids'][:$n]")" ] ||
+    fail "floor, $n: ids differ"
+  [ "$(field "$T/g.json" "(d['stats']['device']['fallbacks'], d['stats']['device']['mem_free'] >= 4000000, d['stats']['device']['tier_cap'] < 10000000)")" = "(0, True, True)" ] ||
+    fail "floor, $n new: $(field "$T/g.json" "d['stats']['device']")"
+done
+# run 24's order: bench's cold warm-up fills the tier with every weight, then
+# its 128-token prompt grows the buffers with nothing more to put in the
+# tier (without shrinking it, 1.5 MB of the 4 stay free)
+DF_MOCK_CUDA_MEM=18000000 "$BIN" bench --model "$SRC/models/nano-k3" --device cuda --gpu-mem 14000000 \
+  --prompt-tokens 128 --new-tokens 2 --repeat 1 --heat '' --json >"$T/b.json" 2>"$T/e" ||
+  fail "floor, bench: $(cat "$T/e")"
+[ "$(field "$T/b.json" "(d['device']['fallbacks'], d['device']['mem_free'] >= 4000000)")" = "(0, True)" ] ||
+  fail "floor, bench: $(field "$T/b.json" "d['device']")"
 echo "ok   the per-use buffers leave the driver what the open left it"
 
 # a KDA layer's sequence part (df_kgpu_kda) that fails on the GPU, in the
