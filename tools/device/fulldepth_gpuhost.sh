@@ -34,7 +34,7 @@
 # --gpu-state copy; cuda_bench / cpu_bench: `bench --model`, a cold warm-up then a warm
 # PREFILL-token prompt and 8 new tokens, and the disk's ceiling; cuda_bench_gl: cuda_bench
 # with DF_CUDA_GEMM_TILES=2, cuda_bench_lanes with 0; cuda_bench_pdl and cuda_decode_pdl
-# with DF_CUDA_PDL=1; cuda_bench_sx and cuda_decode_sx with DF_CUDA_SHARED_X=1), KEEP=1
+# with DF_CUDA_PDL=1, cuda_bench_pdlg and cuda_decode_pdlg with DF_CUDA_PDL=gemv; cuda_bench_sx and cuda_decode_sx with DF_CUDA_SHARED_X=1), KEEP=1
 # keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
@@ -244,6 +244,9 @@ for step in $STEPS; do
   # the row-tile GEMVs as dependent launches (df_cuda_set_pdl; off by default: mixed in run 23's bench)
   cuda_bench_pdl) export DF_CUDA_PDL=1; bench cuda_bench_pdl cuda; unset DF_CUDA_PDL ;;
   cuda_decode_pdl) export DF_CUDA_PDL=1; run cuda_decode_pdl cuda 1,2,3 4; unset DF_CUDA_PDL ;;
+  # only the row-tile GEMVs (T = 1) dependent: the prefill's GEMMs as plain launches
+  cuda_bench_pdlg) export DF_CUDA_PDL=gemv; bench cuda_bench_pdlg cuda; unset DF_CUDA_PDL ;;
+  cuda_decode_pdlg) export DF_CUDA_PDL=gemv; run cuda_decode_pdlg cuda 1,2,3 4; unset DF_CUDA_PDL ;;
   # the wide tiles in blocks of four warps sharing x (DF_CUDA_SHARED_X; off: no clear gain in run 23's bench)
   cuda_bench_sx) export DF_CUDA_SHARED_X=1; bench cuda_bench_sx cuda; unset DF_CUDA_SHARED_X ;;
   cuda_decode_sx) export DF_CUDA_SHARED_X=1; run cuda_decode_sx cuda 1,2,3 4; unset DF_CUDA_SHARED_X ;;

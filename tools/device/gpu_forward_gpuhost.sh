@@ -8,7 +8,7 @@
 # carried; results in $OUT/r.tgz (one file: a call brings back only a few).
 # STEPS (default "test kern gbench nano spec trunk"; also "suite": CPU e2e
 # suites with DF_DEVICE=cuda, where jq and curl are there, and "test_pdl":
-# test with DF_CUDA_PDL=1) picks parts;
+# test with DF_CUDA_PDL=1, "test_pdlg": with DF_CUDA_PDL=gemv) picks parts;
 # TRUNK_LAYERS (default 4) the k3-trunk's depth.
 set -u
 D=$(cd "${1:-out/gpu}" && pwd)
@@ -42,6 +42,12 @@ for s in $STEPS; do
     { time DF_CUDA_PDL=1 DF_BIN=$B DF_SRC=$SRC timeout 330 sh "$SRC/tests/cuda/test_device_forward.sh"; echo "rc=$?"; } \
       > "$R/test_device_forward_pdl.txt" 2>&1
     tail -3 "$R/test_device_forward_pdl.txt" ;;
+  test_pdlg)
+    # only the row-tile GEMVs as dependent launches (DF_CUDA_PDL=gemv)
+    ts "gpu.test_device_forward, DF_CUDA_PDL=gemv"
+    { time DF_CUDA_PDL=gemv DF_BIN=$B DF_SRC=$SRC timeout 330 sh "$SRC/tests/cuda/test_device_forward.sh"; echo "rc=$?"; } \
+      > "$R/test_device_forward_pdlg.txt" 2>&1
+    tail -3 "$R/test_device_forward_pdlg.txt" ;;
   kern)
     ts "gpu.test_cuda_kernels"
     { time ours timeout 300 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1

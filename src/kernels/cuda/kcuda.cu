@@ -38,7 +38,8 @@ struct df_cuda {
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-9 forced */
   unsigned tile_pf[4]; /* the row tiles' L2 prefetch window, bytes (0: none) */
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
-  int pdl;      /* the kernels as dependent launches: asked for (df_cuda_set_pdl) */
+  int pdl;      /* dependent launches asked for (df_cuda_set_pdl): 0 none, 1 every kernel, 2 the row-tile GEMVs */
+  int in_tiles; /* a row-tile GEMV's launch is being made (df_cuda_launch_dependent's mode 2) */
   int pdl_cap;  /* the device has them (sm_90 and later) */
   int shared_x; /* the wide tiles picked by shape in their four-warp form (tile variants 8, 9) */
   int after_kernel; /* the stream's last work is one of the context's kernels (df_cuda_launched) */
@@ -76,7 +77,9 @@ extern "C" int df_cuda_device_count(void) {
 /* what --stats and stats.device.name show: a run's dependent launches too */
 static void describe(df_cuda *c) {
   snprintf(c->desc, sizeof c->desc, "%s%s)", c->base,
-           c->pdl && c->pdl_cap ? ", dependent launches" : "");
+           !c->pdl || !c->pdl_cap ? ""
+           : c->pdl == 2      ? ", dependent launches of the GEMVs"
+                              : ", dependent launches");
 }
 
 extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
@@ -97,7 +100,8 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   const char *gt = getenv("DF_CUDA_GEMM_TILES");
   c->gemm_tiles = gt && gt[0] >= '0' && gt[0] <= '2' ? gt[0] - '0' : -1;
   const char *pd = getenv("DF_CUDA_PDL");
-  c->pdl = pd && pd[0] == '1'; /* off: mixed in run 23's bench (kcuda.h) */
+  /* off: mixed in run 23's bench (kcuda.h); "gemv" (or 2): the row tiles only */
+  c->pdl = !pd ? 0 : pd[0] == '1' ? 1 : pd[0] == '2' || !strcmp(pd, "gemv") ? 2 : 0;
   const char *sx = getenv("DF_CUDA_SHARED_X");
   c->shared_x = sx && sx[0] == '1'; /* off: no clear gain in run 23 (H100) */
   cudaDeviceProp p;
@@ -129,8 +133,8 @@ extern "C" void df_cuda_close(df_cuda *c) {
 }
 
 extern "C" void df_cuda_set_prefetch(df_cuda *c, int on) { c->prefetch = on != 0; }
-extern "C" void df_cuda_set_pdl(df_cuda *c, int on) {
-  c->pdl = on != 0;
+extern "C" void df_cuda_set_pdl(df_cuda *c, int mode) {
+  c->pdl = mode == 1 || mode == 2 ? mode : 0;
   describe(c);
 }
 
@@ -192,7 +196,9 @@ extern "C" double df_cuda_elapsed(df_cuda *c) {
  * asked for, the device has it and the stream's last work is one of the
  * context's kernels, so the early start only ever overlaps a kernel (which
  * writes no weights), never a copy. */
-bool df_cuda_launch_dependent(df_cuda *c) { return c->pdl && c->pdl_cap && c->after_kernel; }
+bool df_cuda_launch_dependent(df_cuda *c) {
+  return c->pdl_cap && c->after_kernel && (c->pdl == 1 || (c->pdl == 2 && c->in_tiles));
+}
 /* after each kernel's launch; refused: the dependent form was, so plain
  * launches from now on */
 void df_cuda_launched(df_cuda *c, bool refused) {
@@ -299,9 +305,17 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   return e2 > e3 + 0.05 ? 0 : 1;
 }
 
+/* while a row-tile GEMV is launched: dependent under DF_CUDA_PDL=gemv */
+struct tiles_scope {
+  df_cuda *c;
+  explicit tiles_scope(df_cuda *c_) : c(c_) { c->in_tiles = 1; }
+  ~tiles_scope() { c->in_tiles = 0; }
+};
+
 template <class TF>
 static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
                        int cols, const float *x, float *y, const float *rowscale) {
+  tiles_scope scope(c);
   int flags = tile_flags<TF>(W, S, cols, x, c->tile_pf[TF::fmt]);
   if (df_cuda_launch_dependent(c)) flags |= TILE_DEP; /* go() below decides the same */
   long blocks = ((long)rows + TROWS - 1) / TROWS;
@@ -323,6 +337,7 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
  * rows a block with G threads a row). */
 template <class TF>
 static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_gemv_one *m) {
+  tiles_scope scope(c);
   tile_set q;
   memset(&q, 0, sizeof q);
   long rows = 0;

@@ -118,12 +118,14 @@ void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes);
  * launch that follows another kernel on the context's stream, never one
  * after a copy): a kernel starts while the one before it ends, the
  * row-tile GEMVs staging their first weights then, and reads its inputs
- * only once that kernel is done (kcuda_pdl.cuh). Default off, or
- * DF_CUDA_PDL=1 in the environment when the context opens: in run 23 (H100)
- * it sped two int8 KDA GEMVs and slowed bf16 qkv and single-expert MXFP4,
- * and no full-depth decode has measured it yet. Speed only, never a result
- * (the tests run it). */
-void df_cuda_set_pdl(df_cuda *c, int on);
+ * only once that kernel is done (kcuda_pdl.cuh). mode 1: every kernel;
+ * 2: only the row-tile GEMVs (T = 1), so a prefill's GEMMs go as before
+ * (every kernel dependent cost the full-depth prefill's MoE trunk 42% on
+ * the H200, run 25, and gained decode 4%); 0 none. Default off, or
+ * DF_CUDA_PDL=1 / DF_CUDA_PDL=gemv in the environment when the context
+ * opens: in run 23 (H100) it sped two int8 KDA GEMVs and slowed bf16 qkv
+ * and single-expert MXFP4. Speed only, never a result (the tests run it). */
+void df_cuda_set_pdl(df_cuda *c, int mode);
 
 /* The GEMMs' kernel for T > 1: 0 the lanes layout; 1 register tiles (a
  * block decodes 32 rows' weights once into shared memory for 32 vectors),
