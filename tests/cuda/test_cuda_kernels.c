@@ -176,7 +176,8 @@ static void gemv_case(int fmt, int rows, int cols) {
  * reads y1 and writes its result over x, which GEMV 1 reads, so a GEMV that
  * read its x before its predecessor ended, or wrote before its own wait,
  * would change a result. Each round must give the reference's y1 and y2, in
- * the variant chosen by the shape and in each one forced. On a GPU without
+ * the variant chosen by the shape and in each one forced, with every kernel
+ * dependent and with the row tiles only (the default). On a GPU without
  * dependent launches (before sm_90) these are plain launches. */
 static void pdl_case(int fmt, int r1, int c1, int rounds) {
   int r2 = c1, c2 = r1;
@@ -195,36 +196,40 @@ static void pdl_case(int fmt, int r1, int c1, int rounds) {
   void *dW2 = dput(W2, wb2), *dS2 = S2 ? dput(S2, sb2) : NULL;
   float *dxa = dput(x, (size_t)c1 * 4), *dz = dput(zero, (size_t)c1 * 4);
   float *dx = df_cuda_alloc(G, (size_t)c1 * 4), *dy1 = df_cuda_alloc(G, (size_t)r1 * 4);
-  df_cuda_set_pdl(G, 1);
-  for (int v = 0; v <= DF_CUDA_TILE_VARIANTS; v++) {
-    df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
-    int bad = 0;
-    for (int k = 0; k < rounds && !bad; k++) {
-      ok_or_die(df_cuda_put(G, dx, nan, (size_t)c1 * 4));
-      ok_or_die(df_cuda_put(G, dy1, nan, (size_t)r1 * 4));
-      ok_or_die(df_cuda_add(G, dx, dxa, dz, (size_t)c1));
-      ok_or_die(gemv_fmt(fmt, dW1, dS1, r1, c1, dx, dy1));
-      if (k & 1) {
-        df_cuda_gemv_one m = {dW2, dS2, r2, c2, dy1, dx};
-        ok_or_die(df_cuda_gemv_group(G, fmt, 1, &m));
-      } else
-        ok_or_die(gemv_fmt(fmt, dW2, dS2, r2, c2, dy1, dx));
-      dget(y1g, dy1, (size_t)r1 * 4);
-      dget(y2g, dx, (size_t)r2 * 4);
-      if (memcmp(y1c, y1g, (size_t)r1 * 4) || memcmp(y2c, y2g, (size_t)r2 * 4)) {
-        char what[160];
-        snprintf(what, sizeof what, "gemv %s dependent launches, %d x %d then %d x %d, %s, round %d",
-                 fname[fmt], r1, c1, r2, c2, df_cuda_tile_name(v - 1), k);
-        same(what, y1c, y1g, (size_t)r1, 0);
-        same(what, y2c, y2g, (size_t)r2, 0);
-        bad = 1;
+  /* every kernel dependent (1), and the row tiles only (2, the default) */
+  for (int mode = 1; mode <= 2; mode++) {
+    df_cuda_set_pdl(G, mode);
+    for (int v = 0; v <= DF_CUDA_TILE_VARIANTS; v++) {
+      df_cuda_set_gemv_tiled(G, fmt, v ? v + 1 : 1);
+      int bad = 0;
+      for (int k = 0; k < rounds && !bad; k++) {
+        ok_or_die(df_cuda_put(G, dx, nan, (size_t)c1 * 4));
+        ok_or_die(df_cuda_put(G, dy1, nan, (size_t)r1 * 4));
+        ok_or_die(df_cuda_add(G, dx, dxa, dz, (size_t)c1));
+        ok_or_die(gemv_fmt(fmt, dW1, dS1, r1, c1, dx, dy1));
+        if (k & 1) {
+          df_cuda_gemv_one m = {dW2, dS2, r2, c2, dy1, dx};
+          ok_or_die(df_cuda_gemv_group(G, fmt, 1, &m));
+        } else
+          ok_or_die(gemv_fmt(fmt, dW2, dS2, r2, c2, dy1, dx));
+        dget(y1g, dy1, (size_t)r1 * 4);
+        dget(y2g, dx, (size_t)r2 * 4);
+        if (memcmp(y1c, y1g, (size_t)r1 * 4) || memcmp(y2c, y2g, (size_t)r2 * 4)) {
+          char what[160];
+          snprintf(what, sizeof what,
+                   "gemv %s dependent launches (mode %d), %d x %d then %d x %d, %s, round %d",
+                   fname[fmt], mode, r1, c1, r2, c2, df_cuda_tile_name(v - 1), k);
+          same(what, y1c, y1g, (size_t)r1, 0);
+          same(what, y2c, y2g, (size_t)r2, 0);
+          bad = 1;
+        }
       }
+      if (!bad)
+        printf("ok   gemv %s dependent launches (mode %d), %d x %d then %d x %d, %s, %d rounds\n",
+               fname[fmt], mode, r1, c1, r2, c2, df_cuda_tile_name(v - 1), rounds);
     }
-    if (!bad)
-      printf("ok   gemv %s dependent launches, %d x %d then %d x %d, %s, %d rounds\n", fname[fmt], r1,
-             c1, r2, c2, df_cuda_tile_name(v - 1), rounds);
   }
-  df_cuda_set_pdl(G, 0);
+  df_cuda_set_pdl(G, 2); /* the default again for the cases after this one */
   df_cuda_set_gemv_tiled(G, fmt, 1);
   df_cuda_free(G, dW1), df_cuda_free(G, dS1), df_cuda_free(G, dW2), df_cuda_free(G, dS2);
   df_cuda_free(G, dxa), df_cuda_free(G, dz), df_cuda_free(G, dx), df_cuda_free(G, dy1);

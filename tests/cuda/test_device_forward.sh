@@ -23,8 +23,9 @@
 # conv and the recurrence, df_kgpu_kda), MLA attention (df_kgpu_mla) and
 # layer inputs (AttnRes and the norm, df_kgpu_pre) run on the GPU and none fallen
 # back to the CPU, so a run that silently stayed on the CPU cannot pass.
-# With DF_CUDA_PDL=1 (the kernels as dependent launches) every check must
-# hold the same, and on sm_90 the runs must say they used them.
+# By default the row-tile GEMVs go as dependent launches; with DF_CUDA_PDL=1
+# every kernel does, with DF_CUDA_PDL=0 none: every check must hold the same
+# in each, and on sm_90 the runs must say which they used.
 # Exits 77 (skipped) in a build without CUDA or on a machine without a GPU.
 # PARTS (default "1 2 3 4 5") runs some of them.
 set -eu
@@ -67,11 +68,12 @@ if d["pre_calls"] <= 0:  # a layer's AttnRes and norm on the device
     sys.exit("%s: no layer input made on the GPU" % sys.argv[2])
 if d["tier_evictions"] + d["tier_refused"] < int(sys.argv[3]):
     sys.exit("%s: expected evictions or refusals: %s" % (sys.argv[2], d))
-# DF_CUDA_PDL=1 asks for dependent launches (gemv: of the row-tile GEMVs only): on an sm_90
-# device they must be what ran
-want = {"1": "dependent launches)", "gemv": "dependent launches of the GEMVs)"}.get(os.environ.get("DF_CUDA_PDL", ""))
-if want and "sm_9" in d["name"] and want not in d["name"]:
-    sys.exit("%s: DF_CUDA_PDL=%s but the name says otherwise (%s)" % (sys.argv[2], os.environ["DF_CUDA_PDL"], d["name"]))
+# the dependent launches asked for (unset or gemv: of the row-tile GEMVs; 1: every kernel;
+# 0: none) are, on an sm_90 device, what ran
+want = {"": "dependent launches of the GEMVs)", "gemv": "dependent launches of the GEMVs)",
+        "1": "dependent launches)", "0": "GiB)"}.get(os.environ.get("DF_CUDA_PDL", ""))
+if want and "sm_9" in d["name"] and not d["name"].endswith(want):
+    sys.exit("%s: DF_CUDA_PDL=%s but the name says otherwise (%s)" % (sys.argv[2], os.environ.get("DF_CUDA_PDL", "unset"), d["name"]))
 PYEOF
 }
 ids() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['output_ids'])" "$1"; }

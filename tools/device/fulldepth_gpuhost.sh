@@ -34,7 +34,7 @@
 # --gpu-state copy; cuda_bench / cpu_bench: `bench --model`, a cold warm-up then a warm
 # PREFILL-token prompt and 8 new tokens, and the disk's ceiling; cuda_bench_gl: cuda_bench
 # with DF_CUDA_GEMM_TILES=2, cuda_bench_lanes with 0; cuda_bench_pdl and cuda_decode_pdl
-# with DF_CUDA_PDL=1, cuda_bench_pdlg and cuda_decode_pdlg with DF_CUDA_PDL=gemv; cuda_bench_sx and cuda_decode_sx with DF_CUDA_SHARED_X=1), KEEP=1
+# with DF_CUDA_PDL=1, cuda_bench_plain and cuda_decode_plain with DF_CUDA_PDL=0; cuda_bench_sx and cuda_decode_sx with DF_CUDA_SHARED_X=1), KEEP=1
 # keeps the model.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
@@ -241,12 +241,12 @@ for step in $STEPS; do
   # the default from 32 vectors since 2026-12-05), and on the lanes layout at every T
   cuda_bench_gl) export DF_CUDA_GEMM_TILES=2; bench cuda_bench_gl cuda; unset DF_CUDA_GEMM_TILES ;;
   cuda_bench_lanes) export DF_CUDA_GEMM_TILES=0; bench cuda_bench_lanes cuda; unset DF_CUDA_GEMM_TILES ;;
-  # the row-tile GEMVs as dependent launches (df_cuda_set_pdl; off by default: mixed in run 23's bench)
+  # every kernel as a dependent launch (df_cuda_set_pdl; the default: the row-tile GEMVs only)
   cuda_bench_pdl) export DF_CUDA_PDL=1; bench cuda_bench_pdl cuda; unset DF_CUDA_PDL ;;
   cuda_decode_pdl) export DF_CUDA_PDL=1; run cuda_decode_pdl cuda 1,2,3 4; unset DF_CUDA_PDL ;;
-  # only the row-tile GEMVs (T = 1) dependent: the prefill's GEMMs as plain launches
-  cuda_bench_pdlg) export DF_CUDA_PDL=gemv; bench cuda_bench_pdlg cuda; unset DF_CUDA_PDL ;;
-  cuda_decode_pdlg) export DF_CUDA_PDL=gemv; run cuda_decode_pdlg cuda 1,2,3 4; unset DF_CUDA_PDL ;;
+  # no dependent launch at all (run 28 measured the default against it)
+  cuda_bench_plain) export DF_CUDA_PDL=0; bench cuda_bench_plain cuda; unset DF_CUDA_PDL ;;
+  cuda_decode_plain) export DF_CUDA_PDL=0; run cuda_decode_plain cuda 1,2,3 4; unset DF_CUDA_PDL ;;
   # the wide tiles in blocks of four warps sharing x (DF_CUDA_SHARED_X; off: no clear gain in run 23's bench)
   cuda_bench_sx) export DF_CUDA_SHARED_X=1; bench cuda_bench_sx cuda; unset DF_CUDA_SHARED_X ;;
   cuda_decode_sx) export DF_CUDA_SHARED_X=1; run cuda_decode_sx cuda 1,2,3 4; unset DF_CUDA_SHARED_X ;;
@@ -263,10 +263,10 @@ for k in decode prefill; do
   else ts "ids $k: not compared (cpu [$a], cuda [$b])"; [ "$status" = 1 ] || status=2
   fi
 done
-# the dependent launches' and the shared-x tiles' decode, where they ran,
-# against the plain launches'
+# the other launch modes' and the shared-x tiles' decode, where they ran,
+# against the default's
 a=$(ids_of cuda_decode)
-for v in pdl sx; do
+for v in pdl plain sx; do
   b=$(ids_of cuda_decode_$v)
   [ -n "$b" ] || continue
   if [ -z "$a" ]; then ts "ids decode, $v: not compared (cuda [], $v [$b])"; [ "$status" = 1 ] || status=2

@@ -8,7 +8,7 @@
 # carried; results in $OUT/r.tgz (one file: a call brings back only a few).
 # STEPS (default "test kern gbench nano spec trunk"; also "suite": CPU e2e
 # suites with DF_DEVICE=cuda, where jq and curl are there, and "test_pdl":
-# test with DF_CUDA_PDL=1, "test_pdlg": with DF_CUDA_PDL=gemv) picks parts;
+# test with DF_CUDA_PDL=1, "test_plain": with DF_CUDA_PDL=0) picks parts;
 # TRUNK_LAYERS (default 4) the k3-trunk's depth.
 set -u
 D=$(cd "${1:-out/gpu}" && pwd)
@@ -37,17 +37,17 @@ for s in $STEPS; do
       > "$R/test_device_forward.txt" 2>&1
     tail -3 "$R/test_device_forward.txt" ;;
   test_pdl)
-    # the same with the row-tile GEMVs as dependent launches (DF_CUDA_PDL=1)
+    # the same with every kernel as a dependent launch (DF_CUDA_PDL=1)
     ts "gpu.test_device_forward, DF_CUDA_PDL=1"
     { time DF_CUDA_PDL=1 DF_BIN=$B DF_SRC=$SRC timeout 330 sh "$SRC/tests/cuda/test_device_forward.sh"; echo "rc=$?"; } \
       > "$R/test_device_forward_pdl.txt" 2>&1
     tail -3 "$R/test_device_forward_pdl.txt" ;;
-  test_pdlg)
-    # only the row-tile GEMVs as dependent launches (DF_CUDA_PDL=gemv)
-    ts "gpu.test_device_forward, DF_CUDA_PDL=gemv"
-    { time DF_CUDA_PDL=gemv DF_BIN=$B DF_SRC=$SRC timeout 330 sh "$SRC/tests/cuda/test_device_forward.sh"; echo "rc=$?"; } \
-      > "$R/test_device_forward_pdlg.txt" 2>&1
-    tail -3 "$R/test_device_forward_pdlg.txt" ;;
+  test_plain)
+    # no dependent launch at all (DF_CUDA_PDL=0; the default: the row-tile GEMVs)
+    ts "gpu.test_device_forward, DF_CUDA_PDL=0"
+    { time DF_CUDA_PDL=0 DF_BIN=$B DF_SRC=$SRC timeout 330 sh "$SRC/tests/cuda/test_device_forward.sh"; echo "rc=$?"; } \
+      > "$R/test_device_forward_plain.txt" 2>&1
+    tail -3 "$R/test_device_forward_plain.txt" ;;
   kern)
     ts "gpu.test_cuda_kernels"
     { time ours timeout 300 "$D/test_cuda_kernels"; echo "rc=$?"; } > "$R/test_cuda_kernels.txt" 2>&1

@@ -100,8 +100,8 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   const char *gt = getenv("DF_CUDA_GEMM_TILES");
   c->gemm_tiles = gt && gt[0] >= '0' && gt[0] <= '2' ? gt[0] - '0' : -1;
   const char *pd = getenv("DF_CUDA_PDL");
-  /* off: mixed in run 23's bench (kcuda.h); "gemv" (or 2): the row tiles only */
-  c->pdl = !pd ? 0 : pd[0] == '1' ? 1 : pd[0] == '2' || !strcmp(pd, "gemv") ? 2 : 0;
+  /* the row tiles only by default: run 28 (kcuda.h); 1 every kernel, 0 none */
+  c->pdl = !pd || !*pd ? 2 : pd[0] == '1' ? 1 : pd[0] == '2' || !strcmp(pd, "gemv") ? 2 : 0;
   const char *sx = getenv("DF_CUDA_SHARED_X");
   c->shared_x = sx && sx[0] == '1'; /* off: no clear gain in run 23 (H100) */
   cudaDeviceProp p;

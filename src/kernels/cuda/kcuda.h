@@ -27,8 +27,9 @@ int df_cuda_device_count(void);
 /* Opens device dev; NULL with a message in err on failure. */
 df_cuda *df_cuda_open(int dev, char *err, size_t errlen);
 void df_cuda_close(df_cuda *c);
-/* "NVIDIA H200 (sm_90, 139.8 GiB)", or "NVIDIA H200 (sm_90, 139.8 GiB,
- * dependent launches)" while df_cuda_set_pdl's launches are on */
+/* "NVIDIA H200 (sm_90, 139.8 GiB)", with ", dependent launches of the
+ * GEMVs" or ", dependent launches" before the ")" by df_cuda_set_pdl's
+ * mode (the first by default on sm_90) */
 const char *df_cuda_describe(const df_cuda *c);
 const char *df_cuda_error(const df_cuda *c);
 
@@ -118,13 +119,14 @@ void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes);
  * launch that follows another kernel on the context's stream, never one
  * after a copy): a kernel starts while the one before it ends, the
  * row-tile GEMVs staging their first weights then, and reads its inputs
- * only once that kernel is done (kcuda_pdl.cuh). mode 1: every kernel;
- * 2: only the row-tile GEMVs (T = 1), so a prefill's GEMMs go as before
- * (every kernel dependent cost the full-depth prefill's MoE trunk 42% on
- * the H200, run 25, and gained decode 4%); 0 none. Default off, or
- * DF_CUDA_PDL=1 / DF_CUDA_PDL=gemv in the environment when the context
- * opens: in run 23 (H100) it sped two int8 KDA GEMVs and slowed bf16 qkv
- * and single-expert MXFP4. Speed only, never a result (the tests run it). */
+ * only once that kernel is done (kcuda_pdl.cuh). mode 2, the default:
+ * only the row-tile GEMVs (T = 1), so a prefill's GEMMs go as plain
+ * launches; 1: every kernel; 0: none. Every kernel dependent cost the
+ * full-depth prefill's MoE trunk 42% on the H200 (run 25); the GEMVs
+ * alone took a 60-layer trunk's decode on an H100 from 0.0599 to 0.0552
+ * s/token with its prefill unchanged (run 28, three runs each). The
+ * environment's DF_CUDA_PDL (0, 1, or gemv) sets it when the context opens.
+ * Speed only, never a result (the tests run every mode). */
 void df_cuda_set_pdl(df_cuda *c, int mode);
 
 /* The GEMMs' kernel for T > 1: 0 the lanes layout; 1 register tiles (a
