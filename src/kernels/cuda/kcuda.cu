@@ -38,7 +38,7 @@ struct df_cuda {
   int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-9 forced */
   unsigned tile_pf[4]; /* the row tiles' L2 prefetch window, bytes (0: none) */
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
-  int pdl;      /* dependent launches asked for (df_cuda_set_pdl): 0 none, 1 every kernel, 2 the row-tile GEMVs */
+  int pdl;      /* dependent launches (df_cuda_set_pdl): 0 none, 1 every kernel, 2 the GEMVs */
   int in_tiles; /* a row-tile GEMV's launch is being made (df_cuda_launch_dependent's mode 2) */
   int pdl_cap;  /* the device has them (sm_90 and later) */
   int shared_x; /* the wide tiles picked by shape in their four-warp form (tile variants 8, 9) */
