@@ -31,6 +31,7 @@ struct df_dtier {
   use *u;
   int u_slots, u_live;
   uint64_t u_since; /* gets since the last aging */
+  uint64_t made;    /* the budget df_dtier_new was given: a grow stops there */
   df_dtier_stats st;
 };
 
@@ -49,7 +50,7 @@ df_dtier *df_dtier_new(uint64_t cap_bytes, df_dtier_mem mem) {
   t->u_slots = 64;
   t->u = df_xcalloc((size_t)t->u_slots, sizeof *t->u);
   t->head[0] = t->head[1] = t->tail[0] = t->tail[1] = -1;
-  t->st.cap = cap_bytes;
+  t->st.cap = t->made = cap_bytes;
   t->st.keep_cap = UINT64_MAX;
   return t;
 }
@@ -178,6 +179,12 @@ void df_dtier_shrink(df_dtier *t, uint64_t bytes) {
   t->st.cap = bytes < held ? held - bytes : 0;
   for (int c = DF_DTIER_LRU; c >= DF_DTIER_KEEP; c--)
     while (t->st.bytes > t->st.cap && t->tail[c] >= 0) evict_from(t, c);
+}
+
+void df_dtier_grow(df_dtier *t, uint64_t bytes) {
+  /* the budget only ever falls below made (a shrink, a failed allocation) */
+  uint64_t room = t->st.cap < t->made ? t->made - t->st.cap : 0;
+  t->st.cap += bytes < room ? bytes : room;
 }
 
 void df_dtier_keep_cap(df_dtier *t, uint64_t bytes) { t->st.keep_cap = bytes; }

@@ -81,6 +81,10 @@ void *df_dtier_put(df_dtier *t, uint64_t key, size_t bytes, df_dtier_class cls);
  * buffers): the budget becomes what the entries hold now less bytes, and
  * LRU entries, then KEEP ones, least recent first, are evicted to fit it. */
 void df_dtier_shrink(df_dtier *t, uint64_t bytes);
+/* Takes bytes of device memory back (the per-use buffers freed, kgpu.c's
+ * trim): the budget rises by bytes, never above the one the tier was made
+ * with. Nothing is evicted or allocated; new entries fill the room. */
+void df_dtier_grow(df_dtier *t, uint64_t bytes);
 /* The most the KEEP entries may hold together (the memory plan's spine on
  * the GPU, plan.h's df_plan_gpu), so the routed experts keep the share the
  * plan gave them instead of a spine larger than the budget taking it all.

@@ -411,6 +411,55 @@ static void test_shrink(void **st) {
   df_dtier_free(t);
 }
 
+/* grow after shrink (kgpu.c's trim gives the buffers' memory back): the
+ * budget rises by exactly the bytes, so new entries fill that room and no
+ * more, and never past the budget the tier was made with. */
+static void test_grow(void **st) {
+  (void)st;
+  heap h;
+  df_dtier *t = mk(&h, 1000);
+  df_dtier_stats s;
+  df_dtier_grow(t, 500); /* never shrunk: stays at the budget it was made with */
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 1000);
+  assert_non_null(df_dtier_put(t, 1, 100, DF_DTIER_KEEP));
+  assert_non_null(df_dtier_put(t, 2, 100, DF_DTIER_KEEP));
+  for (uint64_t k = 3; k <= 10; k++) assert_non_null(df_dtier_put(t, k, 100, DF_DTIER_LRU));
+  df_dtier_shrink(t, 300); /* full: budget 700, 3, 4 and 5 out */
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 700);
+  assert_int_equal(s.evictions, 3);
+  df_dtier_grow(t, 200);
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 900);
+  /* the regained room takes new entries of both classes without an
+   * eviction; past it an unused key is refused (no margin over those held) */
+  assert_non_null(df_dtier_put(t, 20, 100, DF_DTIER_LRU));
+  assert_non_null(df_dtier_put(t, 21, 100, DF_DTIER_KEEP));
+  assert_null(df_dtier_put(t, 22, 1, DF_DTIER_LRU));
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.bytes, 900);
+  assert_int_equal(s.evictions, 3);
+  /* more than was shrunk: the budget stops at the one it was made with */
+  df_dtier_grow(t, 5000);
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 1000);
+  assert_non_null(df_dtier_put(t, 22, 100, DF_DTIER_LRU));
+  assert_null(df_dtier_put(t, 23, 1, DF_DTIER_LRU));
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.bytes, 1000);
+  assert_int_equal(s.evictions, 3);
+  /* from nothing: everything given up, then some of it back */
+  df_dtier_shrink(t, 5000);
+  df_dtier_grow(t, 150);
+  df_dtier_stats_get(t, &s);
+  assert_int_equal(s.cap, 150);
+  assert_non_null(df_dtier_put(t, 24, 100, DF_DTIER_KEEP));
+  assert_null(df_dtier_put(t, 25, 51, DF_DTIER_KEEP));
+  df_dtier_free(t);
+  assert_int_equal(h.live, 0);
+}
+
 /* The reference: keys in recency order (most recent first) with sizes and
  * classes; eviction takes the last LRU one; use counts by the key's id
  * (below 600, as the test draws them), halved every period. */
@@ -563,6 +612,7 @@ int main(void) {
       cmocka_unit_test(test_keep),
       cmocka_unit_test(test_keep_cap),
       cmocka_unit_test(test_shrink),
+      cmocka_unit_test(test_grow),
       cmocka_unit_test(test_against_reference),
       cmocka_unit_test(test_has_is_a_look),
   };
