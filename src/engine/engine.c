@@ -274,6 +274,7 @@ static json_t *device_json(df_engine *en) {
              {"tier_misses", offsetof(df_kgpu_stats, misses)},
              {"tier_evictions", offsetof(df_kgpu_stats, evictions)},
              {"tier_refused", offsetof(df_kgpu_stats, refused)},
+             {"buffer_trims", offsetof(df_kgpu_stats, buffer_trims)},
              {"products", offsetof(df_kgpu_stats, products)},
              {"fallbacks", offsetof(df_kgpu_stats, fallbacks)},
              {"seq_calls", offsetof(df_kgpu_stats, seq_calls)},
@@ -318,14 +319,16 @@ char *df_engine_device_text(df_engine *en) {
                   " KDA recurrences, %" PRIu64 " MLA attentions, %" PRIu64
                   " layer inputs, %.3f s; %.1f MB in, %.1f MB out\n"
                   "gpu tier %.1f of %.1f MB, %d matrices, %" PRIu64 " hits, %" PRIu64
-                  " misses, %" PRIu64 " evicted, %" PRIu64 " refused; weights in %.1f MB, %.3f s\n"
+                  " misses, %" PRIu64 " evicted, %" PRIu64 " refused, %" PRIu64
+                  " buffer trims; weights in %.1f MB, %.3f s\n"
                   "gpu state %.1f MB in %d layers' entries, %" PRIu64 " copied back, %" PRIu64
                   " copied there (marks)\n",
                   en->device, g.device, g.products, g.fallbacks, g.seq_calls, g.attn_calls, g.pre_calls,
                   g.compute_s,
                   g.h2d_bytes / 1e6,
                   g.d2h_bytes / 1e6, g.tier_bytes / 1e6, g.tier_cap / 1e6, g.tier_entries, g.hits,
-                  g.misses, g.evictions, g.refused, g.weight_h2d_bytes / 1e6, g.weight_h2d_s,
+                  g.misses, g.evictions, g.refused, g.buffer_trims, g.weight_h2d_bytes / 1e6,
+                  g.weight_h2d_s,
                   g.seq_bytes / 1e6, g.seq_entries, g.seq_pulls, g.seq_copies);
   return df_xstrdup(s);
 }

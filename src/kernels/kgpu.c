@@ -86,6 +86,10 @@ struct df_kgpu {
    * driver's, which our own buffers do not take (room_for) */
   uint64_t drv_floor;
   int snap_n, snap_rows, pxn_T;
+  /* the pass a call last came with (df_kgpu_pre.pass), the most rows of a
+   * pass since the last trim (trim_at_pass), the tier's budget as made */
+  uint64_t trim_pass, tier_made;
+  int grown_rows;
   df_kgpu_stats st;
 };
 
@@ -154,6 +158,7 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *
     return NULL;
   }
   g->tier = df_dtier_new(tier_bytes, (df_dtier_mem){tier_alloc, tier_free, g});
+  g->tier_made = tier_bytes;
   g->drv_floor = fr > tier_bytes ? fr - tier_bytes : 0;
   if (g->drv_floor > tier_reserve(tot)) g->drv_floor = tier_reserve(tot);
   if (plan) df_dtier_keep_cap(g->tier, plan(plan_ud, tier_bytes, fr));
@@ -220,6 +225,53 @@ static void *scratch(df_kgpu *g, void **buf, size_t *cap, size_t n) {
   }
   *cap = *buf ? want : 0;
   return *buf;
+}
+
+/* A pass of a small fraction of the rows the per-use buffers were grown
+ * for (decode after a long prompt taken in one chunk) frees those that
+ * hold nothing from one pass to the next, and the tier's budget rises by
+ * what they held, up to the budget it was made with: grown and never
+ * shrunk, a 512-token prefill's (about 1 GB on an H100) stayed out of the
+ * tier and every later decode token read that much more of experts from
+ * the drives (run 26). They grow again at the pass's own sizes. What they
+ * held, not what room_for's shrinks took: most of the budget they cost is
+ * lost when the tier's own allocations stop at the floor after they grew
+ * (a failed allocation lowers the budget to what the tier holds), and a
+ * budget the device cannot give is lowered again by that same stop. snap
+ * goes too (its snapshots are the last pass's: a new pass never reads
+ * them), pxn and pa stay (a later call reads them under pxn_tok, pa_ok:
+ * small, T rows, and a call that finds them gone gives up the context or
+ * the pass). The least worth freeing: 8 MiB, or a 64th of a smaller tier
+ * (the stand-in's). */
+#define TRIM_ROWS 8
+#define TRIM_MIN (8ull << 20)
+static void trim_at_pass(df_kgpu *g, const df_kgpu_pre *p) {
+  if (!p || !p->pass || p->pass == g->trim_pass) return;
+  g->trim_pass = p->pass;
+  struct {
+    void **buf;
+    size_t *cap;
+  } b[] = {{&g->xbuf, &g->xcap}, {&g->ybuf, &g->ycap}, {&g->dh1, &g->h1cap},
+           {&g->dh3, &g->h3cap}, {&g->fb1, &g->f1cap}, {&g->fb3, &g->f3cap},
+           {&g->tb, &g->tbcap}, {&g->wbuf, &g->wcap}, {&g->snap, &g->snapcap},
+           {&g->px, &g->pxcap}, {&g->pwork, &g->pworkcap}};
+  int nb = (int)(sizeof b / sizeof b[0]);
+  uint64_t held = 0, least = g->tier_made / 64 < TRIM_MIN ? g->tier_made / 64 : TRIM_MIN;
+  for (int i = 0; i < nb; i++) held += *b[i].cap;
+  if ((uint64_t)p->rows * TRIM_ROWS > (uint64_t)g->grown_rows || held < least) {
+    if (p->rows > g->grown_rows) g->grown_rows = p->rows;
+    return;
+  }
+  if (df_cuda_sync(g->c)) return; /* queued work may still read them */
+  for (int i = 0; i < nb; i++) {
+    df_cuda_free(g->c, *b[i].buf);
+    *b[i].buf = NULL, *b[i].cap = 0;
+  }
+  g->xcap_rows = 0;                /* an expert batch's rows went with xbuf */
+  g->snap_pass = 0, g->snap_n = 0; /* and the snapshots with snap */
+  df_dtier_grow(g->tier, held);
+  g->grown_rows = p->rows;
+  g->st.buffer_trims++;
 }
 
 /* The same for the page-locked staging. */
@@ -587,6 +639,7 @@ static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const 
     rows += W[i]->rows;
   }
   if (enter(g)) return -1;
+  trim_at_pass(g, pre);
   if (pre && (!pre_fits(g, pre, T, H) ||
               (pre->add && (!g->pa_ok || g->pa_T != T || g->pa_H != H || !pre->sum)))) {
     pthread_mutex_unlock(&g->mu);
@@ -1198,6 +1251,7 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   int fused = a->x != NULL;
   if (fused && !kda_fused_fits(a)) return -1;
   if (enter(g)) return -1;
+  if (fused) trim_at_pass(g, a->pre);
   if (fused && a->pre && !pre_fits(g, a->pre, a->T, (size_t)a->W[0]->cols)) {
     pthread_mutex_unlock(&g->mu);
     return -1;
@@ -1403,6 +1457,7 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   int fused = a->x != NULL;
   if (fused && !mla_fused_fits(a)) return -1;
   if (enter(g)) return -1;
+  if (fused) trim_at_pass(g, a->pre);
   if (fused && a->pre && !pre_fits(g, a->pre, a->T, (size_t)a->W[0]->cols)) {
     pthread_mutex_unlock(&g->mu);
     return -1;

@@ -34,6 +34,7 @@ typedef struct df_kgpu_stats {
   uint64_t seq_calls;       /* KDA layers' sequence parts run on the GPU (df_kgpu_kda) */
   uint64_t attn_calls;      /* MLA layers' attention run on the GPU (df_kgpu_mla) */
   uint64_t pre_calls;       /* AttnRes and norms made on the GPU (df_kgpu_pre) */
+  uint64_t buffer_trims;    /* per-use buffers freed for a pass of far fewer rows (kgpu.c) */
   uint64_t seq_bytes;        /* device memory holding sequence state (df_kgpu_seq_*) */
   int seq_entries;
   uint64_t seq_pulls;        /* KDA states copied back because the host needed them */

@@ -503,6 +503,9 @@ char *df_serve_metrics_text(const df_serve_metrics *m, const char *stats_json) {
         {"deltafin_gpu_tier_refused_total", "counter", "tier_refused",
          "Weight matrices the tier did not keep (no room, or an expert no hotter than those it "
          "would evict): used from a per-use copy."},
+        {"deltafin_gpu_buffer_trims_total", "counter", "buffer_trims",
+         "Times the GPU's per-use buffers were freed for a pass of far fewer rows, their memory "
+         "given back to the weight tier."},
         {"deltafin_gpu_tier_bytes", "gauge", "tier_bytes", "GPU memory the weight tier holds."},
         {"deltafin_gpu_h2d_bytes_total", "counter", "h2d_bytes", "Bytes copied to the GPU."},
         {"deltafin_gpu_weight_h2d_seconds_total", "counter", "weight_h2d_s",

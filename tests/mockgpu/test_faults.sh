@@ -99,6 +99,28 @@ DF_MOCK_CUDA_MEM=18000000 "$BIN" bench --model "$SRC/models/nano-k3" --device cu
 [ "$(field "$T/b.json" "(d['device']['fallbacks'], d['device']['mem_free'] >= 4000000)")" = "(0, True)" ] ||
   fail "floor, bench: $(field "$T/b.json" "d['device']")"
 echo "ok   the per-use buffers leave the driver what the open left it"
+# ... and give the tier its memory back: a 128-token prompt in one chunk
+# grows them until the tier's budget is 9.3 of the 14 MB (the short prompt's
+# stays 14); the decode passes after it, of one row, free them and the
+# budget comes back to within 1 MB of the short prompt's (without the trim
+# it stays at 9.3 for the rest of the process)
+L=$(seq -s, 100 227)
+"$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$L" --prefill-chunk 128 --max-new 8 --json \
+  --heat '' >"$T/cpu.json" 2>"$T/e" || fail "cpu run, long prompt: $(cat "$T/e")"
+for p in 100,101,102,103 "$L"; do
+  DF_MOCK_CUDA_MEM=18000000 "$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$p" \
+    --prefill-chunk 128 --max-new 8 --json --heat '' --device cuda --gpu-mem 14000000 \
+    >"$T/g.json" 2>"$T/e" || fail "trim: $(cat "$T/e")"
+  [ "$p" = "$L" ] || { short=$(field "$T/g.json" "d['stats']['device']['tier_cap']"); continue; }
+  [ "$(field "$T/g.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids']")" ] ||
+    fail "trim: ids differ"
+  dv="d['stats']['device']"
+  got=$(field "$T/g.json" "($dv['fallbacks'], $dv['buffer_trims'] > 0,
+    $dv['tier_cap'] >= $short - 1000000, $dv['mem_free'] >= 4000000)")
+  [ "$got" = "(0, True, True, True)" ] ||
+    fail "trim: after the decode (the short prompt's budget $short): $(field "$T/g.json" "$dv")"
+done
+echo "ok   decode after a long prompt frees the buffers it grew, and the tier gets their room back"
 
 # a KDA layer's sequence part (df_kgpu_kda) that fails on the GPU, in the
 # prefill's second KDA layer: that layer and the rest computed on the CPU

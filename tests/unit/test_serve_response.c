@@ -301,7 +301,7 @@ static void test_metrics_gpu(void **st) {
   memset(&m, 0, sizeof m);
   const char *js = "{\"expert_bytes_read\":5,\"store\":{},\"device\":{\"products\":1234,"
                    "\"fallbacks\":0,\"tier_hits\":77,\"tier_misses\":3,\"tier_bytes\":4096,"
-                   "\"tier_evictions\":5,\"tier_refused\":11,"
+                   "\"tier_evictions\":5,\"tier_refused\":11,\"buffer_trims\":2,"
                    "\"h2d_bytes\":9000,\"weight_h2d_s\":0.5,\"compute_s\":1.25,"
                    "\"mem_free\":1000000,\"seq_calls\":69,\"attn_calls\":24,\"pre_calls\":185,"
                    "\"seq_bytes\":441000000,\"seq_pulls\":7,\"seq_copies\":130}}";
@@ -313,6 +313,7 @@ static void test_metrics_gpu(void **st) {
   assert_non_null(strstr(t, "deltafin_gpu_tier_misses_total 3\n"));
   assert_non_null(strstr(t, "deltafin_gpu_tier_evictions_total 5\n"));
   assert_non_null(strstr(t, "deltafin_gpu_tier_refused_total 11\n"));
+  assert_non_null(strstr(t, "deltafin_gpu_buffer_trims_total 2\n"));
   assert_non_null(strstr(t, "# TYPE deltafin_gpu_tier_bytes gauge\n"));
   assert_non_null(strstr(t, "deltafin_gpu_tier_bytes 4096\n"));
   assert_non_null(strstr(t, "deltafin_gpu_compute_seconds_total 1.25"));
