@@ -337,8 +337,6 @@ static void test_keep(void **st) {
   assert_int_equal(h.live, 0);
 }
 
-/* shrink: the budget becomes what the entries hold less the bytes given
- * back; LRU entries go first, then KEEP ones, least recent first. */
 /* The KEEP cap (the memory plan's spine on the GPU): kept entries stop at
  * the cap and are refused past it, LRU entries still get the rest of the
  * budget, and a cap below what is kept refuses every KEEP entry without
@@ -382,6 +380,8 @@ static void test_keep_cap(void **st) {
   df_dtier_free(t);
 }
 
+/* shrink: the budget becomes what the entries hold less the bytes given
+ * back; LRU entries go first, then KEEP ones, least recent first. */
 static void test_shrink(void **st) {
   (void)st;
   heap h;
