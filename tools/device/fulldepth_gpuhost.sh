@@ -36,6 +36,10 @@
 # with DF_CUDA_GEMM_TILES=2, cuda_bench_lanes with 0; cuda_bench_pdl and cuda_decode_pdl
 # with DF_CUDA_PDL=1, cuda_bench_plain and cuda_decode_plain with DF_CUDA_PDL=0; cuda_bench_sx and cuda_decode_sx with DF_CUDA_SHARED_X=1), KEEP=1
 # keeps the model.
+# Time: the budget is split evenly over the steps left. A full-depth bench on an
+# 80 GB H100 takes about 120 s (its experts do not all fit the tier, and the storage
+# ceiling then replays the decode's reads, 36 GB at the disk's 2 GB/s); on an H200
+# about 55 s; gen about 60 s. Runs 26-27 lost benches to too small a BUDGET.
 # Exit status: 0 ids equal on both pairs, 1 a pair differs, 2 a pair missing.
 # First run, 2026-12-03 (outputs in docs/data/gpuhost-fulldepth-2026-12-03/):
 # 82.1 GB generated in 71 s; decode ids equal on both devices; the CUDA
