@@ -48,8 +48,7 @@ entry *df_cache_entry_new(df_store *s, int key) {
   e->key = key;
   e->state = E_LOADING;
   e->slot = slot_get(s);
-  e->score = s->cache.heat_seed ? s->cache.heat_seed[key] : 0;
-  e->tick = s->pass;
+  e->born = s->pass;
   e->parts[0].e = e->parts[1].e = e;
   e->res_next = s->cache.resident_head;
   if (s->cache.resident_head) s->cache.resident_head->res_prev = e;
@@ -125,7 +124,7 @@ int df_cache_pin_hottest(df_store *s, const float *heat, long pin_mb, df_err *e)
 }
 
 void df_cache_touch(df_store *s, entry *x) {
-  df_evict_touch(&x->score, &x->tick, s->pass, DF_STORE_HALF_LIFE);
+  df_evict_touch(&s->cache.kscore[x->key], &s->cache.ktick[x->key], s->pass, DF_STORE_HALF_LIFE);
 }
 
 /* A batch found x ready in the cache. */
@@ -149,7 +148,9 @@ void df_cache_evict(df_store *s) {
     if (x->speculative && !df_sched_stale(s, x)) continue;
     if (nc < s->cache.n_unref)
       c[nc++] = (df_evict_cand){x->key, x->is_protected,
-                                df_evict_score(x->score, x->tick, s->pass, DF_STORE_HALF_LIFE)};
+                                df_evict_score(s->cache.kscore[x->key], s->cache.ktick[x->key],
+                                               s->pass, DF_STORE_HALF_LIFE),
+                                x->born == s->pass && x->hits == 0};
   }
   df_evict_order(c, (size_t)nc);
   for (long i = 0; i < nc && i < over; i++) {
@@ -208,6 +209,10 @@ void df_cache_heat_open(df_store *s, const char *model_dir, const char *heat_pat
       s->cache.heat_seed[k] = (float)(v > 8 ? 8 : v);
     }
   }
+  s->cache.kscore = df_xcalloc(s->nkeys, sizeof *s->cache.kscore);
+  s->cache.ktick = df_xcalloc(s->nkeys, sizeof *s->cache.ktick);
+  for (size_t k = 0; k < s->nkeys && s->cache.heat_seed; k++)
+    s->cache.kscore[k] = s->cache.heat_seed[k];
   s->cache.heat.first_layer = s->first_layer;
   s->cache.heat.n_layers = s->cfg->n_layers;
   s->cache.heat.n_experts = s->n_experts;

@@ -41,8 +41,7 @@ typedef struct entry {
   int pending;       /* parts queued, in flight or being verified */
   long spec_pass;    /* the forward pass and layer a speculative read is for: */
   int spec_layer;    /*   it is stale once that layer has begun */
-  double score;      /* decayed access frequency at pass `tick` (eviction order) */
-  long tick;
+  long born;         /* the pass it was loaded in (new until hit: evict.h's admission) */
   slot slot;         /* its buffer */
   uint32_t head_pad; /* bytes before the record in the buffer (its offset's misalignment) */
   const uint8_t *data; /* the record, once READY */
@@ -72,6 +71,10 @@ typedef struct df_store_cache {
   long pinned;          /* entries pinned at open */
   df_heat heat;         /* this run's access counts (merged into the heat file at close) */
   float *heat_seed;     /* initial scores from the heat file, by key; NULL = none */
+  /* every key's decayed access frequency at pass ktick[key] (eviction order),
+   * held or not, seeded from heat_seed */
+  double *kscore;
+  long *ktick;
   char *heat_path;      /* NULL = no heat file */
 } df_store_cache;
 

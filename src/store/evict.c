@@ -13,10 +13,15 @@ void df_evict_touch(double *score, long *tick, long now, double half_life) {
   *tick = now;
 }
 
+static double ranked(const df_evict_cand *c) {
+  return c->is_new ? c->score - DF_EVICT_ADMIT_MARGIN : c->score;
+}
+
 static int cmp(const void *a, const void *b) {
   const df_evict_cand *x = a, *y = b;
   if (x->is_protected != y->is_protected) return x->is_protected - y->is_protected;
-  if (x->score != y->score) return x->score < y->score ? -1 : 1;
+  double sx = ranked(x), sy = ranked(y);
+  if (sx != sy) return sx < sy ? -1 : 1;
   return x->key - y->key;
 }
 

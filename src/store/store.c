@@ -214,6 +214,8 @@ void df_store_close(df_store *s) {
   free(s->ct.wait_layer);
   df_heat_free(&s->cache.heat);
   free(s->cache.heat_seed);
+  free(s->cache.kscore);
+  free(s->cache.ktick);
   free(s->cache.heat_path);
   free(s->loc.source);
   free((char *)s->sch.ioc.emu_spec);

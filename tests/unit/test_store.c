@@ -679,6 +679,40 @@ static void test_cache_keeps_the_hot_set(void **st) {
   df_store_close(s);
 }
 
+/* A cycle larger than the cache through the store: every expert of seven
+ * layers each pass, layer after layer (as a model that routes all its
+ * experts does), a 1 MiB cache of fewer records. After the first pass the
+ * cache holds its budget of them and hits exactly that many every pass (the
+ * new ones loaded for the rest are dropped, evict.h's admission); a policy
+ * that evicts the least recent of a cycle, as the decayed frequency alone
+ * did, hits none. */
+static void test_cache_cycle(void **st) {
+  (void)st;
+  int first = cfg.first_k_dense, ne = cfg.n_experts;
+  if (cfg.n_layers - first < 7 || ne > 256) {
+    print_message("note: model too small for the cycle test\n");
+    return;
+  }
+  long slot = (long)((lay.total + 4095) / 4096 * 4096 + 4096);
+  long cap = (1L << 20) / slot;
+  if (!(cap < 7 * ne && cap > ne)) {
+    print_message("note: %ld-record cache does not fit the test\n", cap);
+    return;
+  }
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 1, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
+  df_store *s;
+  df_err e;
+  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  for (int pass = 0; pass < 4; pass++) {
+    double h0 = stat_of(s, "cache_hits", NULL);
+    for (int l = first; l < first + 7; l++) batch(s, l, 0, ne);
+    double hits = stat_of(s, "cache_hits", NULL) - h0;
+    if (hits != (pass ? (double)cap : 0))
+      fail_msg("pass %d: %.0f hits, want %ld (the cache's records)", pass, hits, pass ? cap : 0);
+  }
+  df_store_close(s);
+}
+
 /* df_store_locate: every copy of every record, read from the file and span
  * it names, holds the expert's bytes in the shards; the read log names the
  * records a run read, in order, from copies that exist. */
@@ -830,6 +864,7 @@ int main(void) {
       cmocka_unit_test(test_manifest_strict),
       cmocka_unit_test(test_bad_options),
       cmocka_unit_test(test_cache_keeps_the_hot_set),
+      cmocka_unit_test(test_cache_cycle),
       cmocka_unit_test(test_locate_and_read_log),
       cmocka_unit_test(test_shards_all_configs),
       cmocka_unit_test(test_packs_all_configs),
