@@ -646,26 +646,40 @@ static double stat_of(df_store *s, const char *k, const char *sub) {
  * in test_evict): the experts of two layers used twice stay resident through
  * a burst of one-off experts of five other layers that overfills the cache;
  * the cache then holds exactly its budget. */
-static void test_cache_keeps_the_hot_set(void **st) {
-  (void)st;
+/* A store over the test model's shards with a 1 MiB cache and no prefetch,
+ * its budget in records in *cap, or NULL (a note printed) when the model is
+ * too small for a cache test of seven layers, or fits(cap) says the cache
+ * does not fit it. */
+static df_store *open_cache_1mib(const char *what, int (*fits)(long cap, int ne), long *cap) {
   int first = cfg.first_k_dense, ne = cfg.n_experts;
   if (cfg.n_layers - first < 7 || ne > 256) {
-    print_message("note: model too small for the cache test\n");
-    return;
+    print_message("note: model too small for the %s test\n", what);
+    return NULL;
   }
   /* a shard record's buffer: the record rounded up to 4 KiB, plus a page for
    * its unaligned start */
   long slot = (long)((lay.total + 4095) / 4096 * 4096 + 4096);
-  long cap = (1L << 20) / slot; /* records in a 1 MiB cache */
-  int hot = 2 * ne, burst = 5 * ne;
-  if (!(hot < cap && hot + burst > cap)) {
-    print_message("note: %ld-record cache does not fit the test\n", cap);
-    return;
+  *cap = (1L << 20) / slot; /* records in a 1 MiB cache */
+  if (!fits(*cap, ne)) {
+    print_message("note: %ld-record cache does not fit the %s test\n", *cap, what);
+    return NULL;
   }
   df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 1, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
   df_store *s;
   df_err e;
   assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  return s;
+}
+
+/* two hot layers fit, two hot and five burst layers do not */
+static int hot_set_fits(long cap, int ne) { return 2 * ne < cap && 7 * ne > cap; }
+
+static void test_cache_keeps_the_hot_set(void **st) {
+  (void)st;
+  int first = cfg.first_k_dense, ne = cfg.n_experts, hot = 2 * ne, burst = 5 * ne;
+  long cap;
+  df_store *s = open_cache_1mib("cache", hot_set_fits, &cap);
+  if (!s) return;
   for (int pass = 0; pass < 2; pass++)
     for (int l = first; l < first + 2; l++) batch(s, l, 0, ne);
   assert_true(stat_of(s, "cache_hits", NULL) == hot);
@@ -686,23 +700,15 @@ static void test_cache_keeps_the_hot_set(void **st) {
  * new ones loaded for the rest are dropped, evict.h's admission); a policy
  * that evicts the least recent of a cycle, as the decayed frequency alone
  * did, hits none. */
+/* more than one layer fits, not all seven */
+static int cycle_fits(long cap, int ne) { return cap > ne && cap < 7 * ne; }
+
 static void test_cache_cycle(void **st) {
   (void)st;
   int first = cfg.first_k_dense, ne = cfg.n_experts;
-  if (cfg.n_layers - first < 7 || ne > 256) {
-    print_message("note: model too small for the cycle test\n");
-    return;
-  }
-  long slot = (long)((lay.total + 4095) / 4096 * 4096 + 4096);
-  long cap = (1L << 20) / slot;
-  if (!(cap < 7 * ne && cap > ne)) {
-    print_message("note: %ld-record cache does not fit the test\n", cap);
-    return;
-  }
-  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 1, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
-  df_store *s;
-  df_err e;
-  assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
+  long cap;
+  df_store *s = open_cache_1mib("cycle", cycle_fits, &cap);
+  if (!s) return;
   for (int pass = 0; pass < 4; pass++) {
     double h0 = stat_of(s, "cache_hits", NULL);
     for (int l = first; l < first + 7; l++) batch(s, l, 0, ne);
