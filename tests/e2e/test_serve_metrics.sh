@@ -17,8 +17,11 @@ for i in 1 2 3; do
   s=$(req "$T/c" POST "$U/v1/completions" -H "$JSON" -d '{"model":"k3-tiny","prompt":"Once","max_tokens":3}')
   [ "$s" = 200 ] || fail "completion $i: $s"
 done
+# 200 tokens at 40 ms: the server stays busy about 8 s, so the two requests
+# below meet it busy even on a loaded machine (60 tokens, 2.4 s, were not
+# enough once in CI with the machine's two cores shared)
 curl -sN -m 120 -H "$JSON" "$U/v1/chat/completions" \
-  -d '{"model":"k3-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":60,"stream":true}' >"$T/s.sse" &
+  -d '{"model":"k3-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":200,"stream":true}' >"$T/s.sse" &
 C=$!
 wait_for 60 is_busy "$PORT" || fail "the stream did not start"
 n429=0
