@@ -137,22 +137,31 @@ void df_cache_hit(df_store *s, entry *x) {
 }
 
 /* Evicts unreferenced entries down to the budget: coldest unprotected first.
- * Entries still loading and prefetches for layers not yet begun stay. */
+ * Entries still loading and prefetches for layers not yet begun stay, and
+ * the prefetches (up to the allowance predict.c reads them within) are not
+ * counted against the budget: a read ahead never evicts a held entry (with
+ * them counted, a predictor reading the experts a cycle had refused evicted
+ * as many held ones, which then missed in turn). */
 void df_cache_evict(df_store *s) {
   long over = s->cache.n_unref - s->cache.slots;
   if (over <= 0) return;
   df_evict_cand *c = df_xmalloc((size_t)s->cache.n_unref * sizeof *c);
-  long nc = 0;
+  long nc = 0, nspec = 0;
   for (entry *x = s->cache.resident_head; x; x = x->res_next) {
-    if (x->refs || x->pinned || x->state == E_LOADING || x->pending > 0) continue;
-    if (x->speculative && !df_sched_stale(s, x)) continue;
+    if (x->refs || x->pinned) continue;
+    if (x->speculative && !df_sched_stale(s, x)) { /* ready or still being read */
+      nspec++;
+      continue;
+    }
+    if (x->state == E_LOADING || x->pending > 0) continue;
     if (nc < s->cache.n_unref)
       c[nc++] = (df_evict_cand){x->key, x->is_protected,
                                 df_evict_score(s->cache.kscore[x->key], s->cache.ktick[x->key],
                                                s->pass, DF_STORE_HALF_LIFE),
-                                x->born == s->pass && x->hits == 0};
+                                x->born == s->pass};
   }
   df_evict_order(c, (size_t)nc);
+  over -= nspec < s->cache.prefetch_allowance ? nspec : s->cache.prefetch_allowance;
   for (long i = 0; i < nc && i < over; i++) {
     entry *x = s->cache.by_key[c[i].key];
     if (x->speculative) {

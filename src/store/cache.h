@@ -41,7 +41,8 @@ typedef struct entry {
   int pending;       /* parts queued, in flight or being verified */
   long spec_pass;    /* the forward pass and layer a speculative read is for: */
   int spec_layer;    /*   it is stale once that layer has begun */
-  long born;         /* the pass it was loaded in (new until hit: evict.h's admission) */
+  long born;         /* the pass it was first used in (read ahead: the pass it was read in
+                      * until then); new in that pass (evict.h's admission) */
   slot slot;         /* its buffer */
   uint32_t head_pad; /* bytes before the record in the buffer (its offset's misalignment) */
   const uint8_t *data; /* the record, once READY */

@@ -5,8 +5,9 @@
  * evicted unprotected first (an entry hit twice is protected, up to 4/5 of
  * the cache), coldest first, ties to the lower key, so the hot set survives
  * a burst of one-off experts (a prefill chunk) and a choice is reproducible.
- * An entry loaded in this pass and not hit since (new) counts as
- * DF_EVICT_ADMIT_MARGIN colder than its score: it displaces a held one only
+ * An entry first used in this pass (new: loaded for it, or read ahead by a
+ * prediction and used now) counts as DF_EVICT_ADMIT_MARGIN colder than its
+ * score: it displaces a held one only
  * when it has been used that much more lately. Without it, experts used
  * every pass in the same order (a model that routes every expert, or a
  * cache smaller than a token's set) met an LRU in disguise: within a pass
@@ -28,7 +29,7 @@ typedef struct df_evict_cand {
   int key;          /* the entry's key (layer-major) */
   int is_protected; /* hit at least twice */
   double score;     /* decayed frequency now (df_evict_score) */
-  int is_new;       /* loaded this pass, not hit since: DF_EVICT_ADMIT_MARGIN colder */
+  int is_new;       /* first used this pass: DF_EVICT_ADMIT_MARGIN colder */
 } df_evict_cand;
 
 /* The score at pass `now` of one that was `score` at pass `tick`. */

@@ -300,6 +300,7 @@ int df_store_begin(df_store *s, int layer, const int *experts, int n, int rows, 
       if (x->speculative) {
         s->ct.pf_used += s->rec_bytes;
         x->speculative = 0;
+        x->born = s->pass; /* read ahead, but new from its first use (evict.h) */
       }
       x->demand = 1;
     } else {

@@ -62,7 +62,7 @@ static void test_admission_margin(void **st) {
  * pass, -3 a batch with more of the same pass to come: a layer's, -2 the
  * sequence); after each batch it evicts down to cap in the policy's order
  * (as the store does at df_store_end). Every key's score is kept whether it is held or not; an
- * entry loaded in this pass and not hit since is new; an entry hit twice is
+ * entry first used in this pass is new; an entry hit twice is
  * protected while fewer than 4/5 of the cache are (the store's rules,
  * cache.c). Returns the kept keys, ascending, in kept[] (their count), and
  * the hits of the last pass in *last_hits. */
@@ -96,7 +96,7 @@ static int simulate_hits(const int *seq, int cap, int *kept, int *last_hits) {
     for (int k = 0; k < 16; k++)
       if (e[k].present)
         c[n++] = (df_evict_cand){k, e[k].prot, df_evict_score(score[k], tick[k], pass, HL),
-                                 e[k].born == pass && e[k].hits == 0};
+                                 e[k].born == pass};
     df_evict_order(c, (size_t)n);
     for (int i = 0; i < n - cap; i++) {
       nprot -= e[c[i].key].prot;
