@@ -7,8 +7,8 @@
  * a burst of one-off experts (a prefill chunk) and a choice is reproducible.
  * An entry first used in this pass (new: loaded for it, or read ahead by a
  * prediction and used now) counts as DF_EVICT_ADMIT_MARGIN colder than its
- * score: it displaces a held one only
- * when it has been used that much more lately. Without it, experts used
+ * score: it displaces a held one only when it has been used that much more
+ * lately. Without it, experts used
  * every pass in the same order (a model that routes every expert, or a
  * cache smaller than a token's set) met an LRU in disguise: within a pass
  * the held experts not yet reached are the least recently touched, so each
