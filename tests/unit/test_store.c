@@ -617,13 +617,15 @@ static void test_bad_options(void **st) {
   df_store_close(s);
 }
 
-/* One batch of experts [lo, hi) of layer l, read through; returns 0. */
-static int batch(df_store *s, int l, int lo, int hi) {
+/* One batch of experts [lo, hi) of layer l, read through, with layer hint's
+ * experts [lo, hi) hinted (a prediction) unless hint < 0; returns 0. */
+static int batch_hint(df_store *s, int l, int lo, int hi, int hint) {
   int ex[256], idx;
   const uint8_t *b;
   df_err e;
   for (int i = lo; i < hi; i++) ex[i - lo] = i;
   if (df_store_begin(s, l, ex, hi - lo, 1, &e)) fail_msg("%s", e.msg);
+  if (hint >= 0) df_store_hint(s, hint, ex, hi - lo);
   int r;
   while ((r = df_store_next(s, &idx, &b, &e)) == 1) {
   }
@@ -631,6 +633,7 @@ static int batch(df_store *s, int l, int lo, int hi) {
   df_store_end(s);
   return 0;
 }
+static int batch(df_store *s, int l, int lo, int hi) { return batch_hint(s, l, lo, hi, -1); }
 
 static double stat_of(df_store *s, const char *k, const char *sub) {
   char *js = df_store_stats_json(s);
@@ -650,7 +653,8 @@ static double stat_of(df_store *s, const char *k, const char *sub) {
  * its budget in records in *cap, or NULL (a note printed) when the model is
  * too small for a cache test of seven layers, or fits(cap) says the cache
  * does not fit it. */
-static df_store *open_cache_1mib(const char *what, int (*fits)(long cap, int ne), long *cap) {
+static df_store *open_cache_1mib(const char *what, int (*fits)(long cap, int ne), df_store_prefetch pf,
+                                 long *cap) {
   int first = cfg.first_k_dense, ne = cfg.n_experts;
   if (cfg.n_layers - first < 7 || ne > 256) {
     print_message("note: model too small for the %s test\n", what);
@@ -664,7 +668,7 @@ static df_store *open_cache_1mib(const char *what, int (*fits)(long cap, int ne)
     print_message("note: %ld-record cache does not fit the %s test\n", *cap, what);
     return NULL;
   }
-  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 1, .prefetch = DF_PREFETCH_OFF, .heat_path = ""};
+  df_store_opts o = {.model_dir = model, .no_pack = 1, .cache_mb = 1, .prefetch = pf, .heat_path = ""};
   df_store *s;
   df_err e;
   assert_int_equal(df_store_open(&s, &set, &cfg, &o, &e), 0);
@@ -678,7 +682,7 @@ static void test_cache_keeps_the_hot_set(void **st) {
   (void)st;
   int first = cfg.first_k_dense, ne = cfg.n_experts, hot = 2 * ne, burst = 5 * ne;
   long cap;
-  df_store *s = open_cache_1mib("cache", hot_set_fits, &cap);
+  df_store *s = open_cache_1mib("cache", hot_set_fits, DF_PREFETCH_OFF, &cap);
   if (!s) return;
   for (int pass = 0; pass < 2; pass++)
     for (int l = first; l < first + 2; l++) batch(s, l, 0, ne);
@@ -699,7 +703,10 @@ static void test_cache_keeps_the_hot_set(void **st) {
  * cache holds its budget of them and hits exactly that many every pass (the
  * new ones loaded for the rest are dropped, evict.h's admission); a policy
  * that evicts the least recent of a cycle, as the decayed frequency alone
- * did, hits none. */
+ * did, hits none. Then the same with every next layer's experts predicted
+ * (gate-ahead hints, all right), and with the previous token's: the reads
+ * ahead must not evict a held record (cache.c), so each pass after the
+ * first reads exactly the records the cache does not hold, once each. */
 /* more than one layer fits, not all seven */
 static int cycle_fits(long cap, int ne) { return cap > ne && cap < 7 * ne; }
 
@@ -707,7 +714,7 @@ static void test_cache_cycle(void **st) {
   (void)st;
   int first = cfg.first_k_dense, ne = cfg.n_experts;
   long cap;
-  df_store *s = open_cache_1mib("cycle", cycle_fits, &cap);
+  df_store *s = open_cache_1mib("cycle", cycle_fits, DF_PREFETCH_OFF, &cap);
   if (!s) return;
   for (int pass = 0; pass < 4; pass++) {
     double h0 = stat_of(s, "cache_hits", NULL);
@@ -717,6 +724,25 @@ static void test_cache_cycle(void **st) {
       fail_msg("pass %d: %.0f hits, want %ld (the cache's records)", pass, hits, pass ? cap : 0);
   }
   df_store_close(s);
+  for (int m = 0; m < 2; m++) {
+    s = open_cache_1mib("cycle", cycle_fits, m ? DF_PREFETCH_PREV : DF_PREFETCH_GATE, &cap);
+    double per_record = 0;
+    for (int pass = 0; pass < 4; pass++) {
+      double b0 = stat_of(s, "expert_bytes_read", NULL);
+      /* gate: each layer hints the next within the pass */
+      for (int l = first; l < first + 7; l++)
+        batch_hint(s, l, 0, ne, !m && l + 1 < first + 7 ? l + 1 : -1);
+      double read = stat_of(s, "expert_bytes_read", NULL) - b0;
+      if (!pass) {
+        per_record = read / (7.0 * ne); /* the first pass reads every record once */
+        continue;
+      }
+      if (read != per_record * (double)(7 * ne - cap))
+        fail_msg("pass %d with reads ahead (%s): %.1f records read, want %ld (those not held)",
+                 pass, m ? "prev" : "gate", read / per_record, 7 * ne - cap);
+    }
+    df_store_close(s);
+  }
 }
 
 /* df_store_locate: every copy of every record, read from the file and span
