@@ -33,7 +33,11 @@ fail() {
 timeout 120 "$DF_BIN" make-model --preset tiny --seed 1 --out "$T/model" >/dev/null 2>&1 ||
   fail "make-model"
 
-# --port 0: the kernel picks a free port; the server logs which.
+# --port 0: the kernel picks a free port; the server logs which. The log
+# exists before the server opens it: the sed below reads it at once, and a
+# sed that fails in an assignment ends the script under set -e (CI, ASan
+# stage, 2026-12-05: "can't read tools.log" and a silent failure).
+: >"$T/server.log"
 timeout -k 5 900 "$DF_BIN" serve --model "$T/model" --port 0 --model-id k3-tiny --threads 2 \
   2>"$T/server.log" &
 PID=$!
@@ -71,6 +75,7 @@ print(",".join(map(str, pb[len(pa):])))
 PY
 ) || fail "apply-template"
 EOM=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); print([k for k,v in t["added_tokens_decoder"].items() if v["content"]=="<|end_of_msg|>"][0])' "$T/model/tokenizer_config.json")
+: >"$T/tools.log"
 timeout -k 5 900 "$DF_BIN" serve --model "$T/model" --port 0 --model-id k3-tiny --threads 2 \
   --debug-output-ids "$IDS" 2>"$T/tools.log" &
 PID2=$!
