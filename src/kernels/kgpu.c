@@ -87,8 +87,8 @@ struct df_kgpu {
   uint64_t drv_floor;
   int snap_n, snap_rows, pxn_T;
   /* the pass a call last came with (df_kgpu_pre.pass), the most rows of a
-   * pass since the last trim (trim_at_pass), the tier's budget as made */
-  uint64_t trim_pass, tier_made;
+   * pass since the last trim (trim_at_pass), the least worth a trim */
+  uint64_t trim_pass, trim_least;
   int grown_rows;
   df_kgpu_stats st;
 };
@@ -131,6 +131,31 @@ static void tier_free(void *ud, void *p) {
   df_cuda_free(g->c, p);
 }
 
+/* The per-use device buffers: the one list of them, freed at the close
+ * and by a trim (trim_at_pass). pxn and pa are not among them: a later
+ * call reads what they hold (see there). */
+typedef struct {
+  void **buf;
+  size_t *cap;
+} per_use_buf;
+#define PER_USE_MAX 11
+static int per_use_buffers(df_kgpu *g, per_use_buf b[PER_USE_MAX]) {
+  per_use_buf all[PER_USE_MAX] = {
+      {&g->xbuf, &g->xcap}, {&g->ybuf, &g->ycap},   {&g->dh1, &g->h1cap},
+      {&g->dh3, &g->h3cap}, {&g->fb1, &g->f1cap},   {&g->fb3, &g->f3cap},
+      {&g->tb, &g->tbcap},  {&g->wbuf, &g->wcap},   {&g->snap, &g->snapcap},
+      {&g->px, &g->pxcap},  {&g->pwork, &g->pworkcap}};
+  memcpy(b, all, sizeof all);
+  return PER_USE_MAX;
+}
+
+/* The least a trim frees (trim_at_pass): 8 MiB, or a 64th of a smaller
+ * tier (the stand-in's). */
+static uint64_t trim_least(uint64_t tier_bytes) {
+  uint64_t m = 8ull << 20;
+  return tier_bytes / 64 < m ? tier_bytes / 64 : m;
+}
+
 df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *plan_ud,
                       char *err, size_t errlen) {
   df_cuda *c = df_cuda_open(dev, err, errlen);
@@ -158,7 +183,7 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *
     return NULL;
   }
   g->tier = df_dtier_new(tier_bytes, (df_dtier_mem){tier_alloc, tier_free, g});
-  g->tier_made = tier_bytes;
+  g->trim_least = trim_least(tier_bytes);
   g->drv_floor = fr > tier_bytes ? fr - tier_bytes : 0;
   if (g->drv_floor > tier_reserve(tot)) g->drv_floor = tier_reserve(tot);
   if (plan) df_dtier_keep_cap(g->tier, plan(plan_ud, tier_bytes, fr));
@@ -175,18 +200,9 @@ void df_kgpu_close(df_kgpu *g) {
   df_dtier_free(g->tier);
   for (int i = 0; i < g->nsents; i++) df_cuda_free(g->c, g->sents[i].d);
   free(g->sents);
-  df_cuda_free(g->c, g->wbuf);
-  df_cuda_free(g->c, g->xbuf);
-  df_cuda_free(g->c, g->ybuf);
-  df_cuda_free(g->c, g->dh1);
-  df_cuda_free(g->c, g->dh3);
-  df_cuda_free(g->c, g->fb1);
-  df_cuda_free(g->c, g->fb3);
-  df_cuda_free(g->c, g->tb);
-  df_cuda_free(g->c, g->snap);
-  df_cuda_free(g->c, g->px);
+  per_use_buf b[PER_USE_MAX];
+  for (int i = 0, nb = per_use_buffers(g, b); i < nb; i++) df_cuda_free(g->c, *b[i].buf);
   df_cuda_free(g->c, g->pxn);
-  df_cuda_free(g->c, g->pwork);
   df_cuda_free(g->c, g->pa);
   df_cuda_host_free(g->hpb[0]);
   df_cuda_host_free(g->hpb[1]);
@@ -241,24 +257,16 @@ static void *scratch(df_kgpu *g, void **buf, size_t *cap, size_t n) {
  * goes too (its snapshots are the last pass's: a new pass never reads
  * them), pxn and pa stay (a later call reads them under pxn_tok, pa_ok:
  * small, T rows, and a call that finds them gone gives up the context or
- * the pass). The least worth freeing: 8 MiB, or a 64th of a smaller tier
- * (the stand-in's). */
+ * the pass). */
 #define TRIM_ROWS 8
-#define TRIM_MIN (8ull << 20)
 static void trim_at_pass(df_kgpu *g, const df_kgpu_pre *p) {
   if (!p || !p->pass || p->pass == g->trim_pass) return;
   g->trim_pass = p->pass;
-  struct {
-    void **buf;
-    size_t *cap;
-  } b[] = {{&g->xbuf, &g->xcap}, {&g->ybuf, &g->ycap}, {&g->dh1, &g->h1cap},
-           {&g->dh3, &g->h3cap}, {&g->fb1, &g->f1cap}, {&g->fb3, &g->f3cap},
-           {&g->tb, &g->tbcap}, {&g->wbuf, &g->wcap}, {&g->snap, &g->snapcap},
-           {&g->px, &g->pxcap}, {&g->pwork, &g->pworkcap}};
-  int nb = (int)(sizeof b / sizeof b[0]);
-  uint64_t held = 0, least = g->tier_made / 64 < TRIM_MIN ? g->tier_made / 64 : TRIM_MIN;
+  per_use_buf b[PER_USE_MAX];
+  int nb = per_use_buffers(g, b);
+  uint64_t held = 0;
   for (int i = 0; i < nb; i++) held += *b[i].cap;
-  if ((uint64_t)p->rows * TRIM_ROWS > (uint64_t)g->grown_rows || held < least) {
+  if ((uint64_t)p->rows * TRIM_ROWS > (uint64_t)g->grown_rows || held < g->trim_least) {
     if (p->rows > g->grown_rows) g->grown_rows = p->rows;
     return;
   }
