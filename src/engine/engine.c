@@ -270,6 +270,8 @@ static json_t *device_json(df_engine *en) {
              {"tier_cap", offsetof(df_kgpu_stats, tier_cap)},
              {"tier_bytes", offsetof(df_kgpu_stats, tier_bytes)},
              {"tier_keep_bytes", offsetof(df_kgpu_stats, tier_keep_bytes)},
+             {"tier_mapped", offsetof(df_kgpu_stats, tier_mapped)},
+             {"tier_granule", offsetof(df_kgpu_stats, tier_granule)},
              {"tier_hits", offsetof(df_kgpu_stats, hits)},
              {"tier_misses", offsetof(df_kgpu_stats, misses)},
              {"tier_evictions", offsetof(df_kgpu_stats, evictions)},

@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "base/util.h"
+#include "kernels/dheap.h"
 #include "kernels/dtier.h"
 
 #ifdef DF_HAVE_CUDA
@@ -90,6 +91,13 @@ struct df_kgpu {
    * pass since the last trim (trim_at_pass), the least worth a trim */
   uint64_t trim_pass, trim_least;
   int grown_rows;
+  /* the tier's memory as one heap (dheap.h), over heap_range bytes of
+   * addresses at heap_va in granules of heap_gran; NULL: each matrix
+   * allocated on its own (no virtual memory management, or
+   * DF_CUDA_TIER_VMM=0) */
+  df_dheap *heap;
+  uint8_t *heap_va;
+  uint64_t heap_range, heap_gran;
   df_kgpu_stats st;
 };
 
@@ -118,9 +126,14 @@ static uint64_t below_floor(df_kgpu *g, size_t n) {
 }
 
 /* Not below the floor (room_for): the tier then evicts or refuses, as
- * for a device out of memory. */
+ * for a device out of memory. In the heap, only the granules a block
+ * needs mapped count (the rest of a granule mapped already is free). */
 static void *tier_alloc(void *ud, size_t n) {
   df_kgpu *g = ud;
+  if (g->heap) {
+    uint64_t off = df_dheap_alloc(g->heap, n);
+    return off == DF_DHEAP_NONE ? NULL : g->heap_va + off;
+  }
   return below_floor(g, n) ? NULL : df_cuda_alloc(g->c, n);
 }
 /* An evicted entry may still be read by queued work (an expert batch):
@@ -128,7 +141,37 @@ static void *tier_alloc(void *ud, size_t n) {
 static void tier_free(void *ud, void *p) {
   df_kgpu *g = ud;
   df_cuda_sync(g->c);
-  df_cuda_free(g->c, p);
+  if (g->heap) df_dheap_release(g->heap, (uint64_t)((uint8_t *)p - g->heap_va));
+  else df_cuda_free(g->c, p);
+}
+static int heap_map(void *ud, uint64_t off, int n, uint64_t *h) {
+  df_kgpu *g = ud;
+  if (below_floor(g, (size_t)n * g->heap_gran)) return -1;
+  return df_cuda_vm_map(g->dev, g->heap_va + off, g->heap_gran, n, h);
+}
+static void heap_unmap(void *ud, uint64_t off, uint64_t h) {
+  df_kgpu *g = ud;
+  df_cuda_vm_unmap(g->heap_va + off, g->heap_gran, h);
+}
+
+/* The heap over addresses for all of the device's memory (the tier never
+ * holds more), where the driver has virtual memory management and
+ * DF_CUDA_TIER_VMM is not 0; else none, and the tier allocates each
+ * matrix on its own. */
+static void heap_open(df_kgpu *g, uint64_t total) {
+  const char *e = getenv("DF_CUDA_TIER_VMM");
+  if (e && !strcmp(e, "0")) return;
+  uint64_t gr = df_cuda_vm_granule(g->dev);
+  if (!gr || gr % ALIGN) return;
+  uint64_t range = (total + gr - 1) / gr * gr;
+  void *va = df_cuda_vm_reserve(range);
+  if (!va) return;
+  if ((uintptr_t)va % gr) {
+    df_cuda_vm_unreserve(va, range);
+    return;
+  }
+  g->heap_va = va, g->heap_range = range, g->heap_gran = gr;
+  g->heap = df_dheap_new(range, gr, ALIGN, (df_dheap_mem){heap_map, heap_unmap, g});
 }
 
 /* The per-use device buffers: the one list of them, freed at the close
@@ -182,6 +225,7 @@ df_kgpu *df_kgpu_open(int dev, uint64_t tier_bytes, df_kgpu_plan_fn plan, void *
     free(g);
     return NULL;
   }
+  heap_open(g, tot);
   g->tier = df_dtier_new(tier_bytes, (df_dtier_mem){tier_alloc, tier_free, g});
   g->trim_least = trim_least(tier_bytes);
   g->drv_floor = fr > tier_bytes ? fr - tier_bytes : 0;
@@ -198,6 +242,8 @@ void df_kgpu_close(df_kgpu *g) {
   df_cuda_use(g->dev);
   df_cuda_sync(g->c);
   df_dtier_free(g->tier);
+  df_dheap_free(g->heap);
+  if (g->heap_va) df_cuda_vm_unreserve(g->heap_va, g->heap_range);
   for (int i = 0; i < g->nsents; i++) df_cuda_free(g->c, g->sents[i].d);
   free(g->sents);
   per_use_buf b[PER_USE_MAX];
@@ -1554,6 +1600,12 @@ void df_kgpu_stats_get(df_kgpu *g, df_kgpu_stats *st) {
   g->st.misses = ts.misses;
   g->st.evictions = ts.evictions;
   g->st.refused = ts.refused;
+  if (g->heap) {
+    df_dheap_stats hs;
+    df_dheap_stats_get(g->heap, &hs);
+    g->st.tier_mapped = hs.mapped;
+    g->st.tier_granule = g->heap_gran;
+  }
   size_t fr, tot;
   if (!g->broken && !df_cuda_mem_info(g->dev, &fr, &tot)) g->st.mem_free = fr, g->st.mem_total = tot;
   *st = g->st;

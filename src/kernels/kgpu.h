@@ -28,6 +28,10 @@ typedef struct df_kgpu_stats {
   uint64_t mem_total, mem_free; /* the device's, when last read */
   uint64_t tier_cap, tier_bytes, tier_keep_bytes; /* keep: the spine's, never evicted (dtier.h) */
   int tier_entries;
+  /* device memory mapped under the tier's heap, in granules of tier_granule
+   * bytes (kgpu.c's heap_open; both 0 where each matrix is allocated on
+   * its own) */
+  uint64_t tier_mapped, tier_granule;
   uint64_t hits, misses, evictions, refused; /* the weight tier's */
   uint64_t products;        /* matrix products run on the GPU */
   uint64_t fallbacks;       /* products the GPU could not take (run on the CPU) */

@@ -22,11 +22,18 @@
  * ar (AttnRes and its norm, df_cuda_attn_res).
  * DF_MOCK_CUDA_MEM=BYTES is the device's memory (8 GiB without it): an
  * allocation that would take the live total past it fails, as cudaMalloc
- * does when full, and df_cuda_mem_info reports it less the live total. */
+ * does when full, and df_cuda_mem_info reports it less the live total.
+ * DF_MOCK_CUDA_GRAN=BYTES is the device's granule, as a real device's 2 MiB:
+ * each allocation takes whole granules of the live total, and the
+ * virtual memory functions (df_cuda_vm_*) map in granules of that size
+ * (4 KiB without it, and allocations then take what they ask). The
+ * mappings are host pages reserved without access and opened and closed
+ * (mprotect), so a read or write of a granule not mapped faults. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kernels/cuda/kcuda.h"
@@ -86,12 +93,19 @@ static int mock_mem(size_t *bytes) {
   return 1;
 }
 
+/* DF_MOCK_CUDA_GRAN, 0 where it is not set */
+static size_t mock_gran(void) {
+  const char *m = getenv("DF_MOCK_CUDA_GRAN");
+  return m ? (size_t)atoll(m) : 0;
+}
+
 /* each allocation carries its size in front, for the live total */
 #define HDR 64
 static size_t live_bytes;
 void *df_cuda_alloc(df_cuda *c, size_t bytes) {
   if (inject(c, F_ALLOC)) return NULL;
-  size_t mem;
+  size_t mem, gr = mock_gran();
+  if (gr) bytes = (bytes + gr - 1) / gr * gr;
   if (mock_mem(&mem) && live_bytes + bytes > mem) {
     snprintf(c->err, sizeof c->err, "mock alloc: out of memory");
     return NULL;
@@ -259,6 +273,39 @@ int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b) {
   return 0;
 }
 int df_cuda_use(int dev) { return dev == 0 ? 0 : -1; }
+
+size_t df_cuda_vm_granule(int dev) {
+  (void)dev;
+  size_t gr = mock_gran();
+  return gr ? gr : 4096;
+}
+void *df_cuda_vm_reserve(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+void df_cuda_vm_unreserve(void *va, size_t bytes) {
+  if (va) munmap(va, bytes);
+}
+/* a mapping is a device allocation: it counts, fails and is injected as one */
+int df_cuda_vm_map(int dev, void *va, size_t gran, int n, uint64_t *h) {
+  (void)dev;
+  size_t mem, bytes = gran * (size_t)n;
+  if (inject(NULL, F_ALLOC) || (mock_mem(&mem) && live_bytes + bytes > mem)) return -1;
+  if (mprotect(va, bytes, PROT_READ | PROT_WRITE)) return -1;
+  for (int i = 0; i < n; i++) h[i] = (uint64_t)(uintptr_t)va + (uint64_t)i * gran;
+  live_bytes += bytes;
+  return 0;
+}
+void df_cuda_vm_unmap(void *va, size_t gran, uint64_t h) {
+  if (h != (uint64_t)(uintptr_t)va) {
+    fprintf(stderr, "mock: a granule unmapped with another's handle\n");
+    _exit(3);
+  }
+  /* the memory goes back: its bytes are not kept for the next mapping */
+  madvise(va, gran, MADV_DONTNEED);
+  mprotect(va, gran, PROT_NONE);
+  live_bytes -= gran;
+}
 /* Registered ranges must be unregistered before they are freed: the mock
  * keeps them and the exit check (DF_MOCK_CUDA_CHECK_PINS) fails a run that
  * left one behind or unregistered what it never registered. */

@@ -121,6 +121,27 @@ for p in 100,101,102,103 "$L"; do
     fail "trim: after the decode (the short prompt's budget $short): $(field "$T/g.json" "$dv")"
 done
 echo "ok   decode after a long prompt frees the buffers it grew, and the tier gets their room back"
+# the tier's heap (kernels/dheap.h) on a device whose allocations take whole
+# 2 MiB granules: nano-K3's 324 matrices (12.5 MB, most far below a
+# granule) all kept in about 6 granules, as on a device that rounds nothing;
+# each allocated on its own (DF_CUDA_TIER_VMM=0), a granule each fills the
+# device and the tier keeps a few. The CPU's ids either way.
+"$BIN" run --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 --json --heat '' \
+  >"$T/cpu.json" 2>"$T/e" || fail "cpu run: $(cat "$T/e")"
+for vmm in 1 0; do
+  DF_CUDA_TIER_VMM=$vmm DF_MOCK_CUDA_GRAN=2097152 DF_MOCK_CUDA_MEM=400000000 "$BIN" run \
+    --model "$SRC/models/nano-k3" --prompt-ids "$P" --max-new 8 --json --heat '' --device cuda \
+    --gpu-mem 60000000 >"$T/g$vmm.json" 2>"$T/e" || fail "granules, vmm $vmm: $(cat "$T/e")"
+  [ "$(field "$T/g$vmm.json" "d['output_ids']")" = "$(field "$T/cpu.json" "d['output_ids']")" ] ||
+    fail "granules, vmm $vmm: ids differ"
+done
+dv="d['stats']['device']"
+got=$(field "$T/g1.json" "($dv['fallbacks'], $dv['tier_entries'], $dv['tier_granule'],
+  0 < $dv['tier_mapped'] - $dv['tier_bytes'] < 2097152)")
+[ "$got" = "(0, 324, 2097152, True)" ] || fail "granules, the heap: $(field "$T/g1.json" "$dv")"
+got=$(field "$T/g0.json" "($dv['tier_granule'], $dv['tier_mapped'], $dv['tier_entries'] < 50)")
+[ "$got" = "(0, 0, True)" ] || fail "granules, each on its own: $(field "$T/g0.json" "$dv")"
+echo "ok   the tier's matrices share the device's granules ($(field "$T/g1.json" "$dv['tier_entries']") kept; $(field "$T/g0.json" "$dv['tier_entries']") each on its own)"
 
 # a KDA layer's sequence part (df_kgpu_kda) that fails on the GPU, in the
 # prefill's second KDA layer: that layer and the rest computed on the CPU

@@ -8,6 +8,7 @@
 #define DF_KERNELS_CUDA_KCUDA_HOST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Free and total bytes of device dev's memory; 0, or -1 on a CUDA error. */
 int df_cuda_mem_info(int dev, size_t *free_b, size_t *total_b);
@@ -22,5 +23,24 @@ void df_cuda_host_unregister(void *p);
 /* Page-locked host memory (NULL on failure) and its release. */
 void *df_cuda_host_alloc(size_t bytes);
 void df_cuda_host_free(void *p);
+
+/* Device memory mapped into reserved addresses a granule at a time (the
+ * driver's virtual memory management), for the weight tier's heap
+ * (dheap.h says why). The driver's functions are looked up at the first
+ * call, not linked, so a build runs where no driver is installed.
+ * df_cuda_vm_granule: the granule of dev's memory, 0 where the driver or
+ * the device has no virtual memory management (the tier then allocates
+ * each matrix on its own). */
+size_t df_cuda_vm_granule(int dev);
+/* bytes (a multiple of the granule) of addresses, no memory under them;
+ * NULL on failure. */
+void *df_cuda_vm_reserve(size_t bytes);
+void df_cuda_vm_unreserve(void *va, size_t bytes);
+/* n granules (of gran bytes, df_cuda_vm_granule's) of dev's memory mapped
+ * at va, readable and writable by dev, one handle each into h; 0, or -1
+ * with nothing left mapped. */
+int df_cuda_vm_map(int dev, void *va, size_t gran, int n, uint64_t *h);
+/* The granule at va unmapped and its memory given back. */
+void df_cuda_vm_unmap(void *va, size_t gran, uint64_t h);
 
 #endif
