@@ -154,16 +154,17 @@ static void heap_unmap(void *ud, uint64_t off, uint64_t h) {
   df_cuda_vm_unmap(g->heap_va + off, g->heap_gran, h);
 }
 
-/* The heap over addresses for all of the device's memory (the tier never
- * holds more), where the driver has virtual memory management and
- * DF_CUDA_TIER_VMM is not 0; else none, and the tier allocates each
- * matrix on its own. */
+/* The heap over addresses for twice the device's memory (the tier never
+ * holds more than the device, and the holes its frees leave may push the
+ * blocks further along: addresses cost nothing), where the driver has
+ * virtual memory management and DF_CUDA_TIER_VMM is not 0; else none,
+ * and the tier allocates each matrix on its own. */
 static void heap_open(df_kgpu *g, uint64_t total) {
   const char *e = getenv("DF_CUDA_TIER_VMM");
   if (e && !strcmp(e, "0")) return;
   uint64_t gr = df_cuda_vm_granule(g->dev);
   if (!gr || gr % ALIGN) return;
-  uint64_t range = (total + gr - 1) / gr * gr;
+  uint64_t range = (2 * total + gr - 1) / gr * gr;
   void *va = df_cuda_vm_reserve(range);
   if (!va) return;
   if ((uintptr_t)va % gr) {
