@@ -165,7 +165,7 @@ static void heap_open(df_kgpu *g, uint64_t total) {
   uint64_t gr = df_cuda_vm_granule(g->dev);
   if (!gr || gr % ALIGN) return;
   uint64_t range = (2 * total + gr - 1) / gr * gr;
-  void *va = df_cuda_vm_reserve(range);
+  void *va = df_cuda_vm_reserve(range, gr);
   if (!va) return;
   if ((uintptr_t)va % gr) {
     df_cuda_vm_unreserve(va, range);

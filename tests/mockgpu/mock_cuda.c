@@ -279,7 +279,8 @@ size_t df_cuda_vm_granule(int dev) {
   size_t gr = mock_gran();
   return gr ? gr : 4096;
 }
-void *df_cuda_vm_reserve(size_t bytes) {
+void *df_cuda_vm_reserve(size_t bytes, size_t align) {
+  (void)align; /* mmap's pages: the stand-in's granules are whole pages */
   void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }

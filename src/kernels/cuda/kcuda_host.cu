@@ -129,9 +129,9 @@ extern "C" size_t df_cuda_vm_granule(int dev) {
   return g;
 }
 
-extern "C" void *df_cuda_vm_reserve(size_t bytes) {
+extern "C" void *df_cuda_vm_reserve(size_t bytes, size_t align) {
   CUdeviceptr a = 0;
-  if (!vm.ok || vm.reserve(&a, bytes, 0, 0, 0) != CUDA_SUCCESS) return NULL;
+  if (!vm.ok || vm.reserve(&a, bytes, align, 0, 0) != CUDA_SUCCESS) return NULL;
   return (void *)(uintptr_t)a;
 }
 

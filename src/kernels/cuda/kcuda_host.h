@@ -32,9 +32,9 @@ void df_cuda_host_free(void *p);
  * the device has no virtual memory management (the tier then allocates
  * each matrix on its own). */
 size_t df_cuda_vm_granule(int dev);
-/* bytes (a multiple of the granule) of addresses, no memory under them;
- * NULL on failure. */
-void *df_cuda_vm_reserve(size_t bytes);
+/* bytes (a multiple of the granule) of addresses starting at a multiple
+ * of align (the granule), no memory under them; NULL on failure. */
+void *df_cuda_vm_reserve(size_t bytes, size_t align);
 void df_cuda_vm_unreserve(void *va, size_t bytes);
 /* n granules (of gran bytes, df_cuda_vm_granule's) of dev's memory mapped
  * at va, readable and writable by dev, one handle each into h; 0, or -1
