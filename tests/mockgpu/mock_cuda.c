@@ -280,9 +280,14 @@ size_t df_cuda_vm_granule(int dev) {
   return gr ? gr : 4096;
 }
 void *df_cuda_vm_reserve(size_t bytes, size_t align) {
-  (void)align; /* mmap's pages: the stand-in's granules are whole pages */
-  void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
+  /* align more than a page: reserve that much over and give back the ends */
+  size_t a = align > 4096 ? align : 4096;
+  uint8_t *p = mmap(NULL, bytes + a, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  uint8_t *q = p + (a - (uintptr_t)p % a) % a;
+  if (q > p) munmap(p, (size_t)(q - p));
+  if (p + bytes + a > q + bytes) munmap(q + bytes, (size_t)(p + bytes + a - (q + bytes)));
+  return q;
 }
 void df_cuda_vm_unreserve(void *va, size_t bytes) {
   if (va) munmap(va, bytes);
