@@ -1,6 +1,7 @@
 /* The tier's device heap (dheap.h): free extents and live blocks in two
  * arrays kept in address order (a few thousand of each: the tier's
- * matrices), a reference count and a handle per granule. */
+ * matrices), a reference count, a mapped flag and a handle per granule.
+ * A mapped granule with no block over it is counted in st.empty. */
 #include "kernels/dheap.h"
 
 #include <stdlib.h>
@@ -20,6 +21,7 @@ struct df_dheap {
   span *bl; /* live blocks, by offset */
   int nbl, capbl;
   uint32_t *ref; /* blocks over each granule */
+  uint8_t *mp;   /* 1 while the granule is mapped (with no block over it: empty) */
   uint64_t *hd;  /* each mapped granule's handle */
   uint64_t ngran;
   df_dheap_stats st;
@@ -34,6 +36,7 @@ df_dheap *df_dheap_new(uint64_t range, size_t granule, size_t align, df_dheap_me
   h->range = h->ngran * granule;
   h->ref = df_xcalloc(h->ngran ? h->ngran : 1, sizeof *h->ref);
   h->hd = df_xcalloc(h->ngran ? h->ngran : 1, sizeof *h->hd);
+  h->mp = df_xcalloc(h->ngran ? h->ngran : 1, 1);
   h->capfr = h->capbl = 64;
   h->fr = df_xmalloc(sizeof(span) * (size_t)h->capfr);
   h->bl = df_xmalloc(sizeof(span) * (size_t)h->capbl);
@@ -44,8 +47,9 @@ df_dheap *df_dheap_new(uint64_t range, size_t granule, size_t align, df_dheap_me
 void df_dheap_free(df_dheap *h) {
   if (!h) return;
   for (uint64_t g = 0; g < h->ngran; g++)
-    if (h->ref[g]) h->mem.unmap(h->mem.ud, g * h->gran, h->hd[g]);
+    if (h->mp[g]) h->mem.unmap(h->mem.ud, g * h->gran, h->hd[g]);
   free(h->ref);
+  free(h->mp);
   free(h->hd);
   free(h->fr);
   free(h->bl);
@@ -81,45 +85,54 @@ static int span_lower(const span *a, int n, uint64_t off) {
 /* 1 when every granule under [off, off + n) is mapped. */
 static int all_mapped(const df_dheap *h, uint64_t off, uint64_t n) {
   for (uint64_t g = off / h->gran; g <= (off + n - 1) / h->gran; g++)
-    if (!h->ref[g]) return 0;
+    if (!h->mp[g]) return 0;
   return 1;
 }
 
 /* Maps the unmapped granules under [off, off + n), in runs of consecutive
- * ones, and counts this block over every granule; on a failure, unmaps the
- * runs this call made (marked MAPPING until all are in) and counts
- * nothing. 0 or -1. */
-#define MAPPING UINT32_MAX
+ * ones; on a failure, unmaps the runs this call made (marked MAPPING until
+ * all are in). 0 or -1. */
+#define MAPPING 2
 static int map_under(df_dheap *h, uint64_t off, uint64_t n) {
   uint64_t g0 = off / h->gran, g1 = (off + n - 1) / h->gran;
   for (uint64_t g = g0; g <= g1;) {
-    if (h->ref[g]) {
+    if (h->mp[g]) {
       g++;
       continue;
     }
     uint64_t e = g;
-    while (e + 1 <= g1 && !h->ref[e + 1]) e++;
+    while (e + 1 <= g1 && !h->mp[e + 1]) e++;
     if (h->mem.map(h->mem.ud, g * h->gran, (int)(e - g + 1), h->hd + g)) {
       for (uint64_t k = g0; k < g; k++)
-        if (h->ref[k] == MAPPING) {
+        if (h->mp[k] == MAPPING) {
           h->mem.unmap(h->mem.ud, k * h->gran, h->hd[k]);
-          h->ref[k] = 0;
+          h->mp[k] = 0;
         }
-      h->st.failed++;
       return -1;
     }
-    for (uint64_t k = g; k <= e; k++) h->ref[k] = MAPPING;
+    for (uint64_t k = g; k <= e; k++) h->mp[k] = MAPPING;
     g = e + 1;
   }
-  for (uint64_t g = g0; g <= g1; g++) {
-    if (h->ref[g] == MAPPING) {
-      h->ref[g] = 0;
+  for (uint64_t g = g0; g <= g1; g++)
+    if (h->mp[g] == MAPPING) {
+      h->mp[g] = 1;
       h->st.maps++;
-      h->st.mapped += h->gran;
+      h->st.mapped += h->gran, h->st.empty += h->gran; /* until the block is counted */
     }
-    h->ref[g]++;
-  }
   return 0;
+}
+
+uint64_t df_dheap_trim(df_dheap *h) {
+  uint64_t freed = 0;
+  for (uint64_t g = 0; g < h->ngran && h->st.empty; g++)
+    if (h->mp[g] && !h->ref[g]) {
+      h->mem.unmap(h->mem.ud, g * h->gran, h->hd[g]);
+      h->mp[g] = 0;
+      h->st.unmaps++;
+      h->st.mapped -= h->gran, h->st.empty -= h->gran;
+      freed += h->gran;
+    }
+  return freed;
 }
 
 uint64_t df_dheap_alloc(df_dheap *h, size_t bytes) {
@@ -132,7 +145,13 @@ uint64_t df_dheap_alloc(df_dheap *h, size_t bytes) {
     if (h->fr[i].len >= n) at = i;
   if (at < 0) return DF_DHEAP_NONE;
   uint64_t off = h->fr[at].off;
-  if (map_under(h, off, n)) return DF_DHEAP_NONE;
+  /* the empty granules elsewhere may be what the device is short of */
+  if (map_under(h, off, n) && (!df_dheap_trim(h) || map_under(h, off, n))) {
+    h->st.failed++;
+    return DF_DHEAP_NONE;
+  }
+  for (uint64_t g = off / h->gran; g <= (off + n - 1) / h->gran; g++)
+    if (!h->ref[g]++) h->st.empty -= h->gran;
   h->fr[at].off += n, h->fr[at].len -= n;
   if (!h->fr[at].len) span_remove(h->fr, &h->nfr, at);
   span_insert(&h->bl, &h->nbl, &h->capbl, span_lower(h->bl, h->nbl, off), (span){off, n});
@@ -146,12 +165,9 @@ void df_dheap_release(df_dheap *h, uint64_t off) {
   uint64_t n = h->bl[b].len;
   span_remove(h->bl, &h->nbl, b);
   h->st.used -= n;
+  /* a granule left empty stays mapped for the next block (df_dheap_trim) */
   for (uint64_t g = off / h->gran; g <= (off + n - 1) / h->gran; g++)
-    if (!--h->ref[g]) {
-      h->mem.unmap(h->mem.ud, g * h->gran, h->hd[g]);
-      h->st.unmaps++;
-      h->st.mapped -= h->gran;
-    }
+    if (!--h->ref[g]) h->st.empty += h->gran;
   int i = span_lower(h->fr, h->nfr, off);
   int left = i > 0 && h->fr[i - 1].off + h->fr[i - 1].len == off;
   int right = i < h->nfr && off + n == h->fr[i].off;

@@ -13,7 +13,8 @@
  * token. Here blocks share granules, so only the range's last granule is
  * partly empty; and, unlike one large allocation cut up by hand, memory
  * freed in the middle goes back to the device (the per-use buffers' room:
- * kgpu.c's room_for shrinks the tier and allocates from the device).
+ * kgpu.c's room_for shrinks the tier, trims the heap and allocates from
+ * the device).
  *
  * Plain C over a mapper given by the caller, so the placement is tested on
  * the CPU (tests/unit/test_dheap.c) and used on the GPU (kgpu.c).
@@ -23,8 +24,12 @@
  * it is mapped already, else at the start of the lowest free extent it fits
  * (mapping the granules it needs, in runs of consecutive unmapped ones); a
  * failed mapping undoes this block's mappings and fails the allocation.
- * Freed extents merge with their neighbours; a granule is unmapped when the
- * last block over it is freed. */
+ * Freed extents merge with their neighbours. A granule whose last block is
+ * freed stays mapped (empty) for the blocks after it: a decode that evicts
+ * an expert for another of the same size puts it in the same place without
+ * a call to the driver (each mapping and unmapping is one, and an unmapping
+ * waits for the device). df_dheap_trim gives the empty granules back; an
+ * allocation whose mapping fails does so and tries once more. */
 #ifndef DF_KERNELS_DHEAP_H
 #define DF_KERNELS_DHEAP_H
 
@@ -48,6 +53,7 @@ typedef struct df_dheap_mem {
 typedef struct df_dheap_stats {
   uint64_t used;    /* bytes in blocks (rounded to align) */
   uint64_t mapped;  /* bytes of granules mapped */
+  uint64_t empty;   /* of those, bytes of granules with no block over them */
   uint64_t maps, unmaps, failed;
   int blocks, extents;
 } df_dheap_stats;
@@ -63,6 +69,9 @@ void df_dheap_free(df_dheap *h);
 uint64_t df_dheap_alloc(df_dheap *h, size_t n);
 /* Frees the block at off (an offset df_dheap_alloc gave). */
 void df_dheap_release(df_dheap *h, uint64_t off);
+/* Unmaps every empty granule (memory the device is wanted for elsewhere);
+ * the bytes given back. */
+uint64_t df_dheap_trim(df_dheap *h);
 void df_dheap_stats_get(const df_dheap *h, df_dheap_stats *st);
 
 #endif

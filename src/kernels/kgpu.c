@@ -262,6 +262,14 @@ void df_kgpu_close(df_kgpu *g) {
   free(g);
 }
 
+/* The tier's budget lowered by bytes (dtier.h's shrink), and the heap's
+ * granules the evictions left empty given back to the device, which is
+ * where the room is wanted. */
+static void give_back(df_kgpu *g, uint64_t bytes) {
+  df_dtier_shrink(g->tier, bytes);
+  if (g->heap) df_dheap_trim(g->heap);
+}
+
 /* Device memory for n bytes outside the tier, from the tier's budget when
  * the device's free memory would drop below the floor (dtier.h's shrink):
  * a per-use buffer or the sequence state is needed every pass, a kept
@@ -269,7 +277,8 @@ void df_kgpu_close(df_kgpu *g) {
  * from on its own. */
 static void room_for(df_kgpu *g, size_t n) {
   uint64_t short_by = below_floor(g, n);
-  if (short_by) df_dtier_shrink(g->tier, short_by);
+  if (short_by && g->heap && df_dheap_trim(g->heap)) short_by = below_floor(g, n);
+  if (short_by) give_back(g, short_by);
 }
 
 /* A per-use device buffer of at least n bytes (grown, never shrunk). When
@@ -283,7 +292,7 @@ static void *scratch(df_kgpu *g, void **buf, size_t *cap, size_t n) {
   room_for(g, want);
   *buf = df_cuda_alloc(g->c, want);
   if (!*buf) {
-    df_dtier_shrink(g->tier, want);
+    give_back(g, want);
     *buf = df_cuda_alloc(g->c, want);
   }
   *cap = *buf ? want : 0;
@@ -1107,7 +1116,7 @@ static float *sent_alloc(df_kgpu *g, size_t bytes) {
   room_for(g, bytes);
   float *d = df_cuda_alloc(g->c, bytes);
   if (!d) {
-    df_dtier_shrink(g->tier, bytes);
+    give_back(g, bytes);
     d = df_cuda_alloc(g->c, bytes);
   }
   return d;
