@@ -93,8 +93,8 @@ struct df_kgpu {
   int grown_rows;
   /* the tier's memory as one heap (dheap.h), over heap_range bytes of
    * addresses at heap_va in granules of heap_gran; NULL: each matrix
-   * allocated on its own (no virtual memory management, or
-   * DF_CUDA_TIER_VMM=0) */
+   * allocated on its own (no virtual memory management, or not asked
+   * for: heap_open) */
   df_dheap *heap;
   uint8_t *heap_va;
   uint64_t heap_range, heap_gran;
@@ -157,11 +157,14 @@ static void heap_unmap(void *ud, uint64_t off, uint64_t h) {
 /* The heap over addresses for twice the device's memory (the tier never
  * holds more than the device, and the holes its frees leave may push the
  * blocks further along: addresses cost nothing), where the driver has
- * virtual memory management and DF_CUDA_TIER_VMM is not 0; else none,
- * and the tier allocates each matrix on its own. */
+ * virtual memory management and DF_CUDA_TIER_VMM asks for it (1; 0 or
+ * unset: TIER_VMM_DEFAULT); else none, and the tier allocates each matrix
+ * on its own. Off by default until a GPU has run it: built and tested on
+ * the stand-in only (the driver's mappings there are host pages). */
+#define TIER_VMM_DEFAULT 0
 static void heap_open(df_kgpu *g, uint64_t total) {
   const char *e = getenv("DF_CUDA_TIER_VMM");
-  if (e && !strcmp(e, "0")) return;
+  if (e && *e ? strcmp(e, "1") != 0 : !TIER_VMM_DEFAULT) return;
   uint64_t gr = df_cuda_vm_granule(g->dev);
   if (!gr || gr % ALIGN) return;
   uint64_t range = (2 * total + gr - 1) / gr * gr;
