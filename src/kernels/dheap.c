@@ -15,7 +15,7 @@ typedef struct span {
 
 struct df_dheap {
   df_dheap_mem mem;
-  uint64_t range, gran, align;
+  uint64_t gran, align;
   span *fr; /* free extents, by offset, none empty, none touching */
   int nfr, capfr;
   span *bl; /* live blocks, by offset */
@@ -33,14 +33,13 @@ df_dheap *df_dheap_new(uint64_t range, size_t granule, size_t align, df_dheap_me
   h->gran = granule;
   h->align = align;
   h->ngran = range / granule;
-  h->range = h->ngran * granule;
   h->ref = df_xcalloc(h->ngran ? h->ngran : 1, sizeof *h->ref);
   h->hd = df_xcalloc(h->ngran ? h->ngran : 1, sizeof *h->hd);
   h->mp = df_xcalloc(h->ngran ? h->ngran : 1, 1);
   h->capfr = h->capbl = 64;
   h->fr = df_xmalloc(sizeof(span) * (size_t)h->capfr);
   h->bl = df_xmalloc(sizeof(span) * (size_t)h->capbl);
-  if (h->range) h->fr[h->nfr++] = (span){0, h->range};
+  if (h->ngran) h->fr[h->nfr++] = (span){0, h->ngran * granule};
   return h;
 }
 

@@ -102,11 +102,16 @@ static size_t mock_gran(void) {
 /* each allocation carries its size in front, for the live total */
 #define HDR 64
 static size_t live_bytes;
+/* 1 when bytes more would take the live total past DF_MOCK_CUDA_MEM */
+static int over_mem(size_t bytes) {
+  size_t mem;
+  return mock_mem(&mem) && live_bytes + bytes > mem;
+}
 void *df_cuda_alloc(df_cuda *c, size_t bytes) {
   if (inject(c, F_ALLOC)) return NULL;
-  size_t mem, gr = mock_gran();
+  size_t gr = mock_gran();
   if (gr) bytes = (bytes + gr - 1) / gr * gr;
-  if (mock_mem(&mem) && live_bytes + bytes > mem) {
+  if (over_mem(bytes)) {
     snprintf(c->err, sizeof c->err, "mock alloc: out of memory");
     return NULL;
   }
@@ -295,8 +300,8 @@ void df_cuda_vm_unreserve(void *va, size_t bytes) {
 /* a mapping is a device allocation: it counts, fails and is injected as one */
 int df_cuda_vm_map(int dev, void *va, size_t gran, int n, uint64_t *h) {
   (void)dev;
-  size_t mem, bytes = gran * (size_t)n;
-  if (inject(NULL, F_ALLOC) || (mock_mem(&mem) && live_bytes + bytes > mem)) return -1;
+  size_t bytes = gran * (size_t)n;
+  if (inject(NULL, F_ALLOC) || over_mem(bytes)) return -1;
   if (mprotect(va, bytes, PROT_READ | PROT_WRITE)) return -1;
   for (int i = 0; i < n; i++) h[i] = (uint64_t)(uintptr_t)va + (uint64_t)i * gran;
   live_bytes += bytes;
