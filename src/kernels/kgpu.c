@@ -642,6 +642,19 @@ static int pre_fits(const df_kgpu *g, const df_kgpu_pre *p, int T, size_t H) {
          (p->keep ? g->snap_n == p->nS : g->snap_n >= p->nS);
 }
 
+/* enter, then for a pass whose stream begins on the device (pre), the
+ * last pass's buffers trimmed and pre's snapshots checked: -1, unlocked,
+ * where they do not serve, and the caller computes on the host. */
+static int enter_pass(df_kgpu *g, const df_kgpu_pre *pre, int T, size_t H) {
+  if (enter(g)) return -1;
+  trim_at_pass(g, pre);
+  if (pre && !pre_fits(g, pre, T, H)) {
+    pthread_mutex_unlock(&g->mu);
+    return -1;
+  }
+  return 0;
+}
+
 /* AR's norm and projection and the norm as one device block (H floats a
  * part, 256-byte aligned): from the tier, else copied in. */
 static const float *pre_weights(df_kgpu *g, const df_kgpu_pre *p, size_t H) {
@@ -706,10 +719,8 @@ static int many(df_kgpu *g, const df_kgpu_pre *pre, int n, const df_wmat *const 
     if ((size_t)W[i]->cols != H) return -1;
     rows += W[i]->rows;
   }
-  if (enter(g)) return -1;
-  trim_at_pass(g, pre);
-  if (pre && (!pre_fits(g, pre, T, H) ||
-              (pre->add && (!g->pa_ok || g->pa_T != T || g->pa_H != H || !pre->sum)))) {
+  if (enter_pass(g, pre, T, H)) return -1;
+  if (pre && pre->add && (!g->pa_ok || g->pa_T != T || g->pa_H != H || !pre->sum)) {
     pthread_mutex_unlock(&g->mu);
     return -1;
   }
@@ -1318,12 +1329,7 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   if (nrow > 0 && (!a->skey || !a->rkey || g->no_keep)) return -1;
   int fused = a->x != NULL;
   if (fused && !kda_fused_fits(a)) return -1;
-  if (enter(g)) return -1;
-  if (fused) trim_at_pass(g, a->pre);
-  if (fused && a->pre && !pre_fits(g, a->pre, a->T, (size_t)a->W[0]->cols)) {
-    pthread_mutex_unlock(&g->mu);
-    return -1;
-  }
+  if (enter_pass(g, fused ? a->pre : NULL, a->T, fused ? (size_t)a->W[0]->cols : 0)) return -1;
   double t0 = df_now();
   size_t P = (size_t)a->heads * (size_t)a->D, T = (size_t)a->T;
   size_t H = fused ? (size_t)a->W[0]->cols : 0;
@@ -1524,12 +1530,7 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (W->cols != a->kr || W->rows != a->heads * (a->dn + a->dv)) return -1;
   int fused = a->x != NULL;
   if (fused && !mla_fused_fits(a)) return -1;
-  if (enter(g)) return -1;
-  if (fused) trim_at_pass(g, a->pre);
-  if (fused && a->pre && !pre_fits(g, a->pre, a->T, (size_t)a->W[0]->cols)) {
-    pthread_mutex_unlock(&g->mu);
-    return -1;
-  }
+  if (enter_pass(g, fused ? a->pre : NULL, a->T, fused ? (size_t)a->W[0]->cols : 0)) return -1;
   double t0 = df_now();
   size_t T = (size_t)a->T, Hm = (size_t)a->heads, ntot = (size_t)a->n0 + T;
   size_t no = T * Hm * (size_t)a->dv, kr = (size_t)a->kr, w = kr + (size_t)a->dr, valid;
