@@ -1329,10 +1329,10 @@ int df_kgpu_kda(df_kgpu *g, df_kgpu_kda_args *a) {
   if (nrow > 0 && (!a->skey || !a->rkey || g->no_keep)) return -1;
   int fused = a->x != NULL;
   if (fused && !kda_fused_fits(a)) return -1;
-  if (enter_pass(g, fused ? a->pre : NULL, a->T, fused ? (size_t)a->W[0]->cols : 0)) return -1;
+  size_t H = fused ? (size_t)a->W[0]->cols : 0;
+  if (enter_pass(g, fused ? a->pre : NULL, a->T, H)) return -1;
   double t0 = df_now();
   size_t P = (size_t)a->heads * (size_t)a->D, T = (size_t)a->T;
-  size_t H = fused ? (size_t)a->W[0]->cols : 0;
   /* S, conv, o, q, k, v, g, f, b; fused: x, fa, out; the row states */
   size_t n[13] = {P * (size_t)a->D, 3 * (size_t)(a->K - 1) * P, T * P, T * P, T * P,
                   T * P, T * P, T * P, T * (size_t)a->heads, T * H, fused ? T * (size_t)a->D : 0,
@@ -1530,11 +1530,12 @@ int df_kgpu_mla(df_kgpu *g, const df_kgpu_mla_args *a) {
   if (W->cols != a->kr || W->rows != a->heads * (a->dn + a->dv)) return -1;
   int fused = a->x != NULL;
   if (fused && !mla_fused_fits(a)) return -1;
-  if (enter_pass(g, fused ? a->pre : NULL, a->T, fused ? (size_t)a->W[0]->cols : 0)) return -1;
+  size_t H = fused ? (size_t)a->W[0]->cols : 0;
+  if (enter_pass(g, fused ? a->pre : NULL, a->T, H)) return -1;
   double t0 = df_now();
   size_t T = (size_t)a->T, Hm = (size_t)a->heads, ntot = (size_t)a->n0 + T;
   size_t no = T * Hm * (size_t)a->dv, kr = (size_t)a->kr, w = kr + (size_t)a->dr, valid;
-  size_t H = fused ? (size_t)a->W[0]->cols : 0, qr = fused ? (size_t)a->W[0]->rows : 0;
+  size_t qr = fused ? (size_t)a->W[0]->rows : 0;
   int gate = fused ? a->W[3] != NULL : a->g != NULL;
   struct sent *e = mla_entry(g, a, w, ntot, &valid);
   /* o, g, q, the cache's rows (only those the entry lacks, when it is kept:
