@@ -6,8 +6,7 @@
 # by tools/device/bundle.sh (its header has the recipe) into out/gpu;
 # then `bash tools/device/gpu_forward_gpuhost.sh out/gpu` there with out/gpu
 # carried; results in $OUT/r.tgz (one file: a call brings back only a few).
-# STEPS (default "test kern gbench nano spec trunk"; also "gbench_unfused": the
-# bench with MXFP4's fused form off; "suite": CPU e2e
+# STEPS (default "test kern gbench nano spec trunk"; also "suite": CPU e2e
 # suites with DF_DEVICE=cuda, where jq and curl are there, and "test_pdl":
 # test with DF_CUDA_PDL=1, "test_plain": with DF_CUDA_PDL=0) picks parts;
 # TRUNK_LAYERS (default 4) the k3-trunk's depth.
@@ -76,11 +75,6 @@ for s in $STEPS; do
     # the bench writes its JSON by hand: say so here when it does not parse
     python3 -m json.tool "$R/cuda_bench.json" > /dev/null 2>> "$R/cuda_bench.err" ||
       ts "cuda_bench.json does not parse (cuda_bench.err)" ;;
-  gbench_unfused)
-    # the same bench with MXFP4's fused form off (DF_CUDA_MXFP4_FMA=0), to set beside gbench's
-    ts "deltafin-cuda-bench, MXFP4 unfused"
-    DF_CUDA_MXFP4_FMA=0 ours timeout 300 "$D/deltafin-cuda-bench" 200 > "$R/cuda_bench_unfused.json" \
-      2> "$R/cuda_bench_unfused.err" ;;
   nano)
     ts "nano-K3 decode and prefill, cpu and cuda"
     P=$(seq -s, 100 227) # 128 positions

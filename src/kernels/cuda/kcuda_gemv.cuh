@@ -150,8 +150,6 @@ __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, co
 /* a dependent launch (kcuda_pdl.cuh): the first stages' weights before
  * pdl_wait, their x after it; without it the stages go as they always did */
 #define TILE_DEP 8
-/* MXFP4's fused form (tf_mxfp4::group_fma) where the chunk's range allows */
-#define TILE_FMA 16
 /* flags >> TILE_PF_SHIFT: each row's L2 prefetch window in TILE_PF_UNIT
  * bytes (0: none); only with TILE_WVEC (the bulk prefetch wants 16-byte
  * aligned ranges) */
@@ -304,35 +302,12 @@ struct tf_mxfp4 {
       }
     }
   }
-  /* The fused form: the same sums with one instruction a code fewer. The
-   * code's bits f = e2m1 * 2^-126 times x' = x * 2^XC (tile_xfused stages
-   * x' once a chunk for every row of the warp) is e2m1 * x * 2^(XC-126)
-   * rounded once; scaled by 2^(s-1-XC), a power of two, it is exactly the
-   * reference's round(e2m1 * 2^(s-127) * x) wherever both products are
-   * normal floats (rounding commutes with a power of two there), so one
-   * fused multiply-add rounds the reference's own sum acc + p. The group
-   * scale leaves the per-code multiply; tile_xfused gives the scales for
-   * which the chunk's x keep every product normal, other groups take
-   * group() as before. */
-  static constexpr int XC = 64;
-  template <int LPT>
-  __device__ __forceinline__ static void group_fma(const uint32_t *q, uint32_t s,
-                                                   const float *xq, float acc[LPT]) {
-    float m = __uint_as_float((s + (uint32_t)(126 - XC)) << 23); /* 2^(s-1-XC), s <= 192 */
-#pragma unroll
-    for (int st = 0; st < 2; st++) {
-      float xv[LPT];
-      tile_xn<LPT>(xq + st * 16, xv);
-#pragma unroll
-      for (int j = 0; j < LPT; j++) {
-        float f = __uint_as_float(e2m1_bits(q[st * QW<LPT> + (j >> 3)], j & 7));
-        acc[j] = __fmaf_rn(__fmul_rn(f, xv[j]), m, acc[j]);
-      }
-    }
-  }
-  template <int LPT>
-  __device__ __forceinline__ static void load(const uint8_t *w, int u, int g,
-                                              uint32_t q[2 * QW<LPT>]) {
+  /* small: s < 128 known for the whole chunk (one test a chunk instead of a
+   * branch a group, so the chunk's groups are one straight run of code) */
+  template <bool small = false, int LPT = 16>
+  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
+                                              float acc[LPT], int g) {
+    uint32_t q[2 * QW<LPT>];
     if constexpr (LPT == 16) {
       uint4 a = ((const uint4 *)w)[u];
       q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
@@ -343,74 +318,10 @@ struct tf_mxfp4 {
       q[0] = ((const uint32_t *)w)[4 * u + (g >> 1)] >> sh;
       q[1] = ((const uint32_t *)w)[4 * u + 2 + (g >> 1)] >> sh;
     }
-  }
-  /* small: s < 128 known for the whole chunk (one test a chunk instead of a
-   * branch a group, so the chunk's groups are one straight run of code) */
-  template <bool small = false, int LPT = 16>
-  __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
-                                              float acc[LPT], int g) {
-    uint32_t q[2 * QW<LPT>];
-    load<LPT>(w, u, g, q);
     if (small || s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
     else group<true, LPT>(q, s, x + u * 32 + g * LPT, acc);
   }
-  /* a unit of a chunk with x' staged: fused where s is in [lo, hi] */
-  template <int LPT>
-  __device__ __forceinline__ static void unit_fma(const uint8_t *w, int u, uint32_t s,
-                                                  const float *x, const float *xq, uint32_t lo,
-                                                  uint32_t hi, float acc[LPT], int g) {
-    uint32_t q[2 * QW<LPT>];
-    load<LPT>(w, u, g, q);
-    int o = u * 32 + g * LPT;
-    if (s >= lo && s <= hi) group_fma<LPT>(q, s, xq + o, acc);
-    else if (s <= 128u) group<false, LPT>(q, s, x + o, acc);
-    else group<true, LPT>(q, s, x + o, acc);
-  }
 };
-
-/* The fused form's range for one chunk of CK x (CK a multiple of 128),
- * from the largest |x| (below 2^(eh-126), eh its biased exponent) and the
- * smallest nonzero one (at least 2^(el-127)); every lane of the warp takes
- * part, and x' = x * 2^XC goes to xq (the warp's own). The products must
- * stay normal floats: x' finite (eh <= 190), f * x' at least 2^-126 for
- * e2m1 = 0.5 (el >= 64), the reference's 0.5 * x * 2^(s-127) as well
- * (s >= 129 - el) and its 6 * x * 2^(s-127) below 2^127 (s <= 377 - eh),
- * and 2^(s-1-XC) a normal float (s <= 192). A subnormal, infinite or NaN x
- * leaves no scale (lo > hi): the chunk goes as before. Zeros are exact both
- * ways and do not count. */
-template <int CK>
-__device__ __forceinline__ static void tile_xfused(const float *x, float *xq, int lane,
-                                                   uint32_t *lo, uint32_t *hi) {
-  uint32_t bmax = 0, bmin = 0xffffffffu;
-#pragma unroll
-  for (int i = lane * 4; i < CK; i += 128) {
-    float4 v = *(const float4 *)&x[i];
-    float e[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-      uint32_t b = __float_as_uint(e[k]) & 0x7fffffffu;
-      bmax = b > bmax ? b : bmax;
-      bmin = b - 1u < bmin ? b - 1u : bmin; /* a zero wraps to the top: left out */
-    }
-    const float up = __uint_as_float((127u + tf_mxfp4::XC) << 23);
-    *(float4 *)&xq[i] = make_float4(__fmul_rn(v.x, up), __fmul_rn(v.y, up), __fmul_rn(v.z, up),
-                                    __fmul_rn(v.w, up));
-  }
-#pragma unroll
-  for (int d = 16; d >= 1; d >>= 1) {
-    uint32_t a = __shfl_xor_sync(0xffffffffu, bmax, d), b = __shfl_xor_sync(0xffffffffu, bmin, d);
-    bmax = a > bmax ? a : bmax;
-    bmin = b < bmin ? b : bmin;
-  }
-  __syncwarp(); /* xq whole for every lane */
-  uint32_t eh = bmax >> 23, el = bmin == 0xffffffffu ? 255u : (bmin + 1u) >> 23;
-  if (eh > 190u || el < 64u) {
-    *lo = 1, *hi = 0;
-    return;
-  }
-  *lo = el >= 129u ? 0u : 129u - el;
-  *hi = 377u - eh < 192u ? 377u - eh : 192u;
-}
 
 /* A format's wide form: RBX bytes of each row a chunk (512, against 128 or
  * 256), so each row's reads are longer runs of consecutive bytes, at the
@@ -425,20 +336,16 @@ typedef tf_wide<tf_mxfp4, 1024, 512> tf_mxfp4w;
 
 /* One stage of a block's shared memory: each warp's rows' weights (16
  * bytes of padding a row, so rows start in different banks) and scales,
- * and the chunk of x; and, outside the stages, each warp's x' of its
- * chunk (MXFP4's fused form, tile_xfused). tile_smem: the bytes a launch
- * asks for, 0 where the arrays are static (one warp a block). */
+ * and the chunk of x. tile_smem: the bytes a launch asks for, 0 where the
+ * arrays are static (one warp a block). */
 template <class TF, int G, int NW> struct tile_stage {
   typedef uint8_t w[NW][TROWS / G][TF::RB + 16];
   typedef float x[TF::CK];
   typedef uint8_t s[NW][TROWS / G][TF::scaled ? TF::CK / 32 : 8];
-  typedef float xq[NW][TF::fmt == 3 ? TF::CK : 4];
 };
 template <class TF, int NS, int G, int NW> static constexpr size_t tile_smem(void) {
   typedef tile_stage<TF, G, NW> SG;
-  return NW == 1 ? 0
-                 : NS * (sizeof(typename SG::w) + sizeof(typename SG::x) + sizeof(typename SG::s)) +
-                       sizeof(typename SG::xq);
+  return NW == 1 ? 0 : NS * (sizeof(typename SG::w) + sizeof(typename SG::x) + sizeof(typename SG::s));
 }
 
 /* The variants a launch picks from, in kcuda.cu's numbering (the
@@ -521,21 +428,16 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   typename SG::w *wt;
   typename SG::x *xt;
   typename SG::s *st;
-  float(*xq)[sizeof(typename SG::xq) / sizeof(float) / NW];
   if constexpr (NW == 1) {
     __shared__ __align__(16) typename SG::w wt1[NS];
     __shared__ __align__(16) typename SG::x xt1[NS];
     __shared__ __align__(16) typename SG::s st1[NS];
-    __shared__ __align__(16) typename SG::xq xq1;
-    wt = wt1, xt = xt1, st = st1, xq = xq1;
+    wt = wt1, xt = xt1, st = st1;
   } else { /* over the 48 KB a block's static arrays may take */
     DF_DYN_SHARED(uint8_t, tile_dyn);
     xt = (typename SG::x *)tile_dyn;
     wt = (typename SG::w *)(tile_dyn + NS * sizeof(typename SG::x));
     st = (typename SG::s *)(tile_dyn + NS * (sizeof(typename SG::x) + sizeof(typename SG::w)));
-    /* after the stages: x' and x are float arrays, the stages' sizes multiples of 16 */
-    xq = (decltype(xq))(tile_dyn + NS * (sizeof(typename SG::x) + sizeof(typename SG::w) +
-                                         sizeof(typename SG::s)));
   }
   constexpr int NT = NW * TROWS;
   const int tid = threadIdx.x, lane = tid % TROWS, row = lane % TR, g = lane / TR;
@@ -646,30 +548,13 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
       stage_x(k + NS - 1, (k + NS - 1) % NS, false);
     }
     cp_async_commit();
-    int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
-    const float *xs = xt[buf];
-    /* MXFP4's fused form: x' and the scales it serves, by every lane (dead
-     * rows too: the range is the warp's) */
-    uint32_t flo = 1, fhi = 0;
-    if constexpr (TF::fmt == 3)
-      if ((flags & TILE_FMA) && n == TF::CK) tile_xfused<TF::CK>(xs, xq[wp], lane, &flo, &fhi);
     if (!live) continue;
+    int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
     const uint8_t *w = wt[buf][wp][row];
+    const float *xs = xt[buf];
     /* a whole chunk: its units 8 at a time, with the 8 scales they use
      * (MXFP4: one a unit) */
     constexpr int NU = TF::CK / TF::UC, UB = NU < 8 ? NU : 8;
-    if constexpr (TF::fmt == 3)
-      if (flo <= fhi) {
-#pragma unroll
-        for (int u0 = 0; u0 < NU; u0 += UB) {
-          uint2 sv = *(const uint2 *)&st[buf][wp][row][u0];
-#pragma unroll
-          for (int u = 0; u < UB; u++)
-            TF::template unit_fma<LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
-                                       xs, xq[wp], flo, fhi, acc, g);
-        }
-        continue;
-      }
     if (n == TF::CK) {
 #pragma unroll
       for (int u0 = 0; u0 < NU; u0 += UB) {
