@@ -204,7 +204,7 @@ static void mxfp4_edges(void) {
     if (e.zeros)
       for (int c = 512; c < 768; c++) x[c] = c % 2 ? 0.0f : -0.0f;
     for (int c = 0; c < 4; c++)
-      if (e.x[c] != 0 || isnan(e.x[c])) x[c * 256 + 37] = e.x[c];
+      if (e.x[c] != 0) x[c * 256 + 37] = e.x[c]; /* NaN too: it equals nothing */
     for (size_t g = 0; g < ng; g++)
       if (e.low && e.s0) m.sbuf[g] = (uint8_t)(e.s0 + g % 2);
       else if (e.sn && g % 5 == 0) m.sbuf[g] = (uint8_t)(e.s0 + (int)(g / 5 % (size_t)e.sn));
