@@ -156,12 +156,25 @@ __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, co
 #define TILE_PF_SHIFT 8
 #define TILE_PF_UNIT 512
 
+/* A shared-memory address as cp.async takes it: 32 bits on the GPU, taken
+ * from a pointer once a thread (the conversion reads the block's window
+ * base: made a copy, it was most of the ten instructions each copy cost);
+ * elsewhere the pointer itself. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+typedef uint32_t sh_addr;
+__device__ __forceinline__ static sh_addr sh_of(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+#else
+typedef uintptr_t sh_addr;
+__device__ __forceinline__ static sh_addr sh_of(const void *p) { return (uintptr_t)p; }
+#endif
+
 /* N (16 or 8) bytes from global to shared memory, asynchronously (16 through
  * L2 only, 8 also cached in L1, as PTX allows each) */
-template <int N> __device__ static inline void cp_async(void *sdst, const void *gsrc) {
+template <int N> __device__ static inline void cp_async(sh_addr s, const void *gsrc) {
   static_assert(N == 16 || N == 8, "cp.async copies 16 or 8 bytes here");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  uint32_t s = (uint32_t)__cvta_generic_to_shared(sdst);
   if constexpr (N == 16)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s),
                  "l"(__cvta_generic_to_global(gsrc))
@@ -171,9 +184,9 @@ template <int N> __device__ static inline void cp_async(void *sdst, const void *
                  "l"(__cvta_generic_to_global(gsrc))
                  : "memory");
 #elif defined(DF_CUDA_EMU)
-  emu_cp_async(sdst, gsrc, N);
+  emu_cp_async((void *)s, gsrc, N);
 #else
-  memcpy(sdst, gsrc, N);
+  memcpy((void *)s, gsrc, N);
 #endif
 }
 __device__ static inline void cp_async_commit(void) {
@@ -275,9 +288,38 @@ struct tf_i8 {
  * subnormal 2^-127), and one exact multiply by 2^(s-1) scales it, for
  * s <= 128. Above that 2^(s-1) is not a float, so the product is
  * e2m1 * 2^(s-127) itself, formed as the reference forms it (the exact
- * e2m1 first): the same rounding, overflow to inf included. */
-__device__ static inline uint32_t e2m1_bits(uint32_t q, int e) {
+ * e2m1 first): the same rounding, overflow to inf included.
+ *
+ * Placing the bits: a float wants the sign 7 places above the magnitude's
+ * top bit, a nibble has it 1 place above. A word of 8 codes is spread once
+ * into two (e2m1_spread): the signs where they are, each magnitude rotated
+ * 6 places down, which for code e lands on code e - 2's sign; so one word
+ * keeps codes 0, 1, 4 and 5 (their signs from the word, all else from the
+ * rotation) and the other codes 2, 3, 6 and 7. Each code is then a rotate
+ * bringing its sign to bit 31 (none for code 7) and a mask: two
+ * instructions a code and three a word, against three a code before (a
+ * shift, an arithmetic shift, a mask), the integer pipe being the
+ * kernel's busiest (docs/PERFORMANCE.md, run 33). Which bits end up in
+ * the float is exactly as before: the same floats, the same products. */
+struct e2m1_pair {
+  uint32_t a, b; /* a: codes 0, 1, 4, 5; b: codes 2, 3, 6, 7 */
+};
+__device__ __forceinline__ static e2m1_pair e2m1_spread(uint32_t q) {
+  uint32_t r = __funnelshift_r(q, q, 6);
+  return e2m1_pair{(q & 0x00880088u) | (r & ~0x00880088u), (q & 0x88008800u) | (r & ~0x88008800u)};
+}
+/* With four lanes a thread a word holds its 4 codes in the low half: the
+ * spread would cost as much a code as it saves (measured 5% slower), so
+ * these take the three operations (shift, arithmetic shift, mask). */
+__device__ __forceinline__ static uint32_t e2m1_bits(uint32_t q, int e) {
   return (uint32_t)((int32_t)(q << (28 - 4 * e)) >> 6) & 0x81C00000u;
+}
+/* code e (0..7) of a spread word: e2m1 * 2^-126 as float bits */
+__device__ __forceinline__ static uint32_t e2m1_at(e2m1_pair p, int e) {
+  uint32_t w = e & 2 ? p.b : p.a;
+  /* codes 2..6 keep their bits clear of the wrap: a plain shift does */
+  uint32_t t = e == 7 ? w : e >= 2 ? w << (28 - 4 * e) : __funnelshift_l(w, w, 28 - 4 * e);
+  return t & 0x81C00000u;
 }
 struct tf_mxfp4 {
   /* CK / 32 = 8 scales a chunk */
@@ -290,13 +332,17 @@ struct tf_mxfp4 {
   __device__ __forceinline__ static void group(const uint32_t *q, uint32_t s,
                                                const float *x, float acc[LPT]) {
     float sc = big ? __uint_as_float(s << 23) : __uint_as_float((s + 126u) << 23);
+    e2m1_pair sp[2 * QW<LPT>];
+#pragma unroll
+    for (int i = 0; i < 2 * QW<LPT>; i++) sp[i] = LPT >= 8 ? e2m1_spread(q[i]) : e2m1_pair{q[i], 0};
 #pragma unroll
     for (int st = 0; st < 2; st++) {
       float xv[LPT];
       tile_xn<LPT>(x + st * 16, xv);
 #pragma unroll
       for (int j = 0; j < LPT; j++) {
-        float f = __uint_as_float(e2m1_bits(q[st * QW<LPT> + (j >> 3)], j & 7));
+        float f = __uint_as_float(LPT >= 8 ? e2m1_at(sp[st * QW<LPT> + (j >> 3)], j & 7)
+                                           : e2m1_bits(sp[st].a, j));
         float wf = big ? __fmul_rn(__fmul_rn(f, 0x1p126f), sc) : __fmul_rn(f, sc);
         acc[j] = __fadd_rn(acc[j], __fmul_rn(wf, xv[j]));
       }
@@ -448,19 +494,39 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
   const int nch = (cols + TF::CK - 1) / TF::CK;
 
+  /* The copies' addresses, computed once a thread (recomputed a copy they
+   * were 1.2 of the 7.5 instructions a code: docs/PERFORMANCE.md, run 35):
+   * a stage's and a chunk's only move them by a constant.
+   * Weights: 16-byte piece wpp of rows wrr, wrr + WRI, ... (WRI rows an
+   * iteration of the warp's 32 threads). */
+  constexpr int WRI = TROWS / PPR, WIT = TR / WRI;
+  const int wrr = lane / PPR, wpp = lane % PPR;
+  const sh_addr w_sh = sh_of(&wt[0][wp][0][0]) + (uint32_t)(wrr * (TF::RB + 16) + wpp * 16);
+  const uint8_t *w_g = W + (size_t)(r0 + wrr) * rb + wpp * 16;
+  /* MXFP4's scales: 8-byte piece spp of rows srr, srr + SRI, ... */
+  constexpr int SP = NG / 8 > 0 ? NG / 8 : 1, SRI = TROWS / SP, SIT = (TR + SRI - 1) / SRI;
+  constexpr int SROW = TF::scaled ? NG : 8;
+  const int srr = lane / SP, spp = lane % SP;
+  const sh_addr s_sh = sh_of(&st[0][wp][0][0]) + (uint32_t)(srr * SROW + spp * 8);
+  const uint8_t *s_g = TF::scaled ? S + (size_t)(r0 + srr) * sb + spp * 8 : S;
+  /* x: 16-byte piece tid, tid + NT, ... */
+  constexpr int XIT = (TF::CK / 4 + NT - 1) / NT;
+  const sh_addr x_sh = sh_of(&xt[0][0]) + (uint32_t)tid * 16u;
+
   /* chunk k of every live row's weights (and scales) into stage buf */
   auto stage_w = [&](int k, int buf) {
     size_t off = (size_t)k * TF::RB;
     int rbk = rb - off < (size_t)TF::RB ? (int)(rb - off) : TF::RB;
-    const uint8_t *wb = W + (size_t)r0 * rb + off;
     if (flags & TILE_WVEC) {
-      int np = rbk >> 4;
+      const int np = rbk >> 4;
+      const uint8_t *g = w_g + off;
+      const sh_addr sa = w_sh + (uint32_t)buf * (uint32_t)sizeof(typename SG::w);
 #pragma unroll
-      for (int it = 0; it < TR * PPR / TROWS; it++) {
-        int i = lane + it * TROWS, rr = i / PPR, p = i % PPR;
-        if (rr < nr && p < np) cp_async<16>(&wt[buf][wp][rr][p * 16], wb + (size_t)rr * rb + p * 16);
-      }
+      for (int it = 0; it < WIT; it++)
+        if (wrr + it * WRI < nr && wpp < np)
+          cp_async<16>(sa + (uint32_t)(it * WRI * (TF::RB + 16)), g + (size_t)(it * WRI) * rb);
     } else {
+      const uint8_t *wb = W + (size_t)r0 * rb + off;
       for (int i = lane; i < nr * rbk; i += TROWS) {
         int rr = i / rbk, b = i % rbk;
         wt[buf][wp][rr][b] = wb[(size_t)rr * rb + b];
@@ -468,15 +534,16 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     }
     if constexpr (TF::scaled != 0) {
       int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
-      const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
       if (flags & TILE_SVEC) { /* 8 scales a piece: a short last chunk has fewer pieces */
-        constexpr int SP = NG / 8;
-        int np = nx / 256;
-        for (int i = lane; i < nr * SP; i += TROWS) {
-          int rr = i / SP, p = i % SP;
-          if (p < np) cp_async<8>(&st[buf][wp][rr][p * 8], sbase + (size_t)rr * sb + p * 8);
-        }
+        const int np = nx / 256;
+        const uint8_t *g = s_g + (size_t)k * NG;
+        const sh_addr sa = s_sh + (uint32_t)buf * (uint32_t)sizeof(typename SG::s);
+#pragma unroll
+        for (int it = 0; it < SIT; it++)
+          if (srr + it * SRI < nr && spp < np)
+            cp_async<8>(sa + (uint32_t)(it * SRI * SROW), g + (size_t)(it * SRI) * sb);
       } else {
+        const uint8_t *sbase = S + (size_t)r0 * sb + (size_t)k * NG;
         int ng = nx / 32;
         for (int i = lane; i < nr * ng; i += TROWS) {
           int rr = i / ng, gi = i % ng;
@@ -489,7 +556,11 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   auto stage_x = [&](int k, int buf, bool now) {
     int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
     if ((flags & TILE_XVEC) && !now) {
-      for (int i = tid; i < nx / 4; i += NT) cp_async<16>(&xt[buf][4 * i], x + c0 + 4 * i);
+      const sh_addr sa = x_sh + (uint32_t)buf * (uint32_t)sizeof(typename SG::x);
+#pragma unroll
+      for (int it = 0; it < XIT; it++)
+        if (tid + it * NT < nx / 4)
+          cp_async<16>(sa + (uint32_t)(it * NT * 16), x + c0 + 4 * (tid + it * NT));
     } else if (flags & TILE_XVEC) {
       for (int i = tid; i < nx / 4; i += NT)
         *(float4 *)&xt[buf][4 * i] = *(const float4 *)(x + c0 + 4 * i);

@@ -122,6 +122,15 @@ static inline uint32_t __float_as_uint(float f) {
   memcpy(&u, &f, 4);
   return u;
 }
+/* shf.l.wrap: the top 32 bits of (hi:lo) << (n & 31) */
+static inline uint32_t __funnelshift_l(uint32_t lo, uint32_t hi, uint32_t n) {
+  n &= 31;
+  return n ? (hi << n) | (lo >> (32 - n)) : hi;
+}
+static inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t n) {
+  n &= 31;
+  return n ? (lo >> n) | (hi << (32 - n)) : lo;
+}
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
