@@ -304,9 +304,20 @@ struct tf_i8 {
 struct e2m1_pair {
   uint32_t a, b; /* a: codes 0, 1, 4, 5; b: codes 2, 3, 6, 7 */
 };
+/* m's bits from a, the others from b: one lop3 (the compiler, given the
+ * expression, made two of it) */
+template <uint32_t m> __device__ __forceinline__ static uint32_t bits_from(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(a), "r"(b), "n"(m));
+  return d;
+#else
+  return (a & m) | (b & ~m);
+#endif
+}
 __device__ __forceinline__ static e2m1_pair e2m1_spread(uint32_t q) {
   uint32_t r = __funnelshift_r(q, q, 6);
-  return e2m1_pair{(q & 0x00880088u) | (r & ~0x00880088u), (q & 0x88008800u) | (r & ~0x88008800u)};
+  return e2m1_pair{bits_from<0x00880088u>(q, r), bits_from<0x88008800u>(q, r)};
 }
 /* With four lanes a thread a word holds its 4 codes in the low half: the
  * spread would cost as much a code as it saves (measured 5% slower), so
@@ -503,6 +514,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   const int wrr = lane / PPR, wpp = lane % PPR;
   const sh_addr w_sh = sh_of(&wt[0][wp][0][0]) + (uint32_t)(wrr * (TF::RB + 16) + wpp * 16);
   const uint8_t *w_g = W + (size_t)(r0 + wrr) * rb + wpp * 16;
+  const uint32_t w_rs = (uint32_t)(WRI * rb); /* a row's bytes are far below 4 GB */
   /* MXFP4's scales: 8-byte piece spp of rows srr, srr + SRI, ... */
   constexpr int SP = NG / 8 > 0 ? NG / 8 : 1, SRI = TROWS / SP, SIT = (TR + SRI - 1) / SRI;
   constexpr int SROW = TF::scaled ? NG : 8;
@@ -521,10 +533,15 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
       const int np = rbk >> 4;
       const uint8_t *g = w_g + off;
       const sh_addr sa = w_sh + (uint32_t)buf * (uint32_t)sizeof(typename SG::w);
+      if (nr == TR && np == PPR) { /* every row, a whole chunk: no test a copy */
 #pragma unroll
-      for (int it = 0; it < WIT; it++)
-        if (wrr + it * WRI < nr && wpp < np)
-          cp_async<16>(sa + (uint32_t)(it * WRI * (TF::RB + 16)), g + (size_t)(it * WRI) * rb);
+        for (int it = 0; it < WIT; it++, g += w_rs)
+          cp_async<16>(sa + (uint32_t)(it * WRI * (TF::RB + 16)), g);
+      } else {
+#pragma unroll
+        for (int it = 0; it < WIT; it++, g += w_rs)
+          if (wrr + it * WRI < nr && wpp < np) cp_async<16>(sa + (uint32_t)(it * WRI * (TF::RB + 16)), g);
+      }
     } else {
       const uint8_t *wb = W + (size_t)r0 * rb + off;
       for (int i = lane; i < nr * rbk; i += TROWS) {
@@ -557,10 +574,16 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
     if ((flags & TILE_XVEC) && !now) {
       const sh_addr sa = x_sh + (uint32_t)buf * (uint32_t)sizeof(typename SG::x);
+      if (nx == TF::CK && (TF::CK / 4) % NT == 0) {
 #pragma unroll
-      for (int it = 0; it < XIT; it++)
-        if (tid + it * NT < nx / 4)
+        for (int it = 0; it < XIT; it++)
           cp_async<16>(sa + (uint32_t)(it * NT * 16), x + c0 + 4 * (tid + it * NT));
+      } else {
+#pragma unroll
+        for (int it = 0; it < XIT; it++)
+          if (tid + it * NT < nx / 4)
+            cp_async<16>(sa + (uint32_t)(it * NT * 16), x + c0 + 4 * (tid + it * NT));
+      }
     } else if (flags & TILE_XVEC) {
       for (int i = tid; i < nx / 4; i += NT)
         *(float4 *)&xt[buf][4 * i] = *(const float4 *)(x + c0 + 4 * i);

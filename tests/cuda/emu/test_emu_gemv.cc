@@ -171,8 +171,10 @@ template <class TF> static void gemv_case(int rows, int cols, int wshift, int xs
  * of the narrow form, one of the wide): x huge, tiny, subnormal, infinite
  * and NaN, a chunk of signed zeros, products below the smallest normal
  * float, and scales up to 254, where the reference's weights and products
- * overflow. Every row must be the reference's bit for bit, NaN included:
- * the GPU's order of operations, not only its arithmetic, is the CPU's.
+ * overflow. Every row must be the reference's bit for bit, and NaN exactly
+ * where the reference's is (emu_check.h: a NaN's own bits are the
+ * machine's): the GPU's order of operations, not only its arithmetic, is
+ * the CPU's.
  * (A fused form that took the group scale into one fused add was built
  * against these cases and measured slower on an H100: docs/PERFORMANCE.md,
  * run 32.) */
