@@ -288,7 +288,7 @@ static void gemm_case(int fmt, int rows, int cols, int T, int xpad, int ypad, in
   const float *x = dX + xoff;
   static const int lanes[] = {8, 4, 2};
   /* T == 1 is the GEMV: the row tiles (not for f32), by shape and each
-   * variant forced, as layouts 3 to 11; T > 1: the register tiles as
+   * variant forced, as layouts 3 to 3 + DF_CUDA_TILE_VARIANTS; T > 1: the register tiles as
    * layout 3, one lane a thread as layout 4 */
   int nlay = T == 1 ? (fmt != F_F32 ? 4 + DF_CUDA_TILE_VARIANTS : 3) : 5;
   for (int li = 0; li < nlay; li++) {

@@ -412,8 +412,10 @@ template <class TF, int NS, int G, int NW> static constexpr size_t tile_smem(voi
  * are 6 and 7 in blocks of four warps that stage x once for all four
  * (a one-warp block of the wide int8 form with four threads a row reads
  * half as many bytes of x as of weights, each block its own copy through
- * L2; shared, an eighth). fn is called with a tile_v<format, stages,
- * threads a row, warps a block>. */
+ * L2; shared, an eighth); 10 is the narrow form's 3 stages with two
+ * threads a row in such blocks (MXFP4's pick: 8 lanes a thread hold half
+ * the state, so more warps fit an SM; docs/PERFORMANCE.md, run 37). fn is
+ * called with a tile_v<format, stages, threads a row, warps a block>. */
 #define TILE_VARIANTS DF_CUDA_TILE_VARIANTS /* kcuda.h */
 template <class TF> struct tile_wide_of;
 template <> struct tile_wide_of<tf_bf16> {
@@ -442,7 +444,8 @@ template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn
   case 6: fn(tile_v<TW, 3, 2>()); break;
   case 7: fn(tile_v<TW, 5, 4>()); break;
   case 8: fn(tile_v<TW, 3, 2, 4>()); break;
-  default: fn(tile_v<TW, 5, 4, 4>()); break;
+  case 9: fn(tile_v<TW, 5, 4, 4>()); break;
+  default: fn(tile_v<TF, 3, 2, 4>()); break;
   }
 }
 
@@ -466,7 +469,8 @@ __host__ static inline int tile_flags(const void *W, const void *S, int cols, co
  * form's 32 to 44 KB leave room for 5 or fewer, so all the registers its
  * unrolled chunk wants (under more blocks' bound it spilled) */
 static constexpr int tile_minb(int ns, int g, int rb, int nw = 1) {
-  return ((rb > 256 ? 4 : g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4) + nw - 1) / nw;
+  return rb <= 256 && g == 2 && nw == 4 ? 5 /* 20 warps: 96 registers, none spilled */
+                                        : ((rb > 256 ? 4 : g >= 2 ? 8 : ns <= 2 ? 16 : ns == 3 ? 12 : 4) + nw - 1) / nw;
 }
 
 /* G threads a row (1, 2 or 4): TR = 32 / G rows a warp; thread lane owns row
