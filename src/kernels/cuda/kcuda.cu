@@ -291,7 +291,7 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   /* MXFP4, whatever the shape: two threads a row in blocks of four warps.
    * Its cost is the codes' decode, not the bytes, and half a row's state a
    * thread lets 20 warps an SM issue (12-16 in the one-thread forms);
-   * docs/PERFORMANCE.md, run 37, measured it by shape on an H100. */
+   * docs/PERFORMANCE.md, runs 38-39, measured it by shape on an H100. */
   if (TF::scaled) return 10;
   long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
   long kd4 = tile_occ<TF>(c, 4);

@@ -414,7 +414,7 @@ template <class TF, int NS, int G, int NW> static constexpr size_t tile_smem(voi
  * half as many bytes of x as of weights, each block its own copy through
  * L2; shared, an eighth); 10 is the narrow form's 3 stages with two
  * threads a row in such blocks (MXFP4's pick: 8 lanes a thread hold half
- * the state, so more warps fit an SM; docs/PERFORMANCE.md, run 37). fn is
+ * the state, so more warps fit an SM; docs/PERFORMANCE.md, runs 38-39). fn is
  * called with a tile_v<format, stages, threads a row, warps a block>. */
 #define TILE_VARIANTS DF_CUDA_TILE_VARIANTS /* kcuda.h */
 template <class TF> struct tile_wide_of;
