@@ -280,13 +280,11 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
  * int8 KDA o 0.37 -> 0.62 of the copy bandwidth, KDA q 0.53 -> 0.60, bf16
  * 0.76-0.80 -> 0.80-0.83: docs/PERFORMANCE.md, 2026-12-05), in blocks of
  * four warps sharing x under DF_CUDA_SHARED_X=1 (no clear gain on the H100,
- * run 23); for MXFP4 (no
- * gain there: its codes' arithmetic, not the bytes, bounds it) a deep one
- * where the SMs would otherwise hold under 64 KB in flight, with four
- * threads a row where the SMs hold four times the blocks, else two where
- * twice (more threads for the arithmetic too); beyond one round, 2 stages
- * where their rounds are clearly fuller (the last round's share of a full
- * one). */
+ * run 23); where those do not fit, a deep one where the SMs would
+ * otherwise hold under 64 KB in flight, with four threads a row where the
+ * SMs hold four times the blocks, else two where twice; beyond one round,
+ * 2 stages where their rounds are clearly fuller (the last round's share
+ * of a full one). MXFP4 takes variant 10 at every shape (below). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   /* MXFP4, whatever the shape: two threads a row in blocks of four warps.
    * Its cost is the codes' decode, not the bytes, and half a row's state a
@@ -296,7 +294,7 @@ template <class TF> static int tile_pick(df_cuda *c, long blocks) {
   long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
   long kd4 = tile_occ<TF>(c, 4);
   long k2 = tile_occ<TF>(c, 0), sms = c->sms;
-  if (blocks <= k3 * sms && !TF::scaled) {
+  if (blocks <= k3 * sms) {
     if (4 * blocks <= tile_occ<TF>(c, 7) * sms) return c->shared_x ? 9 : 7;
     if (2 * blocks <= tile_occ<TF>(c, 6) * sms) return c->shared_x ? 8 : 6;
   }
