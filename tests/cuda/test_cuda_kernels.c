@@ -142,7 +142,11 @@ static void gemv_case(int fmt, int rows, int cols) {
   static const int lanes[] = {8, 4, 2};
   enum { NV = 1 + DF_CUDA_TILE_VARIANTS }; /* by shape, then each variant forced */
   /* the row tiles each with the L2 prefetch off and in 1 KB windows */
-  for (int v = fmt == F_F32 ? 2 * NV : 0; v < 2 * NV + 6; v++) {
+  /* MXFP4's row tiles once more with the fused form off (df_cuda_set_mxfp4_fused) */
+  int nvu = fmt == F_MXFP4 ? 2 * NV : 0;
+  for (int vu = fmt == F_F32 ? 2 * NV + nvu : 0; vu < 2 * NV + 6 + nvu; vu++) {
+    int unfused = vu < nvu, v = unfused ? vu : vu - nvu;
+    df_cuda_set_mxfp4_fused(G, !unfused);
     int li = v >= 2 * NV ? (v - 2 * NV) / 2 : 0, pf = v >= 2 * NV ? (v - 2 * NV) % 2 : v % 2;
     df_cuda_set_gemv_tiled(G, fmt, v < 2 * NV ? v / 2 + 1 : 0);
     df_cuda_set_gemv_tile_prefetch(G, fmt, v < 2 * NV && pf ? 1024 : 0);
@@ -154,15 +158,16 @@ static void gemv_case(int fmt, int rows, int cols) {
     dget(ygpu, dy, (size_t)rows * 4);
     char what[160];
     if (v < 2 * NV)
-      snprintf(what, sizeof what, "gemv %s %d x %d, row tiles, %s%s", fname[fmt], rows, cols,
+      snprintf(what, sizeof what, "gemv %s %d x %d, row tiles, %s%s%s", fname[fmt], rows, cols,
                df_cuda_tile_name(v / 2 - 1),
-               pf ? ", L2 prefetch 1 KB" : "");
+               pf ? ", L2 prefetch 1 KB" : "", unfused ? ", unfused" : "");
     else
       snprintf(what, sizeof what, "gemv %s %d x %d, %d lanes/thread, prefetch %s", fname[fmt],
                rows, cols, lanes[li], pf ? "on" : "off");
     same(what, ycpu, ygpu, (size_t)rows, 0);
   }
   df_cuda_set_gemv_tiled(G, fmt, 1);
+  df_cuda_set_mxfp4_fused(G, 1);
   df_cuda_set_gemv_tile_prefetch(G, fmt, 0);
   df_cuda_set_prefetch(G, 0);
   df_cuda_set_gemv_lanes(G, fmt, 8);

@@ -13,6 +13,9 @@
 #   binary (the int8 shapes' share on an H200, say); skipped elsewhere
 #   BINS: a glob of the names to run (default every one); NAME: the
 #   results' folder and archive (default ab)
+#   out/mb/<name>.env (a line VAR=value): that binary's run in that
+#   environment too, so one binary can be measured as two (a kernel's
+#   switch on and off, say: name.xz and name_off.xz -> the same file)
 # Usage (device): ROUNDS=2 bash tools/device/ab_gemv.sh out/mb
 set -u
 M=$(cd "${1:-out/mb}" && pwd)
@@ -47,7 +50,9 @@ for p in sys.argv[1:]:
 for r in $(seq "$ROUNDS"); do
   for n in "${names[@]}"; do
     echo "[$(date +%T)] $n, round $r"
-    DF_BENCH_GEMV_ONLY="$ONLY" timeout 200 "$T/$n" 200 > "$A/${n}_$r.json" 2> "$A/${n}_$r.err"
+    envs=()
+    [ -f "$M/$n.env" ] && read -r -a envs < "$M/$n.env"
+    env "${envs[@]}" DF_BENCH_GEMV_ONLY="$ONLY" timeout 200 "$T/$n" 200 > "$A/${n}_$r.json" 2> "$A/${n}_$r.err"
     echo "rc=$?" >> "$A/${n}_$r.err"
   done
 done

@@ -42,11 +42,12 @@ struct df_cuda {
   int in_tiles; /* a row-tile GEMV's launch is being made (df_cuda_launch_dependent's mode 2) */
   int pdl_cap;  /* the device has them (sm_90 and later) */
   int shared_x; /* the wide tiles picked by shape in their four-warp form (tile variants 8, 9) */
+  int mxfp4_fma; /* the MXFP4 row tiles' fused form (TILE_FMA) where x and the scales allow */
   int after_kernel; /* the stream's last work is one of the context's kernels (df_cuda_launched) */
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char base[300]; /* the device's name, its architecture and memory */
-  char desc[340]; /* base, and whether the launches are dependent */
+  char desc[360]; /* base, whether the launches are dependent, MXFP4 unfused */
   char err[256];
 };
 
@@ -76,10 +77,11 @@ extern "C" int df_cuda_device_count(void) {
 
 /* what --stats and stats.device.name show: a run's dependent launches too */
 static void describe(df_cuda *c) {
-  snprintf(c->desc, sizeof c->desc, "%s%s)", c->base,
+  snprintf(c->desc, sizeof c->desc, "%s%s%s)", c->base,
            !c->pdl || !c->pdl_cap ? ""
            : c->pdl == 2      ? ", dependent launches of the GEMVs"
-                              : ", dependent launches");
+                              : ", dependent launches",
+           c->mxfp4_fma ? "" : ", MXFP4 unfused");
 }
 
 extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
@@ -104,6 +106,8 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   c->pdl = !pd || !*pd ? 2 : pd[0] == '1' ? 1 : pd[0] == '2' || !strcmp(pd, "gemv") ? 2 : 0;
   const char *sx = getenv("DF_CUDA_SHARED_X");
   c->shared_x = sx && sx[0] == '1'; /* off: no clear gain in run 23 (H100) */
+  const char *mf = getenv("DF_CUDA_MXFP4_FMA"); /* 0: off, to measure against */
+  c->mxfp4_fma = !(mf && mf[0] == '0');
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -133,6 +137,10 @@ extern "C" void df_cuda_close(df_cuda *c) {
 }
 
 extern "C" void df_cuda_set_prefetch(df_cuda *c, int on) { c->prefetch = on != 0; }
+extern "C" void df_cuda_set_mxfp4_fused(df_cuda *c, int on) {
+  c->mxfp4_fma = on != 0;
+  describe(c);
+}
 extern "C" void df_cuda_set_pdl(df_cuda *c, int mode) {
   c->pdl = mode == 1 || mode == 2 ? mode : 0;
   describe(c);
@@ -321,6 +329,7 @@ static int tile_launch(df_cuda *c, const char *what, const void *W, const void *
   tiles_scope scope(c);
   int flags = tile_flags<TF>(W, S, cols, x, c->tile_pf[TF::fmt]);
   if (df_cuda_launch_dependent(c)) flags |= TILE_DEP; /* go() below decides the same */
+  if (TF::fmt == 3 && c->mxfp4_fma) flags |= TILE_FMA;
   long blocks = ((long)rows + TROWS - 1) / TROWS;
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2 : tile_pick<TF>(c, blocks);
   tile_occ<TF>(c, v); /* its shared-memory carveout set, forced or picked */
@@ -359,6 +368,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
     o->x = m[i].x, o->y = m[i].y, o->rows = m[i].rows, o->cols = m[i].cols;
     o->flags = tile_flags<TF>(m[i].W, o->S, m[i].cols, m[i].x, c->tile_pf[TF::fmt]);
     if (df_cuda_launch_dependent(c)) o->flags |= TILE_DEP; /* as go() will launch it */
+    if (TF::fmt == 3 && c->mxfp4_fma) o->flags |= TILE_FMA;
     o->b0 = (int)b;
     b += (m[i].rows + tr - 1) / tr;
   }

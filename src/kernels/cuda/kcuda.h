@@ -29,7 +29,8 @@ df_cuda *df_cuda_open(int dev, char *err, size_t errlen);
 void df_cuda_close(df_cuda *c);
 /* "NVIDIA H200 (sm_90, 139.8 GiB)", with ", dependent launches of the
  * GEMVs" or ", dependent launches" before the ")" by df_cuda_set_pdl's
- * mode (the first by default on sm_90) */
+ * mode (the first by default on sm_90), and ", MXFP4 unfused" after it
+ * when df_cuda_set_mxfp4_fused turned that off */
 const char *df_cuda_describe(const df_cuda *c);
 const char *df_cuda_error(const df_cuda *c);
 
@@ -129,6 +130,15 @@ void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes);
  * environment's DF_CUDA_PDL (0, 1, or gemv) sets it when the context opens.
  * Speed only, never a result (the tests run every mode). */
 void df_cuda_set_pdl(df_cuda *c, int mode);
+
+/* The MXFP4 row tiles' fused form (kcuda_gemv.cuh, tf_mxfp4::unit_fma):
+ * on (the default) a row's chunk whose x and scales keep every product a
+ * normal float takes the group scale into the add, one multiply a code
+ * fewer; other chunks go as with it off. The environment's
+ * DF_CUDA_MXFP4_FMA=0 turns it off when the context opens ("MXFP4
+ * unfused" in df_cuda_describe). Speed only, never a result (the tests run
+ * both). */
+void df_cuda_set_mxfp4_fused(df_cuda *c, int on);
 
 /* The GEMMs' kernel for T > 1: 0 the lanes layout; 1 register tiles (a
  * block decodes 32 rows' weights once into shared memory for 32 vectors),

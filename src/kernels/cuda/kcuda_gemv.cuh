@@ -150,6 +150,8 @@ __global__ void __launch_bounds__(GEMV_BLOCK) gemv_k(F f, int rows, int cols, co
 /* a dependent launch (kcuda_pdl.cuh): the first stages' weights before
  * pdl_wait, their x after it; without it the stages go as they always did */
 #define TILE_DEP 8
+/* MXFP4's fused form (tf_mxfp4::unit_fma) where x and the scales allow */
+#define TILE_FMA 16
 /* flags >> TILE_PF_SHIFT: each row's L2 prefetch window in TILE_PF_UNIT
  * bytes (0: none); only with TILE_WVEC (the bulk prefetch wants 16-byte
  * aligned ranges) */
@@ -339,21 +341,43 @@ struct tf_mxfp4 {
   /* q: the thread's code words of the group, QW a step, step 0 first; with
    * 4 lanes a thread, its 4 codes in the low half of each word */
   template <int LPT> static constexpr int QW = LPT >= 8 ? LPT / 8 : 1;
+  template <int LPT>
+  __device__ __forceinline__ static void load(const uint8_t *w, int u, int g, uint32_t q[2 * QW<LPT>]) {
+    if constexpr (LPT == 16) {
+      uint4 a = ((const uint4 *)w)[u];
+      q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
+    } else if constexpr (LPT == 8) {
+      q[0] = ((const uint32_t *)w)[4 * u + g], q[1] = ((const uint32_t *)w)[4 * u + 2 + g];
+    } else { /* lanes 4g .. 4g + 3: half g & 1 of word g >> 1 of each step */
+      int sh = 16 * (g & 1);
+      q[0] = ((const uint32_t *)w)[4 * u + (g >> 1)] >> sh;
+      q[1] = ((const uint32_t *)w)[4 * u + 2 + (g >> 1)] >> sh;
+    }
+  }
+  template <int LPT>
+  __device__ __forceinline__ static void spread(const uint32_t *q, e2m1_pair sp[2 * QW<LPT>]) {
+#pragma unroll
+    for (int i = 0; i < 2 * QW<LPT>; i++) sp[i] = LPT >= 8 ? e2m1_spread(q[i]) : e2m1_pair{q[i], 0};
+  }
+  /* lane j of step st: e2m1 * 2^-126 */
+  template <int LPT>
+  __device__ __forceinline__ static float code(const e2m1_pair *sp, int st, int j) {
+    return __uint_as_float(LPT >= 8 ? e2m1_at(sp[st * QW<LPT> + (j >> 3)], j & 7)
+                                    : e2m1_bits(sp[st].a, j));
+  }
   template <bool big, int LPT>
   __device__ __forceinline__ static void group(const uint32_t *q, uint32_t s,
                                                const float *x, float acc[LPT]) {
     float sc = big ? __uint_as_float(s << 23) : __uint_as_float((s + 126u) << 23);
     e2m1_pair sp[2 * QW<LPT>];
-#pragma unroll
-    for (int i = 0; i < 2 * QW<LPT>; i++) sp[i] = LPT >= 8 ? e2m1_spread(q[i]) : e2m1_pair{q[i], 0};
+    spread<LPT>(q, sp);
 #pragma unroll
     for (int st = 0; st < 2; st++) {
       float xv[LPT];
       tile_xn<LPT>(x + st * 16, xv);
 #pragma unroll
       for (int j = 0; j < LPT; j++) {
-        float f = __uint_as_float(LPT >= 8 ? e2m1_at(sp[st * QW<LPT> + (j >> 3)], j & 7)
-                                           : e2m1_bits(sp[st].a, j));
+        float f = code<LPT>(sp, st, j);
         float wf = big ? __fmul_rn(__fmul_rn(f, 0x1p126f), sc) : __fmul_rn(f, sc);
         acc[j] = __fadd_rn(acc[j], __fmul_rn(wf, xv[j]));
       }
@@ -365,20 +389,76 @@ struct tf_mxfp4 {
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
                                               float acc[LPT], int g) {
     uint32_t q[2 * QW<LPT>];
-    if constexpr (LPT == 16) {
-      uint4 a = ((const uint4 *)w)[u];
-      q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
-    } else if constexpr (LPT == 8) {
-      q[0] = ((const uint32_t *)w)[4 * u + g], q[1] = ((const uint32_t *)w)[4 * u + 2 + g];
-    } else { /* lanes 4g .. 4g + 3: half g & 1 of word g >> 1 of each step */
-      int sh = 16 * (g & 1);
-      q[0] = ((const uint32_t *)w)[4 * u + (g >> 1)] >> sh;
-      q[1] = ((const uint32_t *)w)[4 * u + 2 + (g >> 1)] >> sh;
-    }
+    load<LPT>(w, u, g, q);
     if (small || s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
     else group<true, LPT>(q, s, x + u * 32 + g * LPT, acc);
   }
+  /* The fused form: the same sums, one instruction a code fewer. The
+   * code's bits f = e2m1 * 2^-126 times x' = x * 2^64 (tile_xscale puts x'
+   * in place of x) is e2m1 * x * 2^-62 rounded once; times 2^(s-65), a
+   * power of two, it is exactly the reference's round(e2m1 * 2^(s-127) * x)
+   * wherever both products are normal floats (a rounding commutes with a
+   * power of two there), so one fused multiply-add by 2^(s-65) rounds the
+   * reference's own sum acc + product. Both are normal for every nonzero
+   * x in [2^-62, 2^59) (tile_xscale's range) and s in [64, 191]
+   * (tile_fused_s): 0.5 * 2^-62 * 2^(64-127) = 2^-126 at the bottom,
+   * 6 * 2^59 * 2^(191-127) < 2^126 at the top; zeros are exact both ways. */
+  static constexpr uint32_t XUP = 64;
+  template <int LPT>
+  __device__ __forceinline__ static void unit_fma(const uint8_t *w, int u, uint32_t s,
+                                                  const float *xq, float acc[LPT], int g) {
+    uint32_t q[2 * QW<LPT>];
+    load<LPT>(w, u, g, q);
+    const float m = __uint_as_float((s + 126u - XUP) << 23); /* 2^(s-1-64) */
+    e2m1_pair sp[2 * QW<LPT>];
+    spread<LPT>(q, sp);
+#pragma unroll
+    for (int st = 0; st < 2; st++) {
+      float xv[LPT];
+      tile_xn<LPT>(xq + u * 32 + g * LPT + st * 16, xv);
+#pragma unroll
+      for (int j = 0; j < LPT; j++) acc[j] = __fmaf_rn(__fmul_rn(code<LPT>(sp, st, j), xv[j]), m, acc[j]);
+    }
+  }
 };
+
+/* The fused form's x (tf_mxfp4::unit_fma): the thread's own 16-byte pieces
+ * of a whole chunk (those it staged: tid, tid + NT, ...), each times 2^64
+ * in place where all four of its nonzero |x| are in [2^-62, 2^59), which
+ * keeps x' exact and every product normal (left as it is otherwise: a
+ * subnormal, an infinity or a NaN never is). True where every piece was;
+ * the block's vote then decides, since a chunk with a piece left as x can
+ * only go as before (with x read again from global memory: in the others
+ * it is x'). */
+template <int CK, int NT> __device__ __forceinline__ static bool tile_xscale(float *xs, int tid) {
+  bool ok = true;
+#pragma unroll
+  for (int it = 0; it < (CK / 4 + NT - 1) / NT; it++) {
+    int i = tid + it * NT;
+    if ((CK / 4) % NT && i >= CK / 4) break;
+    float4 v = ((const float4 *)xs)[i];
+    uint32_t b[4] = {__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)};
+    bool in = true;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      uint32_t a = b[e] & 0x7fffffffu;
+      in = in && (a == 0 || a - 0x20800000u < 0x5D000000u - 0x20800000u);
+    }
+    if (in) {
+      const float up = 0x1p64f;
+      ((float4 *)xs)[i] = make_float4(__fmul_rn(v.x, up), __fmul_rn(v.y, up), __fmul_rn(v.z, up),
+                                      __fmul_rn(v.w, up));
+    }
+    ok = ok && in;
+  }
+  return ok;
+}
+/* the fused form's scales: all 8 of a row's in [64, 191] (each byte plus 64
+ * has its top bit set; a byte from 192 carries out of its own and clears
+ * it, and one is enough to fail) */
+__device__ __forceinline__ static bool tile_fused_s(uint2 sv) {
+  return ((sv.x + 0x40404040u) & (sv.y + 0x40404040u) & 0x80808080u) == 0x80808080u;
+}
 
 /* A format's wide form: RBX bytes of each row a chunk (512, against 128 or
  * 256), so each row's reads are longer runs of consecutive bytes, at the
@@ -636,9 +716,21 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   }
   for (int k = 0; k < nch; k++) {
     cp_async_wait<NS - 2>();
+    int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
+    /* MXFP4's fused form on a whole chunk staged by 16-byte pieces: each
+     * thread's own pieces made x' (its copies are in for it), the barrier
+     * then makes them everyone's and says whether all were (fok) */
+    bool fz = false, fok = false;
+    if constexpr (TF::fmt == 3) fz = (flags & (TILE_FMA | TILE_XVEC)) == (TILE_FMA | TILE_XVEC) && n == TF::CK;
+    const bool xin = fz && tile_xscale<TF::CK, NT>(xt[buf], tid);
     /* chunk k is in for every thread, and stage (k - 1) % NS is read */
-    if constexpr (NW > 1) __syncthreads();
-    else __syncwarp();
+    if constexpr (NW > 1) {
+      if constexpr (TF::fmt == 3) fok = __syncthreads_and(xin);
+      else __syncthreads();
+    } else {
+      __syncwarp();
+      if (fz) fok = __all_sync(0xffffffffu, xin);
+    }
     if (k + NS - 1 < nch) {
       size_t at = (size_t)(k + NS - 1) * TF::RB;
       if (pfon && at % pfw < TF::RB) prefetch(at / pfw * pfw + pfw);
@@ -647,7 +739,6 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     }
     cp_async_commit();
     if (!live) continue;
-    int buf = k % NS, n = cols - k * TF::CK < TF::CK ? cols - k * TF::CK : TF::CK;
     const uint8_t *w = wt[buf][wp][row];
     const float *xs = xt[buf];
     /* a whole chunk: its units 8 at a time, with the 8 scales they use
@@ -658,6 +749,22 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
       for (int u0 = 0; u0 < NU; u0 += UB) {
         uint2 sv = make_uint2(0, 0);
         if constexpr (TF::scaled != 0) sv = *(const uint2 *)&st[buf][wp][row][u0];
+        if constexpr (TF::fmt == 3)
+          if (fz) {
+            if (fok && tile_fused_s(sv)) {
+#pragma unroll
+              for (int u = 0; u < UB; u++)
+                TF::template unit_fma<LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
+                                           xs, acc, g);
+            } else { /* rare: x from global memory, as the shared copy may be part x' */
+              const float *xg = x + (size_t)k * TF::CK;
+#pragma unroll 1
+              for (int u = 0; u < UB; u++)
+                TF::template unit<false, LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
+                                              xg, acc, g);
+            }
+            continue;
+          }
         if (TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
 #pragma unroll
           for (int u = 0; u < UB; u++)

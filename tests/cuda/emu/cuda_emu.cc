@@ -39,6 +39,11 @@ static struct {
   std::vector<char> stacks;
   std::vector<int> wait; /* per thread: EMU_RUN, EMU_DONE, EMU_BLOCK or its warp */
   std::vector<int> parity; /* per thread: its shuffles so far, mod 2 */
+  /* per thread: its votes so far, and its last two (by their count's
+   * parity: a thread reaches the vote after next only once every other
+   * has read this one's) */
+  std::vector<long> votes;
+  std::vector<long> vote[2];
   std::vector<emu_async> async;
   int pdl_waited; /* a thread of this block has reached pdl_wait */
   uint32_t slot[2][32][32];
@@ -54,6 +59,21 @@ uint32_t *emu_slot(int parity, int lane) {
   return &B.slot[parity][threadIdx.x / 32][lane];
 }
 int emu_shfl_parity(void) { return B.parity[threadIdx.x] ^= 1; }
+
+int emu_vote_all(int pred, int w) {
+  int t = (int)threadIdx.x;
+  long n = ++B.votes[(size_t)t];
+  /* the vote's count and its value in one: count * 2 + (pred != 0) */
+  B.vote[n & 1][(size_t)t] = n * 2 + (pred != 0);
+  emu_barrier(w);
+  int lo = w < 0 ? 0 : w * 32, hi = w < 0 || (w + 1) * 32 > B.n ? B.n : (w + 1) * 32;
+  for (int i = lo; i < hi; i++) {
+    long v = B.vote[n & 1][(size_t)i];
+    /* a thread that returned before this vote has an older count: not counted */
+    if (v / 2 == n && !(v & 1)) return 0;
+  }
+  return 1;
+}
 
 static void emu_entry(void) {
   (*B.body)();
@@ -89,6 +109,8 @@ void emu_run_block(const std::function<void()> &body) {
   B.stacks.resize((size_t)n * EMU_STACK);
   B.wait.assign((size_t)n, EMU_RUN);
   B.parity.assign((size_t)n, 0);
+  B.votes.assign((size_t)n, 0);
+  B.vote[0].assign((size_t)n, 0), B.vote[1].assign((size_t)n, 0);
   B.async.assign((size_t)n, emu_async());
   B.pdl_waited = 0;
   for (int t = 0; t < n; t++) {

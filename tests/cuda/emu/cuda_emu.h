@@ -87,6 +87,16 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
   emu_barrier((int)threadIdx.x / 32);
 }
 
+/* __syncthreads_and (w < 0) and __all_sync over warp w: a barrier whose
+ * result is whether every thread that reached it (the live ones) voted
+ * nonzero */
+int emu_vote_all(int pred, int w);
+static inline int __syncthreads_and(int pred) { return emu_vote_all(pred, -1); }
+static inline int __all_sync(unsigned mask, int pred) {
+  (void)mask;
+  return emu_vote_all(pred, (int)threadIdx.x / 32);
+}
+
 template <class T> static inline T emu_shfl(T v, int src) {
   static_assert(sizeof(T) == 4, "32-bit shuffles only");
   int lane = (int)threadIdx.x % 32, par = emu_shfl_parity();
@@ -134,6 +144,7 @@ static inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t n) {
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fmaf_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return __builtin_sqrtf(a); }
 

@@ -62,8 +62,10 @@ static void mkmat(mat &m, int fmt, int rows, int cols, int wshift, int xshift) {
   else k->gemm_mxfp4(w, m.S, cols, 0, rows, x, 1, (size_t)cols, m.ref.data(), (size_t)rows);
 }
 
-template <class TF> static int flags_of(const mat &m, unsigned pf = 0) {
-  return tile_flags<TF>(m.W, m.S, m.cols, m.x, pf);
+/* fused: MXFP4's fused form asked for (TILE_FMA, as kcuda.cu asks by
+ * default), which the kernel takes where x and the scales allow */
+template <class TF> static int flags_of(const mat &m, unsigned pf = 0, bool fused = false) {
+  return tile_flags<TF>(m.W, m.S, m.cols, m.x, pf) | (fused ? TILE_FMA : 0);
 }
 
 
@@ -124,8 +126,9 @@ struct pdl_guard {
 /* launched as kcuda.cu's tile_launch launches variant v; pf the L2
  * prefetch window (a no-op here, but its bookkeeping runs) */
 template <class TF>
-static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned pf, bool dep) {
-  int fl = flags_of<TF>(m, pf) | (dep ? TILE_DEP : 0);
+static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned pf, bool dep,
+                        bool fused) {
+  int fl = flags_of<TF>(m, pf, fused) | (dep ? TILE_DEP : 0);
   pdl_guard pg(dep);
   pg.x(m.x, m.cols), pg.y(y, m.rows);
   long threads = 0;
@@ -137,25 +140,25 @@ static void run_variant(int v, const mat &m, float *y, const float *rs, unsigned
                    m.rows, m.cols, m.x, y, rs, fl);
   });
   char what[160];
-  snprintf(what, sizeof what, "gemv %s %d x %d, %s, prefetch %u%s", fname[TF::fmt], m.rows,
-           m.cols, df_cuda_tile_name(v), pf, dep ? ", dependent" : "");
+  snprintf(what, sizeof what, "gemv %s %d x %d, %s, prefetch %u%s%s", fname[TF::fmt], m.rows,
+           m.cols, df_cuda_tile_name(v), pf, dep ? ", dependent" : "", fused ? ", fused" : "");
   pg.finish(what, threads);
 }
 
 /* every variant, with and without the L2 prefetch and as a dependent
- * launch */
+ * launch; MXFP4 with its fused form asked for and not */
 template <class TF> static void gemv_mat(const mat &m, const char *label) {
   const float *rs = TF::fmt == 1 ? (const float *)m.S : NULL;
   for (int v = 0; v < TILE_VARIANTS; v++)
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < (TF::fmt == 3 ? 8 : 4); k++) {
       unsigned pf = k & 1 ? 1024 : 0;
-      bool dep = k & 2;
+      bool dep = k & 2, fused = k & 4;
       std::vector<float> yb((size_t)m.rows + 8);
       memset(yb.data(), 0xff, yb.size() * 4);
-      run_variant<TF>(v, m, yb.data() + 4, rs, pf, dep);
+      run_variant<TF>(v, m, yb.data() + 4, rs, pf, dep, fused);
       char what[200];
       snprintf(what, sizeof what, "gemv %s %d x %d, %s, flags %d, %s", fname[TF::fmt], m.rows, m.cols,
-               label, flags_of<TF>(m, pf) | (dep ? TILE_DEP : 0), df_cuda_tile_name(v));
+               label, flags_of<TF>(m, pf, fused) | (dep ? TILE_DEP : 0), df_cuda_tile_name(v));
       check(what, m, yb);
     }
 }
@@ -195,6 +198,14 @@ static void mxfp4_edges(void) {
       {"scales 191-194", {0, 0, 0, 0}, 191, 4, 0, false},
       {"x in [2^-6, 2^-5), scales 7 and 8 (products at the smallest normal)", {0, 0, 0, 0}, 7, 2, -6, false},
       {"every x in [2^-64, 2^-63)", {0, 0, 0, 0}, 0, 0, -64, false},
+      /* the fused form's bounds (kcuda_gemv.cuh, tile_xscale and
+       * tile_fused_s): its lowest products, then just below them, and its
+       * top, then just above it */
+      {"every x in [2^-62, 2^-61), scales 64 and 65", {0, 0, 0, 0}, 64, 2, -62, false},
+      {"every x in [2^-63, 2^-62), scales 64 and 65 (products below the smallest normal)", {0, 0, 0, 0}, 64, 2, -63, false},
+      {"every x in [2^-62, 2^-61), scales 63 and 64 (products below the smallest normal)", {0, 0, 0, 0}, 63, 2, -62, false},
+      {"every x in [2^58, 2^59), scales 190 and 191", {0, 0, 0, 0}, 190, 2, 58, false},
+      {"every x in [2^59, 2^60), scales 191 and 192", {0, 0, 0, 0}, 191, 2, 59, false},
   };
   for (const edge &e : cs) {
     mat m;
@@ -266,7 +277,7 @@ template <class TF> static void group_once(int v, int n, const int (*shape)[2], 
     memset(ys[(size_t)i].data(), 0xff, ys[(size_t)i].size() * 4);
     const mat &m = ms[(size_t)i];
     q.m[i] = tile_one{m.W, m.S, m.x, TF::fmt == 1 ? (const float *)m.S : NULL, ys[(size_t)i].data() + 4,
-                      m.rows, m.cols, flags_of<TF>(m, 1024) | (dep ? TILE_DEP : 0), b0};
+                      m.rows, m.cols, flags_of<TF>(m, 1024, TF::fmt == 3) | (dep ? TILE_DEP : 0), b0};
     b0 += (m.rows + tr - 1) / tr;
   }
   pdl_guard pg(dep);
