@@ -134,7 +134,9 @@ void df_cuda_set_pdl(df_cuda *c, int mode);
 /* The MXFP4 row tiles' fused form (kcuda_gemv.cuh, tf_mxfp4::unit_fma):
  * on (the default) a row's chunk whose x and scales keep every product a
  * normal float takes the group scale into the add, one multiply a code
- * fewer; other chunks go as with it off. The environment's
+ * fewer, and is the kernel's one unrolled form; other chunks, and every
+ * chunk with it off, go a group at a time (slower: a MoE layer's token
+ * 0.679 of the copy with it, PERFORMANCE.md run 42). The environment's
  * DF_CUDA_MXFP4_FMA=0 turns it off when the context opens ("MXFP4
  * unfused" in df_cuda_describe). Speed only, never a result (the tests run
  * both). */

@@ -222,7 +222,7 @@ template <int N> __device__ __forceinline__ static void tile_xn(const float *x, 
 struct tf_bf16 {
   static constexpr int fmt = 0, CK = 128, RB = 256, UC = 16, scaled = 0, deep = 5;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols * 2; }
-  template <bool = false, int LPT = 16>
+  template <int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
                                               float acc[LPT], int g) {
     uint32_t v[LPT / 2];
@@ -255,7 +255,7 @@ struct tf_i8 {
   static constexpr int fmt = 1, CK = 128, RB = 128, UC = 16, scaled = 0, deep = 6;
   __host__ __device__ static size_t rowbytes(int cols) { return (size_t)cols; }
   /* (float)q exactly as in fmt_i8: 2^23 + (q + 128) as bits, less 2^23 + 128 */
-  template <bool = false, int LPT = 16>
+  template <int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t, const float *x,
                                               float acc[LPT], int g) {
     uint32_t v[LPT / 4];
@@ -383,14 +383,14 @@ struct tf_mxfp4 {
       }
     }
   }
-  /* small: s < 128 known for the whole chunk (one test a chunk instead of a
-   * branch a group, so the chunk's groups are one straight run of code) */
-  template <bool small = false, int LPT = 16>
+  /* a group as the reference takes it, for any scale (the row tiles' chunks
+   * that the fused form may not take) */
+  template <int LPT = 16>
   __device__ __forceinline__ static void unit(const uint8_t *w, int u, uint32_t s, const float *x,
                                               float acc[LPT], int g) {
     uint32_t q[2 * QW<LPT>];
     load<LPT>(w, u, g, q);
-    if (small || s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
+    if (s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
     else group<true, LPT>(q, s, x + u * 32 + g * LPT, acc);
   }
   /* The fused form: the same sums, one instruction a code fewer. The
@@ -741,47 +741,41 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     if (!live) continue;
     const uint8_t *w = wt[buf][wp][row];
     const float *xs = xt[buf];
-    /* a whole chunk: its units 8 at a time, with the 8 scales they use
-     * (MXFP4: one a unit) */
+    /* a whole chunk: its units 8 at a time (MXFP4: with the 8 scales they
+     * use, one a unit) */
     constexpr int NU = TF::CK / TF::UC, UB = NU < 8 ? NU : 8;
     if (n == TF::CK) {
 #pragma unroll
       for (int u0 = 0; u0 < NU; u0 += UB) {
-        uint2 sv = make_uint2(0, 0);
-        if constexpr (TF::scaled != 0) sv = *(const uint2 *)&st[buf][wp][row][u0];
-        if constexpr (TF::fmt == 3)
-          if (fz) {
-            if (fok && tile_fused_s(sv)) {
+        if constexpr (TF::fmt == 3) {
+          /* MXFP4: the fused form where it may go, unrolled; elsewhere a
+           * unit at a time, so the kernel's code and registers are the
+           * fused form's (with both unrolled, a MoE layer's token was 5%
+           * slower: docs/PERFORMANCE.md, runs 41-42). Where chunk k was
+           * staged for it, x from global memory, as the shared copy may be
+           * part x'. */
+          const uint2 sv = *(const uint2 *)&st[buf][wp][row][u0];
+          if (fok && tile_fused_s(sv)) {
 #pragma unroll
-              for (int u = 0; u < UB; u++)
-                TF::template unit_fma<LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
-                                           xs, acc, g);
-            } else { /* rare: x from global memory, as the shared copy may be part x' */
-              const float *xg = x + (size_t)k * TF::CK;
-#pragma unroll 1
-              for (int u = 0; u < UB; u++)
-                TF::template unit<false, LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
-                                              xg, acc, g);
-            }
-            continue;
-          }
-        if (TF::scaled && ((sv.x | sv.y) & 0x80808080u) == 0) {
-#pragma unroll
-          for (int u = 0; u < UB; u++)
-            TF::template unit<true, LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
+            for (int u = 0; u < UB; u++)
+              TF::template unit_fma<LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
                                          xs, acc, g);
+          } else {
+            const float *xu = fz ? x + (size_t)k * TF::CK : xs;
+#pragma unroll 1
+            for (int u = 0; u < UB; u++)
+              TF::template unit<LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu, xu,
+                                     acc, g);
+          }
         } else {
 #pragma unroll
-          for (int u = 0; u < UB; u++)
-            TF::template unit<false, LPT>(w, u0 + u, ((u < 4 ? sv.x : sv.y) >> (8 * (u & 3))) & 0xffu,
-                                          xs, acc, g);
+          for (int u = 0; u < UB; u++) TF::template unit<LPT>(w, u0 + u, 0u, xs, acc, g);
         }
       }
     } else {
       int nu = n / TF::UC, c = nu * TF::UC + g * LPT;
       for (int u = 0; u < nu; u++)
-        TF::template unit<false, LPT>(w, u, TF::scaled ? (uint32_t)st[buf][wp][row][u] : 0u, xs, acc,
-                                      g);
+        TF::template unit<LPT>(w, u, TF::scaled ? (uint32_t)st[buf][wp][row][u] : 0u, xs, acc, g);
       if constexpr (TF::scaled == 0) { /* MXFP4's columns are whole groups */
 #pragma unroll
         for (int j = 0; j < LPT; j++)

@@ -177,10 +177,10 @@ template <class TF> static void gemv_case(int rows, int cols, int wshift, int xs
  * overflow. Every row must be the reference's bit for bit, and NaN exactly
  * where the reference's is (emu_check.h: a NaN's own bits are the
  * machine's): the GPU's order of operations, not only its arithmetic, is
- * the CPU's.
- * (A fused form that took the group scale into one fused add was built
- * against these cases and measured slower on an H100: docs/PERFORMANCE.md,
- * run 32.) */
+ * the CPU's. With the fused form asked for (the default), the cases at its
+ * bounds (kcuda_gemv.cuh: tile_xscale, tile_fused_s) take it just inside
+ * and must leave it just outside: its lower bounds lowered by one binade or
+ * one scale, rows here differ from the reference. */
 static void mxfp4_edges(void) {
   struct edge {
     const char *what;
