@@ -409,6 +409,9 @@ struct tf_mxfp4 {
                                                   const float *xq, float acc[LPT], int g) {
     uint32_t q[2 * QW<LPT>];
     load<LPT>(w, u, g, q);
+#if defined(DF_CUDA_EMU)
+    emu_fused_units++; /* which chunks take it is a policy: the emulation counts them */
+#endif
     const float m = __uint_as_float((s + 126u - XUP) << 23); /* 2^(s-1-64) */
     e2m1_pair sp[2 * QW<LPT>];
     spread<LPT>(q, sp);

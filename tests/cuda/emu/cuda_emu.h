@@ -167,6 +167,9 @@ void emu_cp_wait(int n);
 void emu_pdl_wait(void);
 inline std::function<void()> emu_on_block, emu_on_pdl_wait;
 inline long emu_pdl_waits;
+/* kcuda_gemv.cuh's MXFP4 fused form: its units run (tf_mxfp4::unit_fma's
+ * calls), which the test of when it is taken counts */
+inline long emu_fused_units;
 
 /* a launch's dynamic shared memory (emu_launch_dyn's bytes, 16-aligned) */
 void *emu_dyn_shared(void);

@@ -227,6 +227,59 @@ static void mxfp4_edges(void) {
   }
 }
 
+/* When the fused form is taken (a speed policy; both forms are exact, so
+ * only a count shows it): every unit of every whole chunk of K3-like
+ * operands (scales 120-127, |x| from 2^-6 to 8 and zeros among them), in the
+ * one-warp and four-warp variants and with one, two and four threads a row;
+ * none with it off; and all but the chunk whose x has one value out of its
+ * range (2^59), or the row's chunk with one scale out of it (63 or 192). */
+static void fused_policy(void) {
+  mat m;
+  mkmat(m, 3, 64, 1024, 0, 0);
+  float *x = (float *)m.x;
+  for (int c = 0; c < m.cols; c += 5) x[c] = c % 2 ? 0.0f : -0.0f;
+  size_t ng = m.sbuf.size() - 16;
+  for (size_t g = 0; g < ng; g++) m.sbuf[g] = (uint8_t)(120 + g % 8);
+  const int units = m.cols / 32, rows = m.rows;
+  struct pcase {
+    const char *what;
+    long xc;         /* x[xc] = 2^59 (-1: none) */
+    int srow, sg, s; /* scale of group sg of row srow (srow -1: none) */
+    bool fused;
+    long lost;       /* units (of a thread) not fused: chunks of 8 units, rows */
+  } cs[] = {
+      {"K3-like operands", -1, -1, 0, 0, true, 0},
+      {"K3-like operands, fused form off", -1, -1, 0, 0, false, -1},
+      {"x[259] = 2^59 (chunk 1 of every row)", 259, -1, 0, 0, true, 8L * 64},
+      {"row 5's scale 17 = 63 (its chunk 2)", -1, 5, 17, 63, true, 8},
+      {"row 7's scale 30 = 192 (its chunk 3)", -1, 7, 30, 192, true, 8},
+  };
+  static const int vs[] = {0, 3, 4, 10};
+  for (const pcase &p : cs) {
+    if (p.xc >= 0) x[p.xc] = 0x1p59f;
+    uint8_t keep = p.srow >= 0 ? m.sbuf[(size_t)p.srow * units + p.sg] : 0;
+    if (p.srow >= 0) m.sbuf[(size_t)p.srow * units + p.sg] = (uint8_t)p.s;
+    df_kern_scalar()->gemm_mxfp4(m.W, m.S, m.cols, 0, m.rows, x, 1, (size_t)m.cols, m.ref.data(),
+                                 (size_t)m.rows);
+    for (int v : vs) {
+      int G = 1;
+      tile_variant<tf_mxfp4>(v, [&](auto t) { G = decltype(t)::G; });
+      std::vector<float> yb((size_t)m.rows + 8);
+      memset(yb.data(), 0xff, yb.size() * 4);
+      emu_fused_units = 0;
+      run_variant<tf_mxfp4>(v, m, yb.data() + 4, NULL, 0, false, p.fused);
+      char what[200], seen[80];
+      snprintf(what, sizeof what, "fused form's units, %s, %s", p.what, df_cuda_tile_name(v));
+      check(what, m, yb);
+      long want = p.lost < 0 ? 0 : ((long)rows * units - p.lost) * G;
+      snprintf(seen, sizeof seen, "%ld fused units, want %ld", emu_fused_units, want);
+      emu_true(what, emu_fused_units == want, seen);
+    }
+    if (p.xc >= 0) x[p.xc] = 1.0f;
+    if (p.srow >= 0) m.sbuf[(size_t)p.srow * units + p.sg] = keep;
+  }
+}
+
 /* The lanes layout (gemv_k: f32's GEMV, any format's where chosen) with
  * 8, 4 and 2 lanes a thread, vector loads (with and without the L2
  * prefetch's bookkeeping, a no-op here) where the operands allow, and
@@ -325,6 +378,7 @@ int main(void) {
   gemv_case<tf_mxfp4>(20, 1536, 0, 0);
   gemv_case<tf_mxfp4>(17, 1120, 0, 0);
   mxfp4_edges();
+  fused_policy();
   /* more rows than one block of four warps holds, the last block's last
    * warps without rows */
   gemv_case<tf_i8>(100, 1200, 0, 0);
