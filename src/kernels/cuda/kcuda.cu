@@ -323,13 +323,22 @@ struct tiles_scope {
   ~tiles_scope() { c->in_tiles = 0; }
 };
 
+/* a row-tile matrix's flags as its launch will run it: the loads its
+ * operands allow, a dependent launch as go() will decide it, MXFP4's fused
+ * form where the context asks for it */
+template <class TF>
+static int tile_launch_flags(df_cuda *c, const void *W, const void *S, int cols, const float *x) {
+  int flags = tile_flags<TF>(W, S, cols, x, c->tile_pf[TF::fmt]);
+  if (df_cuda_launch_dependent(c)) flags |= TILE_DEP;
+  if (TF::fmt == 3 && c->mxfp4_fma) flags |= TILE_FMA;
+  return flags;
+}
+
 template <class TF>
 static int tile_launch(df_cuda *c, const char *what, const void *W, const void *S, int rows,
                        int cols, const float *x, float *y, const float *rowscale) {
   tiles_scope scope(c);
-  int flags = tile_flags<TF>(W, S, cols, x, c->tile_pf[TF::fmt]);
-  if (df_cuda_launch_dependent(c)) flags |= TILE_DEP; /* go() below decides the same */
-  if (TF::fmt == 3 && c->mxfp4_fma) flags |= TILE_FMA;
+  int flags = tile_launch_flags<TF>(c, W, S, cols, x);
   long blocks = ((long)rows + TROWS - 1) / TROWS;
   int v = c->tiled[TF::fmt] >= 2 ? c->tiled[TF::fmt] - 2 : tile_pick<TF>(c, blocks);
   tile_occ<TF>(c, v); /* its shared-memory carveout set, forced or picked */
@@ -366,9 +375,7 @@ static int tile_group_launch(df_cuda *c, const char *what, int n, const df_cuda_
     o->S = TF::scaled ? (const uint8_t *)m[i].S : NULL;
     o->rs = TF::fmt == 1 ? (const float *)m[i].S : NULL;
     o->x = m[i].x, o->y = m[i].y, o->rows = m[i].rows, o->cols = m[i].cols;
-    o->flags = tile_flags<TF>(m[i].W, o->S, m[i].cols, m[i].x, c->tile_pf[TF::fmt]);
-    if (df_cuda_launch_dependent(c)) o->flags |= TILE_DEP; /* as go() will launch it */
-    if (TF::fmt == 3 && c->mxfp4_fma) o->flags |= TILE_FMA;
+    o->flags = tile_launch_flags<TF>(c, m[i].W, o->S, m[i].cols, m[i].x);
     o->b0 = (int)b;
     b += (m[i].rows + tr - 1) / tr;
   }
