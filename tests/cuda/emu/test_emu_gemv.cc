@@ -256,6 +256,7 @@ static void fused_policy(void) {
   };
   static const int vs[] = {0, 3, 4, 10};
   for (const pcase &p : cs) {
+    float xkeep = p.xc >= 0 ? x[p.xc] : 0.0f;
     if (p.xc >= 0) x[p.xc] = 0x1p59f;
     uint8_t keep = p.srow >= 0 ? m.sbuf[(size_t)p.srow * units + p.sg] : 0;
     if (p.srow >= 0) m.sbuf[(size_t)p.srow * units + p.sg] = (uint8_t)p.s;
@@ -275,7 +276,7 @@ static void fused_policy(void) {
       snprintf(seen, sizeof seen, "%ld fused units, want %ld", emu_fused_units, want);
       emu_true(what, emu_fused_units == want, seen);
     }
-    if (p.xc >= 0) x[p.xc] = 1.0f;
+    if (p.xc >= 0) x[p.xc] = xkeep;
     if (p.srow >= 0) m.sbuf[(size_t)p.srow * units + p.sg] = keep;
   }
 }
