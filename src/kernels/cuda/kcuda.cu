@@ -292,13 +292,9 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
  * otherwise hold under 64 KB in flight, with four threads a row where the
  * SMs hold four times the blocks, else two where twice; beyond one round,
  * 2 stages where their rounds are clearly fuller (the last round's share
- * of a full one). MXFP4 takes variant 10 at every shape (below). */
+ * of a full one). MXFP4: tile_pick_mxfp4 (kcuda_gemv.cuh). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
-  /* MXFP4, whatever the shape: two threads a row in blocks of four warps.
-   * Its cost is the codes' decode, not the bytes, and half a row's state a
-   * thread lets 20 warps an SM issue (12-16 in the one-thread forms);
-   * docs/PERFORMANCE.md, runs 38-39, measured it by shape on an H100. */
-  if (TF::scaled) return 10;
+  if (TF::scaled) return tile_pick_mxfp4(blocks, tile_occ<TF>(c, 0), c->sms);
   long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
   long kd4 = tile_occ<TF>(c, 4);
   long k2 = tile_occ<TF>(c, 0), sms = c->sms;

@@ -281,6 +281,29 @@ static void fused_policy(void) {
   }
 }
 
+/* MXFP4's variant by the shape (a speed policy: every variant's sums are
+ * the same, so only this catches a change to it), with an H100's 132 SMs
+ * and 16 blocks of variant 0 an SM: past one round of those, variant 0 */
+static void pick_policy(void) {
+  static const struct {
+    const char *what;
+    long rows;
+    int want;
+  } cs[] = {
+      {"one expert's gate 3072 rows", 3072, 10},
+      {"16 experts' down 57344 rows", 57344, 10},
+      {"one round of variant 0 exactly, 67584 rows", 67584, 10},
+      {"a block past one round, 67585 rows", 67585, 0},
+      {"16 experts' gate+up 98304 rows", 98304, 0},
+  };
+  for (const auto &c : cs) {
+    int v = tile_pick_mxfp4((c.rows + TROWS - 1) / TROWS, 16, 132);
+    char seen[80];
+    snprintf(seen, sizeof seen, "variant %d, want %d", v, c.want);
+    emu_true(c.what, v == c.want, seen);
+  }
+}
+
 /* The lanes layout (gemv_k: f32's GEMV, any format's where chosen) with
  * 8, 4 and 2 lanes a thread, vector loads (with and without the L2
  * prefetch's bookkeeping, a no-op here) where the operands allow, and
@@ -380,6 +403,7 @@ int main(void) {
   gemv_case<tf_mxfp4>(17, 1120, 0, 0);
   mxfp4_edges();
   fused_policy();
+  pick_policy();
   /* more rows than one block of four warps holds, the last block's last
    * warps without rows */
   gemv_case<tf_i8>(100, 1200, 0, 0);
