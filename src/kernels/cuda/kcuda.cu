@@ -47,7 +47,7 @@ struct df_cuda {
   int sms;      /* multiprocessors */
   int occ[4][TILE_VARIANTS]; /* resident tile blocks per SM by format and variant (0: not yet asked) */
   char base[300]; /* the device's name, its architecture and memory */
-  char desc[360]; /* base, whether the launches are dependent, MXFP4 unfused */
+  char desc[400]; /* base, whether the launches are dependent, MXFP4 unfused or its variant forced */
   char err[256];
 };
 
@@ -77,11 +77,13 @@ extern "C" int df_cuda_device_count(void) {
 
 /* what --stats and stats.device.name show: a run's dependent launches too */
 static void describe(df_cuda *c) {
-  snprintf(c->desc, sizeof c->desc, "%s%s%s)", c->base,
+  char mt[48] = "";
+  if (c->tiled[3] >= 2) snprintf(mt, sizeof mt, ", MXFP4 tile variant %d", c->tiled[3] - 2);
+  snprintf(c->desc, sizeof c->desc, "%s%s%s%s)", c->base,
            !c->pdl || !c->pdl_cap ? ""
            : c->pdl == 2      ? ", dependent launches of the GEMVs"
                               : ", dependent launches",
-           c->mxfp4_fma ? "" : ", MXFP4 unfused");
+           c->mxfp4_fma ? "" : ", MXFP4 unfused", mt);
 }
 
 extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
@@ -108,6 +110,14 @@ extern "C" df_cuda *df_cuda_open(int dev, char *err, size_t errlen) {
   c->shared_x = sx && sx[0] == '1'; /* off: no clear gain in run 23 (H100) */
   const char *mf = getenv("DF_CUDA_MXFP4_FMA"); /* 0: off, to measure against */
   c->mxfp4_fma = !(mf && mf[0] == '0');
+  /* MXFP4's row-tile variant forced (0 .. TILE_VARIANTS - 1), to measure
+   * the engine's own launches against the pick by shape */
+  const char *mt = getenv("DF_CUDA_MXFP4_TILE");
+  if (mt && *mt) {
+    char *end;
+    long v = strtol(mt, &end, 10);
+    if (!*end && v >= 0 && v < TILE_VARIANTS) c->tiled[3] = (int)v + 2;
+  }
   cudaDeviceProp p;
   cudaError_t e = cudaSetDevice(dev);
   if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
@@ -294,7 +304,7 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
  * 2 stages where their rounds are clearly fuller (the last round's share
  * of a full one). MXFP4: tile_pick_mxfp4 (kcuda_gemv.cuh). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
-  if (TF::scaled) return tile_pick_mxfp4(blocks, tile_occ<TF>(c, 0), c->sms);
+  if (TF::scaled) return tile_pick_mxfp4(blocks, tile_occ<TF>(c, 10), c->sms);
   long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
   long kd4 = tile_occ<TF>(c, 4);
   long k2 = tile_occ<TF>(c, 0), sms = c->sms;

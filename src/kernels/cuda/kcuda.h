@@ -97,7 +97,7 @@ void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 /* How many row-tile variants there are (how 2 .. 1 + this above), and
  * variant v (how - 2; kcuda_gemv.cuh's tile_variant) in words, for the
  * tests and the bench; anything else is "by shape". */
-#define DF_CUDA_TILE_VARIANTS 11
+#define DF_CUDA_TILE_VARIANTS 12
 static inline const char *df_cuda_tile_name(int v) {
   static const char *const n[DF_CUDA_TILE_VARIANTS] = {"2 stages",
                                   "3 stages",
@@ -109,7 +109,8 @@ static inline const char *df_cuda_tile_name(int v) {
                                   "wide, 5 stages, 4 threads a row",
                                   "wide, 3 stages, 2 threads a row, 4 warps sharing x",
                                   "wide, 5 stages, 4 threads a row, 4 warps sharing x",
-                                  "3 stages, 2 threads a row, 4 warps sharing x"};
+                                  "3 stages, 2 threads a row, 4 warps sharing x",
+                                  "medium, 3 stages, 2 threads a row, 4 warps sharing x"};
   return v >= 0 && v < DF_CUDA_TILE_VARIANTS ? n[v] : "by shape";
 }
 /* The row tiles' L2 prefetch for fmt: each row's bytes asked of the memory

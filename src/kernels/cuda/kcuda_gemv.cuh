@@ -425,42 +425,32 @@ struct tf_mxfp4 {
   }
 };
 
-/* The fused form's x (tf_mxfp4::unit_fma): the thread's own pieces of XPF
- * floats (4 or 2) of a whole chunk (those it staged: tid, tid + NT, ...),
- * each times 2^64 in place where all its nonzero |x| are in [2^-62, 2^59),
- * which keeps x' exact and every product normal (left as it is otherwise: a
+/* The fused form's x (tf_mxfp4::unit_fma): the thread's own 16-byte pieces
+ * of a whole chunk (those it staged: tid, tid + NT, ...), each times 2^64
+ * in place where all four of its nonzero |x| are in [2^-62, 2^59), which
+ * keeps x' exact and every product normal (left as it is otherwise: a
  * subnormal, an infinity or a NaN never is). True where every piece was;
  * the block's vote then decides, since a chunk with a piece left as x can
  * only go as before (with x read again from global memory: in the others
  * it is x'). */
-template <int CK, int NT, int XPF>
-__device__ __forceinline__ static bool tile_xscale(float *xs, int tid) {
+template <int CK, int NT> __device__ __forceinline__ static bool tile_xscale(float *xs, int tid) {
   bool ok = true;
 #pragma unroll
-  for (int it = 0; it < (CK / XPF + NT - 1) / NT; it++) {
+  for (int it = 0; it < (CK / 4 + NT - 1) / NT; it++) {
     int i = tid + it * NT;
-    if ((CK / XPF) % NT && i >= CK / XPF) break;
-    float v[XPF];
-    if constexpr (XPF == 4) {
-      float4 a = ((const float4 *)xs)[i];
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-    } else {
-      float2 a = ((const float2 *)xs)[i];
-      v[0] = a.x, v[1] = a.y;
-    }
+    if ((CK / 4) % NT && i >= CK / 4) break;
+    float4 v = ((const float4 *)xs)[i];
+    uint32_t b[4] = {__float_as_uint(v.x), __float_as_uint(v.y), __float_as_uint(v.z), __float_as_uint(v.w)};
     bool in = true;
 #pragma unroll
-    for (int e = 0; e < XPF; e++) {
-      uint32_t a = __float_as_uint(v[e]) & 0x7fffffffu;
+    for (int e = 0; e < 4; e++) {
+      uint32_t a = b[e] & 0x7fffffffu;
       in = in && (a == 0 || a - 0x20800000u < 0x5D000000u - 0x20800000u);
     }
     if (in) {
       const float up = 0x1p64f;
-      if constexpr (XPF == 4)
-        ((float4 *)xs)[i] = make_float4(__fmul_rn(v[0], up), __fmul_rn(v[1], up), __fmul_rn(v[2], up),
-                                        __fmul_rn(v[3], up));
-      else
-        ((float2 *)xs)[i] = make_float2(__fmul_rn(v[0], up), __fmul_rn(v[1], up));
+      ((float4 *)xs)[i] = make_float4(__fmul_rn(v.x, up), __fmul_rn(v.y, up), __fmul_rn(v.z, up),
+                                      __fmul_rn(v.w, up));
     }
     ok = ok && in;
   }
@@ -498,6 +488,10 @@ template <class B, int CKX, int RBX> struct tf_wide : B {
 typedef tf_wide<tf_bf16, 256, 512> tf_bf16w;
 typedef tf_wide<tf_i8, 512, 512> tf_i8w;
 typedef tf_wide<tf_mxfp4, 1024, 512> tf_mxfp4w;
+/* the medium form: twice the narrow form's chunk (MXFP4: 512 columns, 256
+ * bytes of a row), so a chunk's fixed costs (its wait, barrier and vote,
+ * its copies' loop, its scales' test) go over twice the codes */
+template <class TF> using tf_mid = tf_wide<TF, 2 * TF::CK, 2 * TF::RB>;
 
 /* One stage of a block's shared memory: each warp's rows' weights (16
  * bytes of padding a row, so rows start in different banks) and scales,
@@ -522,8 +516,9 @@ template <class TF, int NS, int G, int NW> static constexpr size_t tile_smem(voi
  * half as many bytes of x as of weights, each block its own copy through
  * L2; shared, an eighth); 10 is the narrow form's 3 stages with two
  * threads a row in such blocks (MXFP4's pick: 8 lanes a thread hold half
- * the state, so more warps fit an SM; docs/PERFORMANCE.md, runs 38-39). fn is
- * called with a tile_v<format, stages, threads a row, warps a block>. */
+ * the state, so more warps fit an SM; docs/PERFORMANCE.md, runs 38-39);
+ * 11 is 10 in the medium form (MXFP4's pick past one round of 10: run 43).
+ * fn is called with a tile_v<format, stages, threads a row, warps a block>. */
 #define TILE_VARIANTS DF_CUDA_TILE_VARIANTS /* kcuda.h */
 template <class TF> struct tile_wide_of;
 template <> struct tile_wide_of<tf_bf16> {
@@ -553,22 +548,22 @@ template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn
   case 7: fn(tile_v<TW, 5, 4>()); break;
   case 8: fn(tile_v<TW, 3, 2, 4>()); break;
   case 9: fn(tile_v<TW, 5, 4, 4>()); break;
-  default: fn(tile_v<TF, 3, 2, 4>()); break;
+  case 10: fn(tile_v<TF, 3, 2, 4>()); break;
+  default: fn(tile_v<tf_mid<TF>, 3, 2, 4>()); break;
   }
 }
 
-/* MXFP4's variant for `blocks` 32-row blocks, occ0 blocks of variant 0 an
- * SM, on sms SMs. Its cost is the codes' decode, not the bytes: within one
- * round of 2-stage blocks (one expert, a grouped down of 16 experts), two
- * threads a row in blocks of four warps (variant 10: half a row's state a
- * thread lets 20 warps an SM issue); beyond it (a grouped gate+up of 16
- * experts), the 2-stage one-thread blocks, whose rounds then overlap each
- * other's start and end, and whose unit of 32 codes a thread pays a group's
- * scale and code loads once for twice the codes (docs/PERFORMANCE.md, runs
- * 39, 42 and 43 by shape on an H100). A pure function, so the emulation
- * tests the policy. */
-__host__ static inline int tile_pick_mxfp4(long blocks, long occ0, long sms) {
-  return blocks > occ0 * sms ? 0 : 10;
+/* MXFP4's variant for `blocks` 32-row blocks, occ10 blocks of variant 10
+ * an SM, on sms SMs. Its cost is the codes' decode, not the bytes: two
+ * threads a row in blocks of four warps (half a row's state a thread lets
+ * 20 warps an SM issue); within one round of those (one expert), the narrow
+ * form (variant 10: more chunks, a finer pipeline for few blocks), beyond it
+ * (16 experts' gate+up or down, grouped) the medium one (variant 11: a
+ * chunk's fixed costs over twice the codes). docs/PERFORMANCE.md, runs 39,
+ * 42-44, by shape on an H100. A pure function, so the emulation tests the
+ * policy. */
+__host__ static inline int tile_pick_mxfp4(long blocks, long occ10, long sms) {
+  return blocks > 2 * occ10 * sms ? 11 : 10;
 }
 
 /* Which loads a matrix's alignment and shape allow (kcuda.cu's launches
@@ -647,13 +642,9 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   const int srr = lane / SP, spp = lane % SP;
   const sh_addr s_sh = sh_of(&st[0][wp][0][0]) + (uint32_t)(srr * SROW + spp * 8);
   const uint8_t *s_g = TF::scaled ? S + (size_t)(r0 + srr) * sb + spp * 8 : S;
-  /* x: piece tid, tid + NT, ... of XPF floats: 4, or 2 where a chunk has
-   * fewer 16-byte pieces than MXFP4's block has threads, so that every
-   * thread takes a share of the fused form's scaling of x (tile_xscale:
-   * with 16-byte pieces only warps 0-1 of variant 10's four would) */
-  constexpr int XPF = TF::fmt == 3 && TF::CK / 4 < NT ? 2 : 4, NXP = TF::CK / XPF;
-  constexpr int XIT = (NXP + NT - 1) / NT;
-  const sh_addr x_sh = sh_of(&xt[0][0]) + (uint32_t)(tid * XPF * 4);
+  /* x: 16-byte piece tid, tid + NT, ... */
+  constexpr int XIT = (TF::CK / 4 + NT - 1) / NT;
+  const sh_addr x_sh = sh_of(&xt[0][0]) + (uint32_t)tid * 16u;
 
   /* chunk k of every live row's weights (and scales) into stage buf */
   auto stage_w = [&](int k, int buf) {
@@ -704,23 +695,19 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
     int c0 = k * TF::CK, nx = cols - c0 < TF::CK ? cols - c0 : TF::CK;
     if ((flags & TILE_XVEC) && !now) {
       const sh_addr sa = x_sh + (uint32_t)buf * (uint32_t)sizeof(typename SG::x);
-      if (nx == TF::CK && NXP % NT == 0) {
+      if (nx == TF::CK && (TF::CK / 4) % NT == 0) {
 #pragma unroll
         for (int it = 0; it < XIT; it++)
-          cp_async<XPF * 4>(sa + (uint32_t)(it * NT * XPF * 4), x + c0 + XPF * (tid + it * NT));
+          cp_async<16>(sa + (uint32_t)(it * NT * 16), x + c0 + 4 * (tid + it * NT));
       } else {
 #pragma unroll
         for (int it = 0; it < XIT; it++)
-          if (tid + it * NT < nx / XPF)
-            cp_async<XPF * 4>(sa + (uint32_t)(it * NT * XPF * 4), x + c0 + XPF * (tid + it * NT));
+          if (tid + it * NT < nx / 4)
+            cp_async<16>(sa + (uint32_t)(it * NT * 16), x + c0 + 4 * (tid + it * NT));
       }
     } else if (flags & TILE_XVEC) {
-      if constexpr (XPF == 4)
-        for (int i = tid; i < nx / 4; i += NT)
-          *(float4 *)&xt[buf][4 * i] = *(const float4 *)(x + c0 + 4 * i);
-      else
-        for (int i = tid; i < nx / 2; i += NT)
-          *(float2 *)&xt[buf][2 * i] = *(const float2 *)(x + c0 + 2 * i);
+      for (int i = tid; i < nx / 4; i += NT)
+        *(float4 *)&xt[buf][4 * i] = *(const float4 *)(x + c0 + 4 * i);
     } else {
       for (int i = tid; i < nx; i += NT) xt[buf][i] = x[c0 + i];
     }
@@ -772,7 +759,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
      * then makes them everyone's and says whether all were (fok) */
     bool fz = false, fok = false;
     if constexpr (TF::fmt == 3) fz = (flags & (TILE_FMA | TILE_XVEC)) == (TILE_FMA | TILE_XVEC) && n == TF::CK;
-    const bool xin = fz && tile_xscale<TF::CK, NT, XPF>(xt[buf], tid);
+    const bool xin = fz && tile_xscale<TF::CK, NT>(xt[buf], tid);
     /* chunk k is in for every thread, and stage (k - 1) % NS is read */
     if constexpr (NW > 1) {
       if constexpr (TF::fmt == 3) fok = __syncthreads_and(xin);

@@ -246,7 +246,9 @@ static void fused_policy(void) {
     long xc;         /* x[xc] = 2^59 (-1: none) */
     int srow, sg, s; /* scale of group sg of row srow (srow -1: none) */
     bool fused;
-    long lost;       /* units (of a thread) not fused: chunks of 8 units, rows */
+    long lost;       /* units (of a thread) not fused: an x out of range costs its chunk
+                      * (8 units of 256 columns, twice that in the medium form) in
+                      * every row, a scale its row's 8 (the scales are tested 8 at a time) */
   } cs[] = {
       {"K3-like operands", -1, -1, 0, 0, true, 0},
       {"K3-like operands, fused form off", -1, -1, 0, 0, false, -1},
@@ -254,7 +256,7 @@ static void fused_policy(void) {
       {"row 5's scale 17 = 63 (its chunk 2)", -1, 5, 17, 63, true, 8},
       {"row 7's scale 30 = 192 (its chunk 3)", -1, 7, 30, 192, true, 8},
   };
-  static const int vs[] = {0, 3, 4, 10};
+  static const int vs[] = {0, 3, 4, 10, 11};
   for (const pcase &p : cs) {
     float xkeep = p.xc >= 0 ? x[p.xc] : 0.0f;
     if (p.xc >= 0) x[p.xc] = 0x1p59f;
@@ -263,8 +265,8 @@ static void fused_policy(void) {
     df_kern_scalar()->gemm_mxfp4(m.W, m.S, m.cols, 0, m.rows, x, 1, (size_t)m.cols, m.ref.data(),
                                  (size_t)m.rows);
     for (int v : vs) {
-      int G = 1;
-      tile_variant<tf_mxfp4>(v, [&](auto t) { G = decltype(t)::G; });
+      int G = 1, ck = 256;
+      tile_variant<tf_mxfp4>(v, [&](auto t) { G = decltype(t)::G, ck = decltype(t)::F::CK; });
       std::vector<float> yb((size_t)m.rows + 8);
       memset(yb.data(), 0xff, yb.size() * 4);
       emu_fused_units = 0;
@@ -272,7 +274,7 @@ static void fused_policy(void) {
       char what[200], seen[80];
       snprintf(what, sizeof what, "fused form's units, %s, %s", p.what, df_cuda_tile_name(v));
       check(what, m, yb);
-      long want = p.lost < 0 ? 0 : ((long)rows * units - p.lost) * G;
+      long want = p.lost < 0 ? 0 : ((long)rows * units - p.lost * (p.xc >= 0 ? ck / 256 : 1)) * G;
       snprintf(seen, sizeof seen, "%ld fused units, want %ld", emu_fused_units, want);
       emu_true(what, emu_fused_units == want, seen);
     }
@@ -283,7 +285,8 @@ static void fused_policy(void) {
 
 /* MXFP4's variant by the shape (a speed policy: every variant's sums are
  * the same, so only this catches a change to it), with an H100's 132 SMs
- * and 16 blocks of variant 0 an SM: past one round of those, variant 0 */
+ * and 5 blocks of variant 10 (64 rows) an SM: past one round of those,
+ * variant 11 */
 static void pick_policy(void) {
   static const struct {
     const char *what;
@@ -291,13 +294,13 @@ static void pick_policy(void) {
     int want;
   } cs[] = {
       {"one expert's gate 3072 rows", 3072, 10},
-      {"16 experts' down 57344 rows", 57344, 10},
-      {"one round of variant 0 exactly, 67584 rows", 67584, 10},
-      {"a block past one round, 67585 rows", 67585, 0},
-      {"16 experts' gate+up 98304 rows", 98304, 0},
+      {"one round of variant 10 exactly, 42240 rows", 42240, 10},
+      {"a block past one round, 42241 rows", 42241, 11},
+      {"16 experts' down 57344 rows", 57344, 11},
+      {"16 experts' gate+up 98304 rows", 98304, 11},
   };
   for (const auto &c : cs) {
-    int v = tile_pick_mxfp4((c.rows + TROWS - 1) / TROWS, 16, 132);
+    int v = tile_pick_mxfp4((c.rows + TROWS - 1) / TROWS, 5, 132);
     char seen[80];
     snprintf(seen, sizeof seen, "variant %d, want %d", v, c.want);
     emu_true(c.what, v == c.want, seen);
