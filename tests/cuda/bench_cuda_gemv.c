@@ -115,7 +115,13 @@ static double gemv_bw(int fmt, int rows, int cols, int T, int reps, double *us) 
  * up and down GEMVs launched one by one (48 launches), against the grouped
  * launches (df_cuda_gemv_group: gate and up of all 16, then down of all
  * 16). The 16 experts' 280 MB exceed the L2 cache, so both read from HBM;
- * bytes counted = weights + scales. Prints one JSON member. */
+ * bytes counted = weights + scales. Prints one JSON member.
+ * Two more chains of the same bytes tell where the grouped token loses to
+ * its parts measured alone (docs/PERFORMANCE.md, runs 43-44): the same
+ * grouped launches over row ranges of one allocation a kind (gate+up,
+ * down) instead of 48 (one_alloc), and the shapes' own way, one launch of
+ * all the gate+up rows and one of all the down rows, each with one x
+ * (single). */
 static void moe_token(int reps, double copy) {
   enum { NE = 16, MI = 3072, LT = 3584 };
   size_t wb = (size_t)MI * LT / 2, sb = (size_t)MI * LT / 32;
@@ -133,8 +139,17 @@ static void moe_token(int reps, double copy) {
   float *x = df_cuda_alloc(G, (size_t)NE * LT * 4), *h = df_cuda_alloc(G, (size_t)NE * 2 * MI * 4),
         *y = df_cuda_alloc(G, (size_t)NE * LT * 4);
   if (!x || !h || !y || df_cuda_put(G, x, hx, (size_t)NE * LT * 4) || df_cuda_sync(G)) die("alloc");
-  double us[2];
-  for (int how = 0; how < 2; how++) {
+  /* one allocation a kind: gate+up's 2 * NE * MI rows, down's NE * LT */
+  size_t gub = (size_t)2 * NE * wb, gus = (size_t)2 * NE * sb, dnb = (size_t)NE * wb, dns = (size_t)NE * sb;
+  void *BG = dfill(gub, 101), *BD = dfill(dnb, 102);
+  void *SG = df_cuda_alloc(G, gus), *SD = df_cuda_alloc(G, dns);
+  if (!SG || !SD) die("alloc");
+  for (int i = 0; i < 2 * NE; i++)
+    if (df_cuda_put(G, (uint8_t *)SG + (size_t)i * sb, hs, sb)) die("alloc");
+  for (int i = 0; i < NE; i++)
+    if (df_cuda_put(G, (uint8_t *)SD + (size_t)i * sb, hs, sb)) die("alloc");
+  double us[4];
+  for (int how = 0; how < 4; how++) {
     int rc = 0;
     for (int i = -2; i < reps; i++) {
       if (i == 0) df_cuda_mark(G, 0);
@@ -145,17 +160,25 @@ static void moe_token(int reps, double copy) {
           rc |= df_cuda_gemv_mxfp4(G, P[e][1], S[e][1], MI, LT, xe, g + MI);
           rc |= df_cuda_gemv_mxfp4(G, P[e][2], S[e][2], LT, MI, g, y + (size_t)e * LT);
         }
+      } else if (how == 3) {
+        rc |= df_cuda_gemv_mxfp4(G, BG, SG, 2 * NE * MI, LT, x, h);
+        rc |= df_cuda_gemv_mxfp4(G, BD, SD, NE * LT, MI, h, y);
       } else {
         df_cuda_gemv_one m[2 * NE];
         for (int e = 0; e < NE; e++) {
           float *xe = x + (size_t)e * LT, *g = h + (size_t)e * 2 * MI;
-          m[2 * e] = (df_cuda_gemv_one){P[e][0], S[e][0], MI, LT, xe, g};
-          m[2 * e + 1] = (df_cuda_gemv_one){P[e][1], S[e][1], MI, LT, xe, g + MI};
+          for (int k = 0; k < 2; k++) {
+            const uint8_t *pw = how == 1 ? P[e][k] : (const uint8_t *)BG + (size_t)(2 * e + k) * wb;
+            const uint8_t *ps = how == 1 ? S[e][k] : (const uint8_t *)SG + (size_t)(2 * e + k) * sb;
+            m[2 * e + k] = (df_cuda_gemv_one){pw, ps, MI, LT, xe, g + k * MI};
+          }
         }
         rc |= df_cuda_gemv_group(G, 3, 2 * NE, m);
-        for (int e = 0; e < NE; e++)
-          m[e] = (df_cuda_gemv_one){P[e][2], S[e][2], LT, MI, h + (size_t)e * 2 * MI,
-                                    y + (size_t)e * LT};
+        for (int e = 0; e < NE; e++) {
+          const uint8_t *pw = how == 1 ? P[e][2] : (const uint8_t *)BD + (size_t)e * wb;
+          const uint8_t *ps = how == 1 ? S[e][2] : (const uint8_t *)SD + (size_t)e * sb;
+          m[e] = (df_cuda_gemv_one){pw, ps, LT, MI, h + (size_t)e * 2 * MI, y + (size_t)e * LT};
+        }
         rc |= df_cuda_gemv_group(G, 3, NE, m);
       }
     }
@@ -167,12 +190,16 @@ static void moe_token(int reps, double copy) {
   }
   double bytes = (double)NE * 3 * (wb + sb);
   printf("  \"moe_layer_one_token\": {\"experts\": %d, \"MB\": %.1f, \"launch_each_us\": %.1f, "
-         "\"launch_each_of_copy\": %.3f, \"grouped_us\": %.1f, \"grouped_of_copy\": %.3f},\n",
+         "\"launch_each_of_copy\": %.3f, \"grouped_us\": %.1f, \"grouped_of_copy\": %.3f, "
+         "\"one_alloc_us\": %.1f, \"one_alloc_of_copy\": %.3f, \"single_us\": %.1f, "
+         "\"single_of_copy\": %.3f},\n",
          NE, bytes / 1e6, us[0], bytes / (us[0] * 1e-6) / copy, us[1],
-         bytes / (us[1] * 1e-6) / copy);
+         bytes / (us[1] * 1e-6) / copy, us[2], bytes / (us[2] * 1e-6) / copy, us[3],
+         bytes / (us[3] * 1e-6) / copy);
   fflush(stdout);
   for (int e = 0; e < NE; e++)
     for (int k = 0; k < 3; k++) df_cuda_free(G, P[e][k]), df_cuda_free(G, S[e][k]);
+  df_cuda_free(G, BG), df_cuda_free(G, BD), df_cuda_free(G, SG), df_cuda_free(G, SD);
   df_cuda_free(G, x), df_cuda_free(G, h), df_cuda_free(G, y);
   free(hs), free(hx);
 }

@@ -6,17 +6,20 @@
 #   PICK: "name skip" pairs, each a launch of the kernels whose demangled
 #   name matches regex name, after skipping that many of them. With the
 #   bench run as `deltafin-cuda-bench 1` (one repetition), the MXFP4
-#   launches come in this order: 144 of the MoE layer launched expert by
-#   expert, 65 of one expert's gate, 65 of its down, 7 of 16 experts'
-#   gate+up (98304 x 3584), 11 of their down (57344 x 3072); so skip 274 is
-#   the first gate+up of the 16 experts and 281 their first down.
+#   single launches (tile_k, of variant 10 or of the medium form, 11) come
+#   in this order: 144 of the MoE layer launched expert by expert, 6 of its
+#   chain of two single launches, 65 of one expert's gate, 65 of its down,
+#   7 of 16 experts' gate+up (98304 x 3584), 11 of their down (57344 x
+#   3072); so skip 280 is the first gate+up of the 16 experts and 287 their
+#   first down. The MoE token's grouped launches are tile_group_k's: 6 of
+#   its 48 allocations, then 6 of its one allocation a kind.
 set -u
 D=$(cd "${1:-out/gpu}" && pwd)
 # the bench links only libc and libstdc++ (no carried libraries needed)
 [ -e "$D/deltafin-cuda-bench" ] || tar xJf "$D/bin.tar.xz" -C "$D"
 P=$OUT/p; mkdir -p "$P"
 NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
-PICK=${PICK:-"tile_k<tf_mxfp4 274 tile_k<tf_mxfp4 281"}
+PICK=${PICK:-"tile_k<(tf_wide<)?tf_mxfp4 280 tile_k<(tf_wide<)?tf_mxfp4 287"}
 set -- $PICK
 i=0
 while [ $# -ge 2 ]; do
