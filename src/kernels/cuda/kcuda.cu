@@ -35,7 +35,7 @@ struct df_cuda {
   cudaEvent_t ev[2];
   int prefetch;
   int lpt[4]; /* GEMV lanes per thread: bf16, int8, f32, mxfp4 */
-  int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2-9 forced */
+  int tiled[4]; /* GEMV kernel: 0 lanes layout, 1 row tiles (variant by shape), 2 .. 1 + TILE_VARIANTS forced */
   unsigned tile_pf[4]; /* the row tiles' L2 prefetch window, bytes (0: none) */
   int gemm_tiles; /* T > 1: 0 the lanes layout, 1 the register tiles, 2 a lane a thread, -1 by T */
   int pdl;      /* dependent launches (df_cuda_set_pdl): 0 none, 1 every kernel, 2 the GEMVs */

@@ -89,7 +89,9 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
  * 3, deep, deep with two threads a row, deep with four; 7, 8, 9 their wide
  * form (512 bytes of a row a chunk) with 2 stages, 3 stages and two
  * threads a row, 5 stages and four; 10, 11 those last two in blocks of
- * four warps that share one copy of x; 0 the lanes layout above
+ * four warps that share one copy of x; 12 the narrow form's 3 stages with
+ * two threads a row in such blocks, 13 the same in the medium form (512
+ * columns of MXFP4 a chunk); 0 the lanes layout above
  * (df_cuda_set_gemv_lanes, df_cuda_set_prefetch). The bench measures each;
  * results never depend on it (the test runs each). The GEMMs for T > 1 use
  * the lanes layout. */
