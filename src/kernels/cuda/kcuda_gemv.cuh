@@ -875,10 +875,17 @@ template <class TF, int NS, int G = 1, int NW = 1>
 __global__ void __launch_bounds__(NW *TROWS, tile_minb(NS, G, TF::RB, NW))
     tile_group_k(const __grid_constant__ tile_set q) {
   pdl_trigger();
+  /* the block's matrix: the last whose first block is at or before it (b0
+   * ascending), found by halving, so a block of a 32-matrix gate+up reads
+   * 5 entries of the table, not up to 31 in a chain, before its first copy */
   long b = (long)blockIdx.x;
-  int i = 0;
-  while (i + 1 < q.n && b >= q.m[i + 1].b0) i++;
-  const tile_one &m = q.m[i];
+  int lo = 0, hi = q.n - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) >> 1;
+    if (q.m[mid].b0 <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const tile_one &m = q.m[lo];
   tile_run<TF, NS, G, NW>(m.W, m.S, m.rows, m.cols, m.x, m.y, m.rs, m.flags, b - m.b0);
 }
 

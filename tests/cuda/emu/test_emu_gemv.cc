@@ -418,6 +418,10 @@ int main(void) {
   static const int sh[3][2] = {{40, 256}, {17, 160}, {64, 512}};
   static const int shm[3][2] = {{40, 512}, {17, 256}, {64, 1024}};
   static const int shw[3][2] = {{40, 1280}, {17, 1536}, {9, 1024}};
+  /* more matrices, of one block and of several, for the block's search of
+   * its matrix */
+  static const int sh9[9][2] = {{70, 256}, {5, 256}, {130, 512}, {64, 256}, {1, 256},
+                                {200, 256}, {33, 512}, {65, 256}, {12, 256}};
   group_case<tf_bf16>(2, 3, sh);
   group_case<tf_i8>(3, 3, sh);
   group_case<tf_mxfp4>(4, 3, shm);
@@ -427,5 +431,8 @@ int main(void) {
   group_case<tf_bf16>(8, 3, sh);
   group_case<tf_i8>(9, 3, shw);
   group_case<tf_mxfp4>(9, 3, shw);
+  group_case<tf_mxfp4>(10, 9, sh9);
+  group_case<tf_mxfp4>(11, 9, sh9);
+  group_case<tf_i8>(0, 9, sh9);
   return emu_summary();
 }
