@@ -461,6 +461,7 @@ extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
 }
 extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how) {
   if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 1 + TILE_VARIANTS) c->tiled[fmt] = how;
+  describe(c); /* the name says MXFP4's forced variant however it was forced */
 }
 extern "C" void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes) {
   if (fmt >= 0 && fmt < 4 && bytes / TILE_PF_UNIT < (1u << (31 - TILE_PF_SHIFT)))
