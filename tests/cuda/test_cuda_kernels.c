@@ -608,6 +608,70 @@ static void router_case(int E, int K, int norm, int rows, int ties) {
   free(sc), free(bias), free(w), free(wg), free(ids), free(idg);
 }
 
+/* DF_CUDA_MXFP4_TILE=v, read when a context opens, forces MXFP4's row-tile
+ * variant v (to measure the engine's own launches against the pick); the
+ * device's name says so, its GEMVs stay the reference's, and "by shape"
+ * (df_cuda_set_gemv_tiled) takes the name back. A value out of range or
+ * not wholly a number is ignored. */
+static void env_tile_case(void) {
+  char in[3][16], bad[5][16];
+  snprintf(in[0], sizeof in[0], "%d", DF_CUDA_TILE_VARIANTS - 1);
+  snprintf(in[1], sizeof in[1], "0");
+  snprintf(in[2], sizeof in[2], "%d", DF_CUDA_TILE_VARIANTS / 2);
+  snprintf(bad[0], sizeof bad[0], "%d", DF_CUDA_TILE_VARIANTS);
+  snprintf(bad[1], sizeof bad[1], "-1");
+  snprintf(bad[2], sizeof bad[2], "x");
+  snprintf(bad[3], sizeof bad[3], "1x");
+  snprintf(bad[4], sizeof bad[4], "%s", "");
+  df_cuda *keep = G;
+  for (int i = 0; i < 8; i++) {
+    const char *val = i < 3 ? in[i] : bad[i - 3];
+    char err[256], want[64], what[160];
+    setenv("DF_CUDA_MXFP4_TILE", val, 1);
+    G = df_cuda_open(0, err, sizeof err);
+    unsetenv("DF_CUDA_MXFP4_TILE");
+    if (!G) {
+      fprintf(stderr, "device: %s\n", err);
+      exit(1);
+    }
+    const char *d = df_cuda_describe(G);
+    snprintf(want, sizeof want, ", MXFP4 tile variant %s)", val);
+    int named = strstr(d, want) != NULL, any = strstr(d, "MXFP4 tile variant") != NULL;
+    snprintf(what, sizeof what, "DF_CUDA_MXFP4_TILE=\"%s\": device \"%s\"", val, d);
+    if (i < 3 ? !named : any) {
+      failures++;
+      printf("FAIL %s\n", what);
+    } else
+      printf("ok   %s\n", what);
+    if (i < 3) { /* one expert's down, where the pick is not variant 0 or the last */
+      int rows = 3584, cols = 3072;
+      float *x = rnd_vec(cols, -6, 2), *ycpu = malloc((size_t)rows * 4), *ygpu = malloc((size_t)rows * 4);
+      void *W, *S;
+      size_t wbytes, sbytes;
+      mkweights(F_MXFP4, rows, cols, &W, &wbytes, &S, &sbytes);
+      cpu_gemm(F_MXFP4, W, S, cols, 0, rows, x, 1, (size_t)cols, ycpu, (size_t)rows);
+      void *dW = dput(W, wbytes), *dS = dput(S, sbytes);
+      float *dx = dput(x, (size_t)cols * 4), *dy = df_cuda_alloc(G, (size_t)rows * 4);
+      ok_or_die(gemv_fmt(F_MXFP4, dW, dS, rows, cols, dx, dy));
+      dget(ygpu, dy, (size_t)rows * 4);
+      snprintf(what, sizeof what, "gemv mxfp4 %d x %d, variant %s from the environment", rows, cols, val);
+      same(what, ycpu, ygpu, (size_t)rows, 0);
+      df_cuda_set_gemv_tiled(G, F_MXFP4, 1);
+      d = df_cuda_describe(G);
+      snprintf(what, sizeof what, "by shape after DF_CUDA_MXFP4_TILE=\"%s\": device \"%s\"", val, d);
+      if (strstr(d, "MXFP4 tile variant")) {
+        failures++;
+        printf("FAIL %s\n", what);
+      } else
+        printf("ok   %s\n", what);
+      df_cuda_free(G, dW), df_cuda_free(G, dS), df_cuda_free(G, dx), df_cuda_free(G, dy);
+      free(W), free(S), free(x), free(ycpu), free(ygpu);
+    }
+    df_cuda_close(G);
+  }
+  G = keep;
+}
+
 int main(void) {
   if (df_cuda_device_count() == 0) {
     printf("no CUDA device: skipped\n");
@@ -620,6 +684,7 @@ int main(void) {
     return 77;
   }
   printf("device: %s\n", df_cuda_describe(G));
+  env_tile_case();
   for (int w = 0; w < 3; w++) elementary_sweep(w, 13);
   /* K3: experts' gate/up and down (latent 3584, moe_inter 3072), the KDA
    * projections (hidden 7168, 96 heads x 128) and the vocabulary-sized head

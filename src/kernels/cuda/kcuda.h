@@ -91,7 +91,8 @@ void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes);
  * threads a row, 5 stages and four; 10, 11 those last two in blocks of
  * four warps that share one copy of x; 12 the narrow form's 3 stages with
  * two threads a row in such blocks, 13 the same in the medium form (512
- * columns of MXFP4 a chunk); 0 the lanes layout above
+ * columns of MXFP4 a chunk), 14 the medium form with 2 stages; 0 the
+ * lanes layout above
  * (df_cuda_set_gemv_lanes, df_cuda_set_prefetch). The bench measures each;
  * results never depend on it (the test runs each). The GEMMs for T > 1 use
  * the lanes layout. */
@@ -99,7 +100,7 @@ void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how);
 /* How many row-tile variants there are (how 2 .. 1 + this above), and
  * variant v (how - 2; kcuda_gemv.cuh's tile_variant) in words, for the
  * tests and the bench; anything else is "by shape". */
-#define DF_CUDA_TILE_VARIANTS 12
+#define DF_CUDA_TILE_VARIANTS 13
 static inline const char *df_cuda_tile_name(int v) {
   static const char *const n[DF_CUDA_TILE_VARIANTS] = {"2 stages",
                                   "3 stages",
@@ -112,7 +113,8 @@ static inline const char *df_cuda_tile_name(int v) {
                                   "wide, 3 stages, 2 threads a row, 4 warps sharing x",
                                   "wide, 5 stages, 4 threads a row, 4 warps sharing x",
                                   "3 stages, 2 threads a row, 4 warps sharing x",
-                                  "medium, 3 stages, 2 threads a row, 4 warps sharing x"};
+                                  "medium, 3 stages, 2 threads a row, 4 warps sharing x",
+                                  "medium, 2 stages, 2 threads a row, 4 warps sharing x"};
   return v >= 0 && v < DF_CUDA_TILE_VARIANTS ? n[v] : "by shape";
 }
 /* The row tiles' L2 prefetch for fmt: each row's bytes asked of the memory

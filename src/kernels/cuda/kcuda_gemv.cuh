@@ -517,7 +517,9 @@ template <class TF, int NS, int G, int NW> static constexpr size_t tile_smem(voi
  * L2; shared, an eighth); 10 is the narrow form's 3 stages with two
  * threads a row in such blocks (MXFP4's pick: 8 lanes a thread hold half
  * the state, so more warps fit an SM; docs/PERFORMANCE.md, runs 38-39);
- * 11 is 10 in the medium form (MXFP4's pick past one round of 10: run 43).
+ * 11 is 10 in the medium form (MXFP4's pick past one round of 10: run 43);
+ * 12 is 11 with 2 stages (11's 60 KB of shared memory a block leave room
+ * for 3 blocks an SM, 12 warps; 12's 40 KB for 5, as 10).
  * fn is called with a tile_v<format, stages, threads a row, warps a block>. */
 #define TILE_VARIANTS DF_CUDA_TILE_VARIANTS /* kcuda.h */
 template <class TF> struct tile_wide_of;
@@ -549,7 +551,8 @@ template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn
   case 8: fn(tile_v<TW, 3, 2, 4>()); break;
   case 9: fn(tile_v<TW, 5, 4, 4>()); break;
   case 10: fn(tile_v<TF, 3, 2, 4>()); break;
-  default: fn(tile_v<tf_mid<TF>, 3, 2, 4>()); break;
+  case 11: fn(tile_v<tf_mid<TF>, 3, 2, 4>()); break;
+  default: fn(tile_v<tf_mid<TF>, 2, 2, 4>()); break;
   }
 }
 
@@ -558,12 +561,13 @@ template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn
  * threads a row in blocks of four warps (half a row's state a thread lets
  * 20 warps an SM issue); within one round of those (one expert), the narrow
  * form (variant 10: more chunks, a finer pipeline for few blocks), beyond it
- * (16 experts' gate+up or down, grouped) the medium one (variant 11: a
- * chunk's fixed costs over twice the codes). docs/PERFORMANCE.md, runs 39,
- * 42-44, by shape on an H100. A pure function, so the emulation tests the
+ * (16 experts' gate+up or down, grouped) the medium one with 2 stages
+ * (variant 12: a chunk's fixed costs over twice the codes, and still 20
+ * warps an SM, where variant 11's 3 stages fit 12). docs/PERFORMANCE.md,
+ * runs 39, 42-44 and 46. A pure function, so the emulation tests the
  * policy. */
 __host__ static inline int tile_pick_mxfp4(long blocks, long occ10, long sms) {
-  return blocks > 2 * occ10 * sms ? 11 : 10;
+  return blocks > 2 * occ10 * sms ? 12 : 10;
 }
 
 /* Which loads a matrix's alignment and shape allow (kcuda.cu's launches
