@@ -304,7 +304,7 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
  * 2 stages where their rounds are clearly fuller (the last round's share
  * of a full one). MXFP4: tile_pick_mxfp4 (kcuda_gemv.cuh). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
-  if (TF::scaled) return tile_pick_mxfp4(blocks, tile_occ<TF>(c, 10), c->sms);
+  if (TF::scaled) return tile_pick_mxfp4();
   long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
   long kd4 = tile_occ<TF>(c, 4);
   long k2 = tile_occ<TF>(c, 0), sms = c->sms;

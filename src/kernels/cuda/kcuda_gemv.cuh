@@ -515,11 +515,11 @@ template <class TF, int NS, int G, int NW> static constexpr size_t tile_smem(voi
  * (a one-warp block of the wide int8 form with four threads a row reads
  * half as many bytes of x as of weights, each block its own copy through
  * L2; shared, an eighth); 10 is the narrow form's 3 stages with two
- * threads a row in such blocks (MXFP4's pick: 8 lanes a thread hold half
- * the state, so more warps fit an SM; docs/PERFORMANCE.md, runs 38-39);
- * 11 is 10 in the medium form (MXFP4's pick past one round of 10: run 43);
- * 12 is 11 with 2 stages (11's 60 KB of shared memory a block leave room
- * for 3 blocks an SM, 12 warps; 12's 40 KB for 5, as 10).
+ * threads a row in such blocks (8 lanes a thread hold half the state, so
+ * more warps fit an SM; docs/PERFORMANCE.md, runs 38-39); 11 is 10 in the
+ * medium form (twice the chunk: run 43); 12 is 11 with 2 stages (11's 60
+ * KB of shared memory a block leave room for 3 blocks an SM, 12 warps;
+ * 12's 40 KB for 5, as 10), MXFP4's pick (tile_pick_mxfp4).
  * fn is called with a tile_v<format, stages, threads a row, warps a block>. */
 #define TILE_VARIANTS DF_CUDA_TILE_VARIANTS /* kcuda.h */
 template <class TF> struct tile_wide_of;
@@ -556,19 +556,17 @@ template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn
   }
 }
 
-/* MXFP4's variant for `blocks` 32-row blocks, occ10 blocks of variant 10
- * an SM, on sms SMs. Its cost is the codes' decode, not the bytes: two
- * threads a row in blocks of four warps (half a row's state a thread lets
- * 20 warps an SM issue); within one round of those (one expert), the narrow
- * form (variant 10: more chunks, a finer pipeline for few blocks), beyond it
- * (16 experts' gate+up or down, grouped) the medium one with 2 stages
- * (variant 12: a chunk's fixed costs over twice the codes, and still 20
- * warps an SM, where variant 11's 3 stages fit 12). docs/PERFORMANCE.md,
- * runs 39, 42-44 and 46. A pure function, so the emulation tests the
- * policy. */
-__host__ static inline int tile_pick_mxfp4(long blocks, long occ10, long sms) {
-  return blocks > 2 * occ10 * sms ? 12 : 10;
-}
+/* MXFP4's variant, at every shape. Its cost is the codes' decode, not the
+ * bytes: two threads a row in blocks of four warps (half a row's state a
+ * thread lets 20 warps an SM issue), in the medium form (a chunk's fixed
+ * costs over 512 columns) with 2 stages, so that five blocks still fit an
+ * SM's shared memory (3 stages fit three: 12 warps). On an H100 it leads
+ * at both sizes the engine launches: a MoE layer's token 0.694 -> 0.738 of
+ * the copy against the medium form's 3 stages, one expert's gate and down
+ * 0.140 / 0.160 -> 0.163 / 0.184 against the narrow form's (variant 10);
+ * docs/PERFORMANCE.md, runs 39, 42-47. The emulation's policy test holds
+ * it to the form it names. */
+__host__ static constexpr int tile_pick_mxfp4(void) { return 12; }
 
 /* Which loads a matrix's alignment and shape allow (kcuda.cu's launches
  * and the emulation's alike): whole 16-byte pieces of the rows and of x,

@@ -283,28 +283,22 @@ static void fused_policy(void) {
   }
 }
 
-/* MXFP4's variant by the shape (a speed policy: every variant's sums are
- * the same, so only this catches a change to it), with an H100's 132 SMs
- * and 5 blocks of variant 10 (64 rows) an SM: past one round of those,
- * variant 12 */
+/* MXFP4's variant (a speed policy: every variant's sums are the same, so
+ * only this catches a change to it): variant 12 at every shape, and
+ * variant 12 is the form the measurements name, the medium chunk (512
+ * columns, 256 bytes of a row) in 2 stages, two threads a row, four warps
+ * a block, in under 45 KB of shared memory (5 blocks an SM) */
 static void pick_policy(void) {
-  static const struct {
-    const char *what;
-    long rows;
-    int want;
-  } cs[] = {
-      {"one expert's gate 3072 rows", 3072, 10},
-      {"one round of variant 10 exactly, 42240 rows", 42240, 10},
-      {"a block past one round, 42241 rows", 42241, 12},
-      {"16 experts' down 57344 rows", 57344, 12},
-      {"16 experts' gate+up 98304 rows", 98304, 12},
-  };
-  for (const auto &c : cs) {
-    int v = tile_pick_mxfp4((c.rows + TROWS - 1) / TROWS, 5, 132);
-    char seen[80];
-    snprintf(seen, sizeof seen, "variant %d, want %d", v, c.want);
-    emu_true(c.what, v == c.want, seen);
-  }
+  int v = tile_pick_mxfp4();
+  char seen[160];
+  snprintf(seen, sizeof seen, "variant %d, want 12", v);
+  emu_true("MXFP4's pick", v == 12, seen);
+  tile_variant<tf_mxfp4>(v, [&](auto t) {
+    typedef decltype(t) V;
+    bool form = V::F::CK == 512 && V::F::RB == 256 && V::NS == 2 && V::G == 2 && V::NW == 4;
+    snprintf(seen, sizeof seen, "%d columns a chunk, %d stages, %d threads a row, %d warps, %zu bytes", V::F::CK, V::NS, V::G, V::NW, V::smem());
+    emu_true("MXFP4's pick is the medium form with 2 stages, 5 blocks an SM", form && 5 * (V::smem() + 1024) <= 228 * 1024, seen);
+  });
 }
 
 /* The lanes layout (gemv_k: f32's GEMV, any format's where chosen) with
