@@ -6,7 +6,7 @@
 #   PICK: "name skip" pairs, each a launch of the kernels whose demangled
 #   name matches regex name, after skipping that many of them. With the
 #   bench run as `deltafin-cuda-bench 1` (one repetition), the MXFP4
-#   single launches (tile_k, of variant 10 or of the medium form, 12) come
+#   single launches (tile_k, variant 12: the medium form, 2 stages) come
 #   in this order: 144 of the MoE layer launched expert by expert, 6 of its
 #   chain of two single launches, 65 of one expert's gate, 65 of its down,
 #   7 of 16 experts' gate+up (98304 x 3584), 11 of their down (57344 x

@@ -296,8 +296,11 @@ static void pick_policy(void) {
   tile_variant<tf_mxfp4>(v, [&](auto t) {
     typedef decltype(t) V;
     bool form = V::F::CK == 512 && V::F::RB == 256 && V::NS == 2 && V::G == 2 && V::NW == 4;
-    snprintf(seen, sizeof seen, "%d columns a chunk, %d stages, %d threads a row, %d warps, %zu bytes", V::F::CK, V::NS, V::G, V::NW, V::smem());
-    emu_true("MXFP4's pick is the medium form with 2 stages, 5 blocks an SM", form && 5 * (V::smem() + 1024) <= 228 * 1024, seen);
+    snprintf(seen, sizeof seen, "%d columns a chunk, %d stages, %d threads a row, %d warps, %zu bytes",
+             V::F::CK, V::NS, V::G, V::NW, V::smem());
+    /* an SM's 228 KB of shared memory, 1 KB of it reserved a block */
+    bool five = 5 * (V::smem() + 1024) <= 228 * 1024;
+    emu_true("MXFP4's pick is the medium form with 2 stages, 5 blocks an SM", form && five, seen);
   });
 }
 
