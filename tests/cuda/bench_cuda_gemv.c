@@ -282,6 +282,7 @@ int main(int argc, char **argv) {
   enum { NK = sizeof ks / sizeof ks[0], NT = NK - 3 }; /* NT tiled kinds first */
   double res_bw[NK][16], res_us[NK][16];
   const char *only = getenv("DF_BENCH_GEMV_ONLY"); /* a shape's name: that one alone */
+  const char *fonly = getenv("DF_BENCH_GEMV_FORMAT"); /* bf16, int8 or mxfp4: that one alone */
   for (int li = 0; li < NK; li++) {
     df_cuda_set_pdl(G, ks[li].pdl);
     for (int f = 0; f < 4; f++) {
@@ -292,6 +293,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nc; i++) {
       res_bw[li][i] = res_us[li][i] = 0;
       if (only && !strstr(cs[i].what, only)) continue;
+      if (fonly && *fonly && strcmp(fname[cs[i].fmt], fonly)) continue;
       double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, 0, reps, &us);
       res_bw[li][i] = bw, res_us[li][i] = us;
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
@@ -327,7 +329,7 @@ int main(int argc, char **argv) {
            res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, ks[bl].lanes,
            res_us[0][i] > 0 ? res_us[bl][i] / res_us[0][i] : 0.0, i + 1 < nc ? "," : "");
   }
-  if (only) {
+  if (only || (fonly && *fonly)) {
     printf("  ]\n}\n");
     df_cuda_close(G);
     return 0;
