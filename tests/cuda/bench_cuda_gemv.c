@@ -54,6 +54,18 @@ static const char *fname[] = {"bf16", "int8", "mxfp4"};
 /* T == 0: the GEMV, bytes counted as above; T >= 1: the GEMM of T vectors,
  * the rate returned that of the weights and scales alone (what one pass over
  * them serving T vectors makes of the memory). */
+/* name is one of list's comma-separated names */
+static int listed(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = list; p;) {
+    const char *e = strchr(p, ',');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l == n && !strncmp(p, name, n)) return 1;
+    p = e ? e + 1 : NULL;
+  }
+  return 0;
+}
+
 static double gemv_bw(int fmt, int rows, int cols, int T, int reps, double *us) {
   size_t n = (size_t)rows * cols;
   size_t wb = fmt == F_BF16 ? n * 2 : fmt == F_I8 ? n : n / 2;
@@ -213,6 +225,17 @@ int main(int argc, char **argv) {
   if (!G) return fprintf(stderr, "deltafin-cuda-bench: %s\n", err), 1;
   double copy = copy_bw((size_t)(1024 * MIB), 20);
   printf("{\n  \"device\": \"%s\",\n  \"copy_GBps\": %.1f,\n", df_cuda_describe(G), copy / 1e9);
+  /* what the pick by shape weighs (kcuda_gemv.cuh's tile_pick_rows): the
+   * SMs and each variant's blocks an SM, per format */
+  printf("  \"sms\": %d,\n  \"tile_occupancy\": {", df_cuda_sm_count(G));
+  static const int ofmt[3] = {0, 1, 3};
+  for (int f = 0; f < 3; f++) {
+    printf("%s\"%s\": [", f ? ", " : "", fname[f]);
+    for (int v = 0; v < DF_CUDA_TILE_VARIANTS; v++)
+      printf("%s%d", v ? ", " : "", df_cuda_tile_occupancy(G, ofmt[f], v));
+    printf("]");
+  }
+  printf("},\n");
   moe_token(reps, copy);
   printf("  \"gemv\": [\n");
   /* K3: one expert's gate (or up) and down, top-16 experts' gate+up rows
@@ -280,10 +303,12 @@ int main(int argc, char **argv) {
       {"lanes", 0, 2, 0, 0},
   };
   enum { NK = sizeof ks / sizeof ks[0], NT = NK - 3 }; /* NT tiled kinds first */
-  double res_bw[NK][16], res_us[NK][16];
+  double res_bw[NK][16] = {{0}}, res_us[NK][16] = {{0}}; /* 0: not measured */
   const char *only = getenv("DF_BENCH_GEMV_ONLY"); /* a shape's name: that one alone */
   const char *fonly = getenv("DF_BENCH_GEMV_FORMAT"); /* bf16, int8 or mxfp4: that one alone */
+  const char *konly = getenv("DF_BENCH_GEMV_KINDS"); /* kinds' names, comma-separated: those alone */
   for (int li = 0; li < NK; li++) {
+    if (konly && *konly && !listed(konly, ks[li].name)) continue;
     df_cuda_set_pdl(G, ks[li].pdl);
     for (int f = 0; f < 4; f++) {
       df_cuda_set_gemv_tiled(G, f, ks[li].tiled);
@@ -329,7 +354,7 @@ int main(int argc, char **argv) {
            res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, ks[bl].lanes,
            res_us[0][i] > 0 ? res_us[bl][i] / res_us[0][i] : 0.0, i + 1 < nc ? "," : "");
   }
-  if (only || (fonly && *fonly)) {
+  if (only || (fonly && *fonly) || (konly && *konly)) {
     printf("  ]\n}\n");
     df_cuda_close(G);
     return 0;

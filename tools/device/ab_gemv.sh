@@ -11,6 +11,8 @@
 #   names; "" for every shape), default "16 experts"
 #   FORMAT: the formats too (DF_BENCH_GEMV_FORMAT: bf16, int8 or mxfp4;
 #   default every one)
+#   KINDS: the kernels too (DF_BENCH_GEMV_KINDS: the bench's kind names,
+#   comma-separated, "tiled,tiled_pdl" say; default every one)
 #   H200_ONLY: where the card is an H200, also that filter on the first
 #   binary (the int8 shapes' share on an H200, say); skipped elsewhere
 #   BINS: a glob of the names to run (default every one); NAME: the
@@ -54,7 +56,7 @@ for r in $(seq "$ROUNDS"); do
     echo "[$(date +%T)] $n, round $r"
     envs=()
     [ -f "$M/$n.env" ] && read -r -a envs < "$M/$n.env"
-    env "${envs[@]}" DF_BENCH_GEMV_ONLY="$ONLY" DF_BENCH_GEMV_FORMAT="${FORMAT:-}" timeout 200 "$T/$n" 200 > "$A/${n}_$r.json" 2> "$A/${n}_$r.err"
+    env "${envs[@]}" DF_BENCH_GEMV_ONLY="$ONLY" DF_BENCH_GEMV_FORMAT="${FORMAT:-}" DF_BENCH_GEMV_KINDS="${KINDS:-}" timeout 200 "$T/$n" 200 > "$A/${n}_$r.json" 2> "$A/${n}_$r.err"
     echo "rc=$?" >> "$A/${n}_$r.err"
   done
 done

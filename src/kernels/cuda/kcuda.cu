@@ -292,34 +292,16 @@ template <class TF> static int tile_occ(df_cuda *c, int v) {
   return o[v];
 }
 
-/* The variant for `blocks` 32-row blocks. Within one round of 3-stage
- * blocks: for bf16 and int8 the wide form (512 bytes of a row a chunk)
- * with the most threads a row that still fits one round (on the H200,
- * int8 KDA o 0.37 -> 0.62 of the copy bandwidth, KDA q 0.53 -> 0.60, bf16
- * 0.76-0.80 -> 0.80-0.83: docs/PERFORMANCE.md, 2026-12-05), in blocks of
- * four warps sharing x under DF_CUDA_SHARED_X=1 (no clear gain on the H100,
- * run 23); where those do not fit, a deep one where the SMs would
- * otherwise hold under 64 KB in flight, with four threads a row where the
- * SMs hold four times the blocks, else two where twice; beyond one round,
- * 2 stages where their rounds are clearly fuller (the last round's share
- * of a full one). MXFP4: tile_pick_mxfp4 (kcuda_gemv.cuh). */
+/* The variant for `blocks` 32-row blocks (tile_pick_rows's policy, on
+ * this device's occupancies). MXFP4: tile_pick_mxfp4 (kcuda_gemv.cuh). */
 template <class TF> static int tile_pick(df_cuda *c, long blocks) {
-  if (TF::scaled) return tile_pick_mxfp4();
-  long k3 = tile_occ<TF>(c, 1), kd = tile_occ<TF>(c, 2), kd2 = tile_occ<TF>(c, 3);
-  long kd4 = tile_occ<TF>(c, 4);
-  long k2 = tile_occ<TF>(c, 0), sms = c->sms;
-  if (blocks <= k3 * sms) {
-    if (4 * blocks <= tile_occ<TF>(c, 7) * sms) return c->shared_x ? 9 : 7;
-    if (2 * blocks <= tile_occ<TF>(c, 6) * sms) return c->shared_x ? 8 : 6;
+  if constexpr (TF::scaled) {
+    return tile_pick_mxfp4();
+  } else {
+    int occ[TILE_VARIANTS];
+    for (int v = 0; v < TILE_VARIANTS; v++) occ[v] = tile_occ<TF>(c, v);
+    return tile_pick_rows(occ, c->sms, blocks, TF::RB, c->shared_x);
   }
-  if (blocks <= k3 * sms) {
-    long w = (blocks + sms - 1) / sms;
-    if (w * 2 * TROWS * TF::RB >= 64 * 1024) return 1;
-    return kd4 >= 4 * w ? 4 : kd2 >= 2 * w ? 3 : kd >= w ? 2 : 1;
-  }
-  double r3 = (double)blocks / (double)(k3 * sms), r2 = (double)blocks / (double)(k2 * sms);
-  double e3 = r3 / ceil(r3), e2 = r2 / ceil(r2);
-  return e2 > e3 + 0.05 ? 0 : 1;
 }
 
 /* while a row-tile GEMV is launched: dependent under DF_CUDA_PDL=gemv */
@@ -462,6 +444,14 @@ extern "C" void df_cuda_set_gemv_lanes(df_cuda *c, int fmt, int lanes) {
 extern "C" void df_cuda_set_gemv_tiled(df_cuda *c, int fmt, int how) {
   if (fmt >= 0 && fmt < 4 && fmt != 2 && how >= 0 && how <= 1 + TILE_VARIANTS) c->tiled[fmt] = how;
   describe(c); /* the name says MXFP4's forced variant however it was forced */
+}
+extern "C" int df_cuda_sm_count(const df_cuda *c) { return c->sms; }
+extern "C" int df_cuda_tile_occupancy(df_cuda *c, int fmt, int v) {
+  if (v < 0 || v >= TILE_VARIANTS) return 0;
+  if (fmt == 0) return tile_occ<tf_bf16>(c, v);
+  if (fmt == 1) return tile_occ<tf_i8>(c, v);
+  if (fmt == 3) return tile_occ<tf_mxfp4>(c, v);
+  return 0;
 }
 extern "C" void df_cuda_set_gemv_tile_prefetch(df_cuda *c, int fmt, unsigned bytes) {
   if (fmt >= 0 && fmt < 4 && bytes / TILE_PF_UNIT < (1u << (31 - TILE_PF_SHIFT)))

@@ -117,6 +117,12 @@ static inline const char *df_cuda_tile_name(int v) {
                                   "medium, 2 stages, 2 threads a row, 4 warps sharing x"};
   return v >= 0 && v < DF_CUDA_TILE_VARIANTS ? n[v] : "by shape";
 }
+/* Blocks of row-tile variant v (0 .. DF_CUDA_TILE_VARIANTS - 1) one SM of
+ * this device holds for fmt 0 bf16, 1 int8, 3 MXFP4 (the numbers the pick
+ * by shape weighs; the bench prints them); 0 for anything else. */
+int df_cuda_tile_occupancy(df_cuda *c, int fmt, int v);
+/* the device's SMs (the other number the pick weighs) */
+int df_cuda_sm_count(const df_cuda *c);
 /* The row tiles' L2 prefetch for fmt: each row's bytes asked of the memory
  * in windows of `bytes` (rounded down to 512; 0, the default: none) ahead
  * of the stages. Speed only, never a result (the test runs it). */

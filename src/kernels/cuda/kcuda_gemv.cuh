@@ -568,6 +568,32 @@ template <class TF, class Fn> __host__ static inline void tile_variant(int v, Fn
  * it to the form it names. */
 __host__ static constexpr int tile_pick_mxfp4(void) { return 12; }
 
+/* The variant for `blocks` 32-row blocks of bf16 or int8 (RB bytes of a
+ * row a chunk in the narrow form), given occ[v], the blocks of variant v
+ * an SM holds, and the SMs. Within one round of the narrow form's 3-stage
+ * blocks: the wide form (512 bytes of a row a chunk) with the most threads
+ * a row that still fits one round (on the H200, int8 KDA o 0.37 -> 0.62 of
+ * the copy bandwidth, KDA q 0.53 -> 0.60, bf16 0.76-0.80 -> 0.80-0.83:
+ * docs/PERFORMANCE.md, 2026-12-05), in blocks of four warps sharing x
+ * under shared_x (DF_CUDA_SHARED_X=1: no clear gain on the H100, run 23);
+ * where those do not fit, a deep one with four threads a row where the
+ * SMs hold four times the blocks, else two where twice. Where the narrow
+ * form's 3 stages would hold 64 KB or more in flight an SM, and past one
+ * round, the wide form's 5 stages with four threads a row: on the H100 as
+ * the engine launches it (a dependent launch), int8 KDA qkv 0.733 -> 0.914,
+ * the LM head 0.905 -> 0.972, bf16 KDA qkv 0.848 -> 0.932 against the
+ * narrow form's 2 or 3 stages (run 48). A host function of numbers alone,
+ * so the emulation tests the policy on a device's occupancies. */
+__host__ static inline int tile_pick_rows(const int occ[TILE_VARIANTS], long sms, long blocks,
+                                          int rb, int shared_x) {
+  long w = (blocks + sms - 1) / sms;
+  bool round = blocks <= occ[1] * sms;
+  if (round && 4 * blocks <= occ[7] * sms) return shared_x ? 9 : 7;
+  if (round && 2 * blocks <= occ[6] * sms) return shared_x ? 8 : 6;
+  if (!round || w * 2 * TROWS * rb >= 64 * 1024) return shared_x ? 9 : 7;
+  return occ[4] >= 4 * w ? 4 : occ[3] >= 2 * w ? 3 : occ[2] >= w ? 2 : 1;
+}
+
 /* Which loads a matrix's alignment and shape allow (kcuda.cu's launches
  * and the emulation's alike): whole 16-byte pieces of the rows and of x,
  * MXFP4's scales 8 at a time (every chunk's but a short last one's are

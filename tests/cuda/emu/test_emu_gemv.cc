@@ -304,6 +304,47 @@ static void pick_policy(void) {
   });
 }
 
+/* bf16's and int8's pick (tile_pick_rows) on an H100's 132 SMs with a
+ * table of blocks an SM for each variant, the engine's shapes first: the
+ * KDA q (384 blocks) and o (224) within one round, with the SMs holding
+ * under 64 KB of the narrow form in flight, take a deep variant with four
+ * threads a row or the wide form with two; the fused qkv (1,152) and the
+ * LM head (5,120) the wide form's 5 stages with four; then each edge: one
+ * round's last block and the next, the 64 KB line, x shared. (The table is
+ * a device's kind of numbers, not one measured: the policy is a function
+ * of them, and the test holds that function.) */
+static void pick_rows_policy(void) {
+  static const int occ[TILE_VARIANTS] = {16, 12, 4, 8, 16, 4, 4, 4, 4, 4, 5, 3, 5};
+  static const struct {
+    long blocks;
+    int rb, shared_x, want;
+    const char *what;
+  } cs[] = {
+      {384, 128, 0, 4, "int8 KDA q"},
+      {224, 128, 0, 6, "int8 KDA o"},
+      {1152, 128, 0, 7, "int8 KDA qkv"},
+      {5120, 128, 0, 7, "int8 LM head"},
+      {384, 256, 0, 4, "bf16 KDA q"},
+      {1152, 256, 0, 7, "bf16 KDA qkv"},
+      {132, 128, 0, 7, "one block an SM: the wide form, four threads a row"},
+      {264, 128, 0, 6, "two an SM: two threads a row"},
+      {264, 128, 1, 8, "two an SM, x shared"},
+      {1152, 128, 1, 9, "int8 KDA qkv, x shared"},
+      {4 * 132, 128, 0, 4, "4 blocks an SM: the deep form, four threads a row"},
+      {12 * 132, 16, 0, 1, "a round's last block, under 64 KB: 3 stages (no deep form holds 12)"},
+      {12 * 132 + 1, 16, 0, 7, "a block past the round"},
+      {7 * 132, 128, 0, 1, "7 blocks an SM of 8 KB in flight: 56 KB"},
+      {8 * 132, 128, 0, 7, "8 of them: 64 KB"},
+  };
+  for (const auto &c : cs) {
+    int v = tile_pick_rows(occ, 132, c.blocks, c.rb, c.shared_x);
+    char what[160], seen[64];
+    snprintf(what, sizeof what, "pick for %ld blocks of %d bytes: %s", c.blocks, c.rb, c.what);
+    snprintf(seen, sizeof seen, "variant %d, want %d", v, c.want);
+    emu_true(what, v == c.want, seen);
+  }
+}
+
 /* The lanes layout (gemv_k: f32's GEMV, any format's where chosen) with
  * 8, 4 and 2 lanes a thread, vector loads (with and without the L2
  * prefetch's bookkeeping, a no-op here) where the operands allow, and
@@ -404,6 +445,7 @@ int main(void) {
   mxfp4_edges();
   fused_policy();
   pick_policy();
+  pick_rows_policy();
   /* more rows than one block of four warps holds, the last block's last
    * warps without rows */
   gemv_case<tf_i8>(100, 1200, 0, 0);
