@@ -290,6 +290,7 @@ int main(int argc, char **argv) {
       {"tiled_deep_4threads_pf2k", 6, 4, 2048, 0},
       {"tiled_wide_5stages_4threads_pf2k", 9, 4, 2048, 0},
       {"tiled_pdl", 1, 16, 0, 1},
+      {"tiled_2stages_pdl", 2, 16, 0, 1},
       {"tiled_3stages_pdl", 3, 16, 0, 1},
       {"tiled_deep_4threads_pdl", 6, 4, 0, 1},
       {"tiled_wide_3stages_2threads_pdl", 8, 8, 0, 1},
