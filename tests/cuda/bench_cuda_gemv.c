@@ -329,8 +329,10 @@ int main(int argc, char **argv) {
   const char *only = getenv("DF_BENCH_GEMV_ONLY"); /* a shape's name: that one alone */
   const char *fonly = getenv("DF_BENCH_GEMV_FORMAT"); /* bf16, int8 or mxfp4: that one alone */
   const char *konly = getenv("DF_BENCH_GEMV_KINDS"); /* kinds' names, comma-separated: those alone */
+  if (fonly && !*fonly) fonly = NULL; /* set empty (ab_gemv.sh's default): no filter */
+  if (konly && !*konly) konly = NULL;
   for (int li = 0; li < NK; li++) {
-    if (konly && *konly && !listed(konly, ks[li].name)) continue;
+    if (konly && !listed(konly, ks[li].name)) continue;
     df_cuda_set_pdl(G, ks[li].pdl);
     for (int f = 0; f < 4; f++) {
       df_cuda_set_gemv_tiled(G, f, ks[li].tiled);
@@ -340,7 +342,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nc; i++) {
       res_bw[li][i] = res_us[li][i] = 0;
       if (only && !strstr(cs[i].what, only)) continue;
-      if (fonly && *fonly && strcmp(fname[cs[i].fmt], fonly)) continue;
+      if (fonly && strcmp(fname[cs[i].fmt], fonly)) continue;
       double us, bw = gemv_bw(cs[i].fmt, cs[i].rows, cs[i].cols, 0, reps, &us);
       res_bw[li][i] = bw, res_us[li][i] = us;
       printf("    {\"format\": \"%s\", \"shape\": \"%s\", \"kernel\": \"%s\", "
@@ -376,7 +378,7 @@ int main(int argc, char **argv) {
            res_bw[bt][i] / copy, res_us[bl][i], res_bw[bl][i] / copy, ks[bl].lanes,
            res_us[0][i] > 0 ? res_us[bl][i] / res_us[0][i] : 0.0, i + 1 < nc ? "," : "");
   }
-  if (only || (fonly && *fonly) || (konly && *konly)) {
+  if (only || fonly || konly) {
     printf("  ]\n}\n");
     df_cuda_close(G);
     return 0;
