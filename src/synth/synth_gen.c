@@ -323,6 +323,7 @@ static int run_jobs(gen *g, const synth_out *o, uint64_t total, int maxcols, df_
   if (g->prog) {
     if (atomic_load(&g->failed)) df_progress_stop(&prog, g->done);
     else df_progress_end(&prog);
+    g->prog = NULL; /* the bar lives in this frame: nothing may reach it after the return */
   }
   for (int i = 0; i < nth; i++) free(g->sc[i].buf), free(g->sc[i].x);
   free(g->sc);
