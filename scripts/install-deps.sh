@@ -5,7 +5,7 @@ set -eu
 cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-PKGS="build-essential cmake pkg-config clang libclang-rt-14-dev \
+PKGS="build-essential cmake pkg-config clang clang-tools libclang-rt-14-dev \
   libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev liburing-dev \
   libpcre2-dev libicu-dev libxxhash-dev libssl-dev libcmocka-dev libedit-dev tmux \
   python3 python3-numpy python3-torch curl ca-certificates \

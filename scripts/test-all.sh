@@ -1,5 +1,5 @@
 #!/bin/sh
-# Every test: gcc Release build + all ctest tests, gcc RelWithDebInfo unit tests,
+# Every test: clang's static analyzer, gcc Release build + all ctest tests, gcc RelWithDebInfo unit tests,
 # clang -Werror Debug and Release builds, the CUDA build's unit tests (where nvcc is), the
 # mock-GPU gcc Debug build (every target) and its engine tests, ASan+UBSan
 # unit tests and server e2e tests, and a few seconds of each libFuzzer target. Installs its own
@@ -16,6 +16,13 @@ done
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 J=$(nproc)
+# clang's static analyzer over every target first (minutes, where the suite
+# takes most of an hour): a report fails the run and stays in
+# build-scan/reports. Its own Debug build, compiled through scan-build's
+# wrappers, cleaned first so that every file is analysed on every run.
+echo "== clang static analyzer (scan-build), every target"
+scan-build -o build-scan/reports cmake -S . -B build-scan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang >/dev/null
+scan-build -o build-scan/reports --status-bugs cmake --build build-scan -j "$J" --clean-first
 # Every build type a user may pick must compile warning-free with both compilers
 # (-O3 in Release finds maybe-uninitialized paths the other levels do not), so
 # each is built; the whole suite runs once, on Release, the type users ship.
