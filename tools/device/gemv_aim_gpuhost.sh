@@ -41,19 +41,23 @@ step() {
 }
 tests() { STEPS="$1" bash "$HERE/gpu_forward_gpuhost.sh" "$D" && mv "$OUT/r.tgz" "$OUT/r_$2.tgz"; }
 ab() { KINDS=$KINDS ONLY="" ROUNDS=2 NAME=$1 FORMAT=${2:-} SASS=${3:-} bash "$HERE/ab_gemv.sh" "$MB"; }
+abx() { KINDS=tiled,tiled_pdl ONLY="16 experts" ROUNDS=2 NAME=mxfp4_ab FORMAT=mxfp4 SASS='tile_group_k.*mxfp4' bash "$HERE/ab_gemv.sh" "$AB"; }
 whole() { STEPS=gbench bash "$HERE/gpu_forward_gpuhost.sh" "$D" && mv "$OUT/r.tgz" "$OUT/r_bench.tgz"; }
-export -f tests ab whole
-export D HERE MB KINDS
+export -f tests ab abx whole
+export D HERE MB KINDS AB
 log "card: $(nvidia-smi -L | head -1)"
 # the cards differ only in what comes first: on an H200, int8's measurement
 if nvidia-smi -L | grep -q H200; then
   step 90 120 "int8, pick against variants (H200)" ab int8_h200 int8
 fi
+# AB=<folder of *.xz benches> (ab_gemv.sh's out/mb): MXFP4's kernels
+# against each other on the MoE token and the 16 experts' shapes
+[ -n "${AB:-}" ] && step 100 160 "MXFP4, the binaries in $AB against each other" abx
 step 120 200 "engine and kernel tests" tests "test kern" tests
 step 120 180 "every format, pick against variants" ab all "" 'tile_group_k.*mxfp4'
 step 150 200 "whole bench" whole
 # a step cut by its timeout leaves its folder unpacked: pack it here
-cd "$OUT" && for d in r int8_h200 all; do
+cd "$OUT" && for d in r int8_h200 mxfp4_ab all; do
   [ -d "$d" ] && tar czf "$d.cut.tgz" "$d" && rm -rf "$d"
 done
 ls -l "$OUT" | tee -a "$OUT/plan.txt"

@@ -334,6 +334,51 @@ __device__ __forceinline__ static uint32_t e2m1_at(e2m1_pair p, int e) {
   uint32_t t = e == 7 ? w : e >= 2 ? w << (28 - 4 * e) : __funnelshift_l(w, w, 28 - 4 * e);
   return t & 0x81C00000u;
 }
+/* The fused form's codes (tf_mxfp4::unit_fma), one operation each: a
+ * float whose top byte is the sign (0x80 or 0) and whose second byte is
+ * n = 2 * e2m1 (0..12), the rest zero, is n * 2^-133 (a subnormal for
+ * n < 128, and 2^-126 * (1 + (n - 128) / 128) above: linear in n
+ * throughout), so e2m1 * 2^-132 exactly, its sign included. A word of 8
+ * codes gives, in four operations, each code's n as a byte (its magnitude
+ * looked up in an 8-byte table by prmt, four codes a lookup) and, in
+ * three, each code's sign alone in a byte's top bit (the odd codes' signs
+ * are already there; the even codes' 4 places lower); then one prmt a code
+ * puts its sign byte and its n byte in place, and the low two bytes as n's
+ * top bit (always 0) replicated. Fifteen operations a word, against
+ * eighteen for the rotate and mask (e2m1_spread, e2m1_at). */
+struct e2m1_lut {
+  uint32_t n[2]; /* n of codes 0-3, 4-7 (byte k: code k, k + 4) */
+  uint32_t s[2]; /* the signs of the even codes, the odd (byte k: code 2k, 2k + 1) */
+};
+/* PTX's prmt in its generic form: byte i of the result is byte c_i & 7
+ * of {b, a} (a the low four), or with c_i & 8 that byte's top bit
+ * replicated (CUDA's __byte_perm has no such mode) */
+__device__ __forceinline__ static uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  uint64_t v = (uint64_t)b << 32 | a;
+  uint32_t d = 0;
+  for (int i = 0; i < 4; i++) {
+    uint32_t k = c >> (4 * i) & 15u, byte = (uint32_t)(v >> (8 * (k & 7))) & 0xffu;
+    if (k & 8) byte = byte & 0x80u ? 0xffu : 0u;
+    d |= byte << (8 * i);
+  }
+  return d;
+#endif
+}
+__device__ __forceinline__ static e2m1_lut e2m1_lut_of(uint32_t q) {
+  const uint32_t lo = 0x03020100u, hi = 0x0C080604u; /* 2 * e2m1 of magnitudes 0..7 */
+  uint32_t mag = q & 0x77777777u;
+  return e2m1_lut{{prmt(lo, hi, mag), prmt(lo, hi, mag >> 16)}, {(q << 4) & 0x80808080u, q & 0x80808080u}};
+}
+/* code e (0..7): e2m1 * 2^-132 as float bits */
+__device__ __forceinline__ static uint32_t e2m1_lut_at(const e2m1_lut &l, int e) {
+  const uint32_t nb = 4u + (uint32_t)(e & 3); /* n's byte, in prmt's b */
+  return prmt(l.s[e & 1], l.n[e >> 2], (uint32_t)(e >> 1) << 12 | nb << 8 | (8u | nb) << 4 | (8u | nb));
+}
 struct tf_mxfp4 {
   /* CK / 32 = 8 scales a chunk */
   static constexpr int fmt = 3, CK = 256, RB = 128, UC = 32, scaled = 1, deep = 6;
@@ -393,17 +438,20 @@ struct tf_mxfp4 {
     if (s <= 128u) group<false, LPT>(q, s, x + u * 32 + g * LPT, acc);
     else group<true, LPT>(q, s, x + u * 32 + g * LPT, acc);
   }
-  /* The fused form: the same sums, one instruction a code fewer. The
-   * code's bits f = e2m1 * 2^-126 times x' = x * 2^64 (tile_xscale puts x'
-   * in place of x) is e2m1 * x * 2^-62 rounded once; times 2^(s-65), a
-   * power of two, it is exactly the reference's round(e2m1 * 2^(s-127) * x)
-   * wherever both products are normal floats (a rounding commutes with a
-   * power of two there), so one fused multiply-add by 2^(s-65) rounds the
-   * reference's own sum acc + product. Both are normal for every nonzero
-   * x in [2^-62, 2^59) (tile_xscale's range) and s in [64, 191]
+  /* The fused form: the same sums, two instructions a code fewer. The
+   * code's float f = e2m1 * 2^-FB (e2m1_lut_at's, FB = 132) times
+   * x' = x * 2^XUP (tile_xscale puts x' in place of x) is e2m1 * x * 2^-62
+   * rounded once; times 2^(s-65), a power of two, it is exactly the
+   * reference's round(e2m1 * 2^(s-127) * x) wherever both products are
+   * normal floats (a rounding commutes with a power of two there), so one
+   * fused multiply-add by 2^(s-65) rounds the reference's own sum acc +
+   * product. Both are normal for every nonzero x in [2^-62, 2^58)
+   * (tile_xscale's range: x' below 2^128) and s in [64, 191]
    * (tile_fused_s): 0.5 * 2^-62 * 2^(64-127) = 2^-126 at the bottom,
-   * 6 * 2^59 * 2^(191-127) < 2^126 at the top; zeros are exact both ways. */
-  static constexpr uint32_t XUP = 64;
+   * 6 * 2^58 * 2^(191-127) < 2^126 at the top; zeros are exact both ways.
+   * f itself may be subnormal (code 1 is 2^-133): a multiply takes it
+   * exactly, and the product, at least 2^-125, is normal. */
+  static constexpr uint32_t XUP = 70, FB = 132;
   /* m: 2^(s-1-64), tile_fused_m's */
   template <int LPT>
   __device__ __forceinline__ static void unit_fma(const uint8_t *w, int u, float m,
@@ -413,21 +461,25 @@ struct tf_mxfp4 {
 #if defined(DF_CUDA_EMU)
     emu_fused_units++; /* which chunks take it is a policy: the emulation counts them */
 #endif
-    e2m1_pair sp[2 * QW<LPT>];
-    spread<LPT>(q, sp);
+    e2m1_lut lt[2 * QW<LPT>];
+#pragma unroll
+    for (int i = 0; i < 2 * QW<LPT>; i++) lt[i] = e2m1_lut_of(q[i]);
 #pragma unroll
     for (int st = 0; st < 2; st++) {
       float xv[LPT];
       tile_xn<LPT>(xq + u * 32 + g * LPT + st * 16, xv);
 #pragma unroll
-      for (int j = 0; j < LPT; j++) acc[j] = __fmaf_rn(__fmul_rn(code<LPT>(sp, st, j), xv[j]), m, acc[j]);
+      for (int j = 0; j < LPT; j++) {
+        float f = __uint_as_float(e2m1_lut_at(lt[st * QW<LPT> + (j >> 3)], j & 7));
+        acc[j] = __fmaf_rn(__fmul_rn(f, xv[j]), m, acc[j]);
+      }
     }
   }
 };
 
 /* The fused form's x (tf_mxfp4::unit_fma): the thread's own 16-byte pieces
- * of a whole chunk (those it staged: tid, tid + NT, ...), each times 2^64
- * in place where all four of its nonzero |x| are in [2^-62, 2^59), which
+ * of a whole chunk (those it staged: tid, tid + NT, ...), each times
+ * 2^XUP in place where all four of its nonzero |x| are in [2^-62, 2^58), which
  * keeps x' exact and every product normal (left as it is otherwise: a
  * subnormal, an infinity or a NaN never is). True where every piece was;
  * the block's vote then decides, since a chunk with a piece left as x can
@@ -445,10 +497,11 @@ template <int CK, int NT> __device__ __forceinline__ static bool tile_xscale(flo
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       uint32_t a = b[e] & 0x7fffffffu;
-      in = in && (a == 0 || a - 0x20800000u < 0x5D000000u - 0x20800000u);
+      in = in && (a == 0 || a - 0x20800000u < 0x5C800000u - 0x20800000u);
     }
     if (in) {
-      const float up = 0x1p64f;
+      static_assert(tf_mxfp4::XUP == 70, "x' = x * 2^XUP");
+      const float up = 0x1p70f;
       ((float4 *)xs)[i] = make_float4(__fmul_rn(v.x, up), __fmul_rn(v.y, up), __fmul_rn(v.z, up),
                                       __fmul_rn(v.w, up));
     }
@@ -464,12 +517,12 @@ __device__ __forceinline__ static bool tile_fused_s(uint2 sv) {
 }
 
 /* The fused form's multipliers 2^(s-1-64) of a row's chunk, from its scales'
- * words: tile_fused_mw adds 126 - 64 to each of a word's 4 scale bytes at
+ * words: tile_fused_mw adds FB - XUP = 62 to each of a word's 4 scale bytes at
  * once (no carry: s <= 191 where the form goes), tile_fused_m moves byte k
  * to a float's exponent, two operations a group (against an extract, an add
  * and a shift) */
 __device__ __forceinline__ static uint2 tile_fused_mw(uint2 sv) {
-  const uint32_t b = (126u - tf_mxfp4::XUP) * 0x01010101u;
+  const uint32_t b = (tf_mxfp4::FB - tf_mxfp4::XUP) * 0x01010101u;
   return make_uint2(sv.x + b, sv.y + b);
 }
 __device__ __forceinline__ static float tile_fused_m(uint2 mw, int u) {

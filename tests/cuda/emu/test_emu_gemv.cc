@@ -204,8 +204,9 @@ static void mxfp4_edges(void) {
       {"every x in [2^-62, 2^-61), scales 64 and 65", {0, 0, 0, 0}, 64, 2, -62, false},
       {"every x in [2^-63, 2^-62), scales 64 and 65 (products below the smallest normal)", {0, 0, 0, 0}, 64, 2, -63, false},
       {"every x in [2^-62, 2^-61), scales 63 and 64 (products below the smallest normal)", {0, 0, 0, 0}, 63, 2, -62, false},
-      {"every x in [2^58, 2^59), scales 190 and 191", {0, 0, 0, 0}, 190, 2, 58, false},
-      {"every x in [2^59, 2^60), scales 191 and 192", {0, 0, 0, 0}, 191, 2, 59, false},
+      {"every x in [2^57, 2^58), scales 190 and 191", {0, 0, 0, 0}, 190, 2, 57, false},
+      {"every x in [2^58, 2^59), scales 191 and 192", {0, 0, 0, 0}, 191, 2, 58, false},
+      {"every x in [2^58, 2^59), scales 190 and 191 (x' = x * 2^70 would overflow)", {0, 0, 0, 0}, 190, 2, 58, false},
   };
   for (const edge &e : cs) {
     mat m;
@@ -232,7 +233,7 @@ static void mxfp4_edges(void) {
  * operands (scales 120-127, |x| from 2^-6 to 8 and zeros among them), in the
  * one-warp and four-warp variants and with one, two and four threads a row;
  * none with it off; and all but the chunk whose x has one value out of its
- * range (2^59), or the row's chunk with one scale out of it (63 or 192). */
+ * range (2^58), or the row's chunk with one scale out of it (63 or 192). */
 static void fused_policy(void) {
   mat m;
   mkmat(m, 3, 64, 1024, 0, 0);
@@ -243,7 +244,7 @@ static void fused_policy(void) {
   const int units = m.cols / 32, rows = m.rows;
   struct pcase {
     const char *what;
-    long xc;         /* x[xc] = 2^59 (-1: none) */
+    long xc;         /* x[xc] = 2^58 (-1: none) */
     int srow, sg, s; /* scale of group sg of row srow (srow -1: none) */
     bool fused;
     long lost;       /* units (of a thread) not fused: an x out of range costs its chunk
@@ -252,14 +253,14 @@ static void fused_policy(void) {
   } cs[] = {
       {"K3-like operands", -1, -1, 0, 0, true, 0},
       {"K3-like operands, fused form off", -1, -1, 0, 0, false, -1},
-      {"x[259] = 2^59 (chunk 1 of every row)", 259, -1, 0, 0, true, 8L * 64},
+      {"x[259] = 2^58 (chunk 1 of every row)", 259, -1, 0, 0, true, 8L * 64},
       {"row 5's scale 17 = 63 (its chunk 2)", -1, 5, 17, 63, true, 8},
       {"row 7's scale 30 = 192 (its chunk 3)", -1, 7, 30, 192, true, 8},
   };
   static const int vs[] = {0, 3, 4, 10, 11};
   for (const pcase &p : cs) {
     float xkeep = p.xc >= 0 ? x[p.xc] : 0.0f;
-    if (p.xc >= 0) x[p.xc] = 0x1p59f;
+    if (p.xc >= 0) x[p.xc] = 0x1p58f;
     uint8_t keep = p.srow >= 0 ? m.sbuf[(size_t)p.srow * units + p.sg] : 0;
     if (p.srow >= 0) m.sbuf[(size_t)p.srow * units + p.sg] = (uint8_t)p.s;
     df_kern_scalar()->gemm_mxfp4(m.W, m.S, m.cols, 0, m.rows, x, 1, (size_t)m.cols, m.ref.data(),
