@@ -369,8 +369,9 @@ __device__ __forceinline__ static uint32_t prmt(uint32_t a, uint32_t b, uint32_t
   return d;
 #endif
 }
-__device__ __forceinline__ static e2m1_lut e2m1_lut_of(uint32_t q) {
-  const uint32_t lo = 0x03020100u, hi = 0x0C080604u; /* 2 * e2m1 of magnitudes 0..7 */
+/* lo: 0x03020100, n of magnitudes 0..3 (the caller's register); hi: n of 4..7 */
+__device__ __forceinline__ static e2m1_lut e2m1_lut_of(uint32_t q, uint32_t lo) {
+  const uint32_t hi = 0x0C080604u;
   uint32_t mag = q & 0x77777777u;
   return e2m1_lut{{prmt(lo, hi, mag), prmt(lo, hi, mag >> 16)}, {(q << 4) & 0x80808080u, q & 0x80808080u}};
 }
@@ -455,7 +456,7 @@ struct tf_mxfp4 {
   /* m: 2^(s-1-64), tile_fused_m's */
   template <int LPT>
   __device__ __forceinline__ static void unit_fma(const uint8_t *w, int u, float m,
-                                                  const float *xq, float acc[LPT], int g) {
+                                                  const float *xq, float acc[LPT], int g, uint32_t lo) {
     uint32_t q[2 * QW<LPT>];
     load<LPT>(w, u, g, q);
 #if defined(DF_CUDA_EMU)
@@ -463,7 +464,7 @@ struct tf_mxfp4 {
 #endif
     e2m1_lut lt[2 * QW<LPT>];
 #pragma unroll
-    for (int i = 0; i < 2 * QW<LPT>; i++) lt[i] = e2m1_lut_of(q[i]);
+    for (int i = 0; i < 2 * QW<LPT>; i++) lt[i] = e2m1_lut_of(q[i], lo);
 #pragma unroll
     for (int st = 0; st < 2; st++) {
       float xv[LPT];
@@ -706,6 +707,13 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
   const bool live = row < nr;
   const size_t rb = TF::rowbytes(cols), sb = (size_t)cols / 32;
   const int nch = (cols + TF::CK - 1) / TF::CK;
+  /* The fused form's table of n for magnitudes 0..3 (e2m1_lut_of's lo),
+   * made from cols (never negative) so that ptxas cannot fold it to a
+   * constant: as a constant it was made again before each lookup (a move
+   * from a uniform register, prmt taking no constant there), 4.66
+   * instructions a code in the fused loop; held in a register, 4.41
+   * (docs/PERFORMANCE.md, runs 49-50). */
+  const uint32_t lut_lo = 0x03020100u | ((uint32_t)cols >> 31);
 
   /* The copies' addresses, computed once a thread (recomputed a copy they
    * were 1.2 of the 7.5 instructions a code: docs/PERFORMANCE.md, run 35):
@@ -876,7 +884,7 @@ __device__ __forceinline__ static void tile_run(const uint8_t *W, const uint8_t 
           if (fok && tile_fused_s(sv)) {
             const uint2 mw = tile_fused_mw(sv);
 #pragma unroll
-            for (int u = 0; u < UB; u++) TF::template unit_fma<LPT>(w, u0 + u, tile_fused_m(mw, u), xs, acc, g);
+            for (int u = 0; u < UB; u++) TF::template unit_fma<LPT>(w, u0 + u, tile_fused_m(mw, u), xs, acc, g, lut_lo);
           } else {
             const float *xu = fz ? x + (size_t)k * TF::CK : xs;
 #pragma unroll 1
