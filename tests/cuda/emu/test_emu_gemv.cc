@@ -180,7 +180,8 @@ template <class TF> static void gemv_case(int rows, int cols, int wshift, int xs
  * the CPU's. With the fused form asked for (the default), the cases at its
  * bounds (kcuda_gemv.cuh: tile_xscale, tile_fused_s) take it just inside
  * and must leave it just outside: its lower bounds lowered by one binade or
- * one scale, rows here differ from the reference. */
+ * one scale, or its x bound raised by one binade (x' = x * 2^70 then
+ * overflows), rows here differ from the reference. */
 static void mxfp4_edges(void) {
   struct edge {
     const char *what;
