@@ -684,13 +684,22 @@ static json_t *jfloat(float v) {
   return json_real(strtod(buf, NULL));
 }
 
-/* The same for a double (rms_norm_eps): the shortest that reads back as v. */
+/* The significant digits of the shortest decimal that reads back as the
+ * double v (17 always do). */
+static int double_digits(double v) {
+  char buf[40];
+  for (int p = 1; p < 17; p++) {
+    snprintf(buf, sizeof buf, "%.*g", p, v);
+    if (strtod(buf, NULL) == v) return p;
+  }
+  return 17;
+}
+
+/* The same for a double (rms_norm_eps): the shortest that reads back as v.
+ * The dump's precision must reach its digits (df_config_to_json). */
 static json_t *jdouble(double v) {
   char buf[40];
-  for (int p = 1; p <= 17; p++) {
-    snprintf(buf, sizeof buf, "%.*g", p, v);
-    if (strtod(buf, NULL) == v) break;
-  }
+  snprintf(buf, sizeof buf, "%.*g", double_digits(v), v);
   return json_real(strtod(buf, NULL));
 }
 
@@ -798,8 +807,18 @@ char *df_config_to_json(const df_config *c) {
   json_object_set_new(root, "text_config", t);
   json_object_set_new(root, "tie_word_embeddings", json_false());
   json_object_set_new(root, "vision_config", v);
-  /* sorted keys, two-space indent: how transformers' save_pretrained writes it */
-  char *s = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+  /* sorted keys, two-space indent: how transformers' save_pretrained writes it.
+   * Reals with 9 digits, which every float's shortest decimal fits (1e-05, not
+   * its double expansion), unless a double field needs more: then 17 for all,
+   * exact if longer (a fuzzed rms_norm_eps of 1.6666666666666666e29 came back
+   * as 1.66666667e29) */
+  int prec = 9;
+  for (size_t i = 0; i < NFIELDS; i++)
+    if (fields[i].type == T_DOUBLE && fields[i].off != NO_OFF) {
+      int d = double_digits(*(const double *)AT(c, fields[i].off));
+      if (d > prec) prec = 17;
+    }
+  char *s = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(prec));
   json_decref(root);
   return s;
 }

@@ -442,6 +442,21 @@ static void test_to_json_roundtrip(void **st) {
   assert_int_equal(df_config_parse(&r, js, strlen(js), &e), 0);
   free(js);
   assert_memory_equal(&c, &r, sizeof c);
+
+  /* an eps whose shortest decimal has more than 9 digits (the fuzzer's
+   * 1666...6e-05): kept exactly, the floats still reading back */
+  c.eps = 1.6666666666666666e29;
+  js = df_config_to_json(&c);
+  assert_int_equal(df_config_parse(&r, js, strlen(js), &e), 0);
+  assert_non_null(strstr(js, "\"rms_norm_eps\": 1.6666666666666666e29"));
+  free(js);
+  assert_true(r.eps == 1.6666666666666666e29);
+  assert_memory_equal(&c, &r, sizeof c);
+  c.eps = 1e-5 + 1e-20; /* 17 digits */
+  js = df_config_to_json(&c);
+  assert_int_equal(df_config_parse(&r, js, strlen(js), &e), 0);
+  free(js);
+  assert_memory_equal(&c, &r, sizeof c);
 }
 
 static void test_load_and_print(void **st) {
