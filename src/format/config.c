@@ -695,13 +695,6 @@ static int double_digits(double v) {
   return 17;
 }
 
-/* The same for a double (rms_norm_eps): the shortest that reads back as v.
- * The dump's precision must reach its digits (df_config_to_json). */
-static json_t *jdouble(double v) {
-  char buf[40];
-  snprintf(buf, sizeof buf, "%.*g", double_digits(v), v);
-  return json_real(strtod(buf, NULL));
-}
 
 static json_t *auto_map(const char *cfg, const char *model, const char *causal) {
   return json_pack("{s:s, s:s, s:s}", "AutoConfig", cfg, "AutoModel", model,
@@ -744,7 +737,9 @@ static json_t *field_json(const cfield *f, const df_config *c) {
     return json_integer(f->eq_of != NO_OFF ? ival(c, f->eq_of, T_INT) : f->lo);
   case T_LONG: return json_integer(*(const long *)p);
   case T_FLOAT: return jfloat(*(const float *)p);
-  case T_DOUBLE: return jdouble(*(const double *)p);
+  /* a double (rms_norm_eps) as it is: the dump's precision reaches its
+   * shortest decimal (df_config_to_json) */
+  case T_DOUBLE: return json_real(*(const double *)p);
   case T_BOOL: return json_boolean(*(const int *)p);
   case T_STR: return json_string(f->fixed);
   }

@@ -41,10 +41,12 @@ step() {
 }
 tests() { STEPS="$1" bash "$HERE/gpu_forward_gpuhost.sh" "$D" && mv "$OUT/r.tgz" "$OUT/r_$2.tgz"; }
 ab() { KINDS=$KINDS ONLY="" ROUNDS=2 NAME=$1 FORMAT=${2:-} SASS=${3:-} bash "$HERE/ab_gemv.sh" "$MB"; }
-abx() { KINDS=tiled,tiled_pdl ONLY="16 experts" ROUNDS=2 NAME=mxfp4_ab FORMAT=mxfp4 SASS='tile_group_k.*mxfp4' bash "$HERE/ab_gemv.sh" "$AB"; }
+abx() { KINDS=tiled,tiled_pdl ONLY="16 experts" ROUNDS=2 NAME=mxfp4_ab FORMAT=mxfp4 SASS=$MXSASS bash "$HERE/ab_gemv.sh" "$AB"; }
 whole() { STEPS=gbench bash "$HERE/gpu_forward_gpuhost.sh" "$D" && mv "$OUT/r.tgz" "$OUT/r_bench.tgz"; }
 export -f tests ab abx whole
-export D HERE MB KINDS AB
+# the SASS kept: MXFP4's grouped kernels
+MXSASS='tile_group_k.*mxfp4'
+export D HERE MB KINDS AB MXSASS
 log "card: $(nvidia-smi -L | head -1)"
 # the cards differ only in what comes first: on an H200, int8's measurement
 if nvidia-smi -L | grep -q H200; then
@@ -54,7 +56,7 @@ fi
 # against each other on the MoE token and the 16 experts' shapes
 [ -n "${AB:-}" ] && step 100 160 "MXFP4, the binaries in $AB against each other" abx
 step 120 200 "engine and kernel tests" tests "test kern" tests
-step 120 180 "every format, pick against variants" ab all "" 'tile_group_k.*mxfp4'
+step 120 180 "every format, pick against variants" ab all "" "$MXSASS"
 step 150 200 "whole bench" whole
 # a step cut by its timeout leaves its folder unpacked: pack it here
 cd "$OUT" && for d in r int8_h200 mxfp4_ab all; do

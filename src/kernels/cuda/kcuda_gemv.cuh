@@ -498,11 +498,11 @@ template <int CK, int NT> __device__ __forceinline__ static bool tile_xscale(flo
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       uint32_t a = b[e] & 0x7fffffffu;
-      in = in && (a == 0 || a - 0x20800000u < 0x5C800000u - 0x20800000u);
+      /* from 2^-62 up to, not including, 2^(128 - XUP), where x' would overflow */
+      in = in && (a == 0 || a - 0x20800000u < ((255u - tf_mxfp4::XUP) << 23) - 0x20800000u);
     }
     if (in) {
-      static_assert(tf_mxfp4::XUP == 70, "x' = x * 2^XUP");
-      const float up = 0x1p70f;
+      const float up = __uint_as_float((127u + tf_mxfp4::XUP) << 23);
       ((float4 *)xs)[i] = make_float4(__fmul_rn(v.x, up), __fmul_rn(v.y, up), __fmul_rn(v.z, up),
                                       __fmul_rn(v.w, up));
     }
